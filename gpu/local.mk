@@ -1,0 +1,1 @@
+# Build fragment: gpu/local.mk (included by Makefile.am)

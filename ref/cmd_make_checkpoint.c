@@ -1,0 +1,9 @@
+/* Replaced by the work stream that owns this command. */
+#include "sfi_ref_cli.h"
+#include <stdio.h>
+int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
+{
+    (void)argc;
+    fprintf(stderr, "%s: not available in this build yet\n", argv[0]);
+    return 1;
+}

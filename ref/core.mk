@@ -1,0 +1,1 @@
+# Build fragment: ref/core.mk (included by Makefile.am)

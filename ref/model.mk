@@ -1,0 +1,1 @@
+# Build fragment: ref/model.mk (included by Makefile.am)

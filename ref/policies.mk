@@ -1,0 +1,1 @@
+# Build fragment: ref/policies.mk (included by Makefile.am)

@@ -1,0 +1,47 @@
+/* The Selector of method.md section 4 (all nine steps), per layer, over the
+ * KV heads of that layer. Scalar float32, one documented order per sum. */
+#ifndef SFI_SELECTOR_H
+#define SFI_SELECTOR_H
+
+#include <stdint.h>
+#include "sfi_error.h"
+#include "sfi_params.h"
+
+/* Inputs for one layer at one slow step (or prefill). J = [j_begin, j_end)
+ * is a contiguous range of positions (method.md section 2: positions past
+ * the sink and before the recent window). */
+typedef struct {
+    int n_kv_heads;
+    int n_win;            /* window queries per KV head: W * group size */
+    int n_pos;            /* row length of logits and key_norms */
+    int j_begin, j_end;   /* J */
+    const float *logits;  /* [n_kv_heads][n_win][n_pos] scaled logits */
+    const float *key_norms; /* [n_kv_heads][n_pos] ||k_h(j)||_2 */
+} sfi_selector_input;
+
+/* Optional intermediates, each [n_kv_heads][|J|] (index j - j_begin) except
+ * lambda [n_kv_heads]; any pointer may be NULL. For tests, the analyzer and
+ * the GPU checker. */
+typedef struct {
+    float *f;         /* evidence distribution (step 3) */
+    float *r;         /* prior (step 4) */
+    float *lambda;    /* lambda* (step 5) */
+    float *s;         /* fused distribution (step 5) */
+    float *z_log;     /* log score (step 6) */
+    float *z_nms;     /* after Soft-NMS (step 7) */
+    float *z_cross;   /* after cross-head exclusivity (step 8) */
+} sfi_selector_detail;
+
+/* Writes selected[h*K_out .. ] (K_out = min(K, |J|)) as ascending positions
+ * per head and *n_selected = K_out. When |J| <= K every position of J is
+ * selected. NaN/Inf logits, K < 1, empty J and inconsistent sizes are
+ * errors. selected must hold n_kv_heads * min(K, |J|) entries. */
+sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
+                            int32_t *selected, int *n_selected,
+                            sfi_selector_detail *detail, sfi_error *err);
+
+/* Top-K of scores[0..n) by value, ties to the smaller index; writes the
+ * chosen indices in ascending order. k <= n. */
+sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *err);
+
+#endif

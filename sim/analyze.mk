@@ -1,0 +1,1 @@
+# Build fragment: sim/analyze.mk (included by Makefile.am)

@@ -1,0 +1,3 @@
+# libsfi, shared layer: errors, parameters, model description, vocabulary.
+libsfi_la_SOURCES += src/sfi_error.c
+pkginclude_HEADERS += src/sfi_error.h

@@ -1,0 +1,1 @@
+# Build fragment: src/sim_support.mk (included by Makefile.am)

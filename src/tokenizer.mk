@@ -1,0 +1,1 @@
+# Build fragment: src/tokenizer.mk (included by Makefile.am)

@@ -1,0 +1,1 @@
+# Build fragment: src/trace.mk (included by Makefile.am)

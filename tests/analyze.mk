@@ -1,0 +1,1 @@
+# Build fragment: tests/analyze.mk (included by Makefile.am)

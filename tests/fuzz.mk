@@ -1,0 +1,1 @@
+# Build fragment: tests/fuzz.mk (included by Makefile.am)

@@ -1,0 +1,1 @@
+# Build fragment: tests/gpu.mk (included by Makefile.am)

@@ -1,0 +1,6 @@
+# Helpers every test program links (finding fixtures and ../shared, running
+# the built programs).
+check_LTLIBRARIES = tests/libsfitest.la
+tests_libsfitest_la_SOURCES = tests/sfi_test_util.c tests/sfi_test_util.h
+tests_libsfitest_la_CPPFLAGS = $(TEST_CPPFLAGS)
+TEST_LDADD += tests/libsfitest.la

@@ -1,0 +1,1 @@
+# Build fragment: tests/ref_core.mk (included by Makefile.am)

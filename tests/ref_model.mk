@@ -1,0 +1,1 @@
+# Build fragment: tests/ref_model.mk (included by Makefile.am)

@@ -1,0 +1,132 @@
+#include <config.h>
+
+#include "sfi_test_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char path_buf[4096];
+
+static const char *join(const char *env, const char *fallback, const char *rel)
+{
+    const char *base = getenv(env);
+    if (!base || !*base)
+        base = fallback;
+    snprintf(path_buf, sizeof path_buf, "%s/%s", base, rel);
+    return path_buf;
+}
+
+const char *sfi_test_src(const char *rel) { return join("SFI_SRCDIR", ".", rel); }
+const char *sfi_test_build(const char *rel) { return join("SFI_BUILDDIR", ".", rel); }
+
+const char *sfi_test_shared(const char *rel)
+{
+    const char *p = join("SFI_SHARED", "../shared", rel);
+    struct stat st;
+    return stat(p, &st) == 0 ? p : NULL;
+}
+
+char *sfi_test_tmpdir(void)
+{
+    const char *t = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/sfi-test-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpl))
+        return NULL;
+    return strdup(tmpl);
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+
+void sfi_test_rmtree(const char *path)
+{
+    if (path)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *sfi_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap)
+            break;
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return NULL;
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+int sfi_test_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(data, 1, len, f);
+    int rc = fclose(f);
+    return (w == len && rc == 0) ? 0 : -1;
+}
+
+int sfi_test_run(const char *cmd, char **out, char **err)
+{
+    char *dir = sfi_test_tmpdir();
+    if (!dir)
+        return -1;
+    char o[4200], e[4200];
+    snprintf(o, sizeof o, "%s/out", dir);
+    snprintf(e, sizeof e, "%s/err", dir);
+    size_t need = strlen(cmd) + strlen(o) + strlen(e) + 64;
+    char *full = malloc(need);
+    if (!full) {
+        sfi_test_rmtree(dir);
+        free(dir);
+        return -1;
+    }
+    snprintf(full, need, "( %s ) </dev/null >'%s' 2>'%s'", cmd, o, e);
+    int st = system(full);
+    free(full);
+    int rc;
+    if (st == -1)
+        rc = -1;
+    else if (WIFEXITED(st))
+        rc = WEXITSTATUS(st);
+    else if (WIFSIGNALED(st))
+        rc = 128 + WTERMSIG(st);
+    else
+        rc = -1;
+    if (out)
+        *out = sfi_test_read_file(o, NULL);
+    if (err)
+        *err = sfi_test_read_file(e, NULL);
+    sfi_test_rmtree(dir);
+    free(dir);
+    return rc;
+}

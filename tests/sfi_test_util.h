@@ -1,0 +1,30 @@
+/* Shared helpers of the Check suites. */
+#ifndef SFI_TEST_UTIL_H
+#define SFI_TEST_UTIL_H
+
+#include <stddef.h>
+
+/* $SFI_SRCDIR/rel (the source tree; fixtures live under tests/). Static
+ * buffer: copy before the next call. */
+const char *sfi_test_src(const char *rel);
+/* $SFI_BUILDDIR/rel (built programs). */
+const char *sfi_test_build(const char *rel);
+/* $SFI_SHARED/rel when that path exists, else NULL: callers then print
+ * "SKIP: ..." and skip (never pass) what needs it. */
+const char *sfi_test_shared(const char *rel);
+
+/* A fresh private directory under $TMPDIR (removed by the caller with
+ * sfi_test_rmtree). Returns a malloc'd path. */
+char *sfi_test_tmpdir(void);
+void sfi_test_rmtree(const char *path);
+
+/* Runs cmd with /bin/sh -c, stdin from /dev/null, and captures stdout and
+ * stderr (malloc'd, NUL-terminated; pass NULL to discard). Returns the exit
+ * status, 128+signal when killed, -1 when the command could not run. */
+int sfi_test_run(const char *cmd, char **out, char **err);
+
+/* Reads a whole file (malloc'd, NUL-terminated); NULL on error. */
+char *sfi_test_read_file(const char *path, size_t *len);
+int sfi_test_write_file(const char *path, const void *data, size_t len);
+
+#endif

@@ -1,0 +1,1 @@
+# Build fragment: tests/sim.mk (included by Makefile.am)

@@ -1,0 +1,1 @@
+# Build fragment: tests/trace.mk (included by Makefile.am)

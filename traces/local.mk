@@ -1,0 +1,1 @@
+# Build fragment: traces/local.mk (included by Makefile.am)
