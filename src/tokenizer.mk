@@ -1,1 +1,17 @@
 # Build fragment: src/tokenizer.mk (included by Makefile.am)
+# Tokenizer: vocabulary + trigger set (sfi_vocab), byte-level BPE encode and
+# decode (sfi_tokenizer).
+libsfi_la_SOURCES += src/sfi_vocab.c
+pkginclude_HEADERS += src/sfi_vocab.h
+
+check_PROGRAMS += tests/test_vocab
+tests_test_vocab_SOURCES = tests/test_vocab.c
+tests_test_vocab_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_vocab_LDADD = $(TEST_LDADD)
+TESTS += tests/test_vocab
+
+dist_man_MANS += man/sfi-ref-trigger-set.1
+EXTRA_DIST += tests/fixtures/qwen3-tokenizer/vocab.json \
+	tests/fixtures/qwen3-tokenizer/merges.txt \
+	tests/fixtures/qwen3-tokenizer/tokenizer_config.json \
+	tests/fixtures/qwen3-tokenizer/LICENSE
