@@ -12,8 +12,19 @@ tests_test_vocab_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_vocab_LDADD = $(TEST_LDADD)
 TESTS += tests/test_vocab
 
+check_PROGRAMS += tests/test_tokenizer
+tests_test_tokenizer_SOURCES = tests/test_tokenizer.c
+tests_test_tokenizer_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_tokenizer_LDADD = $(TEST_LDADD)
+TESTS += tests/test_tokenizer
+
 dist_man_MANS += man/sfi-ref-trigger-set.1
 EXTRA_DIST += tests/fixtures/qwen3-tokenizer/vocab.json \
 	tests/fixtures/qwen3-tokenizer/merges.txt \
 	tests/fixtures/qwen3-tokenizer/tokenizer_config.json \
 	tests/fixtures/qwen3-tokenizer/LICENSE
+EXTRA_DIST += tests/fixtures/sfi-small-qwen3-tokenizer/vocab.json \
+	tests/fixtures/sfi-small-qwen3-tokenizer/merges.txt \
+	tests/fixtures/sfi-small-qwen3-tokenizer/tokenizer_config.json \
+	tests/fixtures/tokenizer-conformance.json \
+	tests/make_tokenizer_fixtures.py
