@@ -1,1 +1,3 @@
 # Build fragment: src/trace.mk (included by Makefile.am)
+# Decode traces in SQLite: writer, reader, validation (sfi-trace(5)).
+pkginclude_HEADERS += src/sfi_trace.h
