@@ -1,3 +1,4 @@
 # Build fragment: src/trace.mk (included by Makefile.am)
 # Decode traces in SQLite: writer, reader, validation (sfi-trace(5)).
 pkginclude_HEADERS += src/sfi_trace.h
+libsfi_la_SOURCES += src/sfi_trace.c

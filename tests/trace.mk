@@ -1,1 +1,6 @@
 # Build fragment: tests/trace.mk (included by Makefile.am)
+check_PROGRAMS += tests/test_trace
+tests_test_trace_SOURCES = tests/test_trace.c
+tests_test_trace_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_trace_LDADD = $(TEST_LDADD)
+TESTS += tests/test_trace
