@@ -315,6 +315,11 @@ static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
             have_kernel = 1;
             continue;
         }
+        int known = !strcmp(key, "time_us") || !strcmp(key, "batch") || !strcmp(key, "context") ||
+                    !strcmp(key, "q_heads") || !strcmp(key, "kv_heads") ||
+                    !strcmp(key, "head_dim") || !strcmp(key, "K") || !strcmp(key, "layers");
+        if (!known) /* extra descriptive keys (notes, units) are allowed here */
+            continue;
         double d;
         sfi_status st = get_num(v, origin, full, &d, err);
         if (st)
@@ -334,8 +339,6 @@ static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
                    : !strcmp(key, "K")        ? &out->K
                    : !strcmp(key, "layers")   ? &out->layers
                                               : NULL;
-        if (!dst) /* extra descriptive keys (notes, units) are allowed here */
-            continue;
         if (d != floor(d) || d < 0 || d > 1e9)
             return sfi_error_set(err, SFI_ERANGE, "%s: %s: not a non-negative integer", origin, full);
         *dst = (int)d;
