@@ -4,3 +4,17 @@ tests_test_error_SOURCES = tests/test_error.c
 tests_test_error_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_error_LDADD = $(TEST_LDADD)
 TESTS += tests/test_error
+check_PROGRAMS += tests/test_params
+tests_test_params_SOURCES = tests/test_params.c
+tests_test_params_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_params_LDADD = $(TEST_LDADD)
+TESTS += tests/test_params
+check_PROGRAMS += tests/test_model tests/test_model_shared
+tests_test_model_SOURCES = tests/test_model.c
+tests_test_model_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_model_LDADD = $(TEST_LDADD)
+# The same suite's part that needs $SFI_SHARED (skips, exit 77, without it).
+tests_test_model_shared_SOURCES = tests/test_model.c
+tests_test_model_shared_CPPFLAGS = $(TEST_CPPFLAGS) -DSFI_TEST_SHARED_ONLY
+tests_test_model_shared_LDADD = $(TEST_LDADD)
+TESTS += tests/test_model tests/test_model_shared
