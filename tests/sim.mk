@@ -7,3 +7,9 @@ tests_test_hw_SOURCES = tests/test_hw.c
 tests_test_hw_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_hw_LDADD = $(SIM_TEST_LDADD)
 TESTS += tests/test_hw
+
+check_PROGRAMS += tests/test_cost
+tests_test_cost_SOURCES = tests/test_cost.c
+tests_test_cost_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_cost_LDADD = $(SIM_TEST_LDADD)
+TESTS += tests/test_cost
