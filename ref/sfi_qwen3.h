@@ -40,6 +40,7 @@ typedef struct {
     int n;                   /* positions filled */
     float *k, *v;
     float *key_norms;        /* [layer][kv_head][capacity] ||k||_2, for the Selector */
+    float *scratch;          /* the forward pass's working vectors */
 } sfi_kv_cache;
 
 sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,

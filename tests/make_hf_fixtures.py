@@ -102,9 +102,12 @@ def build(kind, name, out, seed, dtype, **cfg_extra):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     model.to(dtype).save_pretrained(d, safe_serialization=True)
-    # the float64 twin computes the reference logits
-    model64 = model.to(torch.float64)
-    model64.config._attn_implementation = "eager"
+    # The reference loads the saved checkpoint back, as a user would, in
+    # float64 (converting the in-memory model would also round buffers such
+    # as RoPE's inv_freq to the storage dtype).
+    cls = Qwen3ForCausalLM if kind == "dense" else Qwen3MoeForCausalLM
+    model64 = cls.from_pretrained(d, dtype=torch.float64, attn_implementation="eager")
+    model64.eval()
     # the grouped-mm experts kernel has no float64; the eager loop does
     model64.config._experts_implementation = "eager"
     entry = {"dir": name, "kind": kind, "dtype": str(dtype).replace("torch.", ""),
