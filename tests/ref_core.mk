@@ -22,3 +22,13 @@ tests_test_state_SOURCES = tests/test_state.c
 tests_test_state_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_state_LDADD = $(TEST_LDADD)
 TESTS += tests/test_state
+# Golden digests of the seeded suite in ref/sfi_golden.c; regenerate with
+# `./sfi-ref digest --suite > tests/golden/ref_core.sha256` only when an
+# output is meant to change, and say why in the commit.
+check_PROGRAMS += tests/test_ref_digest
+tests_test_ref_digest_SOURCES = tests/test_ref_digest.c
+tests_test_ref_digest_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_ref_digest_LDADD = $(TEST_LDADD)
+TESTS += tests/test_ref_digest
+DIGEST_TESTS += tests/test_ref_digest
+EXTRA_DIST += tests/golden/ref_core.sha256
