@@ -218,16 +218,30 @@ typedef struct {
     int32_t i;
 } scored;
 
-/* Higher score first; equal scores: smaller index first. A total order, so
- * qsort's instability cannot change the result. */
-static int cmp_scored(const void *a, const void *b)
+/* "x ranks above y": higher score, or equal score (-0 == +0) and smaller
+ * index. A total order, so the top k is one well-defined set whatever the
+ * algorithm. */
+static int better(const scored *x, const scored *y)
 {
-    const scored *x = a, *y = b;
-    if (x->v > y->v)
-        return -1;
-    if (x->v < y->v)
-        return 1;
-    return (x->i > y->i) - (x->i < y->i);
+    return x->v > y->v || (x->v == y->v && x->i < y->i);
+}
+
+/* Min-heap under better(): the root is the worst of the kept k. */
+static void sift_down(scored *h, int k, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < k && better(&h[w], &h[l]))
+            w = l;
+        if (r < k && better(&h[w], &h[r]))
+            w = r;
+        if (w == i)
+            return;
+        scored t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
 }
 
 static int cmp_i32(const void *a, const void *b)
@@ -243,19 +257,31 @@ sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *
     for (int i = 0; i < n; i++)
         if (scores[i] != scores[i])
             return sfi_error_set(err, SFI_EINVAL, "top-k: score %d is NaN", i);
-    scored *a = malloc((size_t)n * sizeof *a);
-    if (!a)
-        return sfi_error_set(err, SFI_ENOMEM, "top-k: out of memory for %d scores", n);
-    for (int i = 0; i < n; i++) {
-        /* -0.0 and +0.0 compare equal: they tie, so the index decides. */
-        a[i].v = scores[i];
-        a[i].i = i;
+    if (k == n) {
+        for (int i = 0; i < n; i++)
+            out[i] = i;
+        return SFI_OK;
     }
-    if (k < n)
-        qsort(a, (size_t)n, sizeof *a, cmp_scored);
+    scored *h = malloc((size_t)k * sizeof *h);
+    if (!h)
+        return sfi_error_set(err, SFI_ENOMEM, "top-k: out of memory for k=%d", k);
+    /* Keep the best k seen so far in a heap: O(n log k). */
+    for (int i = 0; i < k; i++) {
+        h[i].v = scores[i];
+        h[i].i = i;
+    }
+    for (int i = k / 2 - 1; i >= 0; i--)
+        sift_down(h, k, i);
+    for (int i = k; i < n; i++) {
+        scored c = {scores[i], i};
+        if (better(&c, &h[0])) {
+            h[0] = c;
+            sift_down(h, k, 0);
+        }
+    }
     for (int i = 0; i < k; i++)
-        out[i] = a[i].i;
-    free(a);
+        out[i] = h[i].i;
+    free(h);
     qsort(out, (size_t)k, sizeof *out, cmp_i32);
     return SFI_OK;
 }
@@ -280,13 +306,11 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
     float *z = malloc(HJ * sizeof *z);
     float *zn = malloc(HJ * sizeof *zn);
     float *work = malloc((size_t)nJ * 5 * sizeof *work);
-    float *col = malloc((size_t)H * sizeof *col);
     int32_t *top = malloc((size_t)K_out * sizeof *top);
-    if (!z || !zn || !work || !col || !top) {
+    if (!z || !zn || !work || !top) {
         free(z);
         free(zn);
         free(work);
-        free(col);
         free(top);
         return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory for %d heads x %d positions", H, nJ);
     }
@@ -324,7 +348,6 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
         free(z);
         free(zn);
         free(work);
-        free(col);
         free(top);
         return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory");
     }
@@ -352,7 +375,6 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
     free(z);
     free(zn);
     free(work);
-    free(col);
     free(top);
     return st;
 }
