@@ -2,7 +2,9 @@
  *
  * Evaluation order (the GPU's bit-exact mode must follow it):
  *  1. per KV head h and window query tau: p = sfi_softmax of the logits
- *     l[h][tau][j], j in J ascending.
+ *     l[h][tau][j], j in J ascending. A -inf logit is a masked position
+ *     (p = 0); a query whose whole row over J is masked contributes p = 0
+ *     everywhere (it still counts in n_win, as in the 1/W of step 2).
  *  2. a = alpha; mu(j) = (sum over tau ascending of sfi_powf_pos(p, a)) /
  *     n_win (float division by the float count).
  *  3. f(j) = g(j) / G, g(j) = sfi_powf_pos(mu(j), 1/a) (1/a one float
@@ -83,16 +85,24 @@ static sfi_status check_input(const sfi_selector_input *in, sfi_error *err)
                              in->j_begin, in->j_end);
     if (!in->logits || !in->key_norms)
         return sfi_error_set(err, SFI_EINVAL, "selector: missing logits or key norms");
-    const int nJ = in->j_end - in->j_begin;
     for (int h = 0; h < in->n_kv_heads; h++) {
+        int seen = 0; /* some window query of this head sees some j in J */
         for (int t = 0; t < in->n_win; t++) {
             const float *row = in->logits + ((size_t)h * (size_t)in->n_win + (size_t)t) * (size_t)in->n_pos;
-            for (int j = in->j_begin; j < in->j_end; j++)
+            for (int j = in->j_begin; j < in->j_end; j++) {
+                if (row[j] == -INFINITY)
+                    continue; /* masked (e.g. past a prefill query's causal limit) */
                 if (!isfinite(row[j]))
                     return sfi_error_set(err, SFI_EINVAL,
                                          "selector: logit of kv head %d, window query %d, position %d is %s",
-                                         h, t, j, isnan(row[j]) ? "NaN" : "infinite");
+                                         h, t, j, isnan(row[j]) ? "NaN" : "+infinite");
+                seen = 1;
+            }
         }
+        if (!seen)
+            return sfi_error_set(err, SFI_EINVAL,
+                                 "selector: kv head %d: every logit over J=[%d,%d) is masked (-inf)",
+                                 h, in->j_begin, in->j_end);
         const float *kn = in->key_norms + (size_t)h * (size_t)in->n_pos;
         for (int j = in->j_begin; j < in->j_end; j++)
             if (!(kn[j] >= 0.0f) || !isfinite(kn[j]))
@@ -100,7 +110,6 @@ static sfi_status check_input(const sfi_selector_input *in, sfi_error *err)
                                      "selector: key norm of kv head %d, position %d is %g (need finite >= 0)",
                                      h, j, (double)kn[j]);
     }
-    (void)nJ;
     return SFI_OK;
 }
 
@@ -191,6 +200,30 @@ void sfi_selector_soft_nms(const sfi_params *prm, int nJ, const float *z, float 
                 m = z[t];
         z_out[i] = z[i] - prm->alpha_soft * (m - z[i]);
     }
+}
+
+void sfi_key_norms(const float *k, int n_pos, int n_kv_heads, int head_dim, float *out)
+{
+    const size_t d = (size_t)head_dim;
+    for (int j = 0; j < n_pos; j++)
+        for (int h = 0; h < n_kv_heads; h++) {
+            const float *kj = k + ((size_t)j * (size_t)n_kv_heads + (size_t)h) * d;
+            out[(size_t)h * (size_t)n_pos + (size_t)j] = sfi_sqrtf(sfi_dot(kj, kj, d));
+        }
+}
+
+void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_pos,
+                                      const float *tail, float *out)
+{
+    const int G = n_heads / n_kv_heads;
+    const size_t row = (size_t)n_pos * sizeof *out;
+    for (int kv = 0; kv < n_kv_heads; kv++)
+        for (int g = 0; g < G; g++)
+            for (int w = 0; w < W; w++) {
+                const float *src = tail + ((size_t)w * (size_t)n_heads + (size_t)(kv * G + g)) * (size_t)n_pos;
+                float *dst = out + ((size_t)kv * (size_t)(G * W) + (size_t)(g * W + w)) * (size_t)n_pos;
+                memcpy(dst, src, row);
+            }
 }
 
 sfi_status sfi_selector_cross_head(const sfi_params *prm, int H, int nJ, float *z)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sfi_attention.h"
 #include "sfi_math.h"
 #include "sfi_selector.h"
 
@@ -503,8 +504,21 @@ START_TEST(bad_input)
     logits[3] = INFINITY;
     ck_assert_int_eq(sfi_selector_run(&p, &in, sel, &n, NULL, &e), SFI_EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "infinite"));
+    /* -inf is a masked position: probability 0, fine. */
     logits[3] = -INFINITY;
+    float f[8];
+    sfi_selector_detail d = {0};
+    d.f = f;
+    ck_assert_int_eq(sfi_selector_run(&p, &in, sel, &n, &d, &e), SFI_OK);
+    ck_assert(f[3] == 0.0f);
+    ck_assert(sel[0] == 6 && sel[1] == 7);
+    /* ... but not every position of J masked. */
+    for (int j = 0; j < 8; j++)
+        logits[j] = -INFINITY;
     ck_assert_int_eq(sfi_selector_run(&p, &in, sel, &n, NULL, &e), SFI_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "masked"));
+    for (int j = 0; j < 8; j++)
+        logits[j] = (float)j;
     /* Outside J a NaN does not matter: it is not read. */
     logits[3] = 3;
     logits[0] = NAN;
@@ -533,6 +547,78 @@ START_TEST(bad_input)
 }
 END_TEST
 
+START_TEST(inputs_from_attention)
+{
+    /* Key norms: k = (3, 4) -> 5 exactly; layout out[kv][pos]. */
+    const float k2[2 * 2 * 2] = {3, 4, 0, 1, 6, 8, 0, 0}; /* [pos 2][kv 2][d 2] */
+    float kn[4];
+    sfi_key_norms(k2, 2, 2, 2, kn);
+    ck_assert(kn[0] == 5.0f && kn[1] == 10.0f && kn[2] == 1.0f && kn[3] == 0.0f);
+
+    /* Window layout: tail [W=2][heads=4][n=3], 2 kv heads (G = 2): entry
+     * value = 100 w + 10 h + j; out[kv][g*W + w][j]. */
+    float tail[2 * 4 * 3], win[2 * 4 * 3];
+    for (int w = 0; w < 2; w++)
+        for (int h = 0; h < 4; h++)
+            for (int j = 0; j < 3; j++)
+                tail[(w * 4 + h) * 3 + j] = (float)(100 * w + 10 * h + j);
+    sfi_selector_window_from_prefill(4, 2, 2, 3, tail, win);
+    for (int kv = 0; kv < 2; kv++)
+        for (int g = 0; g < 2; g++)
+            for (int w = 0; w < 2; w++)
+                for (int j = 0; j < 3; j++)
+                    ck_assert(win[(kv * 4 + g * 2 + w) * 3 + j] == (float)(100 * w + 10 * (kv * 2 + g) + j));
+
+    /* End to end: prefill of 40 tokens, tail W = 16, n_recent 8 (smaller
+     * than W, so the early tail queries cannot see the end of J: masked
+     * -inf entries inside J), then the Selector; and a decode step. */
+    sfi_attn_shape sh = {4, 2, 16};
+    const int T = 40, W = 16;
+    float *q = malloc((size_t)T * 64 * sizeof *q), *k = malloc((size_t)T * 32 * sizeof *k),
+          *v = malloc((size_t)T * 32 * sizeof *v), *out = malloc((size_t)T * 64 * sizeof *out);
+    for (int i = 0; i < T * 64; i++)
+        q[i] = urand() * 2.0f - 1.0f;
+    for (int i = 0; i < T * 32; i++) {
+        k[i] = urand() * 2.0f - 1.0f;
+        v[i] = urand() * 2.0f - 1.0f;
+    }
+    float *tl = malloc((size_t)W * 4 * T * sizeof *tl), *wl = malloc((size_t)W * 4 * T * sizeof *wl);
+    float norms[2 * 40];
+    ck_assert_int_eq(sfi_attn_prefill(&sh, q, T, 0, k, v, out, W, tl, NULL), SFI_OK);
+    sfi_selector_window_from_prefill(4, 2, W, T, tl, wl);
+    sfi_key_norms(k, T, 2, 16, norms);
+    sfi_params p = defaults();
+    p.n_recent = 8;
+    p.K = 6;
+    /* J = [4, 32): tail query w sits at 24 + w and sees j <= 24 + w. */
+    sfi_selector_input in = {2, 2 * W, T, 4, 32, wl, norms};
+    int32_t sel[12], sel2[12];
+    float f[2 * 28];
+    sfi_selector_detail d = {0};
+    d.f = f;
+    int n;
+    sfi_error e;
+    ck_assert_msg(sfi_selector_run(&p, &in, sel, &n, &d, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_eq(n, 6);
+    ck_assert_int_eq(sfi_selector_run(&p, &in, sel2, &n, NULL, &e), SFI_OK);
+    ck_assert(memcmp(sel, sel2, sizeof sel) == 0);
+    for (int i = 0; i < 2 * 28; i++)
+        ck_assert(f[i] > 0.0f); /* every j in J is seen by the last query */
+    /* Decode: one query at position 40 over 41 keys; logits used as is. */
+    float lg[4 * 40];
+    ck_assert_int_eq(sfi_attn_dense_decode(&sh, q + 39 * 64, k, v, 40, out, lg, NULL), SFI_OK);
+    sfi_selector_input dec = {2, 2, 40, 4, 32, lg, norms};
+    ck_assert_int_eq(sfi_selector_run(&p, &dec, sel, &n, NULL, &e), SFI_OK);
+    ck_assert_int_eq(n, 6);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(tl);
+    free(wl);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("selector");
@@ -549,6 +635,7 @@ int main(void)
     tcase_add_test(tc, matches_double_precision);
     tcase_add_test(tc, small_J_selects_everything);
     tcase_add_test(tc, bad_input);
+    tcase_add_test(tc, inputs_from_attention);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
