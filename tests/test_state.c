@@ -101,6 +101,39 @@ START_TEST(trigger_policies_on_scripted_stream)
 }
 END_TEST
 
+/* A plugged-in policy: slow every 5th step since the last slow one, or
+ * when the previous token is 5 (reasons reused: TMAX / TRIGGER). */
+static sfi_step_reason every5(const sfi_trigger_policy *tp, int32_t prev, void *ctx)
+{
+    int *calls = ctx;
+    (*calls)++;
+    if (prev == 5)
+        return SFI_REASON_TRIGGER;
+    return tp->since_slow + 1 >= 5 ? SFI_REASON_TMAX : SFI_REASON_NONE;
+}
+
+START_TEST(custom_policy)
+{
+    int calls = 0;
+    sfi_trigger_policy tp;
+    sfi_trigger_policy_init_custom(&tp, every5, &calls);
+    const int32_t toks[12] = {0, 1, 2, 3, 4, 0, 1, 5, 0, 0, 0, 0};
+    char got[13];
+    static const char letter[] = {'F', 'f', 'T', 'M', 'I', 'A', 'P'};
+    for (int t = 0; t < 12; t++) {
+        sfi_step_reason why;
+        sfi_trigger_next(&tp, t ? toks[t - 1] : 0, &why);
+        got[t] = letter[why];
+    }
+    got[12] = '\0';
+    /* 0 first; 1-4 fast (since_slow+1 = 1..4); 5 slow (d = 5); 6, 7 fast;
+     * 8: prev x7 = 5 -> trigger; 9-12 fast. */
+    ck_assert_str_eq(got, "fFFFFMFFTFFF");
+    ck_assert_int_eq(calls, 11); /* not consulted at step 0 */
+    ck_assert_str_eq(sfi_trigger_kind_name(SFI_TRIG_CUSTOM), "custom");
+}
+END_TEST
+
 START_TEST(trigger_no_table_and_names)
 {
     sfi_params p = defaults();
@@ -122,6 +155,8 @@ START_TEST(trigger_no_table_and_names)
     sfi_error e;
     ck_assert_int_eq(sfi_trigger_policy_parse("sometimes", &k, &e), SFI_EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "sometimes"));
+    ck_assert_int_eq(sfi_trigger_policy_parse("custom", &k, &e), SFI_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "custom"));
     ck_assert_int_eq(sfi_trigger_policy_parse(NULL, &k, &e), SFI_EINVAL);
     ck_assert_str_eq(sfi_step_kind_name(SFI_STEP_SLOW), "slow");
     ck_assert_str_eq(sfi_step_reason_name(SFI_REASON_TMAX), "tmax");
@@ -259,6 +294,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, trigger_policies_on_scripted_stream);
     tcase_add_test(tc, trigger_no_table_and_names);
+    tcase_add_test(tc, custom_policy);
     tcase_add_test(tc, candidates_J);
     tcase_add_test(tc, fast_set);
     tcase_add_test(tc, slow_update_stores_selector_result);
