@@ -20,6 +20,16 @@ const char sfi_qwen_pretokenize_pattern[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* The same pattern with \s spelled out as Unicode's White_Space, which is
+ * what tokenizers' Oniguruma matches: PCRE2's \s also takes U+180E
+ * MONGOLIAN VOWEL SEPARATOR (through \h), which has not been White_Space
+ * since Unicode 6.3, and that split text differently from Hugging Face. */
+#define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
+           "\\x{202F}\\x{205F}\\x{3000}"
+static const char pretokenize_pcre2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+    " ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+
 typedef struct {
     uint64_t key; /* (left id << 32) | right id; UINT64_MAX when empty */
     int32_t rank;
@@ -219,7 +229,7 @@ sfi_status sfi_tokenizer_load(const char *dir, sfi_tokenizer **out, sfi_error *e
     if (!s) {
         int ec;
         PCRE2_SIZE off;
-        t->re = pcre2_compile((PCRE2_SPTR)sfi_qwen_pretokenize_pattern, PCRE2_ZERO_TERMINATED,
+        t->re = pcre2_compile((PCRE2_SPTR)pretokenize_pcre2, PCRE2_ZERO_TERMINATED,
                               PCRE2_UTF | PCRE2_UCP, &ec, &off, NULL);
         if (!t->re) {
             PCRE2_UCHAR msg[256];

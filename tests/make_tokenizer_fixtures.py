@@ -142,6 +142,12 @@ STRINGS = [
     "\u2126 ohm \u03a9 omega \u212a kelvin",
     "\u0344 \u0343 \u0340 \u0341 (singletons)",
     "x\u0301\u0316\u0300 combining on x",
+    # Where newer Unicode data would differ from tokenizers' (older) data:
+    # U+1DF8 and U+089B have no combining class there, U+11938 does not
+    # decompose, and U+180E is not whitespace (PCRE2's \\s would say so).
+    "a\u1df8\u302a a\u1df8\u0316 \u0638\u089b\u302a",
+    "\U00011935\U00011930 \U00011938",
+    "x\u180e?v \u3000\u180e's \u180e'll",
     "\u0301 leading combining mark",
     "Z\u0351\u036b\u0343\u036a\u0302\u036b\u033d\u034f\u0334\u0319\u0324\u031e\u0349\u035a\u032f\u031e\u0320\u034dA\u0334\u0335\u031c\u0330\u0354L\u0348\u0330\u0318\u0347\u0333G\u0361O zalgo",
     # Added and special tokens.
