@@ -164,7 +164,9 @@ static sfi_status load_merges(sfi_tokenizer *t, const char *path, sfi_error *err
         }
         *sp = '\0';
         int32_t a = sfi_vocab_lookup(t->vocab, line), b = sfi_vocab_lookup(t->vocab, sp + 1);
-        snprintf(joined, len + 2, "%s%s", line, sp + 1);
+        size_t la = (size_t)(sp - line), lb = ll - la - 1;
+        memcpy(joined, line, la);
+        memcpy(joined + la, sp + 1, lb + 1);
         int32_t c = sfi_vocab_lookup(t->vocab, joined);
         if (a < 0 || b < 0 || c < 0) {
             s = sfi_error_set(err, SFI_EFORMAT, "%s: line %zu: token \"%s\" is not in vocab.json",

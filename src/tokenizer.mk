@@ -28,3 +28,11 @@ EXTRA_DIST += tests/fixtures/sfi-small-qwen3-tokenizer/vocab.json \
 	tests/fixtures/sfi-small-qwen3-tokenizer/tokenizer_config.json \
 	tests/fixtures/tokenizer-conformance.json \
 	tests/make_tokenizer_fixtures.py
+
+# make bench: load time and encode/decode MB/s.
+EXTRA_PROGRAMS += tests/bench_tokenizer
+tests_bench_tokenizer_SOURCES = tests/bench_tokenizer.c
+tests_bench_tokenizer_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_bench_tokenizer_LDADD = $(TEST_LDADD)
+SFI_BENCHES += tests/bench_tokenizer
+CLEANFILES += tests/bench_tokenizer
