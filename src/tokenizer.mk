@@ -18,7 +18,7 @@ tests_test_tokenizer_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_tokenizer_LDADD = $(TEST_LDADD)
 TESTS += tests/test_tokenizer
 
-dist_man_MANS += man/sfi-ref-trigger-set.1
+dist_man_MANS += man/sfi-ref-trigger-set.1 man/sfi-ref-encode.1 man/sfi-ref-decode.1
 EXTRA_DIST += tests/fixtures/qwen3-tokenizer/vocab.json \
 	tests/fixtures/qwen3-tokenizer/merges.txt \
 	tests/fixtures/qwen3-tokenizer/tokenizer_config.json \
