@@ -35,42 +35,31 @@ struct sfi_vocab {
 };
 
 /* GPT-2's byte <-> unicode mapping: printable bytes stand for themselves,
- * the other 68 bytes are shifted to U+0100.. in byte order, so every token
- * string is printable text. */
-static void byte_unicode_table(uint32_t cp_of_byte[256])
+ * the other 68 bytes (0..32, 127..160, 173) are shifted to U+0100..U+0143
+ * in byte order, so every token string is printable text. Closed forms, no
+ * tables: nothing to initialize, safe from any thread. */
+uint32_t sfi_unicode_of_byte(uint8_t b)
 {
-    uint32_t next = 256;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-        cp_of_byte[b] = printable ? (uint32_t)b : next++;
-    }
+    if (b <= 32)
+        return 256u + b;
+    if (b >= 127 && b <= 160)
+        return 289u + (b - 127u);
+    if (b == 173)
+        return 323u;
+    return b;
 }
 
 int sfi_byte_of_unicode(uint32_t cp)
 {
-    static int inited;
-    static int16_t table[324];
-    if (!inited) {
-        uint32_t c[256];
-        byte_unicode_table(c);
-        for (int i = 0; i < 324; i++)
-            table[i] = -1;
-        for (int b = 0; b < 256; b++)
-            table[c[b]] = (int16_t)b;
-        inited = 1; /* idempotent: racing threads write identical values */
+    if (cp < 256) {
+        int printable = (cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || cp >= 174;
+        return printable ? (int)cp : -1;
     }
-    return cp < 324 ? table[cp] : -1;
-}
-
-uint32_t sfi_unicode_of_byte(uint8_t b)
-{
-    static uint32_t table[256];
-    static int inited;
-    if (!inited) {
-        byte_unicode_table(table);
-        inited = 1;
-    }
-    return table[b];
+    if (cp <= 288)
+        return (int)(cp - 256);
+    if (cp <= 322)
+        return (int)(cp - 289 + 127);
+    return cp == 323 ? 173 : -1;
 }
 
 /* Decodes one UTF-8 character of s[0..len), strictly (no overlongs, no
