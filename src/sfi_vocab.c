@@ -255,10 +255,11 @@ static sfi_status load_vocab_json(sfi_vocab *v, const char *path, sfi_error *err
     json_object_foreach(j, key, val) {
         if (!json_is_integer(val) || json_integer_value(val) < 0 ||
             json_integer_value(val) >= VOCAB_ID_MAX) {
+            /* The message first: key lives in j. */
+            sfi_error_set(err, SFI_EFORMAT, "%s: token \"%s\": id is not an integer in [0, %d)",
+                          path, key, VOCAB_ID_MAX);
             json_decref(j);
-            return sfi_error_set(err, SFI_EFORMAT,
-                                 "%s: token \"%s\": id is not an integer in [0, %d)", path, key,
-                                 VOCAB_ID_MAX);
+            return SFI_EFORMAT;
         }
         if (json_integer_value(val) > maxid)
             maxid = (int32_t)json_integer_value(val);
