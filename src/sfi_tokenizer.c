@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "sfi_nfc.h"
+#include "sfi_pretok_classes.h"
 
 #define MERGES_FILE_MAX ((off_t)64 << 20)
 
@@ -20,15 +21,23 @@ const char sfi_qwen_pretokenize_pattern[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-/* The same pattern with \s spelled out as Unicode's White_Space, which is
- * what tokenizers' Oniguruma matches: PCRE2's \s also takes U+180E
- * MONGOLIAN VOWEL SEPARATOR (through \h), which has not been White_Space
- * since Unicode 6.3, and that split text differently from Hugging Face. */
+/* The same pattern as PCRE2 must be given it to split text exactly as
+ * tokenizers' Oniguruma does:
+ * - \s spelled out as Unicode's White_Space (what Oniguruma matches):
+ *   PCRE2's \s also takes U+180E MONGOLIAN VOWEL SEPARATOR (through \h),
+ *   which has not been White_Space since Unicode 6.3;
+ * - \p{L} and \p{N} extended by the letters and digits Oniguruma's newer
+ *   Unicode data has and PCRE2 10.42's (Unicode 14.0) lacks
+ *   (sfi_pretok_classes.h, from src/gen_pretok_classes.py). */
 #define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
            "\\x{202F}\\x{205F}\\x{3000}"
+#define L "\\p{L}" SFI_PRETOK_EXTRA_L
+#define N "\\p{N}" SFI_PRETOK_EXTRA_N
 static const char pretokenize_pcre2[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
-    " ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n" L N "]?[" L "]+|[" N "]|"
+    " ?[^" WS L N "]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+#undef L
+#undef N
 
 typedef struct {
     uint64_t key; /* (left id << 32) | right id; UINT64_MAX when empty */

@@ -3,8 +3,8 @@
 # decode (sfi_tokenizer).
 libsfi_la_SOURCES += src/sfi_vocab.c src/sfi_tokenizer.c src/sfi_nfc.c
 pkginclude_HEADERS += src/sfi_vocab.h src/sfi_tokenizer.h
-noinst_HEADERS += src/sfi_nfc.h src/sfi_nfc_tables.h
-EXTRA_DIST += src/gen_nfc_tables.py
+noinst_HEADERS += src/sfi_nfc.h src/sfi_nfc_tables.h src/sfi_pretok_classes.h
+EXTRA_DIST += src/gen_nfc_tables.py src/gen_pretok_classes.py
 
 check_PROGRAMS += tests/test_vocab
 tests_test_vocab_SOURCES = tests/test_vocab.c

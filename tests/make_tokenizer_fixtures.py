@@ -148,6 +148,10 @@ STRINGS = [
     "a\u1df8\u302a a\u1df8\u0316 \u0638\u089b\u302a",
     "\U00011935\U00011930 \U00011938",
     "x\u180e?v \u3000\u180e's \u180e'll",
+    # Letters and digits of Unicode 15/16 (Kawi, Nag Mundari, Egyptian
+    # hieroglyphs extended-A, Garay digits): letters to tokenizers, not to
+    # PCRE2 10.42.
+    "<\U00011F04\U00011F05 \U0001E4D0\U0001E4D1's -\U00013460x \U00010D40\U00010D41",
     "\u0301 leading combining mark",
     "Z\u0351\u036b\u0343\u036a\u0302\u036b\u033d\u034f\u0334\u0319\u0324\u031e\u0349\u035a\u032f\u031e\u0320\u034dA\u0334\u0335\u031c\u0330\u0354L\u0348\u0330\u0318\u0347\u0333G\u0361O zalgo",
     # Added and special tokens.
