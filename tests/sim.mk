@@ -1,6 +1,6 @@
 # Build fragment: tests/sim.mk (included by Makefile.am)
 # Tests of the simulator's modules link libsfisim (noinst) before libsfi.
-SIM_TEST_LDADD = libsfisim.la $(TEST_LDADD)
+SIM_TEST_LDADD = libsfisim.la $(TEST_LDADD) -lm
 
 check_PROGRAMS += tests/test_hw
 tests_test_hw_SOURCES = tests/test_hw.c
