@@ -13,3 +13,9 @@ tests_test_cost_SOURCES = tests/test_cost.c
 tests_test_cost_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_cost_LDADD = $(SIM_TEST_LDADD)
 TESTS += tests/test_cost
+
+check_PROGRAMS += tests/test_replay
+tests_test_replay_SOURCES = tests/test_replay.c
+tests_test_replay_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_replay_LDADD = $(SIM_TEST_LDADD)
+TESTS += tests/test_replay
