@@ -19,3 +19,9 @@ tests_test_replay_SOURCES = tests/test_replay.c
 tests_test_replay_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_replay_LDADD = $(SIM_TEST_LDADD)
 TESTS += tests/test_replay
+
+check_PROGRAMS += tests/test_sweep
+tests_test_sweep_SOURCES = tests/test_sweep.c
+tests_test_sweep_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_sweep_LDADD = $(TEST_LDADD)
+TESTS += tests/test_sweep
