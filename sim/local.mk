@@ -10,3 +10,4 @@ sfi_sim_LDADD = libsfisim.la libsfi.la $(SFI_DEP_LIBS) -lm
 # the source tree (uninstalled use, make demo) and the installed data dir.
 libsfisim_la_CPPFLAGS = $(AM_CPPFLAGS) -DSFI_SIM_SRCDIR='"$(abs_top_srcdir)"' \
 	-DSFI_SIM_PKGDATADIR='"$(pkgdatadir)"'
+dist_man_MANS += man/sfi-sim-sweep.1 man/sfi-sim-presets.1 man/sfi-sim-validate.1
