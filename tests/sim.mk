@@ -25,3 +25,10 @@ tests_test_sweep_SOURCES = tests/test_sweep.c
 tests_test_sweep_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_sweep_LDADD = $(TEST_LDADD)
 TESTS += tests/test_sweep
+
+# make bench: replay speed and the default sweep's wall time.
+EXTRA_PROGRAMS += tests/bench_sim
+SFI_BENCHES += tests/bench_sim
+tests_bench_sim_SOURCES = tests/bench_sim.c
+tests_bench_sim_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_bench_sim_LDADD = $(SIM_TEST_LDADD)
