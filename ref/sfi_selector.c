@@ -154,8 +154,7 @@ static void prior(const sfi_params *prm, const sfi_selector_input *in, int h, fl
         r[i] = r[i] / sum;
 }
 
-/* Step 5 for one head; returns lambda*, writes s. */
-static float fuse(const sfi_params *prm, int nJ, const float *f, const float *r, float *s)
+float sfi_selector_fuse(const sfi_params *prm, int nJ, const float *f, const float *r, float *s)
 {
     float num = 0.0f, den = 0.0f;
     for (int i = 0; i < nJ; i++) {
@@ -180,7 +179,7 @@ static float fuse(const sfi_params *prm, int nJ, const float *f, const float *r,
 /* Step 7 for one head: z_out from z (pre-NMS), window max by a direct scan
  * (radius is small; the scan order does not matter for a max of finite
  * values). */
-static void soft_nms(const sfi_params *prm, int nJ, const float *z, float *z_out)
+void sfi_selector_soft_nms(const sfi_params *prm, int nJ, const float *z, float *z_out)
 {
     const int R = prm->nms_radius;
     for (int i = 0; i < nJ; i++) {
@@ -192,6 +191,26 @@ static void soft_nms(const sfi_params *prm, int nJ, const float *z, float *z_out
                 m = z[t];
         z_out[i] = z[i] - prm->alpha_soft * (m - z[i]);
     }
+}
+
+sfi_status sfi_selector_cross_head(const sfi_params *prm, int H, int nJ, float *z)
+{
+    float *col = malloc((size_t)(H > 0 ? H : 1) * sizeof *col);
+    if (!col)
+        return SFI_ENOMEM;
+    /* Position by position, heads ascending. */
+    for (int i = 0; i < nJ; i++) {
+        for (int h = 0; h < H; h++)
+            col[h] = z[(size_t)h * (size_t)nJ + (size_t)i] / prm->T;
+        sfi_softmax(col, (size_t)H);
+        for (int h = 0; h < H; h++) {
+            float q = col[h] > prm->eps ? col[h] : prm->eps;
+            float *zp = &z[(size_t)h * (size_t)nJ + (size_t)i];
+            *zp = *zp + prm->alpha_cross * sfi_logf(q);
+        }
+    }
+    free(col);
+    return SFI_OK;
 }
 
 typedef struct {
@@ -278,7 +297,7 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
     for (int h = 0; h < H; h++) {
         evidence(prm, in, h, f, mu, tmp);
         prior(prm, in, h, r);
-        float lam = fuse(prm, nJ, f, r, s);
+        float lam = sfi_selector_fuse(prm, nJ, f, r, s);
         float *zh = z + (size_t)h * (size_t)nJ;
         for (int i = 0; i < nJ; i++)
             zh[i] = sfi_logf(s[i] + eps);
@@ -295,21 +314,19 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
             if (detail->z_log)
                 memcpy(detail->z_log + off, zh, bytes);
         }
-        soft_nms(prm, nJ, zh, zn + (size_t)h * (size_t)nJ);
+        sfi_selector_soft_nms(prm, nJ, zh, zn + (size_t)h * (size_t)nJ);
     }
     if (detail && detail->z_nms)
         memcpy(detail->z_nms, zn, HJ * sizeof *zn);
 
-    /* Step 8, position by position, heads ascending. */
-    for (int i = 0; i < nJ; i++) {
-        for (int h = 0; h < H; h++)
-            col[h] = zn[(size_t)h * (size_t)nJ + (size_t)i] / prm->T;
-        sfi_softmax(col, (size_t)H);
-        for (int h = 0; h < H; h++) {
-            float q = col[h] > eps ? col[h] : eps;
-            float *zp = &zn[(size_t)h * (size_t)nJ + (size_t)i];
-            *zp = *zp + prm->alpha_cross * sfi_logf(q);
-        }
+    /* Step 8. */
+    if (sfi_selector_cross_head(prm, H, nJ, zn) != SFI_OK) {
+        free(z);
+        free(zn);
+        free(work);
+        free(col);
+        free(top);
+        return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory");
     }
     if (detail && detail->z_cross)
         memcpy(detail->z_cross, zn, HJ * sizeof *zn);

@@ -420,6 +420,12 @@ END_TEST
 
 int main(void)
 {
+#ifdef SFI_TEST_SHARED_ONLY
+    if (!sfi_test_shared("data/qwen3-tokenizer/config.json")) {
+        printf("SKIP: $SFI_SHARED/data/qwen3-tokenizer/config.json not found\n");
+        return 77;
+    }
+#endif
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("core");
 #ifndef SFI_TEST_SHARED_ONLY
@@ -434,10 +440,6 @@ int main(void)
     tcase_add_test(tc, every_truncation_is_refused);
     tcase_add_test(tc, files_dirs_and_names);
 #else
-    if (!sfi_test_shared("data/qwen3-tokenizer/config.json")) {
-        printf("SKIP: $SFI_SHARED/data/qwen3-tokenizer/config.json not found\n");
-        return 77;
-    }
     tcase_add_test(tc, shared_tokenizer_config);
 #endif
     suite_add_tcase(s, tc);
