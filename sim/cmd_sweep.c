@@ -50,7 +50,7 @@ static void usage(FILE *out)
             "  --policies LIST   policies, NAME or NAME:key=value,... [all]\n"
             "                    (see 'sfi-sim presets')\n"
             "  --trace FILE      tokens-level trace (default: $SFI_TRACE, else the\n"
-            "                    bundled traces/sample-*.db)\n"
+            "                    bundled traces/sample-*.db, else traces/*.db)\n"
             "  --tokenizer DIR   vocabulary for the trigger set [bundled Qwen3]\n"
             "  --synthetic       use a synthetic trigger stream instead of a trace\n"
             "  --steps N         batch steps replayed per cell [2048]\n"
@@ -146,12 +146,26 @@ static sfi_status load_trigger_set(const char *dir, uint8_t **is_trigger, int32_
 
 /* Appends every request's decode tokens of a trace. */
 static sfi_status load_trace_tokens(const char *path, int32_t **tokens, int64_t *n,
-                                    int64_t *n_req, sfi_error *err)
+                                    int64_t *n_req, char *tok_id, size_t tok_cap, int *skipped,
+                                    sfi_error *err)
 {
     sfi_trace *t;
     sfi_status st = sfi_trace_open(path, &t, err);
     if (st)
         return st;
+    /* Joined traces must share one vocabulary: the trigger set is one. */
+    const char *tk = sfi_trace_get_meta(t)->tokenizer;
+    if (!tk)
+        tk = "";
+    if (skipped && *n > 0 && strcmp(tk, tok_id)) {
+        fprintf(stderr, "sfi-sim: %s: recorded with another tokenizer than the first trace; skipped\n",
+                path);
+        sfi_trace_close(t);
+        (*skipped)++;
+        return SFI_OK;
+    }
+    if (*n == 0)
+        snprintf(tok_id, tok_cap, "%s", tk);
     int64_t nr = sfi_trace_n_requests(t), total = sfi_trace_n_steps(t);
     if (total < 1) {
         sfi_trace_close(t);
@@ -203,20 +217,28 @@ static sfi_status setup_stream(sweep *s, const char *trace_opt, const char *tok_
     } else if (!synthetic && env && env[0]) {
         paths[n_paths++] = (char *)env;
     } else if (!synthetic) {
+        /* The bundled samples: sample-*.db if present, else every *.db of
+         * traces/ (kjv-8k.db, ...). Only traces recorded with the same
+         * tokenizer as the first one are joined (checked when loading). */
         const char *dirs[] = {SFI_SIM_SRCDIR "/traces", SFI_SIM_PKGDATADIR "/traces"};
-        for (int d = 0; d < 2 && !n_paths; d++) {
-            char pat[4096];
-            snprintf(pat, sizeof pat, "%s/sample-*.db", dirs[d]);
-            if (glob(pat, 0, NULL, &g) == 0) {
-                have_glob = 1;
-                for (size_t i = 0; i < g.gl_pathc && n_paths < 64; i++)
-                    paths[n_paths++] = g.gl_pathv[i];
-                qsort(paths, (size_t)n_paths, sizeof *paths, cmp_str);
+        const char *pats[] = {"sample-*.db", "*.db"};
+        for (int d = 0; d < 2 && !n_paths; d++)
+            for (int k = 0; k < 2 && !n_paths; k++) {
+                char pat[4096];
+                snprintf(pat, sizeof pat, "%s/%s", dirs[d], pats[k]);
+                if (have_glob)
+                    globfree(&g);
+                have_glob = 0;
+                if (glob(pat, 0, NULL, &g) == 0) {
+                    have_glob = 1;
+                    for (size_t i = 0; i < g.gl_pathc && n_paths < 64; i++)
+                        paths[n_paths++] = g.gl_pathv[i];
+                    qsort(paths, (size_t)n_paths, sizeof *paths, cmp_str);
+                }
             }
-        }
         if (!n_paths)
             fprintf(stderr,
-                    "sfi-sim: no sample trace found (looked for sample-*.db in %s/traces and "
+                    "sfi-sim: no sample trace found (looked for *.db in %s/traces and "
                     "%s/traces; set SFI_TRACE or pass --trace): using a SYNTHETIC trigger "
                     "stream\n",
                     SFI_SIM_SRCDIR, SFI_SIM_PKGDATADIR);
@@ -224,8 +246,15 @@ static sfi_status setup_stream(sweep *s, const char *trace_opt, const char *tok_
     sfi_status st = SFI_OK;
     if (n_paths) {
         int64_t n_req = 0;
-        for (int i = 0; i < n_paths && !st; i++)
-            st = load_trace_tokens(paths[i], &s->tokens, &s->n_tokens, &n_req, err);
+        int skipped = 0, used = 0;
+        char tok_id[256] = "";
+        for (int i = 0; i < n_paths && !st; i++) {
+            int before = skipped;
+            /* An explicit --trace or $SFI_TRACE is one file: no skipping. */
+            st = load_trace_tokens(paths[i], &s->tokens, &s->n_tokens, &n_req, tok_id,
+                                   sizeof tok_id, n_paths > 1 ? &skipped : NULL, err);
+            used += !st && skipped == before;
+        }
         if (!st) {
             const char *dir = tok_dir ? tok_dir : SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
             st = load_trigger_set(dir, &s->is_trigger, &s->n_vocab, &s->prm, err);
@@ -233,10 +262,12 @@ static sfi_status setup_stream(sweep *s, const char *trace_opt, const char *tok_
                 sfi_error_prefix(err, "trigger set (--tokenizer)");
         }
         if (!st) {
-            int len = snprintf(s->stream_label, sizeof s->stream_label, "trace %s%s (%lld requests, %lld decode tokens)",
-                               paths[0], n_paths > 1 ? " +more" : "", (long long)n_req,
-                               (long long)s->n_tokens);
-            (void)len;
+            char more[32] = "";
+            if (used > 1)
+                snprintf(more, sizeof more, " + %d more", used - 1);
+            snprintf(s->stream_label, sizeof s->stream_label,
+                     "trace %s%s (%lld requests, %lld decode tokens)", paths[0], more,
+                     (long long)n_req, (long long)s->n_tokens);
         }
         if (have_glob)
             globfree(&g);

@@ -146,6 +146,28 @@ static void make_trace(const char *path, int n_steps)
     ck_assert_int_eq(sfi_trace_finish(w, &e), SFI_OK);
 }
 
+START_TEST(default_run_finds_bundled_traces)
+{
+    /* With the repository's traces/ databases the default run replays them;
+     * without any, it says it fell back to a synthetic stream. */
+    char pat[4200];
+    snprintf(pat, sizeof pat, "%s", sfi_test_src("traces/kjv-8k.db"));
+    int have = access(pat, R_OK) == 0;
+    char *out, *err;
+    int rc = run("--no-png --models Qwen3-0.6B --contexts 8K --policies sfi", &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    if (have) {
+        ck_assert_msg(strstr(out, "# sfi-sim sweep: trace ") != NULL, "%s", out);
+        ck_assert_ptr_nonnull(strstr(out, "decode tokens"));
+    } else {
+        ck_assert_ptr_nonnull(strstr(out, "SYNTHETIC"));
+        ck_assert_ptr_nonnull(strstr(err, "no sample trace found"));
+    }
+    free(out);
+    free(err);
+}
+END_TEST
+
 START_TEST(trace_drives_the_trigger_stream)
 {
     char path[4200], args[12000], *out, *err;
@@ -273,6 +295,7 @@ int main(void)
     tcase_add_test(tc, csv_rows_and_speedups);
     tcase_add_test(tc, json_and_output_file);
     tcase_add_test(tc, default_run_writes_table_and_png);
+    tcase_add_test(tc, default_run_finds_bundled_traces);
     tcase_add_test(tc, trace_drives_the_trigger_stream);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, presets_and_validate);
