@@ -309,6 +309,9 @@ END_TEST
  * with a message. */
 START_TEST(cli_run)
 {
+    /* sfi_test_build and sfi_test_src share a static buffer: copy */
+    char sfi_ref[2048];
+    snprintf(sfi_ref, sizeof sfi_ref, "%s", sfi_test_build("sfi-ref"));
     char *dir = sfi_test_tmpdir();
     char ids_path[2048], cmd[8192];
     snprintf(ids_path, sizeof ids_path, "%s/p.ids", dir);
@@ -320,7 +323,7 @@ START_TEST(cli_run)
     fclose(f);
     char *out = NULL, *err = NULL;
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 12 --param K=12 "
-             "--param n_recent=8 --param T_max=4 --json", sfi_test_build("sfi-ref"),
+             "--param n_recent=8 --param T_max=4 --json", sfi_ref,
              hf_path("tiny-qwen3"), ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
     json_error_t je;
@@ -354,7 +357,7 @@ START_TEST(cli_run)
     free(err);
     /* text output has the digest line and one line per step */
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --mode dense",
-             sfi_test_build("sfi-ref"), hf_path("tiny-qwen3"), ids_path);
+             sfi_ref, hf_path("tiny-qwen3"), ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
     ck_assert_ptr_nonnull(strstr(out, "\ndigest: "));
     ck_assert_ptr_nonnull(strstr(out, "  2 slow always "));
@@ -376,7 +379,7 @@ START_TEST(cli_run)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s %s",
-                 sfi_test_build("sfi-ref"), hf_path("tiny-qwen3"), ids_path, bad[i].args);
+                 sfi_ref, hf_path("tiny-qwen3"), ids_path, bad[i].args);
         ck_assert_int_eq(sfi_test_run(cmd, &out, &err), bad[i].status);
         ck_assert_msg(strstr(err, bad[i].msg) != NULL, "%s: stderr '%s'", bad[i].args, err);
         free(out);
@@ -389,7 +392,7 @@ START_TEST(cli_run)
         fprintf(f, "%d ", i);
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 1",
-             sfi_test_build("sfi-ref"), hf_path("tiny-qwen3"), ids_path);
+             sfi_ref, hf_path("tiny-qwen3"), ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_ptr_nonnull(strstr(err, "prompt of 300 tokens is longer than the model's max_position_embeddings 256"));
     free(out);
@@ -402,13 +405,13 @@ START_TEST(cli_run)
     free(out);
     free(err);
     snprintf(cmd, sizeof cmd, "%s run --model %s/none --prompt-ids %s --max-new 1",
-             sfi_test_build("sfi-ref"), dir, ids_path);
+             sfi_ref, dir, ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_ptr_nonnull(strstr(err, "none"));
     free(out);
     free(err);
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt hello --max-new 1",
-             sfi_test_build("sfi-ref"), hf_path("tiny-qwen3"));
+             sfi_ref, hf_path("tiny-qwen3"));
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_ptr_nonnull(strstr(err, "no vocab.json"));
     free(out);
