@@ -1,1 +1,37 @@
 # Build fragment: gpu/local.mk (included by Makefile.am)
+# The CUDA path: sfi-gpu (checker + benchmarks) built from C host code and
+# CUDA kernels. Built only when configure found nvcc (HAVE_CUDA); on a
+# machine without a GPU it still compiles and links, and `sfi-gpu check`
+# exits 77 ("no CUDA device").
+
+SFI_GPU_CU = gpu/sfi_gpu_attn.cu gpu/sfi_gpu_select.cu gpu/sfi_gpu_sched.cu
+SFI_GPU_HDRS = gpu/sfi_gpu.h gpu/sfi_gpu_cli.h gpu/sfi_gpu_math.cuh
+EXTRA_DIST += $(SFI_GPU_CU) $(SFI_GPU_HDRS) gpu/bench_torch.py \
+	gpu/profiles/h100.json gpu/profiles/h100-bench.txt
+
+if HAVE_CUDA
+bin_PROGRAMS += sfi-gpu
+sfi_gpu_SOURCES = gpu/main.c gpu/cmd_check.c gpu/cmd_bench.c $(SFI_GPU_HDRS)
+# The .cu objects are built by the suffix rule below and linked as plain
+# objects (automake does not know CUDA as a language).
+SFI_GPU_CU_OBJS = $(SFI_GPU_CU:.cu=.o)
+sfi_gpu_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/gpu -I$(CUDA_HOME_DIR)/include
+sfi_gpu_LDADD = $(SFI_GPU_CU_OBJS) libsfi.la -L$(CUDA_HOME_DIR)/lib64 -lcudart -lstdc++ -lm
+sfi_gpu_DEPENDENCIES = $(SFI_GPU_CU_OBJS) libsfi.la
+CLEANFILES += $(SFI_GPU_CU_OBJS)
+
+# sm_90 machine code (H100/H200) plus compute_90 PTX so newer GPUs can JIT
+# it. nvcc's own warnings are errors; the host compiler sees -Wall -Wextra.
+SFI_NVCCFLAGS = -std=c++17 -O3 -lineinfo \
+	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+	-Werror all-warnings -Xcompiler -Wall,-Wextra \
+	-I$(top_srcdir)/gpu -I$(top_builddir)
+
+SUFFIXES = .cu
+.cu.o:
+	$(AM_V_GEN)$(NVCC) $(SFI_NVCCFLAGS) $(NVCCFLAGS) -c -o $@ $<
+
+$(SFI_GPU_CU_OBJS): $(SFI_GPU_HDRS)
+endif
+
+dist_man_MANS += man/sfi-gpu.1

@@ -32,13 +32,25 @@ typedef struct {
     float *z_cross;   /* after cross-head exclusivity (step 8) */
 } sfi_selector_detail;
 
-/* Writes selected[h*K_out .. ] (K_out = min(K, |J|)) as ascending positions
+/* The evaluation order of every step is documented at the top of
+ * ref/sfi_selector.c.
+ * Writes selected[h*K_out .. ] (K_out = min(K, |J|)) as ascending positions
  * per head and *n_selected = K_out. When |J| <= K every position of J is
  * selected. NaN/Inf logits, K < 1, empty J and inconsistent sizes are
  * errors. selected must hold n_kv_heads * min(K, |J|) entries. */
 sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
                             int32_t *selected, int *n_selected,
                             sfi_selector_detail *detail, sfi_error *err);
+
+/* Single steps, exposed for hand-computed tests and for checkers. No
+ * argument checks beyond what sfi_selector_run does before calling them.
+ * Step 5: lambda* of f and r over n positions (returned) and s = (1 -
+ * lambda) f + lambda r. */
+float sfi_selector_fuse(const sfi_params *prm, int n, const float *f, const float *r, float *s);
+/* Step 7: z_out from the pre-NMS scores z[0..n) (z_out != z). */
+void sfi_selector_soft_nms(const sfi_params *prm, int n, const float *z, float *z_out);
+/* Step 8, in place on z[H][n]. SFI_ENOMEM is the only failure. */
+sfi_status sfi_selector_cross_head(const sfi_params *prm, int H, int n, float *z);
 
 /* Top-K of scores[0..n) by value, ties to the smaller index; writes the
  * chosen indices in ascending order. k <= n. */

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include "sfi_error.h"
 #include "sfi_params.h"
+#include "sfi_selector.h"
 
 typedef enum { SFI_STEP_PREFILL = 0, SFI_STEP_SLOW = 1, SFI_STEP_FAST = 2 } sfi_step_kind;
 
@@ -47,7 +48,15 @@ void sfi_trigger_policy_init(sfi_trigger_policy *tp, sfi_trigger_kind kind,
                              const sfi_params *prm, const uint8_t *is_trigger,
                              int32_t n_vocab, int interval);
 /* Kind of the next step; prev_token is x_{t-1} (ignored at step 0).
- * Advances the policy's counters. */
+ * Advances the policy's counters. Rules, with d = steps since the last
+ * slow step counting this one (since_slow + 1):
+ *   step 0: slow, FIRST, for every policy (never included);
+ *   sfi: slow TRIGGER if prev_token is a trigger, else slow TMAX if
+ *        d >= T_max (so with no triggers, slow at 0, T_max, 2 T_max, ...);
+ *   tmax: TMAX rule only; boundary: TRIGGER rule only;
+ *   interval: slow INTERVAL when d >= interval; always: slow ALWAYS;
+ *   never: fast. T_max < 1 or interval < 1 disables that rule; a token
+ *   outside 0..n_vocab-1 (or no is_trigger table) is not a trigger. */
 sfi_step_kind sfi_trigger_next(sfi_trigger_policy *tp, int32_t prev_token,
                                sfi_step_reason *reason);
 
@@ -60,6 +69,19 @@ typedef struct {
 
 sfi_status sfi_state_init(sfi_state *st, int n_layers, int n_kv_heads, int K, sfi_error *err);
 void sfi_state_free(sfi_state *st);
+
+/* The K-entry slot of (layer, kv_head); its first
+ * n_selected[layer * n_kv_heads + kv_head] entries are the set. */
+int32_t *sfi_state_selected(const sfi_state *st, int layer, int kv_head);
+
+/* The slow-step (and prefill) update of one layer: runs the Selector on in
+ * (in->n_kv_heads must equal st->n_kv_heads, prm->K <= st->K) and stores
+ * its sets. On error the layer's previous sets are kept. A fast step
+ * changes nothing here: only n_ctx grows, which slides the recent window
+ * (sfi_state_candidates, sfi_state_fast_set). */
+sfi_status sfi_state_slow_update(sfi_state *st, const sfi_params *prm, int layer,
+                                 const sfi_selector_input *in, sfi_selector_detail *detail,
+                                 sfi_error *err);
 
 /* J for a cache of n_ctx positions (current token included):
  * [n_sink, n_ctx - n_recent) clipped; empty when j_end <= j_begin. */

@@ -24,6 +24,28 @@ const char *sfi_vocab_token_text(const sfi_vocab *v, int32_t id);
 /* Id of a vocab.json string, or -1. */
 int32_t sfi_vocab_lookup(const sfi_vocab *v, const char *text);
 int sfi_vocab_is_special(const sfi_vocab *v, int32_t id);
+/* Added tokens (tokenizer_config.json's added_tokens_decoder, special or
+ * not): matched literally in text before BPE. */
+int sfi_vocab_is_added(const sfi_vocab *v, int32_t id);
+int32_t sfi_vocab_added_count(const sfi_vocab *v);
+int32_t sfi_vocab_added_id(const sfi_vocab *v, int32_t i); /* i-th, id order */
+
+/* GPT-2 byte-level alphabet: the code point standing for byte b, and the
+ * byte a code point stands for (-1 when it stands for none). */
+uint32_t sfi_unicode_of_byte(uint8_t b);
+int sfi_byte_of_unicode(uint32_t cp);
+/* One strict UTF-8 character of s[0..len): its length, 0 when invalid. */
+size_t sfi_utf8_decode(const uint8_t *s, size_t len, uint32_t *cp);
+
+/* bytes as readable text (malloc'd, NUL-terminated; NULL on ENOMEM):
+ * printable ASCII as is, \n \t \r \\ \" escaped, valid multi-byte UTF-8
+ * kept, every other byte as \xHH. */
+char *sfi_escape_bytes(const uint8_t *b, size_t n);
+
+/* method.md section 3's default: . ? ! ; and newline. */
+#ifndef SFI_TRIGGER_CHARS_DEFAULT
+#define SFI_TRIGGER_CHARS_DEFAULT ".?!;\n"
+#endif
 
 typedef struct {
     int32_t n_vocab;
@@ -33,7 +55,8 @@ typedef struct {
 } sfi_trigger_set;
 
 /* Token ids whose decoded text, trailing spaces removed, ends with one of
- * chars, or whose text contains a newline (method.md section 3). */
+ * chars (UTF-8 characters; NULL: SFI_TRIGGER_CHARS_DEFAULT), or whose text
+ * contains a newline (method.md section 3). Holes are never members. */
 sfi_status sfi_trigger_set_build(const sfi_vocab *v, const char *chars,
                                  sfi_trigger_set *out, sfi_error *err);
 void sfi_trigger_set_free(sfi_trigger_set *t);

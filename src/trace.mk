@@ -1,1 +1,5 @@
 # Build fragment: src/trace.mk (included by Makefile.am)
+# Decode traces in SQLite: writer, reader, validation (sfi-trace(5)).
+pkginclude_HEADERS += src/sfi_trace.h
+libsfi_la_SOURCES += src/sfi_trace.c
+dist_man_MANS += man/sfi-sim-trace.1

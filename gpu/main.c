@@ -1,0 +1,47 @@
+/* sfi-gpu: the CUDA path's checker and benchmarks (man sfi-gpu). */
+#include <config.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "sfi_gpu_cli.h"
+
+static void usage(FILE *f)
+{
+    fputs("Usage: sfi-gpu COMMAND [OPTIONS]\n"
+          "\n"
+          "The CUDA kernels of SFI, checked against the reference and measured.\n"
+          "\n"
+          "Commands:\n"
+          "  check [--bit-exact] [--quick] [--seed N]\n"
+          "        run the seeded GPU-vs-reference suite; exit 1 on any mismatch\n"
+          "  bench [--quick] [--profile FILE] [--name NAME] [--torch CMD]\n"
+          "        measure the kernels; write a calibration profile for sfi-sim\n"
+          "  --help, --version\n"
+          "\n"
+          "Exit status: 0 success, 1 mismatch or CUDA error, 2 usage error,\n"
+          "77 no CUDA device.\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("sfi-gpu %s\n", PACKAGE_VERSION);
+        return 0;
+    }
+    if (!strcmp(argv[1], "check"))
+        return sfi_gpu_cmd_check(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench"))
+        return sfi_gpu_cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "sfi-gpu: unknown command '%s' (try --help)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,189 @@
+/* The CUDA path of SFI (method.md section 7): kernels a serving engine needs
+ * for SFI decode steps, as a C API over the CUDA runtime.
+ *
+ * Memory layouts (all device memory, row-major, innermost last):
+ *   paged KV cache of one layer: k_pool/v_pool [n_blocks][n_kv][page][D]
+ *     (a block holds `page` consecutive positions of every KV head, so a
+ *     (request, KV head) pair reads page*D contiguous elements per block);
+ *   block table: [batch][max_blocks] int32 block ids, position p of request
+ *     b lives in block block_table[b][p / page], row p % page;
+ *   queries q: [batch][n_heads][D] float32; query head h uses KV head
+ *     h / G (G = n_heads / n_kv, the GQA group);
+ *   outputs: [batch][n_heads][D] float32;
+ *   logits (slow steps): [batch][n_heads][ld_logits] float32, the scaled
+ *     pre-softmax scores q.k/sqrt(D) at every position 0..ctx_len-1; for a
+ *     decode step (W = 1) row (b, kvh*G + g) is window query g of KV head
+ *     kvh, i.e. the Selector input layout [n_kv][n_win][n_pos];
+ *   compact buffer (two-segment layout, per layer): ck/cv
+ *     [batch][n_kv][compact_cap][D], rows 0..n_sink-1 = sink, then the
+ *     selected positions in ascending order;
+ *   key norms: [batch][n_kv][ld_logits] float32, ||k_h(j)||_2, the cached
+ *     statistic the Selector's prior reads.
+ *
+ * No function here allocates device memory: the caller sizes a workspace
+ * once (sfi_gpu_ws_bytes) and every decode-path call only launches kernels
+ * on the stream it is given. */
+#ifndef SFI_GPU_H
+#define SFI_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SFI_GPU_MAX_BATCH 64
+/* Most splits of the flash-decoding partition per (request, head). */
+#define SFI_GPU_MAX_SPLITS 1024
+
+typedef enum { SFI_GPU_F32 = 0, SFI_GPU_BF16 = 1 } sfi_gpu_dtype;
+
+/* One request's entry of the per-step descriptor. */
+typedef struct {
+    int32_t ctx_len;      /* cached positions, the current token included */
+    int32_t recent_begin; /* first position of the recent window */
+    int32_t n_compact;    /* rows of the compact buffer in use (sink+sel) */
+    int32_t j_begin;      /* J = [j_begin, j_end) for the Selector */
+    int32_t j_end;
+    int32_t pad[3];
+} sfi_gpu_req;
+
+/* The packed per-step descriptor: built once per decode step on the host,
+ * copied to device memory with one cudaMemcpyAsync, read by every kernel of
+ * the step (cache boundaries, block-table pointer, layout strides). The
+ * host keeps its copy too: grid sizes come from its max_* fields. */
+typedef struct {
+    int32_t batch, n_heads, n_kv, head_dim;
+    int32_t page;         /* positions per KV block */
+    int32_t max_blocks;   /* block-table row stride */
+    int32_t ld_logits;    /* logits / key-norm row stride (>= max ctx) */
+    int32_t compact_cap;  /* compact-buffer rows per (request, KV head) */
+    int32_t n_sink;
+    int32_t K;            /* selected positions per KV head */
+    int32_t max_ctx;      /* max ctx_len over the batch (host: grids) */
+    int32_t max_J;        /* max |J| over the batch */
+    const int32_t *block_table; /* device pointer */
+    sfi_gpu_req req[SFI_GPU_MAX_BATCH];
+} sfi_gpu_step_desc;
+
+/* Selector parameters (method.md section 4), as in sfi_params. */
+typedef struct {
+    float alpha, gamma, beta, p, eta, lambda_clip, alpha_soft, T, alpha_cross, eps;
+    int nms_radius;
+} sfi_gpu_sel_params;
+
+/* Device scratch of one attention call (split partials). */
+typedef struct {
+    float *part_ml;   /* [batch][n_heads][MAX_SPLITS][2] (max, sum) */
+    float *part_acc;  /* [batch][n_heads][MAX_SPLITS][D] */
+} sfi_gpu_attn_ws;
+
+/* Device scratch of one Selector call (one ring slot). Each [batch][n_kv]
+ * [max_J] float32, plus lambda [batch][n_kv]. */
+typedef struct {
+    float *f, *r, *z1, *z2;
+    float *lambda;
+} sfi_gpu_sel_ws;
+
+size_t sfi_gpu_attn_ws_bytes(int batch, int n_heads, int head_dim);
+void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_heads,
+                           int head_dim);
+size_t sfi_gpu_sel_ws_bytes(int batch, int n_kv, int max_J);
+void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, int max_J);
+
+/* Rows per split the launchers use for `rows` positions (a multiple of the
+ * kernel's rows per iteration; see sfi_gpu_attn.cu). */
+int sfi_gpu_attn_chunk(const sfi_gpu_step_desc *h, int rows, int dtype);
+
+/* Dense decode attention over the paged cache, positions 0..ctx_len-1 of
+ * each request; writes out and, when logits != NULL, the scaled logits.
+ * h: host copy of the descriptor, d: the same in device memory. exact = 1
+ * selects the bit-exact f32 path (the reference's order of operations and
+ * its exp, one thread per sequential sum; slow, for the checker). Returns
+ * a cudaError_t value (0 = success). */
+int sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                       int dtype, const float *q, const void *k_pool, const void *v_pool,
+                       float *out, float *logits, const sfi_gpu_attn_ws *ws,
+                       int exact, cudaStream_t st);
+
+/* Fast-step attention on the two-segment layout: rows 0..n_compact-1 of the
+ * compact buffer, then positions recent_begin..ctx_len-1 in place in the
+ * paged cache. exact as above. */
+int sfi_gpu_attn_sparse(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                        int dtype, const float *q, const void *k_pool, const void *v_pool,
+                        const void *ck, const void *cv, const int32_t *comp_pos,
+                        float *out, const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st);
+
+/* Key norms ||k(j)||_2 for positions [0, ctx_len) (cached statistic). */
+int sfi_gpu_key_norms(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                      const void *k_pool, float *norms, cudaStream_t st);
+
+/* Selector steps 1-8 and Top-K for one layer: reads logits (n_win = G
+ * window queries per KV head, decode W = 1) and key norms, writes
+ * selected [batch][n_kv][K] ascending absolute positions (K_out =
+ * min(K, |J|) per request; the rest untouched). s_out (may be NULL):
+ * [batch][n_kv][max_J] the fused distribution s; lambda lands in ws.
+ * exact = 1: the reference's sequential sums (bit-exact). */
+int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                     const sfi_gpu_sel_params *prm, const float *logits,
+                     const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
+                     int32_t *selected, int exact, cudaStream_t st);
+
+/* Deterministic Top-K of rows of scores (radix select, ties to the smaller
+ * index), one row per (request, KV head): row length n[b] = j_end - j_begin,
+ * row stride ld; writes j_begin + index ascending into out [rows][K].
+ * Exposed for the checker. */
+int sfi_gpu_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const float *scores,
+                 int ld, int32_t *out, cudaStream_t st);
+
+/* Reorg: compact rows = sink 0..n_sink-1 then selected[b][kvh][0..K_out),
+ * copied from the paged cache; sets nothing in the descriptor (the host
+ * sets n_compact = n_sink + K_out for the next fast steps). comp_pos
+ * (may be NULL) receives each row's position. */
+int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                  const void *k_pool, const void *v_pool, const int32_t *selected,
+                  void *ck, void *cv, int32_t *comp_pos, cudaStream_t st);
+
+/* Two-stream slow step over n_layers (method.md section 7): main stream
+ * runs Attn_i; after it, the side (lower-priority) stream runs Sel_i then
+ * Reorg_i using ring slot i mod R (R = 4) for logits and Selector scratch;
+ * an event per slot guards reuse; the main stream waits once at the end.
+ * Layer i uses kv[i] / compact[i] / selected[i] (arrays of n_layers
+ * pointers; entries may repeat). overlap = 0 runs everything on the main
+ * stream in order (the baseline). */
+#define SFI_GPU_RING 4
+typedef struct {
+    int n_layers;
+    const void *const *k_pool, *const *v_pool;
+    void *const *ck, *const *cv;
+    int32_t *const *selected;
+    const float *q;
+    float *out;
+    const float *const *key_norms;
+    float *logits[SFI_GPU_RING];
+    sfi_gpu_sel_ws sel_ws[SFI_GPU_RING];
+    sfi_gpu_attn_ws attn_ws;
+    cudaEvent_t ev_attn[SFI_GPU_RING], ev_free[SFI_GPU_RING], ev_done;
+    cudaStream_t main_st, side_st;
+} sfi_gpu_slow_plan;
+
+int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
+                      const sfi_gpu_step_desc *d, int dtype, const sfi_gpu_sel_params *prm,
+                      int overlap);
+
+/* Utilities for tests and benchmarks: uniform values in [-scale, scale)
+ * from a counter hash of (seed, index) (n elements of dtype); an empty
+ * kernel (launch-overhead measurement). */
+int sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale,
+                        cudaStream_t st);
+int sfi_gpu_noop(cudaStream_t st);
+
+/* 1 when a usable CUDA device is present; else 0 and why in msg. */
+int sfi_gpu_device_ok(char *msg, size_t msg_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,46 @@
+/* Two-stream slow step (method.md section 7). Host-side orchestration only:
+ * it enqueues kernels and events, never blocks and never allocates.
+ *
+ * Timeline with overlap (R = SFI_GPU_RING ring slots, slot = i mod R):
+ *   main: [wait free[slot]] Attn_i -> logits[slot]   [record attn[slot]]
+ *   side: [wait attn[slot]] Sel_i(logits[slot], sel_ws[slot]) Reorg_i
+ *         [record free[slot]]
+ *   after the last layer: side records done, main waits done (the single
+ *   barrier before the next fast step).
+ * Attn_{i+R} reuses slot i's logits only after Sel_i has consumed them
+ * (free[slot]); Sel_i never starts before Attn_i wrote its logits. The side
+ * stream has the lowest priority, so the block scheduler prefers the main
+ * stream's attention CTAs and Selector work fills the gaps. */
+#include <cuda_runtime.h>
+#include "sfi_gpu.h"
+
+extern "C" int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
+                                 const sfi_gpu_step_desc *d, int dtype,
+                                 const sfi_gpu_sel_params *prm, int overlap) {
+    int e;
+    for (int i = 0; i < pl->n_layers; i++) {
+        const int slot = i % SFI_GPU_RING;
+        cudaStream_t side = overlap ? pl->side_st : pl->main_st;
+        if (overlap && (e = (int)cudaStreamWaitEvent(pl->main_st, pl->ev_free[slot], 0)))
+            return e;
+        e = sfi_gpu_attn_dense(h, d, dtype, pl->q, pl->k_pool[i], pl->v_pool[i], pl->out,
+                               pl->logits[slot], &pl->attn_ws, 0, pl->main_st);
+        if (e) return e;
+        if (overlap) {
+            if ((e = (int)cudaEventRecord(pl->ev_attn[slot], pl->main_st))) return e;
+            if ((e = (int)cudaStreamWaitEvent(side, pl->ev_attn[slot], 0))) return e;
+        }
+        e = sfi_gpu_selector(h, d, prm, pl->logits[slot], pl->key_norms[i], &pl->sel_ws[slot],
+                             nullptr, pl->selected[i], 0, side);
+        if (e) return e;
+        e = sfi_gpu_reorg(h, d, dtype, pl->k_pool[i], pl->v_pool[i], pl->selected[i], pl->ck[i],
+                          pl->cv[i], nullptr, side);
+        if (e) return e;
+        if (overlap && (e = (int)cudaEventRecord(pl->ev_free[slot], side))) return e;
+    }
+    if (overlap) {
+        if ((e = (int)cudaEventRecord(pl->ev_done, pl->side_st))) return e;
+        if ((e = (int)cudaStreamWaitEvent(pl->main_st, pl->ev_done, 0))) return e;
+    }
+    return 0;
+}

@@ -1,0 +1,127 @@
+/* The decode loop of method.md section 5 for one request: prefill (the last
+ * W_prefill prompt queries initialize the selected sets through the
+ * Selector), then greedy decoding in SFI mode (slow/fast steps decided by a
+ * trigger policy) or dense mode (full KV every step, the baseline).
+ *
+ * An observer (a struct of callbacks, any of them NULL) sees what happens;
+ * the trace recorder implements one. Observers only read: nothing they do
+ * changes the generated tokens. */
+#ifndef SFI_DECODE_H
+#define SFI_DECODE_H
+
+#include <stdint.h>
+#include "sfi_error.h"
+#include "sfi_params.h"
+#include "sfi_state.h"
+#include "sfi_qwen3.h"
+
+typedef enum { SFI_DECODE_SFI = 0, SFI_DECODE_DENSE = 1 } sfi_decode_mode;
+
+const char *sfi_decode_mode_name(sfi_decode_mode m);
+/* "sfi" or "dense". */
+sfi_status sfi_decode_mode_parse(const char *s, sfi_decode_mode *m, sfi_error *err);
+
+typedef struct {
+    sfi_decode_mode mode;
+    sfi_params params;           /* method.md knobs (K, n_recent, ...) */
+    sfi_trigger_kind trigger;    /* SFI mode only; default SFI_TRIG_SFI */
+    int interval;                /* for SFI_TRIG_INTERVAL */
+    const uint8_t *is_trigger;   /* [n_trigger_vocab] 0/1, may be NULL (empty set) */
+    int32_t n_trigger_vocab;
+    int max_new;                 /* tokens to generate, >= 1 */
+    int32_t stop_token;          /* stop after generating it; -1: never stop early */
+    sfi_backend backend;
+} sfi_decode_opts;
+
+/* Defaults: SFI mode, sfi_params_default, SFI trigger policy, no trigger
+ * tokens, max_new 16, no stop token, scalar backend. */
+void sfi_decode_opts_default(sfi_decode_opts *o);
+
+/* What an observer is told. Pointers are valid only during the callback. */
+typedef struct {
+    const int32_t *prompt;       /* [n_prompt] */
+    int n_prompt;
+    int n_layers, n_heads, n_kv_heads, head_dim;
+    const sfi_state *state;      /* selected sets after prefill (SFI mode; NULL in dense) */
+    const float *last_logits;    /* [vocab] logits of the last prompt position */
+    int vocab_size;
+} sfi_decode_prefill_info;
+
+typedef struct {
+    int step;                    /* decode step t = 0, 1, ... */
+    sfi_step_kind kind;          /* SLOW or FAST (dense mode: SLOW, reason ALWAYS) */
+    sfi_step_reason reason;
+    int32_t input_token;         /* token fed at this step (x_{t-1}, or the last prompt token at t=0) */
+    int position;                /* position of the input token */
+    int n_ctx;                   /* cached positions including the input token's */
+    int32_t token;               /* x_t, the generated token */
+    const float *logits;         /* [vocab] */
+    int vocab_size;
+} sfi_decode_step_info;
+
+/* One layer of a slow step (or of prefill, step == -1) after the Selector
+ * ran. */
+typedef struct {
+    int step;                    /* -1 for prefill */
+    int layer;
+    int n_ctx;
+    int n_kv_heads, K;
+    const int32_t *selected;     /* [n_kv_heads][K], ascending; n_selected[h] valid */
+    const int *n_selected;       /* [n_kv_heads] */
+    int j_begin, j_end;          /* J */
+    const float *lambda;         /* [n_kv_heads] lambda* of the Selector */
+    /* [n_heads]: for each query head, the dense attention mass (of the
+     * step's query; of the last prompt query at prefill) that falls on
+     * sink U selected U recent of its KV head. */
+    const float *captured_mass;
+    int n_heads;
+} sfi_decode_slow_layer_info;
+
+/* Dense attention probabilities of one layer at one step, computed (only
+ * when the observer asks, want_attention) on fast steps too. */
+typedef struct {
+    int step;
+    int layer;
+    sfi_step_kind kind;
+    int n_heads, n_ctx;
+    const float *probs;          /* [n_heads][n_ctx] */
+} sfi_decode_attention_info;
+
+/* Callbacks return SFI_OK to go on; anything else stops the run with that
+ * status (the callback fills err). */
+typedef struct {
+    void *user;
+    int want_attention;          /* nonzero: call on_attention every step and layer */
+    sfi_status (*on_prefill)(void *user, const sfi_decode_prefill_info *info, sfi_error *err);
+    sfi_status (*on_step)(void *user, const sfi_decode_step_info *info, sfi_error *err);
+    sfi_status (*on_slow_layer)(void *user, const sfi_decode_slow_layer_info *info,
+                                sfi_error *err);
+    sfi_status (*on_attention)(void *user, const sfi_decode_attention_info *info,
+                               sfi_error *err);
+} sfi_decode_observer;
+
+typedef struct {
+    int n_generated;
+    int32_t *ids;                /* [n_generated] */
+    sfi_step_kind *kinds;        /* [n_generated] */
+    sfi_step_reason *reasons;    /* [n_generated] */
+    int n_slow;
+    double slow_fraction;        /* n_slow / n_generated */
+    /* SHA-256 over: mode, prompt ids, every step's kind, reason, token and
+     * logits (f32 little-endian bits), and in SFI mode the selected sets
+     * after every slow step and prefill. */
+    unsigned char digest[32];
+    char digest_hex[65];
+    double prefill_seconds, decode_seconds;
+} sfi_decode_result;
+
+/* Runs one request. prompt must be non-empty and n_prompt + max_new must
+ * not exceed the model's max_position_embeddings. obs may be NULL.
+ * res is filled on success (free with sfi_decode_result_free). */
+sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o,
+                          const int32_t *prompt, int n_prompt,
+                          const sfi_decode_observer *obs, sfi_decode_result *res,
+                          sfi_error *err);
+void sfi_decode_result_free(sfi_decode_result *res);
+
+#endif

@@ -1,0 +1,275 @@
+/* Deterministic float32 math of the reference (method.md section 6).
+ *
+ * Why our own exp/log: libm implementations differ between glibc versions,
+ * musl, macOS and CUDA, and may use FMA; the reference must give the same
+ * bits everywhere. The algorithms below use only IEEE-754 binary32 +, -, *,
+ * / (each correctly rounded), integer bit manipulation and float<->int
+ * conversions, evaluated in the order written (-ffp-contract=off, C11
+ * FLT_EVAL_METHOD 0 on x86-64 SSE and arm64), so every compiler and
+ * optimisation level produces the same result.
+ *
+ * sfi_expf and sfi_logf follow FreeBSD msun's e_expf.c and e_logf.c
+ * (argument reduction and minimax coefficients), rewritten for float-only
+ * evaluation without the float_t widening. Their notice:
+ *   Copyright (C) 1993 by Sun Microsystems, Inc. All rights reserved.
+ *   Developed at SunPro, a Sun Microsystems, Inc. business.
+ *   Permission to use, copy, modify, and distribute this software is freely
+ *   granted, provided that this notice is preserved.
+ * Accuracy, measured by tests/test_math.c against libm in double: see
+ * SFI_EXPF_MAX_ULP / SFI_LOGF_MAX_ULP in sfi_math.h. */
+#include <config.h>
+
+#include "sfi_math.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static uint32_t f2u(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+static float u2f(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* y * 2^k for y in [0.5, 2) and any k, one rounding at most (only when the
+ * result is subnormal): the intermediate scalings are exact. */
+static float scale2(float y, int k)
+{
+    if (k > 127) {
+        y *= u2f(0x7f000000u); /* 2^127 */
+        k -= 127;
+        if (k > 127)
+            k = 127; /* overflows to inf below, as it should */
+    } else if (k < -126) {
+        y *= u2f(0x0c800000u); /* 2^-102, exact: y * 2^-102 is still normal */
+        k += 102;
+        if (k < -126)
+            k = -126; /* the product below underflows to 0, one rounding */
+    }
+    return y * u2f((uint32_t)(0x7f + k) << 23);
+}
+
+float sfi_expf(float x)
+{
+    static const float ln2hi = 6.9314575195e-1f;  /* 0x3f317200, 16 bits: k*ln2hi exact */
+    static const float ln2lo = 1.4286067653e-6f;  /* 0x35bfbe8e */
+    static const float invln2 = 1.4426950216e+0f; /* 0x3fb8aa3b */
+    /* |x*(exp(x)+1)/(exp(x)-1) - (2 + P1 x^2 + P2 x^4)| < 2^-27.74 on
+     * [-0.34568, 0.34568] (Remez). */
+    static const float P1 = 1.6666625440e-1f;
+    static const float P2 = -2.7667332906e-3f;
+
+    uint32_t hx = f2u(x);
+    int sign = (int)(hx >> 31);
+    hx &= 0x7fffffffu;
+    if (hx > 0x7f800000u)
+        return x + x; /* NaN */
+    if (hx >= 0x42aeac50u) { /* |x| >= 87.33655 or inf */
+        if (!sign && hx >= 0x42b17218u) /* x >= 88.722839: overflow */
+            return u2f(0x7f800000u);
+        if (sign && hx >= 0x42cff1b5u) /* x <= -103.972084: below half the least subnormal */
+            return 0.0f;
+    }
+    float hi, lo;
+    int k;
+    if (hx > 0x3eb17218u) { /* |x| > ln2/2: reduce x = k ln2 + r, |r| <= ln2/2 */
+        if (hx > 0x3f851592u) /* |x| > 1.5 ln2: k = nearest integer of x/ln2 */
+            k = (int)(invln2 * x + (sign ? -0.5f : 0.5f));
+        else
+            k = sign ? -1 : 1;
+        hi = x - (float)k * ln2hi;
+        lo = (float)k * ln2lo;
+        x = hi - lo;
+    } else if (hx > 0x39000000u) { /* 2^-14 < |x| <= ln2/2 */
+        k = 0;
+        hi = x;
+        lo = 0.0f;
+    } else {
+        return 1.0f + x; /* exp(x) = 1 + x to within half an ulp */
+    }
+    float xx = x * x;
+    float c = x - xx * (P1 + xx * P2);
+    float y = 1.0f + ((x * c / (2.0f - c) - lo) + hi);
+    if (k == 0)
+        return y;
+    return scale2(y, k);
+}
+
+float sfi_logf(float x)
+{
+    static const float ln2_hi = 6.9313812256e-01f; /* 0x3f317180 */
+    static const float ln2_lo = 9.0580006145e-06f; /* 0x3717f7d1 */
+    /* |(log(1+s)-log(1-s))/s - Lg(s)| < 2^-34.24 on [0, 0.1716] */
+    static const float Lg1 = 0.66666662693f; /* 0xaaaaaa.0p-24 */
+    static const float Lg2 = 0.40000972152f; /* 0xccce13.0p-25 */
+    static const float Lg3 = 0.28498786688f; /* 0x91e9ee.0p-25 */
+    static const float Lg4 = 0.24279078841f; /* 0xf89e26.0p-26 */
+
+    uint32_t ix = f2u(x);
+    int k = 0;
+    if (ix < 0x00800000u || (ix >> 31)) { /* x < 2^-126, or negative */
+        if ((ix << 1) == 0)
+            return -u2f(0x7f800000u); /* log(+-0) = -inf */
+        if (ix >> 31)
+            return (ix << 1) > 0xff000000u ? x + x : u2f(0x7fc00000u); /* log(<0) = NaN */
+        k -= 25; /* subnormal: scale up exactly */
+        x *= u2f(0x4c000000u); /* 2^25 */
+        ix = f2u(x);
+    } else if (ix >= 0x7f800000u) {
+        return x + x; /* +inf or NaN */
+    } else if (ix == 0x3f800000u) {
+        return 0.0f;
+    }
+    /* x = 2^k * m with m in [sqrt(2)/2, sqrt(2)) */
+    ix += 0x3f800000u - 0x3f3504f3u;
+    k += (int)(ix >> 23) - 0x7f;
+    ix = (ix & 0x007fffffu) + 0x3f3504f3u;
+    x = u2f(ix);
+
+    float f = x - 1.0f;
+    float s = f / (2.0f + f);
+    float z = s * s;
+    float w = z * z;
+    float t1 = w * (Lg2 + w * Lg4);
+    float t2 = z * (Lg1 + w * Lg3);
+    float R = t2 + t1;
+    float hfsq = 0.5f * f * f;
+    float dk = (float)k;
+    return (((s * (hfsq + R) + dk * ln2_lo) - hfsq) + f) + dk * ln2_hi;
+}
+
+/* Integer square root with remainder, bit by bit: exact, no libm. */
+static uint64_t isqrt64(uint64_t n, uint64_t *rem)
+{
+    uint64_t res = 0, bit = (uint64_t)1 << 62;
+    while (bit > n)
+        bit >>= 2;
+    while (bit) {
+        if (n >= res + bit) {
+            n -= res + bit;
+            res = (res >> 1) + bit;
+        } else {
+            res >>= 1;
+        }
+        bit >>= 2;
+    }
+    *rem = n;
+    return res;
+}
+
+float sfi_sqrtf(float x)
+{
+    uint32_t ix = f2u(x);
+    if ((ix & 0x7fffffffu) == 0)
+        return x; /* +-0 */
+    if (ix > 0x7f800000u)
+        return (ix << 1) > 0xff000000u ? x + x : u2f(0x7fc00000u); /* NaN, negative */
+    if (ix == 0x7f800000u)
+        return x;
+    int e = (int)(ix >> 23);
+    uint32_t m = ix & 0x007fffffu;
+    if (e == 0) { /* subnormal: normalise */
+        e = 1;
+        while (!(m & 0x00800000u)) {
+            m <<= 1;
+            e--;
+        }
+    } else {
+        m |= 0x00800000u;
+    }
+    /* x = m * 2^(e - 150), m in [2^23, 2^24). Make the exponent even. */
+    int ex = e - 150;
+    uint64_t M = m;
+    if (ex & 1) {
+        M <<= 1;
+        ex -= 1;
+    }
+    /* sqrt(x) = sqrt(M * 2^28) * 2^((ex - 28) / 2); sqrt(M * 2^28) has 26
+     * or 27 integer bits: enough for 24 bits plus guard and sticky. */
+    M <<= 28;
+    uint64_t rem;
+    uint64_t q = isqrt64(M, &rem);
+    int shift = 0;
+    while ((q >> shift) >= ((uint64_t)1 << 24))
+        shift++;
+    uint64_t kept = q >> shift;
+    uint64_t dropped = q & (((uint64_t)1 << shift) - 1);
+    uint64_t half = (uint64_t)1 << (shift - 1);
+    int sticky = rem != 0;
+    /* Round to nearest even: above half, or exactly half with sticky (an
+     * exact tie cannot occur for a square root, but be complete). */
+    if (dropped > half || (dropped == half && (sticky || (kept & 1))))
+        kept++;
+    /* kept <= 2^24 is exact in float; the power of two is in normal range
+     * (sqrt of any positive float is a normal float). */
+    int p2 = (ex - 28) / 2 + shift;
+    return (float)kept * u2f((uint32_t)(0x7f + p2) << 23);
+}
+
+float sfi_dot(const float *a, const float *b, size_t n)
+{
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        acc += a[i] * b[i];
+    return acc;
+}
+
+float sfi_sum(const float *a, size_t n)
+{
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        acc += a[i];
+    return acc;
+}
+
+float sfi_max(const float *a, size_t n)
+{
+    float m = a[0];
+    for (size_t i = 1; i < n; i++)
+        if (a[i] > m || a[i] != a[i]) /* once m is NaN it stays NaN */
+            m = a[i];
+    return m;
+}
+
+void sfi_softmax(float *x, size_t n)
+{
+    if (n == 0)
+        return;
+    float m = sfi_max(x, n);
+    if (m == -u2f(0x7f800000u)) { /* every entry -inf: no mass anywhere */
+        for (size_t i = 0; i < n; i++)
+            x[i] = 0.0f;
+        return;
+    }
+    float sum = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = sfi_expf(x[i] - m);
+        sum += x[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] / sum;
+}
+
+float sfi_powf_pos(float x, float y)
+{
+    if (y == 1.0f)
+        return x;
+    if (x == 0.0f)
+        return y > 0.0f ? 0.0f : u2f(0x7f800000u);
+    if (y == 0.0f)
+        return 1.0f;
+    if (y == 2.0f)
+        return x * x;
+    if (y == 0.5f)
+        return sfi_sqrtf(x);
+    if (y == -1.0f)
+        return 1.0f / x;
+    return sfi_expf(y * sfi_logf(x));
+}

@@ -1,0 +1,659 @@
+/* Qwen3 forward pass of the reference; see sfi_qwen3.h.
+ *
+ * Evaluation order (scalar backend), chosen to follow transformers'
+ * Qwen3/Qwen3-MoE modules operation for operation:
+ *   matrix-vector y[i] = sfi_dot(W[i], x) (ascending, one accumulator), then
+ *     + bias when the config has attention_bias;
+ *   RMSNorm y = w * (x * (1 / sqrt(sum_asc(x*x) / n + eps)));
+ *   RoPE (rotate-half form) with inv_freq[i] = theta^(-2i/d) and angle
+ *     pos * inv_freq[i] rounded to float as transformers does, cos/sin of
+ *     that float angle from the double routines below rounded to float;
+ *   SiLU x / (1 + exp(-x)) with sfi_expf;
+ *   MoE: softmax of router logits (sfi_softmax), top-k by value (ties to
+ *     the smaller expert), weights divided by their sum (taken in
+ *     descending-value order) when norm_topk_prob, outputs accumulated in
+ *     ascending expert order.
+ * The double routines (exp, log, sin, cos) are ours, built from IEEE
+ * +,-,*,/ only, so the RoPE tables are the same bits on every host. */
+#include <config.h>
+
+#include "sfi_qwen3.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sfi_attention.h"
+#include "sfi_math.h"
+#include "sfi_safetensors.h"
+
+#ifdef SFI_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+typedef struct {
+    float *in_norm, *post_norm;
+    float *wq, *wk, *wv, *wo;
+    float *bq, *bk, *bv, *bo;
+    float *q_norm, *k_norm;
+    int moe;
+    float *w_gate, *w_up, *w_down;   /* dense MLP */
+    float *router;                   /* [E][H] */
+    float **e_gate, **e_up, **e_down;
+} qlayer;
+
+struct sfi_qwen3 {
+    sfi_model_config cfg;
+    float *embed;        /* [V][H] */
+    float *lm_head;      /* == embed when tied */
+    float *final_norm;
+    qlayer *layers;
+    float *inv_freq;     /* [head_dim/2] */
+    uint64_t bytes;
+};
+
+/* ---- deterministic double-precision elementary functions ---- */
+
+static double d_scale2(double x, int k)
+{
+    /* x * 2^k for |k| < 1000 through exact power-of-two factors */
+    while (k > 1000) { x *= 0x1p1000; k -= 1000; }
+    while (k < -1000) { x *= 0x1p-1000; k += 1000; }
+    uint64_t bits = (uint64_t)(k + 1023) << 52;
+    double p;
+    memcpy(&p, &bits, 8);
+    return x * p;
+}
+
+static double d_exp(double x)
+{
+    static const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+    double kd = x * 1.44269504088896338700 + (x >= 0 ? 0.5 : -0.5);
+    int k = (int)kd;
+    double r = (x - k * ln2_hi) - k * ln2_lo; /* |r| <= ln2/2 */
+    double term = 1.0, sum = 1.0;
+    for (int i = 1; i <= 18; i++) {
+        term = term * r / i;
+        sum += term;
+    }
+    return d_scale2(sum, k);
+}
+
+static double d_log(double x) /* x > 0, finite, normal */
+{
+    static const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+    uint64_t bits;
+    memcpy(&bits, &x, 8);
+    int e = (int)((bits >> 52) & 0x7ff) - 1023;
+    bits = (bits & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL;
+    double m;
+    memcpy(&m, &bits, 8);
+    if (m > 1.41421356237309504880) {
+        m *= 0.5;
+        e++;
+    }
+    double s = (m - 1.0) / (m + 1.0), s2 = s * s, term = s, sum = 0.0;
+    for (int i = 1; i <= 41; i += 2) {
+        sum += term / i;
+        term *= s2;
+    }
+    return (e * ln2_lo + 2.0 * sum) + e * ln2_hi;
+}
+
+/* sin and cos of x, 0 <= x < 2^20 */
+static void d_sincos(double x, double *s, double *c)
+{
+    static const double pio2_1 = 1.57079632673412561417e+00, pio2_2 = 6.07710050630396597660e-11,
+                        pio2_3 = 2.02226624871116645580e-21,
+                        pio2_3t = 8.47842766036889956997e-32;
+    double kd = x * 6.36619772367581382433e-01 + 0.5;
+    long k = (long)kd;
+    /* Cody-Waite: k < 2^21 and each pio2_i has <= 33 significant bits, so
+     * every k * pio2_i is exact */
+    double r = ((x - k * pio2_1) - k * pio2_2) - k * pio2_3;
+    r -= k * pio2_3t;
+    double r2 = r * r;
+    double sn = 0.0, cs = 0.0, ts = r, tc = 1.0;
+    for (int i = 1; i <= 21; i += 2) {
+        sn += ts;
+        ts = -ts * r2 / ((i + 1) * (i + 2));
+    }
+    for (int i = 0; i <= 20; i += 2) {
+        cs += tc;
+        tc = -tc * r2 / ((i + 1) * (i + 2));
+    }
+    switch (k & 3) {
+    case 0: *s = sn; *c = cs; break;
+    case 1: *s = cs; *c = -sn; break;
+    case 2: *s = -sn; *c = -cs; break;
+    default: *s = -cs; *c = sn; break;
+    }
+}
+
+/* ---- backends ---- */
+
+const char *sfi_backend_name(sfi_backend b)
+{
+    return b == SFI_BACKEND_BLAS ? "blas" : "scalar";
+}
+
+int sfi_backend_available(sfi_backend b)
+{
+#ifdef SFI_HAVE_OPENBLAS
+    (void)b;
+    return 1;
+#else
+    return b == SFI_BACKEND_SCALAR;
+#endif
+}
+
+sfi_status sfi_backend_parse(const char *s, sfi_backend *b, sfi_error *err)
+{
+    if (!strcmp(s, "scalar")) {
+        *b = SFI_BACKEND_SCALAR;
+        return SFI_OK;
+    }
+    if (!strcmp(s, "blas")) {
+        if (!sfi_backend_available(SFI_BACKEND_BLAS))
+            return sfi_error_set(err, SFI_EUNSUPPORTED,
+                                 "backend blas: this build has no OpenBLAS (configure "
+                                 "--with-openblas)");
+        *b = SFI_BACKEND_BLAS;
+        return SFI_OK;
+    }
+    return sfi_error_set(err, SFI_EINVAL, "backend '%s': expected scalar or blas", s);
+}
+
+/* y[M] = W[M][N] x[N] (+ b) */
+static void matvec(sfi_backend be, const float *W, const float *x, const float *b, int M,
+                   int N, float *y)
+{
+#ifdef SFI_HAVE_OPENBLAS
+    if (be == SFI_BACKEND_BLAS) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, M, N, 1.0f, W, N, x, 1, 0.0f, y, 1);
+        if (b)
+            for (int i = 0; i < M; i++)
+                y[i] += b[i];
+        return;
+    }
+#else
+    (void)be;
+#endif
+    for (int i = 0; i < M; i++) {
+        float d = sfi_dot(W + (size_t)i * N, x, (size_t)N);
+        y[i] = b ? d + b[i] : d;
+    }
+}
+
+static void rmsnorm(const float *x, const float *w, int n, float eps, float *y)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    float r = 1.0f / sfi_sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++)
+        y[i] = w[i] * (x[i] * r);
+}
+
+static float silu(float x)
+{
+    return x / (1.0f + sfi_expf(-x));
+}
+
+/* ---- loading ---- */
+
+static void layer_free(qlayer *L, int n_experts)
+{
+    free(L->in_norm); free(L->post_norm);
+    free(L->wq); free(L->wk); free(L->wv); free(L->wo);
+    free(L->bq); free(L->bk); free(L->bv); free(L->bo);
+    free(L->q_norm); free(L->k_norm);
+    free(L->w_gate); free(L->w_up); free(L->w_down);
+    free(L->router);
+    for (int e = 0; e < n_experts; e++) {
+        if (L->e_gate) free(L->e_gate[e]);
+        if (L->e_up) free(L->e_up[e]);
+        if (L->e_down) free(L->e_down[e]);
+    }
+    free(L->e_gate); free(L->e_up); free(L->e_down);
+}
+
+void sfi_qwen3_free(sfi_qwen3 *m)
+{
+    if (!m)
+        return;
+    if (m->layers)
+        for (int l = 0; l < m->cfg.num_hidden_layers; l++)
+            layer_free(&m->layers[l], m->cfg.num_experts);
+    free(m->layers);
+    if (m->lm_head != m->embed)
+        free(m->lm_head);
+    free(m->embed);
+    free(m->final_norm);
+    free(m->inv_freq);
+    free(m);
+}
+
+const sfi_model_config *sfi_qwen3_config(const sfi_qwen3 *m) { return &m->cfg; }
+uint64_t sfi_qwen3_weight_bytes(const sfi_qwen3 *m) { return m->bytes; }
+
+typedef struct {
+    sfi_safetensors *st;
+    unsigned char *used;   /* per tensor of st */
+    sfi_qwen3 *m;
+    sfi_error *err;
+} loader;
+
+static sfi_status get(loader *ld, float **out, int ndim, int64_t d0, int64_t d1, const char *fmt,
+                      ...) __attribute__((format(printf, 6, 7)));
+
+static sfi_status get(loader *ld, float **out, int ndim, int64_t d0, int64_t d1, const char *fmt,
+                      ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[2] = {d0, d1};
+    sfi_status rc = sfi_st_load_f32(ld->st, name, ndim, shape, -1, out, ld->err);
+    if (rc)
+        return rc;
+    const sfi_st_tensor *t = sfi_st_find(ld->st, name);
+    ld->used[t - sfi_st_tensor_at(ld->st, 0)] = 1;
+    ld->m->bytes += t->numel * 4;
+    return SFI_OK;
+}
+
+static sfi_status load_layer(loader *ld, int l)
+{
+    const sfi_model_config *c = &ld->m->cfg;
+    qlayer *L = &ld->m->layers[l];
+    int H = c->hidden_size, hd = c->head_dim;
+    int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
+    const char *p = "model.layers";
+    sfi_status rc;
+#define GET(dst, nd, a, b, suffix)                                                           \
+    do {                                                                                     \
+        if ((rc = get(ld, &(dst), nd, a, b, "%s.%d.%s", p, l, suffix)))                      \
+            return rc;                                                                       \
+    } while (0)
+    GET(L->in_norm, 1, H, 0, "input_layernorm.weight");
+    GET(L->post_norm, 1, H, 0, "post_attention_layernorm.weight");
+    GET(L->wq, 2, nq, H, "self_attn.q_proj.weight");
+    GET(L->wk, 2, nkv, H, "self_attn.k_proj.weight");
+    GET(L->wv, 2, nkv, H, "self_attn.v_proj.weight");
+    GET(L->wo, 2, H, nq, "self_attn.o_proj.weight");
+    GET(L->q_norm, 1, hd, 0, "self_attn.q_norm.weight");
+    GET(L->k_norm, 1, hd, 0, "self_attn.k_norm.weight");
+    if (c->attention_bias) {
+        GET(L->bq, 1, nq, 0, "self_attn.q_proj.bias");
+        GET(L->bk, 1, nkv, 0, "self_attn.k_proj.bias");
+        GET(L->bv, 1, nkv, 0, "self_attn.v_proj.bias");
+        GET(L->bo, 1, H, 0, "self_attn.o_proj.bias");
+    }
+    L->moe = c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l);
+    if (!L->moe) {
+        int NI = c->intermediate_size;
+        GET(L->w_gate, 2, NI, H, "mlp.gate_proj.weight");
+        GET(L->w_up, 2, NI, H, "mlp.up_proj.weight");
+        GET(L->w_down, 2, H, NI, "mlp.down_proj.weight");
+    } else {
+        int E = c->num_experts, NI = c->moe_intermediate_size;
+        GET(L->router, 2, E, H, "mlp.gate.weight");
+        L->e_gate = calloc((size_t)E, sizeof(float *));
+        L->e_up = calloc((size_t)E, sizeof(float *));
+        L->e_down = calloc((size_t)E, sizeof(float *));
+        if (!L->e_gate || !L->e_up || !L->e_down)
+            return sfi_error_set(ld->err, SFI_ENOMEM, "out of memory");
+        for (int e = 0; e < E; e++) {
+            char s[96];
+            snprintf(s, sizeof s, "mlp.experts.%d.gate_proj.weight", e);
+            GET(L->e_gate[e], 2, NI, H, s);
+            snprintf(s, sizeof s, "mlp.experts.%d.up_proj.weight", e);
+            GET(L->e_up[e], 2, NI, H, s);
+            snprintf(s, sizeof s, "mlp.experts.%d.down_proj.weight", e);
+            GET(L->e_down[e], 2, H, NI, s);
+        }
+    }
+#undef GET
+    return SFI_OK;
+}
+
+sfi_status sfi_qwen3_load(const char *dir, sfi_qwen3 **out, sfi_error *err)
+{
+    *out = NULL;
+    sfi_qwen3 *m = calloc(1, sizeof *m);
+    if (!m)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    sfi_status rc = sfi_model_config_load(dir, &m->cfg, err);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    const sfi_model_config *c = &m->cfg;
+    if (c->head_dim % 2)
+        rc = sfi_error_set(err, SFI_EUNSUPPORTED, "%s/config.json: head_dim %d is odd (RoPE "
+                           "needs pairs)", dir, c->head_dim);
+    else if (c->arch == SFI_ARCH_QWEN3_MOE &&
+             (c->num_experts < 1 || c->num_experts > 1024 || c->num_experts_per_tok < 1 ||
+              c->num_experts_per_tok > 64 || c->num_experts_per_tok > c->num_experts))
+        rc = sfi_error_set(err, SFI_EUNSUPPORTED,
+                           "%s/config.json: %d experts, %d per token: sfi-ref handles 1..1024 "
+                           "experts and 1..64 (at most num_experts) per token",
+                           dir, c->num_experts, c->num_experts_per_tok);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    loader ld = {.m = m, .err = err};
+    rc = sfi_st_open(dir, &ld.st, err);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    ld.used = calloc(sfi_st_count(ld.st) + 1, 1);
+    m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
+    m->inv_freq = malloc((size_t)(c->head_dim / 2) * sizeof(float));
+    if (!ld.used || !m->layers || !m->inv_freq) {
+        rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+        goto done;
+    }
+    int H = c->hidden_size, V = c->vocab_size;
+    if ((rc = get(&ld, &m->embed, 2, V, H, "model.embed_tokens.weight")))
+        goto done;
+    if ((rc = get(&ld, &m->final_norm, 1, H, 0, "model.norm.weight")))
+        goto done;
+    if (c->tie_word_embeddings) {
+        m->lm_head = m->embed;
+        /* some writers store the tied copy anyway: accept, ignore */
+        const sfi_st_tensor *t = sfi_st_find(ld.st, "lm_head.weight");
+        if (t)
+            ld.used[t - sfi_st_tensor_at(ld.st, 0)] = 1;
+    } else if ((rc = get(&ld, &m->lm_head, 2, V, H, "lm_head.weight"))) {
+        goto done;
+    }
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if ((rc = load_layer(&ld, l)))
+            goto done;
+    for (size_t i = 0; i < sfi_st_count(ld.st); i++)
+        if (!ld.used[i]) {
+            const sfi_st_tensor *t = sfi_st_tensor_at(ld.st, i);
+            rc = sfi_error_set(err, SFI_EFORMAT,
+                               "%s: tensor %s is not part of the model config.json describes "
+                               "(config/checkpoint mismatch?)",
+                               t->file, t->name);
+            goto done;
+        }
+    /* inv_freq[i] = theta^(-2i/d), rounded to float as transformers keeps it */
+    double lt = d_log(c->rope_theta);
+    for (int i = 0; i < c->head_dim / 2; i++)
+        m->inv_freq[i] = (float)d_exp(-lt * (2.0 * i / c->head_dim));
+done:
+    free(ld.used);
+    sfi_st_close(ld.st);
+    if (rc) {
+        sfi_qwen3_free(m);
+        return rc;
+    }
+    *out = m;
+    return SFI_OK;
+}
+
+/* ---- KV cache ---- */
+
+/* scratch layout inside the cache's allocation: see step() */
+static size_t scratch_floats(const sfi_model_config *c)
+{
+    size_t H = (size_t)c->hidden_size, nq = (size_t)c->num_attention_heads * c->head_dim;
+    size_t nkv = (size_t)c->num_key_value_heads * c->head_dim;
+    size_t NI = (size_t)c->intermediate_size;
+    if ((size_t)c->moe_intermediate_size > NI)
+        NI = (size_t)c->moe_intermediate_size;
+    return 4 * H + 2 * nq + 2 * nkv + 3 * NI + (size_t)c->num_experts + (size_t)c->head_dim;
+}
+
+sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,
+                             sfi_error *err)
+{
+    memset(c, 0, sizeof *c);
+    if (capacity < 1)
+        return sfi_error_set(err, SFI_EINVAL, "KV cache capacity %d < 1", capacity);
+    c->n_layers = cfg->num_hidden_layers;
+    c->n_kv_heads = cfg->num_key_value_heads;
+    c->head_dim = cfg->head_dim;
+    c->capacity = capacity;
+    size_t per = (size_t)c->n_layers * (size_t)capacity * (size_t)c->n_kv_heads;
+    c->k = malloc(per * (size_t)c->head_dim * sizeof(float));
+    c->v = malloc(per * (size_t)c->head_dim * sizeof(float));
+    c->key_norms = malloc(per * sizeof(float));
+    c->scratch = malloc(scratch_floats(cfg) * sizeof(float));
+    if (!c->k || !c->v || !c->key_norms || !c->scratch) {
+        sfi_kv_cache_free(c);
+        return sfi_error_set(err, SFI_ENOMEM,
+                             "KV cache of %d positions: out of memory (%.1f GiB)", capacity,
+                             (double)per * c->head_dim * 8 / (1024.0 * 1024 * 1024));
+    }
+    return SFI_OK;
+}
+
+void sfi_kv_cache_free(sfi_kv_cache *c)
+{
+    free(c->k);
+    free(c->v);
+    free(c->key_norms);
+    free(c->scratch);
+    memset(c, 0, sizeof *c);
+}
+
+float *sfi_kv_k(const sfi_kv_cache *c, int layer)
+{
+    return c->k + (size_t)layer * c->capacity * c->n_kv_heads * c->head_dim;
+}
+
+float *sfi_kv_v(const sfi_kv_cache *c, int layer)
+{
+    return c->v + (size_t)layer * c->capacity * c->n_kv_heads * c->head_dim;
+}
+
+/* ---- attention through the backend ---- */
+
+sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer, const float *q,
+                                const sfi_kv_cache *kv, int n_ctx, float *out, float *logits,
+                                sfi_error *err)
+{
+    const sfi_model_config *c = &m->cfg;
+    const float *K = sfi_kv_k(kv, layer), *V = sfi_kv_v(kv, layer);
+#ifdef SFI_HAVE_OPENBLAS
+    if (be == SFI_BACKEND_BLAS) {
+        int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
+        int G = nh / nkv, ld = nkv * hd;
+        float scale = 1.0f / sfi_sqrtf((float)hd);
+        float *P = logits;
+        float *own = NULL;
+        if (!P) {
+            own = malloc((size_t)nh * n_ctx * sizeof(float));
+            if (!own)
+                return sfi_error_set(err, SFI_ENOMEM, "attention: out of memory");
+            P = own;
+        }
+        for (int g = 0; g < nkv; g++) {
+            /* S[G][n_ctx] = scale * Q_g[G][hd] K_g^T, K_g rows strided by ld */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, n_ctx, hd, scale,
+                        q + (size_t)g * G * hd, hd, K + (size_t)g * hd, ld, 0.0f,
+                        P + (size_t)g * G * n_ctx, n_ctx);
+        }
+        float *probs = P;
+        float *tmp = NULL;
+        if (logits) {
+            /* keep the caller's logits; softmax a copy */
+            tmp = malloc((size_t)nh * n_ctx * sizeof(float));
+            if (!tmp) {
+                free(own);
+                return sfi_error_set(err, SFI_ENOMEM, "attention: out of memory");
+            }
+            memcpy(tmp, P, (size_t)nh * n_ctx * sizeof(float));
+            probs = tmp;
+        }
+        for (int h = 0; h < nh; h++)
+            sfi_softmax(probs + (size_t)h * n_ctx, (size_t)n_ctx);
+        for (int g = 0; g < nkv; g++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, hd, n_ctx, 1.0f,
+                        probs + (size_t)g * G * n_ctx, n_ctx, V + (size_t)g * hd, ld, 0.0f,
+                        out + (size_t)g * G * hd, hd);
+        free(tmp);
+        free(own);
+        return SFI_OK;
+    }
+#else
+    (void)be;
+#endif
+    sfi_attn_shape s = {c->num_attention_heads, c->num_key_value_heads, c->head_dim};
+    return sfi_attn_dense_decode(&s, q, K, V, n_ctx, out, logits, err);
+}
+
+/* ---- one token ---- */
+
+int32_t sfi_argmax(const float *logits, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+static void rope(float *x, const float *cs, const float *sn, int hd)
+{
+    int h2 = hd / 2;
+    for (int i = 0; i < h2; i++) {
+        float a = x[i], b = x[i + h2];
+        x[i] = a * cs[i] - b * sn[i];
+        x[i + h2] = b * cs[i] + a * sn[i];
+    }
+}
+
+static void mlp(sfi_backend be, const float *wg, const float *wu, const float *wd, int H, int NI,
+                const float *x, float *g, float *u, float *y)
+{
+    matvec(be, wg, x, NULL, NI, H, g);
+    matvec(be, wu, x, NULL, NI, H, u);
+    for (int i = 0; i < NI; i++)
+        g[i] = silu(g[i]) * u[i];
+    matvec(be, wd, g, NULL, H, NI, y);
+}
+
+sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
+                          sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err)
+{
+    const sfi_model_config *c = &m->cfg;
+    if (token < 0 || token >= c->vocab_size)
+        return sfi_error_set(err, SFI_ERANGE, "token id %d outside the vocabulary [0, %d)",
+                             (int)token, c->vocab_size);
+    if (kv->n >= kv->capacity)
+        return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
+    if (!sfi_backend_available(be))
+        return sfi_error_set(err, SFI_EUNSUPPORTED, "backend %s not built", sfi_backend_name(be));
+    int H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads;
+    int nkvh = c->num_key_value_heads;
+    int nq = nh * hd, nkv = nkvh * hd, pos = kv->n, n_ctx = pos + 1;
+    int NI = c->intermediate_size > c->moe_intermediate_size ? c->intermediate_size
+                                                            : c->moe_intermediate_size;
+    float *h = kv->scratch, *x = h + H, *tmp = x + H, *acc = tmp + H;
+    float *q = acc + H, *att = q + nq, *k = att + nq, *v = k + nkv;
+    float *g = v + nkv, *u = g + NI, *y = u + NI, *rp = y + NI;
+    float *cs = rp + c->num_experts, *sn = cs + hd / 2;
+    (void)y;
+
+    for (int i = 0; i < hd / 2; i++) {
+        float ang = (float)pos * m->inv_freq[i];
+        double s, co;
+        d_sincos((double)ang, &s, &co);
+        cs[i] = (float)co;
+        sn[i] = (float)s;
+    }
+    memcpy(h, m->embed + (size_t)token * H, (size_t)H * sizeof(float));
+    float eps = (float)c->rms_norm_eps;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const qlayer *L = &m->layers[l];
+        rmsnorm(h, L->in_norm, H, eps, x);
+        matvec(be, L->wq, x, L->bq, nq, H, q);
+        matvec(be, L->wk, x, L->bk, nkv, H, k);
+        matvec(be, L->wv, x, L->bv, nkv, H, v);
+        for (int i = 0; i < nh; i++) {
+            rmsnorm(q + i * hd, L->q_norm, hd, eps, tmp);
+            memcpy(q + i * hd, tmp, (size_t)hd * sizeof(float));
+            rope(q + i * hd, cs, sn, hd);
+        }
+        float *kc = sfi_kv_k(kv, l) + (size_t)pos * nkv, *vc = sfi_kv_v(kv, l) + (size_t)pos * nkv;
+        for (int j = 0; j < nkvh; j++) {
+            rmsnorm(k + j * hd, L->k_norm, hd, eps, kc + j * hd);
+            rope(kc + j * hd, cs, sn, hd);
+            memcpy(vc + j * hd, v + j * hd, (size_t)hd * sizeof(float));
+            kv->key_norms[((size_t)l * nkvh + j) * kv->capacity + pos] =
+                sfi_sqrtf(sfi_dot(kc + j * hd, kc + j * hd, (size_t)hd));
+        }
+        sfi_status rc = attend ? attend(user, l, q, kv, n_ctx, att, err)
+                               : sfi_qwen3_attn_dense(m, be, l, q, kv, n_ctx, att, NULL, err);
+        if (rc)
+            return rc;
+        matvec(be, L->wo, att, L->bo, H, nq, tmp);
+        for (int i = 0; i < H; i++)
+            h[i] += tmp[i];
+        rmsnorm(h, L->post_norm, H, eps, x);
+        if (!L->moe) {
+            mlp(be, L->w_gate, L->w_up, L->w_down, H, c->intermediate_size, x, g, u, tmp);
+            for (int i = 0; i < H; i++)
+                h[i] += tmp[i];
+        } else {
+            int E = c->num_experts, top = c->num_experts_per_tok;
+            int Im = c->moe_intermediate_size;
+            matvec(be, L->router, x, NULL, E, H, rp);
+            sfi_softmax(rp, (size_t)E);
+            /* top-k by selection: descending value, ties to the smaller expert */
+            int sel[64];
+            float w[64];
+            unsigned char taken[1024];
+            memset(taken, 0, (size_t)E);
+            for (int t = 0; t < top; t++) {
+                int best = -1;
+                for (int e = 0; e < E; e++)
+                    if (!taken[e] && (best < 0 || rp[e] > rp[best]))
+                        best = e;
+                taken[best] = 1;
+                sel[t] = best;
+                w[t] = rp[best];
+            }
+            if (c->norm_topk_prob) {
+                float s = 0.0f;
+                for (int t = 0; t < top; t++)
+                    s += w[t];
+                for (int t = 0; t < top; t++)
+                    w[t] /= s;
+            }
+            for (int i = 0; i < H; i++)
+                acc[i] = 0.0f;
+            for (int e = 0; e < E; e++) {
+                if (!taken[e])
+                    continue;
+                float we = 0.0f;
+                for (int t = 0; t < top; t++)
+                    if (sel[t] == e)
+                        we = w[t];
+                mlp(be, L->e_gate[e], L->e_up[e], L->e_down[e], H, Im, x, g, u, tmp);
+                for (int i = 0; i < H; i++)
+                    acc[i] += tmp[i] * we;
+            }
+            for (int i = 0; i < H; i++)
+                h[i] += acc[i];
+        }
+    }
+    kv->n = n_ctx;
+    if (logits) {
+        rmsnorm(h, m->final_norm, H, eps, x);
+        matvec(be, m->lm_head, x, NULL, c->vocab_size, H, logits);
+    }
+    return SFI_OK;
+}

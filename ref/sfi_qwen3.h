@@ -1,0 +1,77 @@
+/* Qwen3 (dense and MoE) forward pass of the reference, one token at a time
+ * over a float32 KV cache.
+ *
+ * Backends: SFI_BACKEND_SCALAR is deterministic (one documented order per
+ * sum, ref/sfi_math.h, bit-exact across compilers and hosts);
+ * SFI_BACKEND_BLAS does the matrix-vector products and dense attention
+ * through OpenBLAS (only when built with SFI_HAVE_OPENBLAS): faster, not
+ * bit-exact, checked against scalar to a tolerance. */
+#ifndef SFI_QWEN3_H
+#define SFI_QWEN3_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "sfi_error.h"
+#include "sfi_model.h"
+
+typedef enum { SFI_BACKEND_SCALAR = 0, SFI_BACKEND_BLAS = 1 } sfi_backend;
+
+const char *sfi_backend_name(sfi_backend b);
+/* "scalar" or "blas"; "blas" in a build without OpenBLAS is EUNSUPPORTED. */
+sfi_status sfi_backend_parse(const char *s, sfi_backend *b, sfi_error *err);
+int sfi_backend_available(sfi_backend b);
+
+typedef struct sfi_qwen3 sfi_qwen3;
+
+/* Loads DIR/config.json and DIR/model.safetensors (or the shards named by
+ * DIR/model.safetensors.index.json). Every tensor's name, shape and dtype
+ * is checked against the config; weights are widened to float32 exactly. */
+sfi_status sfi_qwen3_load(const char *dir, sfi_qwen3 **out, sfi_error *err);
+void sfi_qwen3_free(sfi_qwen3 *m);
+const sfi_model_config *sfi_qwen3_config(const sfi_qwen3 *m);
+/* Bytes of float32 weights held. */
+uint64_t sfi_qwen3_weight_bytes(const sfi_qwen3 *m);
+
+/* KV cache: k[layer][pos][kv_head][head_dim] (the layout of
+ * ref/sfi_attention.h per layer), same for v. */
+typedef struct {
+    int n_layers, n_kv_heads, head_dim;
+    int capacity;            /* positions allocated */
+    int n;                   /* positions filled */
+    float *k, *v;
+    float *key_norms;        /* [layer][kv_head][capacity] ||k||_2, for the Selector */
+    float *scratch;          /* the forward pass's working vectors */
+} sfi_kv_cache;
+
+sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,
+                             sfi_error *err);
+void sfi_kv_cache_free(sfi_kv_cache *c);
+/* Start of layer l's keys / values. */
+float *sfi_kv_k(const sfi_kv_cache *c, int layer);
+float *sfi_kv_v(const sfi_kv_cache *c, int layer);
+
+/* How one layer's attention of the current token is done. The callback gets
+ * the roped query [n_heads][head_dim] and the layer's cache holding n_ctx
+ * positions (the current token's key/value included) and writes out
+ * [n_heads][head_dim]. NULL: dense attention through the backend. */
+typedef sfi_status (*sfi_qwen3_attend_fn)(void *user, int layer, const float *q,
+                                          const sfi_kv_cache *kv, int n_ctx, float *out,
+                                          sfi_error *err);
+
+/* Runs token `token` at position kv->n (appending its key/value to the
+ * cache, then n += 1). logits (may be NULL: skip the lm_head) gets
+ * [vocab_size]. */
+sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                          int32_t token, sfi_qwen3_attend_fn attend, void *user,
+                          float *logits, sfi_error *err);
+
+/* Dense decode attention through the backend (scalar: sfi_attn_dense_decode).
+ * logits (may be NULL) as sfi_attn_dense_decode's. */
+sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
+                                const float *q, const sfi_kv_cache *kv, int n_ctx,
+                                float *out, float *logits, sfi_error *err);
+
+/* Greedy choice: the largest logit, ties to the smaller id. */
+int32_t sfi_argmax(const float *logits, int n);
+
+#endif

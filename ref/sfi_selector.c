@@ -1,0 +1,358 @@
+/* The Selector, method.md section 4; see sfi_selector.h.
+ *
+ * Evaluation order (the GPU's bit-exact mode must follow it):
+ *  1. per KV head h and window query tau: p = sfi_softmax of the logits
+ *     l[h][tau][j], j in J ascending.
+ *  2. a = alpha; mu(j) = (sum over tau ascending of sfi_powf_pos(p, a)) /
+ *     n_win (float division by the float count).
+ *  3. f(j) = g(j) / G, g(j) = sfi_powf_pos(mu(j), 1/a) (1/a one float
+ *     division), G = sum of g over J ascending. With n_win == 1, f = p
+ *     (method.md: "f = p_1 exactly").
+ *  4. kn(j) = sfi_powf_pos(norm(j) + eps, -gamma);
+ *     u(j) = (float)(j - jmin) / ((float)(jmax - jmin) + eps);
+ *     pos(j) = sfi_expf(-beta * sfi_powf_pos(u, p)) *
+ *              sfi_powf_pos((1 - u) + eps, eta);
+ *     w(j) = kn(j) * pos(j); r(j) = w(j) / (sum of w over J ascending).
+ *  5. lambda* in the numerically stable but algebraically identical form
+ *     num = sum f(j) * (f(j) - r(j)), den = sum (f(j) - r(j))^2 (J
+ *     ascending, one accumulator each; den >= 0 exactly, and 0 only when
+ *     f == r): lambda = den == 0 ? 0 : clip(num / den, 0, lambda_clip)
+ *     (a NaN quotient clips to 0). s(j) = (1 - lambda) * f(j) + lambda * r(j).
+ *  6. z(j) = sfi_logf(s(j) + eps).
+ *  7. m(j) = max of z(i), i in J, |i - j| <= radius (pre-NMS z);
+ *     z(j) = z(j) - alpha_soft * (m(j) - z(j))  (m >= z since i = j counts).
+ *  8. per position j, over heads h ascending: t_h = z_h(j) / T;
+ *     q = sfi_softmax(t); z_h(j) = z_h(j) + alpha_cross * sfi_logf(max(q_h, eps)).
+ *  9. per head: sfi_topk of z over J (higher first, ties to the smaller
+ *     position), K_out = min(K, |J|) positions, written ascending. When
+ *     |J| <= K the result is J itself (steps 1-8 still run for the
+ *     intermediates). */
+#include <config.h>
+
+#include "sfi_selector.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sfi_math.h"
+
+static sfi_status check_params(const sfi_params *p, sfi_error *err)
+{
+    if (!p)
+        return sfi_error_set(err, SFI_EINVAL, "selector: no parameters");
+    if (p->K < 1)
+        return sfi_error_set(err, SFI_EINVAL, "selector: K=%d: must be >= 1", p->K);
+    if (!(p->alpha > 0.0f && p->alpha <= 1.0f))
+        return sfi_error_set(err, SFI_EINVAL, "selector: alpha=%g: must be in (0, 1]", (double)p->alpha);
+    if (!(p->gamma >= 0.0f) || !isfinite(p->gamma))
+        return sfi_error_set(err, SFI_EINVAL, "selector: gamma=%g: must be a finite value >= 0", (double)p->gamma);
+    if (!(p->beta >= 0.0f) || !isfinite(p->beta))
+        return sfi_error_set(err, SFI_EINVAL, "selector: beta=%g: must be a finite value >= 0", (double)p->beta);
+    if (!(p->p > 0.0f) || !isfinite(p->p))
+        return sfi_error_set(err, SFI_EINVAL, "selector: p=%g: must be a finite value > 0", (double)p->p);
+    if (!(p->eta >= 0.0f) || !isfinite(p->eta))
+        return sfi_error_set(err, SFI_EINVAL, "selector: eta=%g: must be a finite value >= 0", (double)p->eta);
+    if (!(p->lambda_clip >= 0.0f && p->lambda_clip <= 1.0f))
+        return sfi_error_set(err, SFI_EINVAL, "selector: lambda_clip=%g: must be in [0, 1]", (double)p->lambda_clip);
+    if (p->nms_radius < 0)
+        return sfi_error_set(err, SFI_EINVAL, "selector: nms_radius=%d: must be >= 0", p->nms_radius);
+    if (!(p->alpha_soft >= 0.0f) || !isfinite(p->alpha_soft))
+        return sfi_error_set(err, SFI_EINVAL, "selector: alpha_soft=%g: must be a finite value >= 0", (double)p->alpha_soft);
+    if (!(p->T > 0.0f) || !isfinite(p->T))
+        return sfi_error_set(err, SFI_EINVAL, "selector: T=%g: must be a finite value > 0", (double)p->T);
+    if (!(p->alpha_cross >= 0.0f) || !isfinite(p->alpha_cross))
+        return sfi_error_set(err, SFI_EINVAL, "selector: alpha_cross=%g: must be a finite value >= 0", (double)p->alpha_cross);
+    if (!(p->eps > 0.0f) || !isfinite(p->eps))
+        return sfi_error_set(err, SFI_EINVAL, "selector: eps=%g: must be a finite value > 0", (double)p->eps);
+    return SFI_OK;
+}
+
+static sfi_status check_input(const sfi_selector_input *in, sfi_error *err)
+{
+    if (!in)
+        return sfi_error_set(err, SFI_EINVAL, "selector: no input");
+    if (in->n_kv_heads < 1 || in->n_win < 1 || in->n_pos < 1)
+        return sfi_error_set(err, SFI_EINVAL, "selector: n_kv_heads=%d, n_win=%d, n_pos=%d: each must be >= 1",
+                             in->n_kv_heads, in->n_win, in->n_pos);
+    if (in->j_begin < 0 || in->j_end > in->n_pos || in->j_end < in->j_begin)
+        return sfi_error_set(err, SFI_EINVAL, "selector: J=[%d,%d) is not inside 0..%d",
+                             in->j_begin, in->j_end, in->n_pos);
+    if (in->j_end == in->j_begin)
+        return sfi_error_set(err, SFI_EINVAL, "selector: J=[%d,%d) is empty: nothing to select from",
+                             in->j_begin, in->j_end);
+    if (!in->logits || !in->key_norms)
+        return sfi_error_set(err, SFI_EINVAL, "selector: missing logits or key norms");
+    const int nJ = in->j_end - in->j_begin;
+    for (int h = 0; h < in->n_kv_heads; h++) {
+        for (int t = 0; t < in->n_win; t++) {
+            const float *row = in->logits + ((size_t)h * (size_t)in->n_win + (size_t)t) * (size_t)in->n_pos;
+            for (int j = in->j_begin; j < in->j_end; j++)
+                if (!isfinite(row[j]))
+                    return sfi_error_set(err, SFI_EINVAL,
+                                         "selector: logit of kv head %d, window query %d, position %d is %s",
+                                         h, t, j, isnan(row[j]) ? "NaN" : "infinite");
+        }
+        const float *kn = in->key_norms + (size_t)h * (size_t)in->n_pos;
+        for (int j = in->j_begin; j < in->j_end; j++)
+            if (!(kn[j] >= 0.0f) || !isfinite(kn[j]))
+                return sfi_error_set(err, SFI_EINVAL,
+                                     "selector: key norm of kv head %d, position %d is %g (need finite >= 0)",
+                                     h, j, (double)kn[j]);
+    }
+    (void)nJ;
+    return SFI_OK;
+}
+
+/* Steps 1-3 for one head: f[0..nJ). tmp[nJ] scratch. */
+static void evidence(const sfi_params *prm, const sfi_selector_input *in, int h,
+                     float *f, float *mu, float *tmp)
+{
+    const int nJ = in->j_end - in->j_begin;
+    const float a = prm->alpha;
+    for (int i = 0; i < nJ; i++)
+        mu[i] = 0.0f;
+    for (int t = 0; t < in->n_win; t++) {
+        const float *row = in->logits + ((size_t)h * (size_t)in->n_win + (size_t)t) * (size_t)in->n_pos
+                           + in->j_begin;
+        memcpy(tmp, row, (size_t)nJ * sizeof *tmp);
+        sfi_softmax(tmp, (size_t)nJ);
+        if (in->n_win == 1) { /* f = p_1 exactly */
+            memcpy(f, tmp, (size_t)nJ * sizeof *f);
+            return;
+        }
+        for (int i = 0; i < nJ; i++)
+            mu[i] += sfi_powf_pos(tmp[i], a);
+    }
+    const float fw = (float)in->n_win;
+    const float inv_a = 1.0f / a;
+    float G = 0.0f;
+    for (int i = 0; i < nJ; i++) {
+        f[i] = sfi_powf_pos(mu[i] / fw, inv_a);
+        G += f[i];
+    }
+    for (int i = 0; i < nJ; i++)
+        f[i] = f[i] / G;
+}
+
+/* Step 4 for one head. */
+static void prior(const sfi_params *prm, const sfi_selector_input *in, int h, float *r)
+{
+    const int nJ = in->j_end - in->j_begin;
+    const float *kn = in->key_norms + (size_t)h * (size_t)in->n_pos + in->j_begin;
+    const float span = (float)(nJ - 1) + prm->eps; /* jmax - jmin + eps */
+    float sum = 0.0f;
+    for (int i = 0; i < nJ; i++) {
+        float pk = sfi_powf_pos(kn[i] + prm->eps, -prm->gamma);
+        float u = (float)i / span;
+        float pp = sfi_expf(-prm->beta * sfi_powf_pos(u, prm->p)) *
+                   sfi_powf_pos((1.0f - u) + prm->eps, prm->eta);
+        r[i] = pk * pp;
+        sum += r[i];
+    }
+    for (int i = 0; i < nJ; i++)
+        r[i] = r[i] / sum;
+}
+
+float sfi_selector_fuse(const sfi_params *prm, int nJ, const float *f, const float *r, float *s)
+{
+    float num = 0.0f, den = 0.0f;
+    for (int i = 0; i < nJ; i++) {
+        float d = f[i] - r[i];
+        num += f[i] * d;
+        den += d * d;
+    }
+    float lam = 0.0f;
+    if (den != 0.0f) {
+        lam = num / den;
+        if (!(lam > 0.0f)) /* negative or NaN */
+            lam = 0.0f;
+        if (lam > prm->lambda_clip)
+            lam = prm->lambda_clip;
+    }
+    const float one_m = 1.0f - lam;
+    for (int i = 0; i < nJ; i++)
+        s[i] = one_m * f[i] + lam * r[i];
+    return lam;
+}
+
+/* Step 7 for one head: z_out from z (pre-NMS), window max by a direct scan
+ * (radius is small; the scan order does not matter for a max of finite
+ * values). */
+void sfi_selector_soft_nms(const sfi_params *prm, int nJ, const float *z, float *z_out)
+{
+    const int R = prm->nms_radius;
+    for (int i = 0; i < nJ; i++) {
+        int lo = i - R < 0 ? 0 : i - R;
+        int hi = i > nJ - 1 - R ? nJ - 1 : i + R;
+        float m = z[lo];
+        for (int t = lo + 1; t <= hi; t++)
+            if (z[t] > m)
+                m = z[t];
+        z_out[i] = z[i] - prm->alpha_soft * (m - z[i]);
+    }
+}
+
+sfi_status sfi_selector_cross_head(const sfi_params *prm, int H, int nJ, float *z)
+{
+    float *col = malloc((size_t)(H > 0 ? H : 1) * sizeof *col);
+    if (!col)
+        return SFI_ENOMEM;
+    /* Position by position, heads ascending. */
+    for (int i = 0; i < nJ; i++) {
+        for (int h = 0; h < H; h++)
+            col[h] = z[(size_t)h * (size_t)nJ + (size_t)i] / prm->T;
+        sfi_softmax(col, (size_t)H);
+        for (int h = 0; h < H; h++) {
+            float q = col[h] > prm->eps ? col[h] : prm->eps;
+            float *zp = &z[(size_t)h * (size_t)nJ + (size_t)i];
+            *zp = *zp + prm->alpha_cross * sfi_logf(q);
+        }
+    }
+    free(col);
+    return SFI_OK;
+}
+
+typedef struct {
+    float v;
+    int32_t i;
+} scored;
+
+/* Higher score first; equal scores: smaller index first. A total order, so
+ * qsort's instability cannot change the result. */
+static int cmp_scored(const void *a, const void *b)
+{
+    const scored *x = a, *y = b;
+    if (x->v > y->v)
+        return -1;
+    if (x->v < y->v)
+        return 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *err)
+{
+    if (n < 1 || k < 1 || k > n || !scores || !out)
+        return sfi_error_set(err, SFI_EINVAL, "top-k: k=%d of n=%d: need 1 <= k <= n", k, n);
+    for (int i = 0; i < n; i++)
+        if (scores[i] != scores[i])
+            return sfi_error_set(err, SFI_EINVAL, "top-k: score %d is NaN", i);
+    scored *a = malloc((size_t)n * sizeof *a);
+    if (!a)
+        return sfi_error_set(err, SFI_ENOMEM, "top-k: out of memory for %d scores", n);
+    for (int i = 0; i < n; i++) {
+        /* -0.0 and +0.0 compare equal: they tie, so the index decides. */
+        a[i].v = scores[i];
+        a[i].i = i;
+    }
+    if (k < n)
+        qsort(a, (size_t)n, sizeof *a, cmp_scored);
+    for (int i = 0; i < k; i++)
+        out[i] = a[i].i;
+    free(a);
+    qsort(out, (size_t)k, sizeof *out, cmp_i32);
+    return SFI_OK;
+}
+
+sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
+                            int32_t *selected, int *n_selected,
+                            sfi_selector_detail *detail, sfi_error *err)
+{
+    sfi_status st = check_params(prm, err);
+    if (st == SFI_OK)
+        st = check_input(in, err);
+    if (st != SFI_OK)
+        return st;
+    if (!selected || !n_selected)
+        return sfi_error_set(err, SFI_EINVAL, "selector: missing output buffer");
+    const int H = in->n_kv_heads;
+    const int nJ = in->j_end - in->j_begin;
+    const size_t HJ = (size_t)H * (size_t)nJ;
+    const int K_out = prm->K < nJ ? prm->K : nJ;
+
+    /* z[H][nJ] is kept for step 8 (across heads); the rest is per head. */
+    float *z = malloc(HJ * sizeof *z);
+    float *zn = malloc(HJ * sizeof *zn);
+    float *work = malloc((size_t)nJ * 5 * sizeof *work);
+    float *col = malloc((size_t)H * sizeof *col);
+    int32_t *top = malloc((size_t)K_out * sizeof *top);
+    if (!z || !zn || !work || !col || !top) {
+        free(z);
+        free(zn);
+        free(work);
+        free(col);
+        free(top);
+        return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory for %d heads x %d positions", H, nJ);
+    }
+    float *f = work, *r = work + nJ, *s = work + 2 * (size_t)nJ, *mu = work + 3 * (size_t)nJ,
+          *tmp = work + 4 * (size_t)nJ;
+    const float eps = prm->eps;
+
+    for (int h = 0; h < H; h++) {
+        evidence(prm, in, h, f, mu, tmp);
+        prior(prm, in, h, r);
+        float lam = sfi_selector_fuse(prm, nJ, f, r, s);
+        float *zh = z + (size_t)h * (size_t)nJ;
+        for (int i = 0; i < nJ; i++)
+            zh[i] = sfi_logf(s[i] + eps);
+        if (detail) {
+            size_t off = (size_t)h * (size_t)nJ, bytes = (size_t)nJ * sizeof(float);
+            if (detail->f)
+                memcpy(detail->f + off, f, bytes);
+            if (detail->r)
+                memcpy(detail->r + off, r, bytes);
+            if (detail->lambda)
+                detail->lambda[h] = lam;
+            if (detail->s)
+                memcpy(detail->s + off, s, bytes);
+            if (detail->z_log)
+                memcpy(detail->z_log + off, zh, bytes);
+        }
+        sfi_selector_soft_nms(prm, nJ, zh, zn + (size_t)h * (size_t)nJ);
+    }
+    if (detail && detail->z_nms)
+        memcpy(detail->z_nms, zn, HJ * sizeof *zn);
+
+    /* Step 8. */
+    if (sfi_selector_cross_head(prm, H, nJ, zn) != SFI_OK) {
+        free(z);
+        free(zn);
+        free(work);
+        free(col);
+        free(top);
+        return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory");
+    }
+    if (detail && detail->z_cross)
+        memcpy(detail->z_cross, zn, HJ * sizeof *zn);
+
+    /* Step 9. */
+    for (int h = 0; h < H && st == SFI_OK; h++) {
+        int32_t *dst = selected + (size_t)h * (size_t)K_out;
+        if (K_out == nJ) {
+            for (int i = 0; i < nJ; i++)
+                dst[i] = in->j_begin + i;
+            continue;
+        }
+        st = sfi_topk(zn + (size_t)h * (size_t)nJ, nJ, K_out, top, err);
+        if (st != SFI_OK) {
+            sfi_error_prefix(err, "selector: kv head %d", h);
+            break;
+        }
+        for (int i = 0; i < K_out; i++)
+            dst[i] = in->j_begin + top[i];
+    }
+    if (st == SFI_OK)
+        *n_selected = K_out;
+    free(z);
+    free(zn);
+    free(work);
+    free(col);
+    free(top);
+    return st;
+}

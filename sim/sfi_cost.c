@@ -1,0 +1,588 @@
+/* Cost model of one decode step (see sfi_cost.h and sfi-sim(1)). */
+#include <config.h>
+
+#include "sfi_cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Non-tensor FP32 throughput as a fraction of the dense BF16 tensor peak:
+ * H100 SXM 67 / 989 TFLOPS, B200 80 / 2250 (datasheets); the Selector's
+ * elementwise work (exp, powers, compares) runs there. */
+#define FP32_OF_BF16 (1.0 / 15.0)
+/* Passes of a radix-select Top-K over its fp32 scores (4 x 8-bit digits). */
+#define TOPK_PASSES 4.0
+/* Fused launches per layer of a decode step that the model counts besides
+ * attention: input norm, QKV GEMM, q/k norm + RoPE, O GEMM, post norm +
+ * residual, gate-up GEMM, down GEMM (MoE adds the router). */
+#define MAIN_LAUNCHES_DENSE 7
+#define MAIN_LAUNCHES_MOE 8
+/* Selector kernels per slow layer: softmax/aggregate, prior + fusion +
+ * Soft-NMS, cross-head exclusivity. */
+#define SELECTOR_LAUNCHES 3
+/* Scratch ring slots of the two-stream pipeline (method.md section 7). */
+#define SCRATCH_RING 4
+
+static const struct {
+    const char *name, *help;
+} policy_info[SFI_SIM_POLICY_COUNT] = {
+    {"full", "full KV: dense attention every step"},
+    {"sfi", "SFI: slow at step 0, after a boundary token, or after T_max steps"},
+    {"tmax", "SFI state, slow every T_max steps only"},
+    {"interval", "SFI state, slow every `interval` steps (interval=N, default 64)"},
+    {"boundary", "SFI state, slow after boundary tokens only (no T_max)"},
+    {"oracle", "exact top-k of a dense QK pass every step (upper bound)"},
+    {"streaming", "StreamingLLM: sink + recent window only"},
+    {"quest", "Quest: per-page min/max key scoring, top pages (page=16)"},
+    {"lfps", "LFPS: decayed vertical/slash score tables, top-k of candidates (cand=0.1)"},
+    {"kascade", "Kascade: dense top-k in anchor layers, reused elsewhere (anchors=4)"},
+    {"fasa", "FASA: scoring on N_tip RoPE frequency chunks, exact top N_fac (tip=16)"},
+};
+
+const char *sfi_sim_policy_name(sfi_sim_policy_kind k)
+{
+    return (unsigned)k < SFI_SIM_POLICY_COUNT ? policy_info[k].name : "?";
+}
+
+const char *sfi_sim_policy_help(sfi_sim_policy_kind k)
+{
+    return (unsigned)k < SFI_SIM_POLICY_COUNT ? policy_info[k].help : "?";
+}
+
+int sfi_sim_policy_has_slow_steps(sfi_sim_policy_kind k)
+{
+    return k == SFI_SIM_SFI || k == SFI_SIM_TMAX || k == SFI_SIM_INTERVAL || k == SFI_SIM_BOUNDARY;
+}
+
+void sfi_sim_policy_default(sfi_sim_policy *p, sfi_sim_policy_kind k)
+{
+    memset(p, 0, sizeof *p);
+    p->kind = k;
+    p->interval = 64;
+    p->quest_page = 16;
+    p->lfps_cand_frac = 0.1;
+    p->kascade_anchors = 4;
+    p->fasa_tip = 16;
+    p->peer_k = 0;
+}
+
+/* NAME or NAME:key=value,key=value (e.g. "interval:interval=32",
+ * "quest:page=32,k=1024"). */
+sfi_status sfi_sim_policy_parse(const char *spec, sfi_sim_policy *out, sfi_error *err)
+{
+    if (!spec || !spec[0])
+        return sfi_error_set(err, SFI_EINVAL, "empty policy name");
+    size_t nlen = strcspn(spec, ":");
+    int k = 0;
+    while (k < SFI_SIM_POLICY_COUNT &&
+           !(strlen(policy_info[k].name) == nlen && !strncasecmp(spec, policy_info[k].name, nlen)))
+        k++;
+    if (k == SFI_SIM_POLICY_COUNT)
+        return sfi_error_set(err, SFI_ENOTFOUND,
+                             "unknown policy '%.*s' (see 'sfi-sim presets')", (int)nlen, spec);
+    sfi_sim_policy p;
+    sfi_sim_policy_default(&p, (sfi_sim_policy_kind)k);
+    const char *s = spec + nlen;
+    while (*s) {
+        s++; /* ':' or ',' */
+        size_t len = strcspn(s, ",");
+        char kv[64];
+        if (len == 0 || len >= sizeof kv)
+            return sfi_error_set(err, SFI_EINVAL, "policy '%s': bad parameter list", spec);
+        memcpy(kv, s, len);
+        kv[len] = 0;
+        s += len;
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            return sfi_error_set(err, SFI_EINVAL, "policy '%s': '%s' is not key=value", spec, kv);
+        *eq = 0;
+        char *end;
+        double v = strtod(eq + 1, &end);
+        if (end == eq + 1 || *end || !isfinite(v))
+            return sfi_error_set(err, SFI_EINVAL, "policy '%s': %s: bad number '%s'", spec, kv, eq + 1);
+        int iv = (int)v, is_int = v == floor(v) && v >= 1 && v <= 1e8;
+        if (!strcmp(kv, "interval") && is_int)
+            p.interval = iv;
+        else if (!strcmp(kv, "page") && is_int)
+            p.quest_page = iv;
+        else if (!strcmp(kv, "cand") && v > 0 && v <= 1)
+            p.lfps_cand_frac = v;
+        else if (!strcmp(kv, "anchors") && is_int)
+            p.kascade_anchors = iv;
+        else if (!strcmp(kv, "tip") && is_int)
+            p.fasa_tip = iv;
+        else if (!strcmp(kv, "k") && is_int)
+            p.peer_k = iv;
+        else
+            return sfi_error_set(err, SFI_EINVAL,
+                                 "policy '%s': unknown parameter or value out of range: %s=%s",
+                                 spec, kv, eq + 1);
+    }
+    *out = p;
+    return SFI_OK;
+}
+
+void sfi_cost_setup_init(sfi_cost_setup *s)
+{
+    memset(s, 0, sizeof *s);
+    sfi_hw_profile_default(&s->prof);
+    sfi_params_default(&s->prm);
+    sfi_sim_policy_default(&s->pol, SFI_SIM_SFI);
+    s->tp = 1;
+    s->weight_bytes = 2;
+    s->kv_bytes = 2;
+    s->batch = 1;
+}
+
+/* Heads held by one GPU: query heads split evenly; KV heads split when
+ * there are at least tp of them, else each GPU keeps one (replicated). */
+static int q_heads(const sfi_cost_setup *s)
+{
+    return s->model->num_attention_heads / s->tp;
+}
+
+static int kv_heads(const sfi_cost_setup *s)
+{
+    int kv = s->model->num_key_value_heads;
+    return kv >= s->tp ? kv / s->tp : 1;
+}
+
+/* Candidates J = [n_sink, L - n_recent) (method.md section 2). */
+static int n_candidates(const sfi_cost_setup *s)
+{
+    int j = s->context - s->prm.n_recent - s->prm.n_sink;
+    return j > 0 ? j : 0;
+}
+
+static int layer_is_moe(const sfi_model_config *m, int layer)
+{
+    /* Hugging Face Qwen3-MoE: a layer uses experts unless it is listed in
+     * mlp_only_layers, when experts exist and (layer+1) is a multiple of
+     * decoder_sparse_step. (sfi_model_layer_is_moe states the same rule;
+     * the cost model keeps this copy so it needs only the struct.) */
+    if (m->arch != SFI_ARCH_QWEN3_MOE || m->num_experts <= 0)
+        return 0;
+    for (int i = 0; i < m->n_mlp_only_layers; i++)
+        if (m->mlp_only_layers[i] == layer)
+            return 0;
+    int step = m->decoder_sparse_step > 0 ? m->decoder_sparse_step : 1;
+    return (layer + 1) % step == 0;
+}
+
+sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err)
+{
+    const sfi_model_config *m = s->model;
+    if (!m)
+        return sfi_error_set(err, SFI_EINVAL, "no model");
+    if (m->num_hidden_layers < 1 || m->num_attention_heads < 1 || m->num_key_value_heads < 1 ||
+        m->head_dim < 1 || m->hidden_size < 1 || m->vocab_size < 1)
+        return sfi_error_set(err, SFI_EINVAL, "%s: model shape has a non-positive size", m->name);
+    if (m->arch == SFI_ARCH_QWEN3_MOE &&
+        (m->num_experts < 1 || m->num_experts_per_tok < 1 ||
+         m->num_experts_per_tok > m->num_experts || m->moe_intermediate_size < 1))
+        return sfi_error_set(err, SFI_EINVAL, "%s: MoE shape is inconsistent", m->name);
+    if (s->tp < 1 || s->tp > 64)
+        return sfi_error_set(err, SFI_ERANGE, "--tp %d: must be in 1..64", s->tp);
+    if (m->num_attention_heads % s->tp)
+        return sfi_error_set(err, SFI_EINVAL, "--tp %d does not divide %s's %d attention heads",
+                             s->tp, m->name, m->num_attention_heads);
+    if (m->num_key_value_heads % s->tp && s->tp % m->num_key_value_heads)
+        return sfi_error_set(err, SFI_EINVAL,
+                             "--tp %d and %s's %d KV heads: neither divides the other", s->tp,
+                             m->name, m->num_key_value_heads);
+    if (s->context < 1 || s->context > (1 << 30))
+        return sfi_error_set(err, SFI_ERANGE, "context %d: must be in 1..2^30", s->context);
+    if (s->batch < 1 || s->batch > (1 << 20))
+        return sfi_error_set(err, SFI_ERANGE, "batch %d: must be in 1..2^20", s->batch);
+    if (s->weight_bytes != 1 && s->weight_bytes != 2 && s->weight_bytes != 4)
+        return sfi_error_set(err, SFI_EINVAL, "weight bytes %d: must be 1, 2 or 4", s->weight_bytes);
+    if (s->kv_bytes != 1 && s->kv_bytes != 2 && s->kv_bytes != 4)
+        return sfi_error_set(err, SFI_EINVAL, "KV bytes %d: must be 1, 2 or 4", s->kv_bytes);
+    if (s->prm.K < 1 || s->prm.n_sink < 0 || s->prm.n_recent < 1)
+        return sfi_error_set(err, SFI_EINVAL, "K >= 1, n_sink >= 0, n_recent >= 1 needed");
+    if (s->prm.K > s->context)
+        return sfi_error_set(err, SFI_EINVAL, "K = %d is larger than the context (%d positions)",
+                             s->prm.K, s->context);
+    if (s->pol.peer_k > s->context)
+        return sfi_error_set(err, SFI_EINVAL, "policy %s: k = %d is larger than the context (%d)",
+                             sfi_sim_policy_name(s->pol.kind), s->pol.peer_k, s->context);
+    if ((unsigned)s->pol.kind >= SFI_SIM_POLICY_COUNT)
+        return sfi_error_set(err, SFI_EINVAL, "unknown policy");
+    if (s->pol.kind == SFI_SIM_KASCADE &&
+        (s->pol.kascade_anchors < 1 || s->pol.kascade_anchors > m->num_hidden_layers))
+        return sfi_error_set(err, SFI_EINVAL, "kascade: anchors=%d must be in 1..%d layers",
+                             s->pol.kascade_anchors, m->num_hidden_layers);
+    if (s->pol.kind == SFI_SIM_FASA && (s->pol.fasa_tip < 1 || s->pol.fasa_tip > m->head_dim / 2))
+        return sfi_error_set(err, SFI_EINVAL, "fasa: tip=%d must be in 1..%d (head_dim/2 chunks)",
+                             s->pol.fasa_tip, m->head_dim / 2);
+    if (s->pol.kind == SFI_SIM_QUEST && s->pol.quest_page < 1)
+        return sfi_error_set(err, SFI_EINVAL, "quest: page must be >= 1");
+    for (int c = 0; c < SFI_KC_COUNT; c++)
+        if (!(s->prof.efficiency[c] > 0 && s->prof.efficiency[c] <= 1))
+            return sfi_error_set(err, SFI_ERANGE, "profile %s: efficiency.%s outside (0, 1]",
+                                 s->prof.name, sfi_kernel_class_name((sfi_kernel_class)c));
+    return sfi_gpu_validate(&s->gpu, s->gpu.name, err);
+}
+
+double sfi_cost_expected_experts(int E, int k, int b)
+{
+    if (E <= 0 || k <= 0 || b <= 0)
+        return 0;
+    if (k >= E)
+        return E;
+    return E * (1.0 - pow(1.0 - (double)k / E, b));
+}
+
+/* Attention weights of one layer held by one GPU (elements). */
+static double attn_weight_elems(const sfi_cost_setup *s)
+{
+    const sfi_model_config *m = s->model;
+    double d = m->hidden_size, hd = m->head_dim;
+    double q_o = 2.0 * d * m->num_attention_heads * hd / s->tp;
+    double k_v = 2.0 * d * kv_heads(s) * hd;
+    double norms = 2.0 * d + 2.0 * hd;
+    return q_o + k_v + norms;
+}
+
+static double mlp_weight_elems(const sfi_cost_setup *s, int layer, double experts)
+{
+    const sfi_model_config *m = s->model;
+    double d = m->hidden_size;
+    if (layer_is_moe(m, layer))
+        return d * m->num_experts + experts * 3.0 * d * m->moe_intermediate_size / s->tp;
+    return 3.0 * d * m->intermediate_size / s->tp;
+}
+
+double sfi_cost_layer_weight_bytes(const sfi_cost_setup *s, int layer, int b)
+{
+    const sfi_model_config *m = s->model;
+    double ex = layer_is_moe(m, layer)
+                    ? sfi_cost_expected_experts(m->num_experts, m->num_experts_per_tok, b)
+                    : 0;
+    return (attn_weight_elems(s) + mlp_weight_elems(s, layer, ex)) * s->weight_bytes;
+}
+
+/* K and V bytes of one cached position in one layer on one GPU. */
+static double kv_pos_bytes(const sfi_cost_setup *s)
+{
+    return 2.0 * kv_heads(s) * s->model->head_dim * s->kv_bytes;
+}
+
+int sfi_cost_fast_positions(const sfi_cost_setup *s)
+{
+    int J = n_candidates(s);
+    int sel = s->prm.K < J ? s->prm.K : J;
+    long n = (long)s->prm.n_sink + sel + s->prm.n_recent;
+    return n < s->context ? (int)n : s->context;
+}
+
+double sfi_cost_kv_bytes_dense(const sfi_cost_setup *s)
+{
+    return (double)s->context * kv_pos_bytes(s);
+}
+
+double sfi_cost_kv_bytes_fast(const sfi_cost_setup *s)
+{
+    return (double)sfi_cost_fast_positions(s) * kv_pos_bytes(s);
+}
+
+double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
+                            double flops)
+{
+    double peak = s->weight_bytes == 1 && c == SFI_KC_GEMM ? s->gpu.fp8_flops : s->gpu.bf16_flops;
+    if (c == SFI_KC_SELECTOR || c == SFI_KC_TOPK || c == SFI_KC_OTHER)
+        peak = s->gpu.bf16_flops * FP32_OF_BF16;
+    double t = fmax(bytes / s->gpu.hbm_bandwidth, flops / peak);
+    return t / s->prof.efficiency[c] + s->prof.launch_s;
+}
+
+double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes)
+{
+    if (s->tp <= 1)
+        return 0;
+    /* Ring all-reduce: each GPU sends and receives 2 (tp-1)/tp of the
+     * message over one direction of its NVLink (half the vendor total). */
+    double per_dir = s->gpu.nvlink_bandwidth / 2;
+    if (per_dir <= 0)
+        per_dir = 64e9; /* no NVLink: PCIe 5 x16 */
+    double t = 2.0 * (s->tp - 1) / s->tp * bytes / per_dir;
+    return t / s->prof.efficiency[SFI_KC_ALLREDUCE] + s->prof.allreduce_latency_s;
+}
+
+/* Per-step sums. */
+typedef struct {
+    double t, bytes, kvb, wb, flops;
+    int launches;
+} acc;
+
+static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
+                       double flops, int is_kv)
+{
+    a->t += sfi_cost_kernel_time(s, c, bytes, flops);
+    a->bytes += bytes;
+    if (is_kv)
+        a->kvb += bytes;
+    a->flops += flops;
+    a->launches++;
+}
+
+/* Attention (main stream) of one layer for the whole batch, by policy. */
+static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc *a)
+{
+    const int B = s->batch, L = s->context, hd = s->model->head_dim;
+    const double hq = q_heads(s), hkv = kv_heads(s), pos_b = kv_pos_bytes(s);
+    const double dense_b = sfi_cost_kv_bytes_dense(s);
+    /* QK^T and PV: 2 FLOPs per multiply-add, 2 products per position. */
+    const double fl_pos = 4.0 * hq * hd;
+    int pk = s->pol.peer_k ? s->pol.peer_k : s->prm.n_sink + s->prm.K + s->prm.n_recent;
+    if (pk > L)
+        pk = L;
+    switch (s->pol.kind) {
+    case SFI_SIM_FULL:
+        add_kernel(s, a, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1);
+        break;
+    case SFI_SIM_SFI:
+    case SFI_SIM_TMAX:
+    case SFI_SIM_INTERVAL:
+    case SFI_SIM_BOUNDARY: {
+        int n_fast = B - n_slow;
+        if (n_slow > 0) /* dense, writing fp32 logits over J for the Selector */
+            add_kernel(s, a, SFI_KC_ATTN_DENSE, n_slow * (dense_b + hq * n_candidates(s) * 4.0),
+                       n_slow * fl_pos * L, 1);
+        if (n_fast > 0) {
+            int P = sfi_cost_fast_positions(s);
+            add_kernel(s, a, SFI_KC_ATTN_SPARSE, n_fast * P * pos_b, n_fast * fl_pos * P, 1);
+        }
+        break;
+    }
+    case SFI_SIM_ORACLE:
+        /* QK over all keys (K half of the cache), logits out, top-k per KV
+         * head, then attention over the k positions. */
+        add_kernel(s, a, SFI_KC_ATTN_DENSE, B * (dense_b / 2 + hq * L * 4.0),
+                   B * fl_pos / 2 * L, 1);
+        add_kernel(s, a, SFI_KC_TOPK, B * (hq * L * 4.0 + TOPK_PASSES * hkv * L * 4.0), 0, 1);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
+        break;
+    case SFI_SIM_STREAMING: {
+        long P = (long)s->prm.n_sink + s->prm.n_recent;
+        if (P > L)
+            P = L;
+        add_kernel(s, a, SFI_KC_ATTN_DENSE, B * P * pos_b, B * fl_pos * P, 1);
+        break;
+    }
+    case SFI_SIM_QUEST: {
+        /* Per page: elementwise min and max of its keys (2 vectors). */
+        double pages = ceil((double)L / s->pol.quest_page);
+        add_kernel(s, a, SFI_KC_OTHER, B * pages * 2.0 * hkv * hd * s->kv_bytes,
+                   B * pages * 2.0 * 2.0 * hq * hd, 1);
+        add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * pages * 4.0, 0, 1);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
+        break;
+    }
+    case SFI_SIM_LFPS: {
+        /* Two decayed fp32 tables per query head, read and rewritten every
+         * step, thresholded into candidates; exact QK over candidates (keys
+         * only), top-k, attention. */
+        double cand = ceil(s->pol.lfps_cand_frac * L);
+        add_kernel(s, a, SFI_KC_OTHER, B * 2.0 * 2.0 * hq * L * 4.0, B * 2.0 * 4.0 * hq * L, 1);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * cand * pos_b / 2, B * fl_pos / 2 * cand, 1);
+        add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * cand * 4.0, 0, 1);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
+        break;
+    }
+    case SFI_SIM_KASCADE: {
+        int kk = L / 10 > 128 ? L / 10 : 128;
+        if (kk > L)
+            kk = L;
+        if (layer < s->pol.kascade_anchors) {
+            add_kernel(s, a, SFI_KC_ATTN_DENSE, B * (dense_b / 2 + hq * L * 4.0),
+                       B * fl_pos / 2 * L, 1);
+            add_kernel(s, a, SFI_KC_TOPK, B * (hq * L * 4.0 + TOPK_PASSES * hkv * L * 4.0), 0, 1);
+        }
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * (double)kk * pos_b, B * fl_pos * kk, 1);
+        break;
+    }
+    case SFI_SIM_FASA: {
+        /* Keys stored chunk-major, so scoring streams tip of the hd/2
+         * frequency chunks of every key. */
+        double frac = 2.0 * s->pol.fasa_tip / hd;
+        add_kernel(s, a, SFI_KC_ATTN_DENSE, B * dense_b / 2 * frac, B * fl_pos / 2 * frac * L, 1);
+        add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * L * 4.0, 0, 1);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Side stream of one layer on a slow step: Selector, Top-K, reorg of the
+ * n_slow requests that took the slow step. */
+static void side_layer(const sfi_cost_setup *s, int n_slow, acc *a)
+{
+    const double J = n_candidates(s), hq = q_heads(s), hkv = kv_heads(s);
+    /* Reads the logits and key norms; writes s, then z after Soft-NMS and
+     * after the cross-head step (each a read + write of fp32 scores). */
+    double sel_b = n_slow * (hq * J * 4.0 + hkv * J * 4.0 * 5.0);
+    double sel_f = n_slow * 30.0 * hq * J;
+    for (int k = 0; k < SELECTOR_LAUNCHES; k++)
+        add_kernel(s, a, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES, sel_f / SELECTOR_LAUNCHES, 1);
+    double K = s->prm.K < J ? s->prm.K : J;
+    add_kernel(s, a, SFI_KC_TOPK, n_slow * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
+    /* Copy sink + selected K/V into the compact buffer: read + write. */
+    add_kernel(s, a, SFI_KC_REORG, n_slow * 2.0 * (s->prm.n_sink + K) * kv_pos_bytes(s), 0, 1);
+}
+
+sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out, sfi_error *err)
+{
+    sfi_status st = sfi_cost_validate(s, err);
+    if (st)
+        return st;
+    if (!sfi_sim_policy_has_slow_steps(s->pol.kind))
+        n_slow = 0;
+    if (n_slow < 0 || n_slow > s->batch)
+        return sfi_error_set(err, SFI_EINVAL, "n_slow %d outside 0..%d", n_slow, s->batch);
+    const sfi_model_config *m = s->model;
+    const int B = s->batch;
+    const double d = m->hidden_size;
+    memset(out, 0, sizeof *out);
+
+    acc main = {0}, side_total = {0};
+    double t_main = 0, t_side = 0, comm = 0;
+    for (int l = 0; l < m->num_hidden_layers; l++) {
+        acc a = {0};
+        const double ex = layer_is_moe(m, l) ? sfi_cost_expected_experts(m->num_experts,
+                                                                         m->num_experts_per_tok, B)
+                                             : 0;
+        /* QKV GEMM then attention, O GEMM, MLP. */
+        double hd = m->head_dim;
+        double qkv = d * hd * ((double)m->num_attention_heads / s->tp + 2.0 * kv_heads(s));
+        add_kernel(s, &a, SFI_KC_GEMM, qkv * s->weight_bytes, 2.0 * B * qkv, 0);
+        a.wb += qkv * s->weight_bytes;
+        attention_layer(s, l, n_slow, &a);
+        double t_after_attn = t_main + a.t;
+        double o = d * hd * m->num_attention_heads / s->tp;
+        add_kernel(s, &a, SFI_KC_GEMM, o * s->weight_bytes, 2.0 * B * o, 0);
+        a.wb += o * s->weight_bytes;
+        double mlp = mlp_weight_elems(s, l, ex);
+        double mlp_active = layer_is_moe(m, l)
+                                ? d * m->num_experts +
+                                      m->num_experts_per_tok * 3.0 * d * m->moe_intermediate_size / s->tp
+                                : mlp;
+        add_kernel(s, &a, SFI_KC_GEMM, mlp * s->weight_bytes, 2.0 * B * mlp_active, 0);
+        a.wb += mlp * s->weight_bytes;
+        /* The fused small kernels: norms, RoPE, residual adds (activations
+         * only; their bytes are noise next to weights and KV). */
+        int small = (layer_is_moe(m, l) ? MAIN_LAUNCHES_MOE : MAIN_LAUNCHES_DENSE) - 3;
+        double act = 6.0 * B * d * 2;
+        a.t += small * s->prof.launch_s + act / (s->gpu.hbm_bandwidth * s->prof.efficiency[SFI_KC_OTHER]);
+        a.bytes += act;
+        a.launches += small;
+        if (s->tp > 1) { /* after O projection and after the MLP */
+            double ar = 2 * sfi_cost_allreduce_time(s, B * d * 2.0);
+            a.t += ar;
+            comm += ar;
+            a.launches += 2;
+        }
+        t_main += a.t;
+        main.t += a.t;
+        main.bytes += a.bytes;
+        main.kvb += a.kvb;
+        main.wb += a.wb;
+        main.flops += a.flops;
+        main.launches += a.launches;
+        if (n_slow > 0) {
+            acc sd = {0};
+            side_layer(s, n_slow, &sd);
+            /* Starts once this layer's attention wrote the logits and the
+             * previous layer's side work is done. */
+            double start = t_side > t_after_attn ? t_side : t_after_attn;
+            t_side = start + sd.t;
+            side_total.t += sd.t;
+            side_total.bytes += sd.bytes;
+            side_total.flops += sd.flops;
+            side_total.launches += sd.launches;
+        }
+    }
+    /* Final norm, LM head, sampling. */
+    double lm = (double)m->vocab_size * d / s->tp;
+    acc tail = {0};
+    add_kernel(s, &tail, SFI_KC_GEMM, lm * s->weight_bytes, 2.0 * B * lm, 0);
+    tail.wb += lm * s->weight_bytes;
+    add_kernel(s, &tail, SFI_KC_OTHER, B * (double)m->vocab_size * 4.0, 0, 0);
+    t_main += tail.t;
+
+    double exposed = 0;
+    if (n_slow > 0) {
+        /* The barrier at the end of the slow step waits for the side
+         * stream; overlapped side work still costs main-stream bandwidth. */
+        exposed = t_side > t_main ? t_side - t_main : 0;
+        double hidden = side_total.t - exposed;
+        exposed += s->prof.overlap_contention * (hidden > 0 ? hidden : 0);
+    }
+    out->time_s = t_main + exposed + s->prof.step_overhead_s;
+    out->hbm_bytes = main.bytes + tail.bytes + side_total.bytes;
+    out->kv_bytes = main.kvb + side_total.bytes;
+    out->weight_bytes = main.wb + tail.wb;
+    out->flops = main.flops + tail.flops + side_total.flops;
+    out->side_s = side_total.t;
+    out->exposed_s = exposed;
+    out->comm_s = comm;
+    out->launches = main.launches + tail.launches + side_total.launches;
+    return SFI_OK;
+}
+
+sfi_status sfi_cost_memory_of(const sfi_cost_setup *s, sfi_cost_memory *mem, sfi_error *err)
+{
+    sfi_status st = sfi_cost_validate(s, err);
+    if (st)
+        return st;
+    const sfi_model_config *m = s->model;
+    memset(mem, 0, sizeof *mem);
+    double w = 0;
+    for (int l = 0; l < m->num_hidden_layers; l++)
+        w += attn_weight_elems(s) + mlp_weight_elems(s, l, layer_is_moe(m, l) ? m->num_experts : 0);
+    double emb = (double)m->vocab_size * m->hidden_size / s->tp;
+    w += m->tie_word_embeddings ? emb : 2 * emb;
+    mem->weights = w * s->weight_bytes;
+
+    const double L = s->context, layers = m->num_hidden_layers, pos_b = kv_pos_bytes(s);
+    const double J = n_candidates(s), hq = q_heads(s), hkv = kv_heads(s);
+    double kv = layers * L * pos_b;
+    switch (s->pol.kind) {
+    case SFI_SIM_STREAMING: { /* evicts everything but sink + recent */
+        double P = s->prm.n_sink + s->prm.n_recent;
+        kv = layers * (P < L ? P : L) * pos_b;
+        break;
+    }
+    case SFI_SIM_SFI:
+    case SFI_SIM_TMAX:
+    case SFI_SIM_INTERVAL:
+    case SFI_SIM_BOUNDARY: {
+        /* The full cache stays (slow steps are dense), plus the compact
+         * sink + selected buffer of every layer and the ring of Selector
+         * scratch (logits over J and two score arrays per slot). */
+        double K = s->prm.K < J ? s->prm.K : J;
+        kv += layers * (s->prm.n_sink + K) * pos_b;
+        kv += SCRATCH_RING * (hq * J * 4.0 + 2.0 * hkv * J * 4.0);
+        break;
+    }
+    case SFI_SIM_QUEST:
+        kv += layers * ceil(L / s->pol.quest_page) * 2.0 * hkv * m->head_dim * s->kv_bytes;
+        break;
+    case SFI_SIM_LFPS:
+        kv += layers * 2.0 * hq * L * 4.0;
+        break;
+    default:
+        break;
+    }
+    mem->kv_per_request = kv;
+    mem->scratch = 0;
+    mem->usable = s->gpu.hbm_capacity * SFI_COST_USABLE_HBM;
+    double room = mem->usable - mem->weights - mem->scratch;
+    double mb = room > 0 ? floor(room / kv) : 0;
+    mem->max_batch = mb > 1e9 ? 1000000000 : (int)mb;
+    return SFI_OK;
+}

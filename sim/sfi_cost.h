@@ -1,0 +1,134 @@
+/* Cost model of one decode step of a batch on one GPU of a tensor-parallel
+ * group (every term is described in sfi-sim(1), COST MODEL).
+ *
+ * A step of B requests, n_slow of which take a slow (dense) step, moves
+ * per layer: the layer's weights (MoE: the expected distinct experts the
+ * batch touches), each request's KV (dense: the whole context; sparse:
+ * sink + selected + recent read as two segments), on slow steps the exposed
+ * logits, the Selector's and Top-K's passes and the reorg copy of sink +
+ * selected K/V; plus the LM head, two all-reduces per layer under tensor
+ * parallelism, one launch cost per kernel and a fixed per-step overhead.
+ * Each kernel's time is its roofline max(bytes / bandwidth, FLOPs / peak)
+ * divided by its class's calibrated efficiency. Selector + Top-K + reorg
+ * of layer i run on a second stream behind the main stream of layers > i;
+ * what does not fit behind them is exposed (reported separately). */
+#ifndef SFI_COST_H
+#define SFI_COST_H
+
+#include <stdint.h>
+#include "sfi_error.h"
+#include "sfi_hw.h"
+#include "sfi_model.h"
+#include "sfi_params.h"
+
+typedef enum {
+    SFI_SIM_FULL = 0,   /* full KV: dense every step */
+    SFI_SIM_SFI,        /* SFI: boundary + T_max trigger */
+    SFI_SIM_TMAX,       /* SFI state, T_max trigger only */
+    SFI_SIM_INTERVAL,   /* SFI state, slow every `interval` steps */
+    SFI_SIM_BOUNDARY,   /* SFI state, boundary trigger only */
+    SFI_SIM_ORACLE,     /* exact top-K of a dense QK pass, every step */
+    SFI_SIM_STREAMING,  /* StreamingLLM: sink + recent only */
+    SFI_SIM_QUEST,      /* Quest: page min/max scoring, top pages */
+    SFI_SIM_LFPS,       /* LFPS: decayed score tables, candidate top-k */
+    SFI_SIM_KASCADE,    /* Kascade: dense top-k in anchor layers, reuse */
+    SFI_SIM_FASA,       /* FASA: reduced-dimension scoring, top N_fac */
+    SFI_SIM_POLICY_COUNT
+} sfi_sim_policy_kind;
+
+typedef struct {
+    sfi_sim_policy_kind kind;
+    int interval;          /* INTERVAL: steps between slow steps [64] */
+    int quest_page;        /* QUEST: tokens per page [16] */
+    double lfps_cand_frac; /* LFPS: candidate fraction of the context [0.1] */
+    int kascade_anchors;   /* KASCADE: anchor layers, layer 0 included [4] */
+    int fasa_tip;          /* FASA: frequency chunks used to score [16] */
+    /* Top-k of the peer methods (oracle, Quest tokens, LFPS, FASA N_fac);
+     * 0 = the SFI budget n_sink + K + n_recent, so every method reads the
+     * same number of positions. Kascade uses max(10% of L, 128). */
+    int peer_k;
+} sfi_sim_policy;
+
+/* Short names: full sfi tmax interval boundary oracle streaming quest lfps
+ * kascade fasa. */
+const char *sfi_sim_policy_name(sfi_sim_policy_kind k);
+const char *sfi_sim_policy_help(sfi_sim_policy_kind k);
+sfi_status sfi_sim_policy_parse(const char *name, sfi_sim_policy *out, sfi_error *err);
+void sfi_sim_policy_default(sfi_sim_policy *p, sfi_sim_policy_kind k);
+/* 1 for the policies whose steps are slow or fast by a trigger (sfi, tmax,
+ * interval, boundary); the others cost the same every step. */
+int sfi_sim_policy_has_slow_steps(sfi_sim_policy_kind k);
+
+typedef struct {
+    const sfi_model_config *model;
+    sfi_gpu gpu;
+    sfi_hw_profile prof;
+    sfi_params prm;        /* n_sink, n_recent, K (T_max is the replay's) */
+    sfi_sim_policy pol;
+    int tp;                /* tensor-parallel degree >= 1 */
+    int context;           /* cached positions per request (current included) */
+    int batch;             /* requests decoded together */
+    int weight_bytes;      /* 2 = bf16 (default), 1 = fp8 */
+    int kv_bytes;          /* bytes per K/V element, 2 = bf16 */
+} sfi_cost_setup;
+
+/* Fills defaults: tp 1, weight_bytes 2, kv_bytes 2, default profile and
+ * params, policy sfi; model/gpu/context/batch must be set by the caller. */
+void sfi_cost_setup_init(sfi_cost_setup *s);
+/* Checks the setup (positive sizes, K <= candidates, TP dividing the query
+ * heads, ...). */
+sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err);
+
+typedef struct {
+    double time_s;        /* step latency */
+    double hbm_bytes;     /* HBM bytes moved on one GPU */
+    double kv_bytes;      /* of which KV (and logits/selector traffic) */
+    double weight_bytes;  /* of which weights */
+    double flops;         /* on one GPU */
+    double side_s;        /* Selector + Top-K + reorg stream time */
+    double exposed_s;     /* part of side_s (plus contention) not hidden */
+    double comm_s;        /* all-reduce time */
+    int launches;         /* kernels launched */
+} sfi_step_cost;
+
+/* Cost of one batch step in which n_slow of the batch's requests take a
+ * slow step (ignored by policies without slow steps). */
+sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out,
+                         sfi_error *err);
+
+/* ---- Terms, exposed for tests and the validate command ---- */
+
+/* Expected distinct experts touched by a batch of b tokens each routing to
+ * k of E experts uniformly: E * (1 - (1 - k/E)^b). */
+double sfi_cost_expected_experts(int E, int k, int b);
+/* Weight bytes of one layer on one GPU (MoE: with the expected experts of
+ * a batch of b). */
+double sfi_cost_layer_weight_bytes(const sfi_cost_setup *s, int layer, int b);
+/* KV bytes one request reads in one layer on one GPU: dense over the whole
+ * context, or the two-segment fast set. */
+double sfi_cost_kv_bytes_dense(const sfi_cost_setup *s);
+double sfi_cost_kv_bytes_fast(const sfi_cost_setup *s);
+/* Positions a fast step reads: n_sink + min(K, |J|) + n_recent, clipped to
+ * the context. */
+int sfi_cost_fast_positions(const sfi_cost_setup *s);
+/* Time of one kernel: roofline over efficiency plus the launch cost. */
+double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
+                            double flops);
+/* Ring all-reduce of `bytes` over tp GPUs (0 when tp == 1). */
+double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes);
+
+/* Memory on one GPU. */
+typedef struct {
+    double weights;       /* bytes of weights (/tp) */
+    double kv_per_request;/* KV cache + compact buffers + policy tables */
+    double scratch;       /* batch-independent scratch (Selector ring) */
+    double usable;        /* capacity * SFI_COST_USABLE_HBM */
+    int max_batch;        /* largest batch that fits (0: not even one) */
+} sfi_cost_memory;
+
+/* Fraction of HBM the model lets weights + KV + buffers use (the rest is
+ * the runtime, activations and fragmentation). */
+#define SFI_COST_USABLE_HBM 0.90
+sfi_status sfi_cost_memory_of(const sfi_cost_setup *s, sfi_cost_memory *m, sfi_error *err);
+
+#endif

@@ -1,0 +1,482 @@
+/* GPU descriptions and calibration profiles (see sfi_hw.h). */
+#include <config.h>
+
+#include "sfi_hw.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+/* Vendor figures, dense (no structured sparsity) tensor throughput:
+ * - H100-SXM: NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5 column:
+ *   80 GB HBM3, 3.35 TB/s, BF16 989.4 TFLOPS and FP8 1,978.9 TFLOPS (the
+ *   datasheet's "with sparsity" figures halved), 132 SMs, 50 MB L2 (H100
+ *   whitepaper), NVLink 4 900 GB/s.
+ * - H200: NVIDIA H200 Tensor Core GPU datasheet (2024), SXM column: 141 GB
+ *   HBM3e, 4.8 TB/s, BF16 989 / FP8 1,979 TFLOPS dense, same GH100 die as
+ *   H100 (132 SMs, 50 MB L2), NVLink 900 GB/s.
+ * - B200: NVIDIA HGX B200 datasheet (2024), per GPU = HGX totals / 8:
+ *   1,440 GB -> 180 GB HBM3e, 64 TB/s -> 8 TB/s, BF16 18 PFLOPS sparse ->
+ *   2.25 PFLOPS dense, FP8 36 PFLOPS sparse -> 4.5 PFLOPS dense, NVLink 5
+ *   1.8 TB/s per GPU; 148 SMs and 126 MB L2 from the Blackwell
+ *   architecture technical brief. */
+static const sfi_gpu gpu_presets[] = {
+    {"B200", 180e9, 8.0e12, 2250e12, 4500e12, 148, 126e6, 1800e9},
+    {"H200", 141e9, 4.8e12, 989e12, 1979e12, 132, 50e6, 900e9},
+    {"H100-SXM", 80e9, 3.35e12, 989.4e12, 1978.9e12, 132, 50e6, 900e9},
+};
+#define N_GPU_PRESETS (sizeof gpu_presets / sizeof gpu_presets[0])
+
+static const char *const kc_names[SFI_KC_COUNT] = {
+    "gemm", "attn_dense", "attn_sparse", "selector", "topk", "reorg", "allreduce", "other",
+};
+
+const char *sfi_kernel_class_name(sfi_kernel_class c)
+{
+    return (unsigned)c < SFI_KC_COUNT ? kc_names[c] : "?";
+}
+
+size_t sfi_gpu_preset_count(void)
+{
+    return N_GPU_PRESETS;
+}
+
+const sfi_gpu *sfi_gpu_preset_at(size_t i)
+{
+    return i < N_GPU_PRESETS ? &gpu_presets[i] : NULL;
+}
+
+sfi_status sfi_gpu_preset(const char *name, sfi_gpu *out, sfi_error *err)
+{
+    if (name && !strcasecmp(name, "H100"))
+        name = "H100-SXM";
+    for (size_t i = 0; name && i < N_GPU_PRESETS; i++)
+        if (!strcasecmp(name, gpu_presets[i].name)) {
+            *out = gpu_presets[i];
+            return SFI_OK;
+        }
+    return sfi_error_set(err, SFI_ENOTFOUND, "unknown GPU '%s' (built-in: B200, H200, H100-SXM; or a GPU JSON file)",
+                         name ? name : "");
+}
+
+sfi_status sfi_gpu_validate(const sfi_gpu *g, const char *origin, sfi_error *err)
+{
+    struct {
+        const char *key;
+        double v, lo, hi;
+    } chk[] = {
+        {"hbm_capacity_GB", g->hbm_capacity, 1e8, 1e14},
+        {"hbm_bandwidth_TBps", g->hbm_bandwidth, 1e9, 1e15},
+        {"bf16_dense_TFLOPS", g->bf16_flops, 1e9, 1e18},
+        {"fp8_dense_TFLOPS", g->fp8_flops, 1e9, 1e18},
+        {"sm_count", g->sm_count, 1, 100000},
+        {"l2_MB", g->l2_bytes, 0, 1e11},
+        {"nvlink_GBps", g->nvlink_bandwidth, 0, 1e15},
+    };
+    for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
+        if (!(chk[i].v >= chk[i].lo && chk[i].v <= chk[i].hi))
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: value out of range", origin, chk[i].key);
+    if (!g->name[0])
+        return sfi_error_set(err, SFI_EFORMAT, "%s: name: empty", origin);
+    return SFI_OK;
+}
+
+/* Reads a whole file, refusing anything over SFI_HW_FILE_MAX before
+ * allocating for it. */
+static sfi_status read_capped(const char *path, char **out, size_t *len, sfi_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO, "%s: cannot open: %s",
+                             path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return sfi_error_set(err, SFI_EIO, "%s: is a directory", path);
+    }
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > (off_t)SFI_HW_FILE_MAX) {
+        fclose(f);
+        return sfi_error_set(err, SFI_ERANGE, "%s: file larger than %u bytes", path, SFI_HW_FILE_MAX);
+    }
+    /* Pipes and the like: read at most one byte past the cap. */
+    size_t cap = SFI_HW_FILE_MAX + 1;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        fclose(f);
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    }
+    size_t n = 0, r;
+    while (n < cap && (r = fread(buf + n, 1, cap - n, f)) > 0)
+        n += r;
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return sfi_error_set(err, SFI_EIO, "%s: read error", path);
+    }
+    if (n > SFI_HW_FILE_MAX) {
+        free(buf);
+        return sfi_error_set(err, SFI_ERANGE, "%s: file larger than %u bytes", path, SFI_HW_FILE_MAX);
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return SFI_OK;
+}
+
+static sfi_status parse_root(const char *json, size_t len, const char *origin, json_t **root,
+                             sfi_error *err)
+{
+    json_error_t je;
+    *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!*root)
+        return sfi_error_set(err, SFI_EFORMAT, "%s:%d:%d: invalid JSON: %s", origin, je.line,
+                             je.column, je.text);
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: not a JSON object", origin);
+    }
+    return SFI_OK;
+}
+
+static sfi_status get_num(json_t *v, const char *origin, const char *key, double *out,
+                          sfi_error *err)
+{
+    if (!json_is_number(v))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not a number", origin, key);
+    double d = json_number_value(v);
+    if (!isfinite(d))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not finite", origin, key);
+    *out = d;
+    return SFI_OK;
+}
+
+static sfi_status get_str(json_t *v, const char *origin, const char *key, char *out,
+                          size_t cap, sfi_error *err)
+{
+    if (!json_is_string(v))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not a string", origin, key);
+    const char *s = json_string_value(v);
+    if (strlen(s) >= cap)
+        return sfi_error_set(err, SFI_ERANGE, "%s: %s: longer than %zu bytes", origin, key, cap - 1);
+    memcpy(out, s, strlen(s) + 1);
+    return SFI_OK;
+}
+
+static sfi_status check_version(json_t *root, const char *key, const char *origin, sfi_error *err)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: missing (expected %s: 1)", origin, key, key);
+    if (!json_is_integer(v))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not an integer", origin, key);
+    if (json_integer_value(v) != 1)
+        return sfi_error_set(err, json_integer_value(v) > 1 ? SFI_EVERSION : SFI_EFORMAT,
+                             "%s: %s: version %lld not supported (this sfi-sim reads 1)", origin,
+                             key, (long long)json_integer_value(v));
+    return SFI_OK;
+}
+
+sfi_status sfi_gpu_parse(const char *json, size_t len, const char *origin, sfi_gpu *out,
+                         sfi_error *err)
+{
+    json_t *root;
+    sfi_status st = parse_root(json, len, origin, &root, err);
+    if (st)
+        return st;
+    sfi_gpu g;
+    memset(&g, 0, sizeof g);
+    unsigned seen = 0;
+    static const char *const keys[] = {"name", "hbm_capacity_GB", "hbm_bandwidth_TBps",
+                                       "bf16_dense_TFLOPS", "fp8_dense_TFLOPS", "sm_count",
+                                       "l2_MB", "nvlink_GBps"};
+    const size_t nkeys = sizeof keys / sizeof keys[0];
+    st = check_version(root, "sfi_gpu", origin, err);
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (st)
+            break;
+        if (!strcmp(key, "sfi_gpu"))
+            continue;
+        size_t k = 0;
+        while (k < nkeys && strcmp(key, keys[k]))
+            k++;
+        if (k == nkeys) {
+            st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: unknown key", origin, key);
+            break;
+        }
+        seen |= 1u << k;
+        double d = 0;
+        if (k == 0) {
+            st = get_str(v, origin, key, g.name, sizeof g.name, err);
+            continue;
+        }
+        if ((st = get_num(v, origin, key, &d, err)))
+            break;
+        switch (k) {
+        case 1: g.hbm_capacity = d * 1e9; break;
+        case 2: g.hbm_bandwidth = d * 1e12; break;
+        case 3: g.bf16_flops = d * 1e12; break;
+        case 4: g.fp8_flops = d * 1e12; break;
+        case 5:
+            if (d != floor(d) || d < 1 || d > 100000)
+                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: not a positive integer", origin, key);
+            g.sm_count = (int)(d >= 1 && d <= 100000 ? d : 0);
+            break;
+        case 6: g.l2_bytes = d * 1e6; break;
+        case 7: g.nvlink_bandwidth = d * 1e9; break;
+        }
+    }
+    json_decref(root);
+    if (st)
+        return st;
+    for (size_t k = 0; k < nkeys; k++)
+        if (!(seen & (1u << k)))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: missing", origin, keys[k]);
+    if ((st = sfi_gpu_validate(&g, origin, err)))
+        return st;
+    *out = g;
+    return SFI_OK;
+}
+
+sfi_status sfi_gpu_load(const char *path, sfi_gpu *out, sfi_error *err)
+{
+    char *buf;
+    size_t len;
+    sfi_status st = read_capped(path, &buf, &len, err);
+    if (st)
+        return st;
+    st = sfi_gpu_parse(buf, len, path, out, err);
+    free(buf);
+    return st;
+}
+
+sfi_status sfi_gpu_resolve(const char *name_or_path, sfi_gpu *out, sfi_error *err)
+{
+    if (!name_or_path || !name_or_path[0])
+        return sfi_error_set(err, SFI_EINVAL, "empty GPU name");
+    if (sfi_gpu_preset(name_or_path, out, NULL) == SFI_OK)
+        return SFI_OK;
+    if (!strchr(name_or_path, '/') && !strstr(name_or_path, ".json"))
+        return sfi_gpu_preset(name_or_path, out, err);
+    return sfi_gpu_load(name_or_path, out, err);
+}
+
+/* Default calibration: what a well-tuned bf16 decode path reaches on
+ * Hopper-class parts in public measurements (weight GEMV near 80% of HBM
+ * bandwidth, FlashDecoding-style dense attention ~75%, gathered sparse
+ * reads ~60%, Top-K radix select ~40%), kernel launch ~3 us under CUDA
+ * graphs, ~40 us per step of sampling and scheduling. Replaced by the GPU
+ * benchmarks' measured profile where one exists (sim/profiles/,
+ * gpu/profiles/). Keep sim/profiles/default.json equal (a test checks). */
+void sfi_hw_profile_default(sfi_hw_profile *p)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "default");
+    p->efficiency[SFI_KC_GEMM] = 0.80;
+    p->efficiency[SFI_KC_ATTN_DENSE] = 0.75;
+    p->efficiency[SFI_KC_ATTN_SPARSE] = 0.60;
+    p->efficiency[SFI_KC_SELECTOR] = 0.50;
+    p->efficiency[SFI_KC_TOPK] = 0.40;
+    p->efficiency[SFI_KC_REORG] = 0.70;
+    p->efficiency[SFI_KC_ALLREDUCE] = 0.70;
+    p->efficiency[SFI_KC_OTHER] = 0.50;
+    p->launch_s = 3.0e-6;
+    p->step_overhead_s = 40.0e-6;
+    p->allreduce_latency_s = 8.0e-6;
+    p->overlap_contention = 0.30;
+}
+
+static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
+                                    sfi_hw_measurement *out, sfi_error *err)
+{
+    char where[64];
+    snprintf(where, sizeof where, "measurements[%zu]", idx);
+    if (!json_is_object(m))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not an object", origin, where);
+    memset(out, 0, sizeof *out);
+    out->layers = 1;
+    const char *key;
+    json_t *v;
+    int have_kernel = 0, have_time = 0;
+    json_object_foreach(m, key, v) {
+        char full[128];
+        snprintf(full, sizeof full, "%s.%s", where, key);
+        if (!strcmp(key, "kernel")) {
+            sfi_status st = get_str(v, origin, full, out->kernel, sizeof out->kernel, err);
+            if (st)
+                return st;
+            have_kernel = 1;
+            continue;
+        }
+        int known = !strcmp(key, "time_us") || !strcmp(key, "batch") || !strcmp(key, "context") ||
+                    !strcmp(key, "q_heads") || !strcmp(key, "kv_heads") ||
+                    !strcmp(key, "head_dim") || !strcmp(key, "K") || !strcmp(key, "layers");
+        if (!known) /* extra descriptive keys (notes, units) are allowed here */
+            continue;
+        double d;
+        sfi_status st = get_num(v, origin, full, &d, err);
+        if (st)
+            return st;
+        if (!strcmp(key, "time_us")) {
+            if (!(d > 0 && d < 1e9))
+                return sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in (0, 1e9)", origin, full);
+            out->time_s = d * 1e-6;
+            have_time = 1;
+            continue;
+        }
+        int *dst = !strcmp(key, "batch")      ? &out->batch
+                   : !strcmp(key, "context")  ? &out->context
+                   : !strcmp(key, "q_heads")  ? &out->q_heads
+                   : !strcmp(key, "kv_heads") ? &out->kv_heads
+                   : !strcmp(key, "head_dim") ? &out->head_dim
+                   : !strcmp(key, "K")        ? &out->K
+                   : !strcmp(key, "layers")   ? &out->layers
+                                              : NULL;
+        if (d != floor(d) || d < 0 || d > 1e9)
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: not a non-negative integer", origin, full);
+        *dst = (int)d;
+    }
+    if (!have_kernel || !have_time)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: needs \"kernel\" and \"time_us\"", origin, where);
+    return SFI_OK;
+}
+
+sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin,
+                                sfi_hw_profile *out, sfi_hw_measurement **meas, size_t *n_meas,
+                                sfi_error *err)
+{
+    if (meas)
+        *meas = NULL;
+    if (n_meas)
+        *n_meas = 0;
+    json_t *root;
+    sfi_status st = parse_root(json, len, origin, &root, err);
+    if (st)
+        return st;
+    sfi_hw_profile p;
+    sfi_hw_profile_default(&p);
+    sfi_hw_measurement *ms = NULL;
+    size_t nms = 0;
+    st = check_version(root, "sfi_profile", origin, err);
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (st)
+            break;
+        if (!strcmp(key, "sfi_profile"))
+            continue;
+        if (!strcmp(key, "name")) {
+            st = get_str(v, origin, key, p.name, sizeof p.name, err);
+        } else if (!strcmp(key, "gpu")) {
+            st = get_str(v, origin, key, p.gpu, sizeof p.gpu, err);
+        } else if (!strcmp(key, "note") || !strcmp(key, "source")) {
+            if (!json_is_string(v))
+                st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: not a string", origin, key);
+        } else if (!strcmp(key, "efficiency")) {
+            if (!json_is_object(v)) {
+                st = sfi_error_set(err, SFI_EFORMAT, "%s: efficiency: not an object", origin);
+                break;
+            }
+            const char *ek;
+            json_t *ev;
+            json_object_foreach(v, ek, ev) {
+                int c = 0;
+                while (c < SFI_KC_COUNT && strcmp(ek, kc_names[c]))
+                    c++;
+                char full[96];
+                snprintf(full, sizeof full, "efficiency.%s", ek);
+                if (c == SFI_KC_COUNT) {
+                    st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: unknown kernel class", origin, full);
+                    break;
+                }
+                double d;
+                if ((st = get_num(ev, origin, full, &d, err)))
+                    break;
+                if (!(d > 0 && d <= 1)) {
+                    st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in (0, 1]", origin, full);
+                    break;
+                }
+                p.efficiency[c] = d;
+            }
+        } else if (!strcmp(key, "launch_us") || !strcmp(key, "step_overhead_us") ||
+                   !strcmp(key, "allreduce_latency_us")) {
+            double d;
+            if ((st = get_num(v, origin, key, &d, err)))
+                break;
+            if (!(d >= 0 && d <= 1e6)) {
+                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e6]", origin, key);
+                break;
+            }
+            if (key[0] == 'l')
+                p.launch_s = d * 1e-6;
+            else if (key[0] == 's')
+                p.step_overhead_s = d * 1e-6;
+            else
+                p.allreduce_latency_s = d * 1e-6;
+        } else if (!strcmp(key, "overlap_contention")) {
+            double d;
+            if ((st = get_num(v, origin, key, &d, err)))
+                break;
+            if (!(d >= 0 && d <= 1)) {
+                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1]", origin, key);
+                break;
+            }
+            p.overlap_contention = d;
+        } else if (!strcmp(key, "measurements")) {
+            if (!json_is_array(v)) {
+                st = sfi_error_set(err, SFI_EFORMAT, "%s: measurements: not an array", origin);
+                break;
+            }
+            size_t n = json_array_size(v);
+            if (n > 100000) {
+                st = sfi_error_set(err, SFI_ERANGE, "%s: measurements: more than 100000", origin);
+                break;
+            }
+            if (n) {
+                ms = calloc(n, sizeof *ms);
+                if (!ms) {
+                    st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", origin);
+                    break;
+                }
+            }
+            for (size_t i = 0; i < n && !st; i++)
+                st = parse_measurement(json_array_get(v, i), origin, i, &ms[i], err);
+            nms = n;
+        } else {
+            st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: unknown key", origin, key);
+        }
+    }
+    json_decref(root);
+    if (st) {
+        free(ms);
+        return st;
+    }
+    *out = p;
+    if (meas) {
+        *meas = ms;
+        *n_meas = nms;
+    } else {
+        free(ms);
+    }
+    return SFI_OK;
+}
+
+sfi_status sfi_hw_profile_load(const char *path, sfi_hw_profile *out, sfi_hw_measurement **meas,
+                               size_t *n_meas, sfi_error *err)
+{
+    char *buf;
+    size_t len;
+    sfi_status st = read_capped(path, &buf, &len, err);
+    if (st)
+        return st;
+    st = sfi_hw_profile_parse(buf, len, path, out, meas, n_meas, err);
+    free(buf);
+    return st;
+}

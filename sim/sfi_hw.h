@@ -1,0 +1,108 @@
+/* Hardware descriptions for sfi-sim: GPUs (built-in B200, H200, H100-SXM or
+ * a JSON file) and calibration profiles (achieved fraction of peak per kernel
+ * class, launch and per-step overheads, optional measured kernel times).
+ *
+ * GPU file (--gpu FILE), units in the key names, decimal SI prefixes:
+ *   { "sfi_gpu": 1, "name": "H100-SXM",
+ *     "hbm_capacity_GB": 80, "hbm_bandwidth_TBps": 3.35,
+ *     "bf16_dense_TFLOPS": 989.4, "fp8_dense_TFLOPS": 1978.9,
+ *     "sm_count": 132, "l2_MB": 50, "nvlink_GBps": 900 }
+ * nvlink_GBps is the vendor's total (both directions) per GPU; the
+ * all-reduce model uses half of it per direction. Unknown keys are errors.
+ *
+ * Calibration profile (--profile FILE; the GPU benchmarks write one):
+ *   { "sfi_profile": 1, "name": "default", "gpu": "H100-SXM",
+ *     "efficiency": { "gemm": 0.80, "attn_dense": 0.75, "attn_sparse": 0.60,
+ *                     "selector": 0.50, "topk": 0.40, "reorg": 0.70,
+ *                     "allreduce": 0.70, "other": 0.50 },
+ *     "launch_us": 3.0, "step_overhead_us": 40.0, "allreduce_latency_us": 8.0,
+ *     "overlap_contention": 0.30,
+ *     "measurements": [
+ *       { "kernel": "attn_dense", "batch": 16, "context": 32768,
+ *         "q_heads": 32, "kv_heads": 8, "head_dim": 128, "K": 2048,
+ *         "layers": 1, "time_us": 812.0 } ] }
+ * efficiency[c] is the achieved fraction of the binding roofline (HBM
+ * bandwidth or tensor FLOP/s) of kernel class c; every class is optional
+ * (missing ones keep the default profile's value). overlap_contention is
+ * the fraction of side-stream (Selector + reorg) time that still slows the
+ * main stream while overlapped (they share HBM). "measurements" is optional;
+ * `sfi-sim validate` compares each with the model's prediction. Kernel names
+ * there: attn_dense, attn_sparse (context = positions read), selector,
+ * topk, reorg, selector_reorg, copy, step_fast, step_slow. */
+#ifndef SFI_HW_H
+#define SFI_HW_H
+
+#include <stddef.h>
+#include "sfi_error.h"
+
+#define SFI_HW_NAME_MAX 64
+/* Files larger than this are refused before they are read. */
+#define SFI_HW_FILE_MAX (4u << 20)
+
+typedef struct {
+    char name[SFI_HW_NAME_MAX];
+    double hbm_capacity;    /* bytes */
+    double hbm_bandwidth;   /* bytes/s */
+    double bf16_flops;      /* dense FLOP/s */
+    double fp8_flops;       /* dense FLOP/s */
+    int sm_count;
+    double l2_bytes;
+    double nvlink_bandwidth; /* bytes/s, both directions together */
+} sfi_gpu;
+
+typedef enum {
+    SFI_KC_GEMM = 0,     /* weight matrix-vector/-matrix products */
+    SFI_KC_ATTN_DENSE,   /* dense decode attention (with exposed logits) */
+    SFI_KC_ATTN_SPARSE,  /* two-segment sparse attention */
+    SFI_KC_SELECTOR,     /* Selector steps 1-8 */
+    SFI_KC_TOPK,         /* Top-K per KV head */
+    SFI_KC_REORG,        /* packing sink + selected K/V */
+    SFI_KC_ALLREDUCE,    /* tensor-parallel all-reduce over NVLink */
+    SFI_KC_OTHER,        /* norms, RoPE, sampling, peer-method scoring */
+    SFI_KC_COUNT
+} sfi_kernel_class;
+
+const char *sfi_kernel_class_name(sfi_kernel_class c);
+
+typedef struct {
+    char name[SFI_HW_NAME_MAX];
+    char gpu[SFI_HW_NAME_MAX];      /* GPU it was measured on ("" = any) */
+    double efficiency[SFI_KC_COUNT]; /* (0,1] */
+    double launch_s;                 /* fixed cost per kernel */
+    double step_overhead_s;          /* fixed cost per decode step */
+    double allreduce_latency_s;      /* fixed cost per all-reduce */
+    double overlap_contention;       /* [0,1] */
+} sfi_hw_profile;
+
+typedef struct {
+    char kernel[32];
+    int batch, context, q_heads, kv_heads, head_dim, K, layers;
+    double time_s;
+} sfi_hw_measurement;
+
+/* Built-in GPUs. Lookup is case-insensitive; "H100" also names H100-SXM. */
+size_t sfi_gpu_preset_count(void);
+const sfi_gpu *sfi_gpu_preset_at(size_t i);
+sfi_status sfi_gpu_preset(const char *name, sfi_gpu *out, sfi_error *err);
+/* Parses a GPU JSON text (origin names it in messages) / reads a file. */
+sfi_status sfi_gpu_parse(const char *json, size_t len, const char *origin,
+                         sfi_gpu *out, sfi_error *err);
+sfi_status sfi_gpu_load(const char *path, sfi_gpu *out, sfi_error *err);
+/* A preset name, else a path to a GPU file. */
+sfi_status sfi_gpu_resolve(const char *name_or_path, sfi_gpu *out, sfi_error *err);
+sfi_status sfi_gpu_validate(const sfi_gpu *g, const char *origin, sfi_error *err);
+
+/* The documented default profile (sim/profiles/default.json holds the same
+ * numbers; a test keeps them equal). */
+void sfi_hw_profile_default(sfi_hw_profile *p);
+/* Parses/reads a profile; starts from the default so missing keys keep
+ * their defaults. With meas != NULL, the measurements are returned in a
+ * malloc'd array (*meas, *n_meas; free() it). */
+sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin,
+                                sfi_hw_profile *out, sfi_hw_measurement **meas,
+                                size_t *n_meas, sfi_error *err);
+sfi_status sfi_hw_profile_load(const char *path, sfi_hw_profile *out,
+                               sfi_hw_measurement **meas, size_t *n_meas,
+                               sfi_error *err);
+
+#endif

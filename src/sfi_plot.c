@@ -1,0 +1,660 @@
+/* PNG figures through cairo (see sfi_plot.h). */
+#include <config.h>
+
+#include "sfi_plot.h"
+
+#include <cairo.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    char *label;
+    double *x, *y;
+    size_t n;
+    int markers;
+    int color;
+} series;
+
+typedef struct {
+    double *z;
+    int nx, ny;
+    double x0, x1, y0, y1;
+    char *zlabel;
+} heatmap;
+
+typedef struct {
+    char *title, *xlabel, *ylabel;
+    unsigned flags;
+    series *s;
+    size_t ns;
+    heatmap *h;
+} panel;
+
+struct sfi_plot {
+    int width, height, rows, cols;
+    panel *panels;
+    char **color_labels; /* label -> palette index, shared across panels */
+    int n_colors;
+};
+
+/* Tableau-like palette: distinct hues that survive greyscale printing
+ * reasonably; repeats with dashes after it runs out. */
+static const double palette[][3] = {
+    {0.122, 0.467, 0.706}, {1.000, 0.498, 0.055}, {0.173, 0.627, 0.173},
+    {0.839, 0.153, 0.157}, {0.580, 0.404, 0.741}, {0.549, 0.337, 0.294},
+    {0.890, 0.467, 0.761}, {0.498, 0.498, 0.498}, {0.737, 0.741, 0.133},
+    {0.090, 0.745, 0.812}, {0.000, 0.000, 0.000}, {0.400, 0.650, 1.000},
+};
+#define N_PALETTE ((int)(sizeof palette / sizeof palette[0]))
+
+static char *dupstr(const char *s)
+{
+    if (!s)
+        s = "";
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+sfi_plot *sfi_plot_new(int width, int height, int rows, int cols)
+{
+    if (width < 64 || width > 16384 || height < 64 || height > 16384 || rows < 1 ||
+        rows > 16 || cols < 1 || cols > 16)
+        return NULL;
+    sfi_plot *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->panels = calloc((size_t)rows * (size_t)cols, sizeof *p->panels);
+    if (!p->panels) {
+        free(p);
+        return NULL;
+    }
+    p->width = width;
+    p->height = height;
+    p->rows = rows;
+    p->cols = cols;
+    return p;
+}
+
+void sfi_plot_free(sfi_plot *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->rows * p->cols; i++) {
+        panel *pn = &p->panels[i];
+        free(pn->title);
+        free(pn->xlabel);
+        free(pn->ylabel);
+        for (size_t j = 0; j < pn->ns; j++) {
+            free(pn->s[j].label);
+            free(pn->s[j].x);
+            free(pn->s[j].y);
+        }
+        free(pn->s);
+        if (pn->h) {
+            free(pn->h->z);
+            free(pn->h->zlabel);
+            free(pn->h);
+        }
+    }
+    for (int i = 0; i < p->n_colors; i++)
+        free(p->color_labels[i]);
+    free(p->color_labels);
+    free(p->panels);
+    free(p);
+}
+
+static sfi_status check_panel(const sfi_plot *p, int panel_i, sfi_error *err)
+{
+    if (!p)
+        return sfi_error_set(err, SFI_EINVAL, "plot: no figure");
+    if (panel_i < 0 || panel_i >= p->rows * p->cols)
+        return sfi_error_set(err, SFI_EINVAL, "plot: panel %d outside 0..%d", panel_i,
+                             p->rows * p->cols - 1);
+    return SFI_OK;
+}
+
+sfi_status sfi_plot_axes(sfi_plot *p, int panel_i, const char *title, const char *xlabel,
+                         const char *ylabel, unsigned flags, sfi_error *err)
+{
+    sfi_status st = check_panel(p, panel_i, err);
+    if (st)
+        return st;
+    panel *pn = &p->panels[panel_i];
+    char *t = dupstr(title), *xl = dupstr(xlabel), *yl = dupstr(ylabel);
+    if (!t || !xl || !yl) {
+        free(t);
+        free(xl);
+        free(yl);
+        return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
+    }
+    free(pn->title);
+    free(pn->xlabel);
+    free(pn->ylabel);
+    pn->title = t;
+    pn->xlabel = xl;
+    pn->ylabel = yl;
+    pn->flags = flags;
+    return SFI_OK;
+}
+
+static int color_of(sfi_plot *p, const char *label)
+{
+    for (int i = 0; i < p->n_colors; i++)
+        if (!strcmp(p->color_labels[i], label))
+            return i;
+    char **nl = realloc(p->color_labels, (size_t)(p->n_colors + 1) * sizeof *nl);
+    if (!nl)
+        return -1;
+    p->color_labels = nl;
+    nl[p->n_colors] = dupstr(label);
+    if (!nl[p->n_colors])
+        return -1;
+    return p->n_colors++;
+}
+
+sfi_status sfi_plot_line(sfi_plot *p, int panel_i, const char *label, const double *x,
+                         const double *y, size_t n, int markers, sfi_error *err)
+{
+    sfi_status st = check_panel(p, panel_i, err);
+    if (st)
+        return st;
+    if (n == 0 || !x || !y)
+        return sfi_error_set(err, SFI_EINVAL, "plot: series '%s' has no points",
+                             label ? label : "");
+    panel *pn = &p->panels[panel_i];
+    series *ns = realloc(pn->s, (pn->ns + 1) * sizeof *ns);
+    if (!ns)
+        return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
+    pn->s = ns;
+    series *s = &ns[pn->ns];
+    memset(s, 0, sizeof *s);
+    s->label = dupstr(label);
+    s->x = malloc(n * sizeof *s->x);
+    s->y = malloc(n * sizeof *s->y);
+    s->color = s->label ? color_of(p, s->label) : -1;
+    if (!s->label || !s->x || !s->y || s->color < 0) {
+        free(s->label);
+        free(s->x);
+        free(s->y);
+        return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
+    }
+    memcpy(s->x, x, n * sizeof *x);
+    memcpy(s->y, y, n * sizeof *y);
+    s->n = n;
+    s->markers = markers;
+    pn->ns++;
+    return SFI_OK;
+}
+
+sfi_status sfi_plot_heatmap(sfi_plot *p, int panel_i, const double *z, int nx, int ny,
+                            double x0, double x1, double y0, double y1, const char *zlabel,
+                            sfi_error *err)
+{
+    sfi_status st = check_panel(p, panel_i, err);
+    if (st)
+        return st;
+    if (!z || nx < 1 || ny < 1 || nx > 100000 || ny > 100000 || !(x1 > x0) || !(y1 > y0))
+        return sfi_error_set(err, SFI_EINVAL, "plot: heatmap needs nx, ny >= 1 and x1 > x0, y1 > y0");
+    panel *pn = &p->panels[panel_i];
+    heatmap *h = calloc(1, sizeof *h);
+    if (!h)
+        return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
+    size_t cells = (size_t)nx * (size_t)ny;
+    h->z = malloc(cells * sizeof *h->z);
+    h->zlabel = dupstr(zlabel);
+    if (!h->z || !h->zlabel) {
+        free(h->z);
+        free(h->zlabel);
+        free(h);
+        return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
+    }
+    memcpy(h->z, z, cells * sizeof *z);
+    h->nx = nx;
+    h->ny = ny;
+    h->x0 = x0;
+    h->x1 = x1;
+    h->y0 = y0;
+    h->y1 = y1;
+    if (pn->h) {
+        free(pn->h->z);
+        free(pn->h->zlabel);
+        free(pn->h);
+    }
+    pn->h = h;
+    return SFI_OK;
+}
+
+/* ---- drawing ---- */
+
+typedef struct {
+    double lo, hi;   /* data range (log10 of it on log axes) */
+    int log;         /* 0 linear, 2 log2, 10 log10 */
+    double px0, px1; /* pixel range */
+} axis;
+
+static double ax_fwd(const axis *a, double v)
+{
+    if (a->log == 2)
+        v = log2(v);
+    else if (a->log == 10)
+        v = log10(v);
+    return a->px0 + (v - a->lo) / (a->hi - a->lo) * (a->px1 - a->px0);
+}
+
+static int usable(const axis *a, double v)
+{
+    return isfinite(v) && (a->log == 0 || v > 0);
+}
+
+static void fit_range(axis *a, double mn, double mx, int include_zero)
+{
+    if (!(mn <= mx)) { /* no data */
+        mn = a->log ? 1 : 0;
+        mx = a->log ? 10 : 1;
+    }
+    if (a->log == 2) {
+        mn = log2(mn);
+        mx = log2(mx);
+    } else if (a->log == 10) {
+        mn = log10(mn);
+        mx = log10(mx);
+    } else if (include_zero) {
+        if (mn > 0)
+            mn = 0;
+        if (mx < 0)
+            mx = 0;
+    }
+    if (mx - mn < 1e-12 * (fabs(mx) + fabs(mn) + 1e-300)) {
+        double d = fabs(mx) > 0 ? fabs(mx) * 0.1 : 1;
+        mn -= d;
+        mx += d;
+    }
+    double pad = (mx - mn) * 0.05;
+    a->lo = mn - pad;
+    a->hi = mx + pad;
+    if (a->log == 0 && include_zero && mn >= 0)
+        a->lo = mn;
+}
+
+static double nice_step(double span, int target)
+{
+    double raw = span / target;
+    double mag = pow(10, floor(log10(raw)));
+    double f = raw / mag;
+    double s = f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10;
+    return s * mag;
+}
+
+/* Tick values in data units; returns the count (at most max). */
+static int ticks(const axis *a, double *t, int max)
+{
+    int n = 0;
+    if (a->log) {
+        double lo = ceil(a->lo - 1e-9), hi = floor(a->hi + 1e-9);
+        int every = 1;
+        while ((hi - lo) / every + 1 > 9)
+            every++;
+        for (double e = lo; e <= hi && n < max; e += every)
+            t[n++] = pow(a->log == 2 ? 2.0 : 10.0, e);
+        return n;
+    }
+    double st = nice_step(a->hi - a->lo, 6);
+    for (double v = ceil(a->lo / st) * st; v <= a->hi + st * 1e-9 && n < max; v += st)
+        t[n++] = fabs(v) < st * 1e-9 ? 0 : v;
+    return n;
+}
+
+static void tick_label(double v, unsigned kilo, char *buf, size_t n)
+{
+    if (kilo && v >= 1024 && fmod(v, 1024) == 0) {
+        double k = v / 1024;
+        if (k >= 1024 && fmod(k, 1024) == 0)
+            snprintf(buf, n, "%gM", k / 1024);
+        else
+            snprintf(buf, n, "%gK", k);
+    } else {
+        snprintf(buf, n, "%g", v);
+    }
+}
+
+static void text_at(cairo_t *cr, const char *s, double x, double y, double ax, double ay)
+{
+    cairo_text_extents_t e;
+    cairo_text_extents(cr, s, &e);
+    cairo_move_to(cr, x - e.x_bearing - ax * e.width, y - e.y_bearing - ay * e.height);
+    cairo_show_text(cr, s);
+}
+
+static void viridis(double t, double *r, double *g, double *b)
+{
+    static const double c[5][3] = {{0.267, 0.005, 0.329}, {0.229, 0.322, 0.546},
+                                   {0.128, 0.567, 0.551}, {0.369, 0.789, 0.383},
+                                   {0.993, 0.906, 0.144}};
+    if (!(t >= 0))
+        t = 0;
+    if (t > 1)
+        t = 1;
+    double f = t * 4;
+    int i = (int)f;
+    if (i > 3)
+        i = 3;
+    f -= i;
+    *r = c[i][0] + f * (c[i + 1][0] - c[i][0]);
+    *g = c[i][1] + f * (c[i + 1][1] - c[i][1]);
+    *b = c[i][2] + f * (c[i + 1][2] - c[i][2]);
+}
+
+static void set_color(cairo_t *cr, int color)
+{
+    const double *c = palette[color % N_PALETTE];
+    cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+    if (color >= N_PALETTE) {
+        static const double dash[] = {6, 3};
+        cairo_set_dash(cr, dash, 2, 0);
+    } else {
+        cairo_set_dash(cr, NULL, 0, 0);
+    }
+}
+
+static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double W, double H)
+{
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 12);
+
+    /* Legend width from the labels actually present. */
+    double legend_w = 0;
+    for (size_t i = 0; i < pn->ns; i++) {
+        int dup = 0;
+        for (size_t j = 0; j < i; j++)
+            dup |= !strcmp(pn->s[i].label, pn->s[j].label);
+        if (dup || !pn->s[i].label[0])
+            continue;
+        cairo_text_extents_t e;
+        cairo_text_extents(cr, pn->s[i].label, &e);
+        if (e.x_advance + 40 > legend_w)
+            legend_w = e.x_advance + 40;
+    }
+    double right = 15 + legend_w + (pn->h ? 90 : 0);
+    axis ax = {.log = (pn->flags & SFI_PLOT_XLOG2) ? 2 : (pn->flags & SFI_PLOT_XLOG10) ? 10 : 0};
+    axis ay = {.log = (pn->flags & SFI_PLOT_YLOG10) ? 10 : 0};
+    ax.px0 = X + 75;
+    ax.px1 = X + W - right;
+    ay.px0 = Y + H - 50;
+    ay.px1 = Y + 32;
+    if (ax.px1 - ax.px0 < 20)
+        ax.px1 = ax.px0 + 20;
+
+    double xmn = INFINITY, xmx = -INFINITY, ymn = INFINITY, ymx = -INFINITY;
+    for (size_t i = 0; i < pn->ns; i++)
+        for (size_t k = 0; k < pn->s[i].n; k++) {
+            double x = pn->s[i].x[k], y = pn->s[i].y[k];
+            if (!usable(&ax, x) || !usable(&ay, y))
+                continue;
+            xmn = fmin(xmn, x);
+            xmx = fmax(xmx, x);
+            ymn = fmin(ymn, y);
+            ymx = fmax(ymx, y);
+        }
+    double zmn = INFINITY, zmx = -INFINITY;
+    if (pn->h) {
+        xmn = fmin(xmn, pn->h->x0);
+        xmx = fmax(xmx, pn->h->x1);
+        ymn = fmin(ymn, pn->h->y0);
+        ymx = fmax(ymx, pn->h->y1);
+        for (size_t k = 0; k < (size_t)pn->h->nx * (size_t)pn->h->ny; k++)
+            if (isfinite(pn->h->z[k])) {
+                zmn = fmin(zmn, pn->h->z[k]);
+                zmx = fmax(zmx, pn->h->z[k]);
+            }
+        if (!(zmn <= zmx))
+            zmn = 0, zmx = 1;
+        if (zmx == zmn)
+            zmx = zmn + 1;
+    }
+    fit_range(&ax, xmn, xmx, 0);
+    fit_range(&ay, ymn, ymx, (pn->flags & SFI_PLOT_YZERO) != 0);
+    if (pn->h) { /* heatmaps fill the axes exactly */
+        ax.lo = pn->h->x0;
+        ax.hi = pn->h->x1;
+        ay.lo = pn->h->y0;
+        ay.hi = pn->h->y1;
+    }
+
+    /* Heatmap cells. */
+    if (pn->h) {
+        const heatmap *h = pn->h;
+        double cw = (ax.px1 - ax.px0) / h->nx, ch = (ay.px0 - ay.px1) / h->ny;
+        for (int iy = 0; iy < h->ny; iy++)
+            for (int ix = 0; ix < h->nx; ix++) {
+                double v = h->z[(size_t)iy * h->nx + ix], r, g, b;
+                if (!isfinite(v))
+                    r = g = b = 0.9;
+                else
+                    viridis((v - zmn) / (zmx - zmn), &r, &g, &b);
+                cairo_set_source_rgb(cr, r, g, b);
+                cairo_rectangle(cr, ax.px0 + ix * cw, ay.px0 - (iy + 1) * ch, cw + 0.5, ch + 0.5);
+                cairo_fill(cr);
+            }
+        /* Colour bar. */
+        double bx = ax.px1 + 15, bw = 16, by0 = ay.px0, by1 = ay.px1;
+        for (int k = 0; k < 128; k++) {
+            double r, g, b;
+            viridis((k + 0.5) / 128, &r, &g, &b);
+            cairo_set_source_rgb(cr, r, g, b);
+            cairo_rectangle(cr, bx, by0 - (k + 1) * (by0 - by1) / 128, bw, (by0 - by1) / 128 + 0.5);
+            cairo_fill(cr);
+        }
+        axis az = {.lo = zmn, .hi = zmx, .px0 = by0, .px1 = by1};
+        double tv[32];
+        int nt = ticks(&az, tv, 32);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_set_line_width(cr, 1);
+        cairo_rectangle(cr, bx, by1, bw, by0 - by1);
+        cairo_stroke(cr);
+        for (int k = 0; k < nt; k++) {
+            double py = ax_fwd(&az, tv[k]);
+            char buf[32];
+            cairo_move_to(cr, bx + bw, py);
+            cairo_line_to(cr, bx + bw + 4, py);
+            cairo_stroke(cr);
+            tick_label(tv[k], 0, buf, sizeof buf);
+            text_at(cr, buf, bx + bw + 6, py, 0, 0.5);
+        }
+        cairo_save(cr);
+        cairo_translate(cr, bx + bw + 56, (by0 + by1) / 2);
+        cairo_rotate(cr, -M_PI / 2);
+        text_at(cr, h->zlabel, 0, 0, 0.5, 0.5);
+        cairo_restore(cr);
+    }
+
+    /* Grid, ticks and tick labels. */
+    double tv[64];
+    char buf[32];
+    int nt = ticks(&ax, tv, 64);
+    cairo_set_line_width(cr, 1);
+    for (int k = 0; k < nt; k++) {
+        double px = ax_fwd(&ax, tv[k]);
+        if (!pn->h) {
+            cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+            cairo_move_to(cr, px, ay.px0);
+            cairo_line_to(cr, px, ay.px1);
+            cairo_stroke(cr);
+        }
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_move_to(cr, px, ay.px0);
+        cairo_line_to(cr, px, ay.px0 + 5);
+        cairo_stroke(cr);
+        tick_label(tv[k], pn->flags & SFI_PLOT_XKILO, buf, sizeof buf);
+        text_at(cr, buf, px, ay.px0 + 8, 0.5, 0);
+    }
+    nt = ticks(&ay, tv, 64);
+    for (int k = 0; k < nt; k++) {
+        double py = ax_fwd(&ay, tv[k]);
+        if (!pn->h) {
+            cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+            cairo_move_to(cr, ax.px0, py);
+            cairo_line_to(cr, ax.px1, py);
+            cairo_stroke(cr);
+        }
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_move_to(cr, ax.px0 - 5, py);
+        cairo_line_to(cr, ax.px0, py);
+        cairo_stroke(cr);
+        tick_label(tv[k], 0, buf, sizeof buf);
+        text_at(cr, buf, ax.px0 - 8, py, 1, 0.5);
+    }
+
+    /* Series, clipped to the axes. */
+    cairo_save(cr);
+    cairo_rectangle(cr, ax.px0, ay.px1, ax.px1 - ax.px0, ay.px0 - ay.px1);
+    cairo_clip(cr);
+    cairo_set_line_width(cr, pn->s && pn->s[0].n > 400 ? 1.0 : 2.0);
+    for (size_t i = 0; i < pn->ns; i++) {
+        const series *s = &pn->s[i];
+        set_color(cr, s->color);
+        int pen = 0;
+        for (size_t k = 0; k < s->n; k++) {
+            if (!usable(&ax, s->x[k]) || !usable(&ay, s->y[k])) {
+                pen = 0;
+                continue;
+            }
+            double px = ax_fwd(&ax, s->x[k]), py = ax_fwd(&ay, s->y[k]);
+            if (pen)
+                cairo_line_to(cr, px, py);
+            else
+                cairo_move_to(cr, px, py);
+            pen = 1;
+        }
+        cairo_stroke(cr);
+        if (s->markers) {
+            cairo_set_dash(cr, NULL, 0, 0);
+            for (size_t k = 0; k < s->n; k++)
+                if (usable(&ax, s->x[k]) && usable(&ay, s->y[k])) {
+                    cairo_arc(cr, ax_fwd(&ax, s->x[k]), ax_fwd(&ay, s->y[k]), 3, 0, 2 * M_PI);
+                    cairo_fill(cr);
+                }
+        }
+    }
+    cairo_restore(cr);
+    cairo_set_dash(cr, NULL, 0, 0);
+
+    /* Frame, labels, title. */
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_set_line_width(cr, 1);
+    cairo_rectangle(cr, ax.px0, ay.px1, ax.px1 - ax.px0, ay.px0 - ay.px1);
+    cairo_stroke(cr);
+    cairo_set_font_size(cr, 13);
+    text_at(cr, pn->xlabel ? pn->xlabel : "", (ax.px0 + ax.px1) / 2, ay.px0 + 28, 0.5, 0);
+    cairo_save(cr);
+    cairo_translate(cr, X + 14, (ay.px0 + ay.px1) / 2);
+    cairo_rotate(cr, -M_PI / 2);
+    text_at(cr, pn->ylabel ? pn->ylabel : "", 0, 0, 0.5, 0.5);
+    cairo_restore(cr);
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
+    cairo_set_font_size(cr, 14);
+    text_at(cr, pn->title ? pn->title : "", (ax.px0 + ax.px1) / 2, Y + 8, 0.5, 0);
+
+    /* Legend to the right of the axes. */
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 12);
+    double ly = ay.px1 + 4, lx = ax.px1 + 12 + (pn->h ? 90 : 0);
+    for (size_t i = 0; i < pn->ns; i++) {
+        int dup = 0;
+        for (size_t j = 0; j < i; j++)
+            dup |= !strcmp(pn->s[i].label, pn->s[j].label);
+        if (dup || !pn->s[i].label[0])
+            continue;
+        set_color(cr, pn->s[i].color);
+        cairo_set_line_width(cr, 2);
+        cairo_move_to(cr, lx, ly + 7);
+        cairo_line_to(cr, lx + 24, ly + 7);
+        cairo_stroke(cr);
+        cairo_set_dash(cr, NULL, 0, 0);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        text_at(cr, pn->s[i].label, lx + 30, ly + 7, 0, 0.5);
+        ly += 17;
+    }
+}
+
+static cairo_status_t write_stream(void *closure, const unsigned char *data, unsigned int len)
+{
+    return fwrite(data, 1, len, (FILE *)closure) == len ? CAIRO_STATUS_SUCCESS
+                                                        : CAIRO_STATUS_WRITE_ERROR;
+}
+
+sfi_status sfi_plot_write_png(const sfi_plot *p, const char *path, sfi_error *err)
+{
+    if (!p || !path || !path[0])
+        return sfi_error_set(err, SFI_EINVAL, "plot: no figure or no output path");
+    cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, p->width, p->height);
+    if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) {
+        cairo_surface_destroy(sf);
+        return sfi_error_set(err, SFI_ENOMEM, "%s: cannot create a %dx%d image", path,
+                             p->width, p->height);
+    }
+    cairo_t *cr = cairo_create(sf);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+    double cw = (double)p->width / p->cols, ch = (double)p->height / p->rows;
+    for (int r = 0; r < p->rows; r++)
+        for (int c = 0; c < p->cols; c++)
+            draw_panel(cr, &p->panels[r * p->cols + c], c * cw, r * ch, cw, ch);
+    cairo_status_t cst = cairo_status(cr);
+    cairo_destroy(cr);
+    if (cst != CAIRO_STATUS_SUCCESS) {
+        cairo_surface_destroy(sf);
+        return sfi_error_set(err, SFI_EIO, "%s: drawing failed: %s", path,
+                             cairo_status_to_string(cst));
+    }
+
+    size_t n = strlen(path);
+    char *tmp = malloc(n + 16);
+    if (!tmp) {
+        cairo_surface_destroy(sf);
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    }
+    snprintf(tmp, n + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        cairo_surface_destroy(sf);
+        return sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path, strerror(e));
+    }
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        cairo_surface_destroy(sf);
+        return sfi_error_set(err, SFI_EIO, "%s: cannot write", path);
+    }
+    cst = cairo_surface_write_to_png_stream(sf, write_stream, f);
+    cairo_surface_destroy(sf);
+    int bad = cst != CAIRO_STATUS_SUCCESS;
+    bad |= fflush(f) != 0;
+    bad |= fclose(f) != 0;
+    /* mkstemp makes 0600; a picture is for everyone to read. */
+    if (!bad)
+        bad |= chmod(tmp, 0644) != 0;
+    if (!bad && rename(tmp, path) != 0)
+        bad = 1;
+    if (bad) {
+        int e = errno;
+        unlink(tmp);
+        free(tmp);
+        return sfi_error_set(err, SFI_EIO, "%s: cannot write PNG: %s", path,
+                             cst != CAIRO_STATUS_SUCCESS ? cairo_status_to_string(cst)
+                                                         : strerror(e));
+    }
+    free(tmp);
+    return SFI_OK;
+}

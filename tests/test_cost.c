@@ -1,0 +1,246 @@
+/* sim/sfi_cost: every term on hand-computable cases, monotonicity, bad
+ * input. */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sfi_cost.h"
+
+static sfi_model_config qwen4b, qwen30b;
+
+static void setup_models(void)
+{
+    sfi_error e;
+    ck_assert_msg(sfi_model_preset("Qwen3-4B", &qwen4b, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_msg(sfi_model_preset("Qwen3-30B-A3B", &qwen30b, &e) == SFI_OK, "%s", e.msg);
+}
+
+static void setup(sfi_cost_setup *s, const sfi_model_config *m, const char *gpu, int ctx, int b)
+{
+    sfi_error e;
+    sfi_cost_setup_init(s);
+    s->model = m;
+    ck_assert_int_eq(sfi_gpu_preset(gpu, &s->gpu, &e), SFI_OK);
+    s->context = ctx;
+    s->batch = b;
+}
+
+static int close_rel(double a, double b, double tol)
+{
+    return fabs(a - b) <= tol * fmax(fabs(a), fabs(b));
+}
+
+START_TEST(kv_bytes_of_qwen3_4b_at_32k)
+{
+    sfi_cost_setup s;
+    setup(&s, &qwen4b, "H100", 32768, 1);
+    /* 8 KV heads x 128 dims x (K + V) x 2 bytes = 4096 B per position and
+     * layer; 32768 positions -> 128 MiB per layer, 4.5 GiB for 36 layers. */
+    ck_assert(sfi_cost_kv_bytes_dense(&s) == 134217728.0);
+    ck_assert(36 * sfi_cost_kv_bytes_dense(&s) == 4.5 * 1024 * 1024 * 1024);
+    /* Fast step: 4 sink + 2048 selected + 256 recent = 2308 positions. */
+    ck_assert_int_eq(sfi_cost_fast_positions(&s), 2308);
+    ck_assert(sfi_cost_kv_bytes_fast(&s) == 2308.0 * 4096);
+    /* Tensor parallel 2 splits the KV heads. */
+    s.tp = 2;
+    ck_assert(sfi_cost_kv_bytes_dense(&s) == 134217728.0 / 2);
+    /* Short context: |J| = 2000 - 260 = 1740 < K, so everything is read. */
+    s.tp = 1;
+    s.context = 2000;
+    ck_assert_int_eq(sfi_cost_fast_positions(&s), 2000);
+}
+END_TEST
+
+START_TEST(weights_of_a_dense_and_a_moe_layer)
+{
+    sfi_cost_setup s;
+    setup(&s, &qwen4b, "H100", 8192, 1);
+    /* q,o: 2*2560*32*128; k,v: 2*2560*8*128; norms 2*2560+2*128; MLP
+     * 3*2560*9728 -> 100,930,816 bf16 weights. */
+    ck_assert(sfi_cost_layer_weight_bytes(&s, 0, 1) == 100930816.0 * 2);
+    /* Expert union: E (1 - (1 - k/E)^B). */
+    ck_assert(sfi_cost_expected_experts(128, 8, 1) == 8.0);
+    ck_assert(close_rel(sfi_cost_expected_experts(128, 8, 2), 15.5, 1e-12));
+    ck_assert(sfi_cost_expected_experts(128, 8, 0) == 0.0);
+    ck_assert(sfi_cost_expected_experts(4, 8, 3) == 4.0);
+    ck_assert(sfi_cost_expected_experts(128, 8, 10000) > 127.999);
+    for (int b = 1; b < 256; b++)
+        ck_assert(sfi_cost_expected_experts(128, 8, b + 1) > sfi_cost_expected_experts(128, 8, b));
+    sfi_cost_setup m;
+    setup(&m, &qwen30b, "H100", 8192, 1);
+    /* Batch 1: attention + router + 8 experts of 3*2048*768. */
+    double attn = 2.0 * 2048 * 32 * 128 + 2.0 * 2048 * 4 * 128 + 2 * 2048 + 2 * 128;
+    double one = attn + 2048.0 * 128 + 8 * 3.0 * 2048 * 768;
+    ck_assert(close_rel(sfi_cost_layer_weight_bytes(&m, 0, 1), one * 2, 1e-12));
+    ck_assert(sfi_cost_layer_weight_bytes(&m, 0, 64) > sfi_cost_layer_weight_bytes(&m, 0, 8));
+}
+END_TEST
+
+START_TEST(kernel_roofline_and_allreduce)
+{
+    sfi_cost_setup s;
+    setup(&s, &qwen4b, "H100", 8192, 1);
+    /* 3.35 GB at 3.35 TB/s = 1 ms, over gemm efficiency 0.8, + 3 us. */
+    ck_assert(close_rel(sfi_cost_kernel_time(&s, SFI_KC_GEMM, 3.35e9, 0), 1e-3 / 0.8 + 3e-6, 1e-12));
+    /* Compute bound: 989.4 TFLOP at 989.4 TFLOP/s = 1 s. */
+    ck_assert(close_rel(sfi_cost_kernel_time(&s, SFI_KC_GEMM, 1, 989.4e12), 1 / 0.8 + 3e-6, 1e-12));
+    ck_assert(sfi_cost_allreduce_time(&s, 1e6) == 0);
+    s.tp = 2;
+    /* 2 (tp-1)/tp * 1 MB over 450 GB/s per direction, /0.7, + 8 us. */
+    ck_assert(close_rel(sfi_cost_allreduce_time(&s, 1e6), 1e6 / 450e9 / 0.7 + 8e-6, 1e-12));
+}
+END_TEST
+
+START_TEST(step_costs_add_up)
+{
+    sfi_cost_setup s;
+    sfi_step_cost full, fast, slow;
+    sfi_error e;
+    setup(&s, &qwen4b, "H100", 32768, 1);
+    s.pol.kind = SFI_SIM_FULL;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &full, &e), SFI_OK);
+    /* Full KV reads every layer's whole cache once. */
+    ck_assert(full.kv_bytes == 36 * 134217728.0);
+    s.pol.kind = SFI_SIM_SFI;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &fast, &e), SFI_OK);
+    ck_assert(fast.kv_bytes == 36 * 2308.0 * 4096);
+    ck_assert(fast.weight_bytes == full.weight_bytes);
+    ck_assert(fast.side_s == 0 && fast.exposed_s == 0);
+    ck_assert_int_eq(sfi_cost_step(&s, 1, &slow, &e), SFI_OK);
+    ck_assert(slow.time_s > full.time_s && slow.time_s > fast.time_s);
+    ck_assert(slow.side_s > 0);
+    ck_assert(slow.exposed_s >= 0 && slow.exposed_s <= slow.side_s);
+    /* The step is dominated by 8 GB of weights + KV: sane magnitudes. */
+    ck_assert(full.time_s > 2e-3 && full.time_s < 10e-3);
+    ck_assert(fast.time_s < full.time_s * 0.8);
+    /* A policy without slow steps ignores n_slow. */
+    s.pol.kind = SFI_SIM_STREAMING;
+    sfi_step_cost a, b;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
+    ck_assert_int_eq(sfi_cost_step(&s, 1, &b, &e), SFI_OK);
+    ck_assert(a.time_s == b.time_s);
+    ck_assert(a.kv_bytes == 36 * 260.0 * 4096);
+}
+END_TEST
+
+START_TEST(monotonicity)
+{
+    sfi_error e;
+    const sfi_model_config *models[] = {&qwen4b, &qwen30b};
+    for (int mi = 0; mi < 2; mi++)
+        for (int pk = 0; pk < SFI_SIM_POLICY_COUNT; pk++) {
+            double prev = 0;
+            for (int ctx = 4096; ctx <= 262144; ctx *= 2) {
+                sfi_cost_setup s;
+                sfi_step_cost c, full, fastb, fullb;
+                setup(&s, models[mi], "B200", ctx, 4);
+                sfi_sim_policy_default(&s.pol, (sfi_sim_policy_kind)pk);
+                /* More context never makes a step faster. */
+                ck_assert_int_eq(sfi_cost_step(&s, 4, &c, &e), SFI_OK);
+                ck_assert_msg(c.time_s >= prev, "%s at %d", sfi_sim_policy_name(pk), ctx);
+                prev = c.time_s;
+                /* More bandwidth never slower. */
+                sfi_cost_setup f = s;
+                f.gpu.hbm_bandwidth *= 1.5;
+                sfi_step_cost cf;
+                ck_assert_int_eq(sfi_cost_step(&f, 4, &cf, &e), SFI_OK);
+                ck_assert(cf.time_s <= c.time_s);
+                /* SFI never reads more KV than full KV. */
+                ck_assert(sfi_cost_kv_bytes_fast(&s) <= sfi_cost_kv_bytes_dense(&s));
+                sfi_cost_setup sf = s;
+                sf.pol.kind = SFI_SIM_FULL;
+                ck_assert_int_eq(sfi_cost_step(&sf, 0, &full, &e), SFI_OK);
+                sf.pol.kind = SFI_SIM_SFI;
+                ck_assert_int_eq(sfi_cost_step(&sf, 0, &fastb, &e), SFI_OK);
+                ck_assert(fastb.kv_bytes <= full.kv_bytes);
+                (void)fullb;
+                /* Memory: a longer context never fits more requests. */
+                sfi_cost_memory m1, m2;
+                ck_assert_int_eq(sfi_cost_memory_of(&s, &m1, &e), SFI_OK);
+                s.context = ctx * 2;
+                ck_assert_int_eq(sfi_cost_memory_of(&s, &m2, &e), SFI_OK);
+                ck_assert(m2.max_batch <= m1.max_batch);
+            }
+        }
+}
+END_TEST
+
+START_TEST(memory_and_max_batch)
+{
+    sfi_cost_setup s;
+    sfi_cost_memory m;
+    sfi_error e;
+    setup(&s, &qwen4b, "B200", 131072, 1);
+    s.pol.kind = SFI_SIM_FULL;
+    ck_assert_int_eq(sfi_cost_memory_of(&s, &m, &e), SFI_OK);
+    /* 36 layers x 131072 x 4096 B = 18 GiB per request. */
+    ck_assert(m.kv_per_request == 36.0 * 131072 * 4096);
+    /* Weights: 4.02 B params (tied embeddings) in bf16. */
+    ck_assert(m.weights > 7.9e9 && m.weights < 8.2e9);
+    ck_assert_int_eq(m.max_batch, (int)floor((180e9 * 0.9 - m.weights) / m.kv_per_request));
+    /* SFI keeps the cache plus compact buffers: never more requests. */
+    sfi_cost_memory ms;
+    s.pol.kind = SFI_SIM_SFI;
+    ck_assert_int_eq(sfi_cost_memory_of(&s, &ms, &e), SFI_OK);
+    ck_assert(ms.kv_per_request > m.kv_per_request);
+    ck_assert(ms.max_batch <= m.max_batch);
+    /* StreamingLLM evicts: many more. */
+    s.pol.kind = SFI_SIM_STREAMING;
+    ck_assert_int_eq(sfi_cost_memory_of(&s, &ms, &e), SFI_OK);
+    ck_assert(ms.max_batch > 100 * m.max_batch);
+}
+END_TEST
+
+START_TEST(bad_input)
+{
+    sfi_cost_setup s;
+    sfi_step_cost c;
+    sfi_error e;
+    setup(&s, &qwen4b, "H100", 1024, 1);
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_EINVAL); /* K 2048 > 1024 */
+    ck_assert_ptr_nonnull(strstr(e.msg, "K = 2048 is larger than the context"));
+    s.context = 8192;
+    s.tp = 3;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "--tp 3"));
+    s.tp = 1;
+    s.batch = 0;
+    ck_assert_int_ne(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+    s.batch = 2;
+    ck_assert_int_ne(sfi_cost_step(&s, 3, &c, &e), SFI_OK);
+    sfi_sim_policy p;
+    ck_assert_int_eq(sfi_sim_policy_parse("h2o-ish", &p, &e), SFI_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(e.msg, "unknown policy"));
+    ck_assert_int_eq(sfi_sim_policy_parse("quest:page=32,k=1024", &p, &e), SFI_OK);
+    ck_assert(p.kind == SFI_SIM_QUEST && p.quest_page == 32 && p.peer_k == 1024);
+    ck_assert_int_eq(sfi_sim_policy_parse("interval:interval=0", &p, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_sim_policy_parse("quest:page", &p, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_sim_policy_parse("fasa:tip=65", &p, &e), SFI_OK);
+    s.pol = p;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "tip=65"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cost");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup_models, NULL);
+    tcase_add_test(tc, kv_bytes_of_qwen3_4b_at_32k);
+    tcase_add_test(tc, weights_of_a_dense_and_a_moe_layer);
+    tcase_add_test(tc, kernel_roofline_and_allreduce);
+    tcase_add_test(tc, step_costs_add_up);
+    tcase_add_test(tc, monotonicity);
+    tcase_add_test(tc, memory_and_max_batch);
+    tcase_add_test(tc, bad_input);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

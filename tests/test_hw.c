@@ -1,0 +1,176 @@
+/* sim/sfi_hw: GPU presets, GPU files, calibration profiles. */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sfi_hw.h"
+#include "sfi_test_util.h"
+
+START_TEST(presets_have_vendor_figures)
+{
+    sfi_gpu g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_preset_count(), 3);
+    ck_assert_int_eq(sfi_gpu_preset("b200", &g, &e), SFI_OK);
+    ck_assert_str_eq(g.name, "B200");
+    ck_assert(g.hbm_bandwidth == 8.0e12 && g.hbm_capacity == 180e9);
+    ck_assert_int_eq(sfi_gpu_preset("H100", &g, &e), SFI_OK);
+    ck_assert_str_eq(g.name, "H100-SXM");
+    ck_assert(g.hbm_bandwidth == 3.35e12 && g.hbm_capacity == 80e9 && g.sm_count == 132);
+    ck_assert_int_eq(sfi_gpu_preset("h200", &g, &e), SFI_OK);
+    ck_assert(g.hbm_bandwidth == 4.8e12 && g.hbm_capacity == 141e9);
+    for (size_t i = 0; i < sfi_gpu_preset_count(); i++)
+        ck_assert_int_eq(sfi_gpu_validate(sfi_gpu_preset_at(i), "preset", &e), SFI_OK);
+    ck_assert_int_eq(sfi_gpu_resolve("A100", &g, &e), SFI_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(e.msg, "unknown GPU 'A100'"));
+}
+END_TEST
+
+static const char *good_gpu =
+    "{\"sfi_gpu\":1,\"name\":\"X1\",\"hbm_capacity_GB\":96,\"hbm_bandwidth_TBps\":4,"
+    "\"bf16_dense_TFLOPS\":500,\"fp8_dense_TFLOPS\":1000,\"sm_count\":100,\"l2_MB\":60,"
+    "\"nvlink_GBps\":0}";
+
+START_TEST(gpu_file_parses_and_rejects)
+{
+    sfi_gpu g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_parse(good_gpu, strlen(good_gpu), "x.json", &g, &e), SFI_OK);
+    ck_assert_str_eq(g.name, "X1");
+    ck_assert(g.hbm_capacity == 96e9 && g.hbm_bandwidth == 4e12 && g.bf16_flops == 500e12);
+    struct {
+        const char *json, *want;
+    } bad[] = {
+        {"[1]", "not a JSON object"},
+        {"{\"sfi_gpu\":1", "invalid JSON"},
+        {"{\"name\":\"a\"}", "sfi_gpu: missing"},
+        {"{\"sfi_gpu\":2,\"name\":\"a\"}", "version 2 not supported"},
+        {"{\"sfi_gpu\":1,\"name\":\"a\",\"hbm_capacity_GB\":1}", "missing"},
+        {"{\"sfi_gpu\":1,\"colour\":\"red\"}", "colour: unknown key"},
+        {"{\"sfi_gpu\":1,\"name\":\"X\",\"hbm_capacity_GB\":\"96\"}", "hbm_capacity_GB: not a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_ne(sfi_gpu_parse(bad[i].json, strlen(bad[i].json), "x.json", &g, &e), SFI_OK);
+        ck_assert_msg(strstr(e.msg, bad[i].want) && strstr(e.msg, "x.json"), "%s -> %s",
+                      bad[i].json, e.msg);
+    }
+    /* Negative bandwidth: range error naming the key. */
+    const char *buf = "{\"sfi_gpu\":1,\"name\":\"X1\",\"hbm_capacity_GB\":96,\"hbm_bandwidth_TBps\":-4,"
+                      "\"bf16_dense_TFLOPS\":500,\"fp8_dense_TFLOPS\":1000,\"sm_count\":100,\"l2_MB\":60,"
+                      "\"nvlink_GBps\":0}";
+    ck_assert_int_eq(sfi_gpu_parse(buf, strlen(buf), "x.json", &g, &e), SFI_ERANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "hbm_bandwidth_TBps"));
+}
+END_TEST
+
+START_TEST(files_are_capped_and_missing_files_named)
+{
+    char *dir = sfi_test_tmpdir();
+    char path[4096];
+    sfi_gpu g;
+    sfi_error e;
+    snprintf(path, sizeof path, "%s/gpu.json", dir);
+    ck_assert_int_eq(sfi_test_write_file(path, good_gpu, strlen(good_gpu)), 0);
+    ck_assert_int_eq(sfi_gpu_resolve(path, &g, &e), SFI_OK);
+    ck_assert_str_eq(g.name, "X1");
+    /* Over the cap: refused by size, before parsing. */
+    size_t big = SFI_HW_FILE_MAX + 10;
+    char *junk = malloc(big);
+    memset(junk, ' ', big);
+    snprintf(path, sizeof path, "%s/big.json", dir);
+    ck_assert_int_eq(sfi_test_write_file(path, junk, big), 0);
+    free(junk);
+    ck_assert_int_eq(sfi_gpu_load(path, &g, &e), SFI_ERANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "larger than"));
+    snprintf(path, sizeof path, "%s/none.json", dir);
+    ck_assert_int_eq(sfi_gpu_load(path, &g, &e), SFI_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(e.msg, "none.json"));
+    sfi_hw_profile pr;
+    ck_assert_int_eq(sfi_hw_profile_load(dir, &pr, NULL, NULL, &e), SFI_EIO);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(default_profile_file_matches_builtin)
+{
+    sfi_hw_profile def, file;
+    sfi_error e;
+    sfi_hw_profile_default(&def);
+    sfi_hw_measurement *m = NULL;
+    size_t nm = 7;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", sfi_test_src("sim/profiles/default.json"));
+    ck_assert_msg(sfi_hw_profile_load(path, &file, &m, &nm, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_uint_eq(nm, 0);
+    ck_assert_ptr_null(m);
+    for (int c = 0; c < SFI_KC_COUNT; c++)
+        ck_assert_msg(def.efficiency[c] == file.efficiency[c], "efficiency.%s differs",
+                      sfi_kernel_class_name((sfi_kernel_class)c));
+    /* The file says microseconds: equal up to the rounding of * 1e-6. */
+    ck_assert(fabs(def.launch_s - file.launch_s) < 1e-15);
+    ck_assert(fabs(def.step_overhead_s - file.step_overhead_s) < 1e-15);
+    ck_assert(fabs(def.allreduce_latency_s - file.allreduce_latency_s) < 1e-15);
+    ck_assert(def.overlap_contention == file.overlap_contention);
+}
+END_TEST
+
+START_TEST(profile_parse_partial_measurements_and_errors)
+{
+    const char *j = "{\"sfi_profile\":1,\"name\":\"h100\",\"gpu\":\"H100-SXM\","
+                    "\"efficiency\":{\"attn_dense\":0.9},\"launch_us\":2.5,"
+                    "\"measurements\":[{\"kernel\":\"attn_dense\",\"batch\":16,\"context\":32768,"
+                    "\"q_heads\":32,\"kv_heads\":8,\"head_dim\":128,\"time_us\":800,\"note\":\"x\"}]}";
+    sfi_hw_profile p, def;
+    sfi_hw_measurement *m;
+    size_t n;
+    sfi_error e;
+    sfi_hw_profile_default(&def);
+    ck_assert_msg(sfi_hw_profile_parse(j, strlen(j), "p.json", &p, &m, &n, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_str_eq(p.name, "h100");
+    ck_assert(p.efficiency[SFI_KC_ATTN_DENSE] == 0.9);
+    ck_assert(p.efficiency[SFI_KC_GEMM] == def.efficiency[SFI_KC_GEMM]);
+    ck_assert(fabs(p.launch_s - 2.5e-6) < 1e-15);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(m[0].kernel, "attn_dense");
+    ck_assert_int_eq(m[0].context, 32768);
+    ck_assert_int_eq(m[0].layers, 1);
+    ck_assert(fabs(m[0].time_s - 800e-6) < 1e-15);
+    free(m);
+    const char *bad[][2] = {
+        {"{\"sfi_profile\":1,\"efficiency\":{\"gemm\":1.5}}", "efficiency.gemm: must be in (0, 1]"},
+        {"{\"sfi_profile\":1,\"efficiency\":{\"warp\":0.5}}", "unknown kernel class"},
+        {"{\"sfi_profile\":1,\"launch_us\":-1}", "launch_us"},
+        {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"x\"}]}", "measurements[0]"},
+        {"{\"sfi_profile\":1,\"bogus\":1}", "bogus: unknown key"},
+        {"{\"sfi_gpu\":1}", "sfi_profile: missing"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_ne(sfi_hw_profile_parse(bad[i][0], strlen(bad[i][0]), "p.json", &p, &m, &n, &e),
+                         SFI_OK);
+        ck_assert_msg(strstr(e.msg, bad[i][1]) && strstr(e.msg, "p.json"), "%s -> %s", bad[i][0], e.msg);
+        ck_assert_ptr_null(m);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("hw");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, presets_have_vendor_figures);
+    tcase_add_test(tc, gpu_file_parses_and_rejects);
+    tcase_add_test(tc, files_are_capped_and_missing_files_named);
+    tcase_add_test(tc, default_profile_file_matches_builtin);
+    tcase_add_test(tc, profile_parse_partial_measurements_and_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,509 @@
+/* Trace store: round trips at every level, writer argument checks, the
+ * reader's refusal of foreign/corrupt/truncated/absurd files, and crash
+ * safety (a writer killed with SIGKILL leaves every committed step). */
+#include <config.h>
+
+#include <check.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sfi_test_util.h"
+#include "sfi_trace.h"
+
+static char *dir;
+static char path[4096];
+
+static void setup(void)
+{
+    dir = sfi_test_tmpdir();
+    ck_assert_ptr_nonnull(dir);
+    snprintf(path, sizeof path, "%s/t.db", dir);
+}
+
+static void teardown(void)
+{
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+
+static void meta_small(sfi_trace_meta *m, sfi_trace_level level)
+{
+    sfi_trace_meta_init(m);
+    m->tool = "test_trace";
+    m->tool_version = "0";
+    m->model_config_json = "{\"num_hidden_layers\": 2}";
+    m->tokenizer = "toy";
+    m->params_json = "{\"K\": 4}";
+    m->policy = "sfi";
+    m->level = level;
+    m->n_vocab = 1000;
+    m->n_layers = 2;
+    m->n_heads = 4;
+    m->n_kv_heads = 2;
+    m->head_dim = 8;
+    m->top_m = 5;
+}
+
+/* Step i of the synthetic request: slow every 7th step. */
+static void synth(int64_t i, int32_t *tok, sfi_step_kind *k, sfi_step_reason *r)
+{
+    *tok = (int32_t)((i * 37 + 11) % 1000);
+    if (i == 0) {
+        *k = SFI_STEP_SLOW;
+        *r = SFI_REASON_FIRST;
+    } else if (i % 7 == 0) {
+        *k = SFI_STEP_SLOW;
+        *r = SFI_REASON_TRIGGER;
+    } else {
+        *k = SFI_STEP_FAST;
+        *r = SFI_REASON_NONE;
+    }
+}
+
+static void write_tokens_trace(const char *p, int n_req, int n_steps, int commit_every, int finish)
+{
+    sfi_trace_meta m;
+    meta_small(&m, SFI_TRACE_TOKENS);
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_create(p, &m, SFI_TRACE_OVERWRITE, commit_every, &w, &e) == SFI_OK, "%s",
+                  e.msg);
+    for (int r = 0; r < n_req; r++) {
+        int32_t prompt[10];
+        for (int i = 0; i < 10; i++)
+            prompt[i] = r * 10 + i;
+        int64_t id;
+        ck_assert_int_eq(sfi_trace_add_request(w, prompt, 10, &id, &e), SFI_OK);
+        ck_assert_int_eq(id, r);
+        for (int64_t i = 0; i < n_steps; i++) {
+            int32_t tok;
+            sfi_step_kind k;
+            sfi_step_reason rs;
+            synth(i, &tok, &k, &rs);
+            ck_assert_msg(sfi_trace_append_step(w, r, i, (int32_t)(11 + i), tok, k, rs, &e) == SFI_OK,
+                          "%s", e.msg);
+        }
+    }
+    if (finish)
+        ck_assert_msg(sfi_trace_finish(w, &e) == SFI_OK, "%s", e.msg);
+    else
+        sfi_trace_writer_close(w);
+}
+
+static int file_exists(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+START_TEST(tokens_round_trip)
+{
+    write_tokens_trace(path, 3, 100, 16, 1);
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    ck_assert_msg(!file_exists(wal), "a finished trace is one file");
+    sfi_trace *t;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_open(path, &t, &e) == SFI_OK, "%s", e.msg);
+    const sfi_trace_meta *m = sfi_trace_get_meta(t);
+    ck_assert_str_eq(m->tool, "test_trace");
+    ck_assert_str_eq(m->policy, "sfi");
+    ck_assert_str_eq(m->tokenizer, "toy");
+    ck_assert_str_eq(m->params_json, "{\"K\": 4}");
+    ck_assert_int_eq(m->level, SFI_TRACE_TOKENS);
+    ck_assert_int_eq(m->n_vocab, 1000);
+    ck_assert_int_eq(m->n_kv_heads, 2);
+    ck_assert_int_eq(sfi_trace_complete(t), 1);
+    ck_assert_int_eq(strlen(sfi_trace_created(t)), 20);
+    ck_assert_int_eq(sfi_trace_n_requests(t), 3);
+    ck_assert_int_eq(sfi_trace_n_steps(t), 300);
+    sfi_trace_request rq;
+    ck_assert_int_eq(sfi_trace_read_request(t, 2, &rq, &e), SFI_OK);
+    ck_assert_int_eq(rq.n_prompt, 10);
+    ck_assert_int_eq(rq.prompt[9], 29);
+    ck_assert_int_eq(rq.n_steps, 100);
+    sfi_trace_request_free(&rq);
+    sfi_trace_steps s;
+    ck_assert_int_eq(sfi_trace_read_steps(t, 1, &s, &e), SFI_OK);
+    ck_assert_int_eq(s.n, 100);
+    for (int64_t i = 0; i < 100; i++) {
+        int32_t tok;
+        sfi_step_kind k;
+        sfi_step_reason r;
+        synth(i, &tok, &k, &r);
+        ck_assert_int_eq(s.token[i], tok);
+        ck_assert_int_eq(s.kind[i], k);
+        ck_assert_int_eq(s.reason[i], r);
+        ck_assert_int_eq(s.ctx_len[i], 11 + i);
+    }
+    sfi_trace_steps_free(&s);
+    ck_assert_int_eq(sfi_trace_read_request(t, 3, &rq, &e), SFI_EINVAL);
+    ck_assert_msg(sfi_trace_check(t, &e) == SFI_OK, "%s", e.msg);
+    sfi_trace_close(t);
+}
+END_TEST
+
+START_TEST(full_round_trip)
+{
+    sfi_trace_meta m;
+    meta_small(&m, SFI_TRACE_FULL);
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_int_eq(sfi_trace_create(path, &m, 0, 1, &w, &e), SFI_OK);
+    int32_t prompt[4] = {1, 2, 3, 4};
+    ck_assert_int_eq(sfi_trace_add_request(w, prompt, 4, NULL, &e), SFI_OK);
+    for (int step = 0; step < 3; step++) {
+        ck_assert_msg(sfi_trace_append_step(w, 0, step, 5 + step, 7 + step,
+                                            step ? SFI_STEP_FAST : SFI_STEP_SLOW,
+                                            step ? SFI_REASON_NONE : SFI_REASON_FIRST, &e) == SFI_OK,
+                      "%s", e.msg);
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 2; h++) {
+                if (step == 0) {
+                    int32_t sel[3] = {0, 2, 3 + h};
+                    ck_assert_msg(sfi_trace_add_selection(w, 0, 0, l, h, sel, 3, 0.75f, 0.01f, &e) ==
+                                      SFI_OK, "%s", e.msg);
+                }
+                ck_assert_int_eq(sfi_trace_add_fast_mass(w, 0, step, l, h, 0.5f + 0.1f * h, &e), SFI_OK);
+            }
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 4; h++) {
+                int32_t pos[3] = {4 + step, h, 1};
+                float prob[3] = {0.5f, 0.25f, 0.125f};
+                ck_assert_msg(sfi_trace_add_topm(w, 0, step, l, h, pos, prob, 3, 0.125f, &e) == SFI_OK,
+                              "%s", e.msg);
+            }
+        float q[4 * 8];
+        for (int i = 0; i < 32; i++)
+            q[i] = (float)i * 0.5f - (float)step;
+        ck_assert_int_eq(sfi_trace_add_snapshot(w, 0, step, 1, 'q', 4, 8, q, &e), SFI_OK);
+    }
+    /* A record before its step, or at a layer outside the shape: refused. */
+    int32_t pos[1] = {0};
+    float prob[1] = {1.0f};
+    ck_assert_int_eq(sfi_trace_add_topm(w, 0, 3, 0, 0, pos, prob, 1, 0.0f, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_add_topm(w, 0, 0, 2, 0, pos, prob, 1, 0.0f, &e), SFI_ERANGE);
+    ck_assert_int_eq(sfi_trace_finish(w, &e), SFI_OK);
+
+    sfi_trace *t;
+    ck_assert_msg(sfi_trace_open(path, &t, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_eq(sfi_trace_n_selections(t), 4);
+    ck_assert_int_eq(sfi_trace_n_fast_mass(t), 12);
+    ck_assert_int_eq(sfi_trace_n_topm(t), 24);
+    ck_assert_int_eq(sfi_trace_n_snapshots(t), 3);
+    int32_t *sel, nsel;
+    float mass, lam;
+    ck_assert_int_eq(sfi_trace_read_selection(t, 0, 0, 1, 1, &sel, &nsel, &mass, &lam, &e), SFI_OK);
+    ck_assert_int_eq(nsel, 3);
+    ck_assert_int_eq(sel[2], 4);
+    ck_assert_float_eq(mass, 0.75f);
+    ck_assert_float_eq(lam, 0.01f);
+    free(sel);
+    ck_assert_int_eq(sfi_trace_read_selection(t, 0, 1, 1, 1, &sel, &nsel, &mass, &lam, &e),
+                     SFI_ENOTFOUND);
+    float fm;
+    ck_assert_int_eq(sfi_trace_read_fast_mass(t, 0, 2, 0, 1, &fm, &e), SFI_OK);
+    ck_assert_float_eq(fm, 0.6f);
+    int32_t p5[5];
+    float pr5[5], tail;
+    int32_t mm;
+    ck_assert_int_eq(sfi_trace_read_topm(t, 0, 2, 1, 3, p5, pr5, &mm, &tail, &e), SFI_OK);
+    ck_assert_int_eq(mm, 3);
+    ck_assert_int_eq(p5[0], 6);
+    ck_assert_int_eq(p5[1], 3);
+    ck_assert_float_eq(pr5[2], 0.125f);
+    ck_assert_float_eq(tail, 0.125f);
+    float *q;
+    int32_t rows, cols;
+    ck_assert_int_eq(sfi_trace_read_snapshot(t, 0, 2, 1, 'q', &q, &rows, &cols, &e), SFI_OK);
+    ck_assert_int_eq(rows, 4);
+    ck_assert_int_eq(cols, 8);
+    ck_assert_float_eq(q[31], 15.5f - 2.0f);
+    free(q);
+    ck_assert_int_eq(sfi_trace_read_snapshot(t, 0, 2, 0, 'k', &q, &rows, &cols, &e), SFI_ENOTFOUND);
+    ck_assert_msg(sfi_trace_check(t, &e) == SFI_OK, "%s", e.msg);
+    sfi_trace_close(t);
+}
+END_TEST
+
+START_TEST(writer_refuses_bad_arguments)
+{
+    sfi_trace_meta m;
+    meta_small(&m, SFI_TRACE_TOKENS);
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_int_eq(sfi_trace_create(path, &m, 0, 0, &w, &e), SFI_OK);
+    int32_t bad_prompt[2] = {1, 1000};
+    ck_assert_int_eq(sfi_trace_add_request(w, bad_prompt, 2, NULL, &e), SFI_ERANGE);
+    ck_assert_int_eq(sfi_trace_add_request(w, bad_prompt, 1, NULL, &e), SFI_OK);
+    ck_assert_int_eq(sfi_trace_append_step(w, 1, 0, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 1, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5, SFI_STEP_FAST, SFI_REASON_TRIGGER, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 0, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5000, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_ERANGE);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_OK);
+    int32_t sel[1] = {0};
+    ck_assert_int_eq(sfi_trace_add_selection(w, 0, 0, 0, 0, sel, 1, 1.0f, 0.0f, &e), SFI_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "need level summary"));
+    ck_assert_int_eq(sfi_trace_finish(w, &e), SFI_OK);
+    /* An existing file is not overwritten without the flag. */
+    ck_assert_int_eq(sfi_trace_create(path, &m, 0, 0, &w, &e), SFI_EIO);
+    ck_assert_ptr_nonnull(strstr(e.msg, path));
+    m.level = SFI_TRACE_FULL;
+    m.top_m = 0;
+    ck_assert_int_eq(sfi_trace_create(path, &m, SFI_TRACE_OVERWRITE, 0, &w, &e), SFI_EINVAL);
+}
+END_TEST
+
+/* Opens path expecting failure with `code`, and a message naming the file
+ * and containing `needle`. */
+static void expect_open_fails(const char *p, sfi_status code, const char *needle)
+{
+    sfi_trace *t = NULL;
+    sfi_error e;
+    sfi_status st = sfi_trace_open(p, &t, &e);
+    if (st == SFI_OK) {
+        /* Damage past the header shows when the rows are read. */
+        st = sfi_trace_check(t, &e);
+        sfi_trace_close(t);
+    }
+    ck_assert_msg(st == code, "expected %s, got %s: %s", sfi_status_name(code), sfi_status_name(st),
+                  st ? e.msg : "");
+    ck_assert_msg(strstr(e.msg, p) != NULL, "message does not name the file: %s", e.msg);
+    if (needle)
+        ck_assert_msg(strstr(e.msg, needle) != NULL, "message '%s' lacks '%s'", e.msg, needle);
+}
+
+static void sql_on(const char *p, const char *sql)
+{
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(p, &db), SQLITE_OK);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, msg ? msg : "");
+    sqlite3_close(db);
+}
+
+START_TEST(reader_refuses_bad_files)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/missing.db", dir);
+    expect_open_fails(p, SFI_ENOTFOUND, NULL);
+    snprintf(p, sizeof p, "%s/empty.db", dir);
+    sfi_test_write_file(p, "", 0);
+    expect_open_fails(p, SFI_EFORMAT, "empty");
+    snprintf(p, sizeof p, "%s/text.db", dir);
+    const char *txt = "this is not a database, just some text that is long enough to have a header...\n"
+                      "more text more text more text\n";
+    sfi_test_write_file(p, txt, strlen(txt));
+    expect_open_fails(p, SFI_EFORMAT, "not an SQLite database");
+    snprintf(p, sizeof p, "%s/foreign.db", dir);
+    sql_on(p, "CREATE TABLE x(a); INSERT INTO x VALUES(1);");
+    expect_open_fails(p, SFI_EFORMAT, "not an sfi trace");
+
+    /* Newer major version: EVERSION with an upgrade hint. */
+    snprintf(p, sizeof p, "%s/newer.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "PRAGMA user_version=2;");
+    expect_open_fails(p, SFI_EVERSION, "newer");
+
+    /* A trace claiming 10^12 steps: refused before allocating. */
+    snprintf(p, sizeof p, "%s/absurd.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "UPDATE requests SET n_steps = 1000000000000;");
+    expect_open_fails(p, SFI_EFORMAT, "impossible");
+    sql_on(p, "UPDATE requests SET n_steps = 100000;");
+    expect_open_fails(p, SFI_EFORMAT, "impossible");
+    sql_on(p, "UPDATE requests SET n_steps = 9;");
+    expect_open_fails(p, SFI_EFORMAT, "n_steps");
+
+    /* Blob size disagreeing with its count. */
+    snprintf(p, sizeof p, "%s/blob.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "UPDATE requests SET prompt = substr(prompt, 1, 7);");
+    expect_open_fails(p, SFI_EFORMAT, "bytes");
+
+    /* Values out of range, wrong types, missing meta. */
+    snprintf(p, sizeof p, "%s/kind.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "UPDATE steps SET kind = 9 WHERE step = 3;");
+    expect_open_fails(p, SFI_EFORMAT, "step 3");
+    snprintf(p, sizeof p, "%s/type.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "UPDATE steps SET token = 'abc' WHERE step = 4;");
+    expect_open_fails(p, SFI_EFORMAT, "not an integer");
+    snprintf(p, sizeof p, "%s/meta.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "DELETE FROM meta WHERE key = 'level';");
+    expect_open_fails(p, SFI_EFORMAT, "level");
+    snprintf(p, sizeof p, "%s/meta2.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "UPDATE meta SET value = '-3' WHERE key = 'n_layers';");
+    expect_open_fails(p, SFI_EFORMAT, "n_layers");
+    snprintf(p, sizeof p, "%s/table.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "DROP TABLE topm;");
+    expect_open_fails(p, SFI_EFORMAT, "topm");
+    snprintf(p, sizeof p, "%s/ctx.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, "UPDATE steps SET ctx_len = 3 WHERE step = 5;");
+    expect_open_fails(p, SFI_EFORMAT, "ctx_len");
+}
+END_TEST
+
+/* Truncation and overwritten pages of a larger trace: an error naming the
+ * file, never a crash or a success. */
+START_TEST(reader_survives_truncation_and_garbage)
+{
+    write_tokens_trace(path, 4, 3000, 0, 1);
+    size_t len;
+    char *data = sfi_test_read_file(path, &len);
+    ck_assert_ptr_nonnull(data);
+    ck_assert_uint_gt(len, 8 * 4096);
+    char p[4200];
+    const size_t cuts[] = {50, 100, 4096, len / 3, len / 2, len - 4096};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        snprintf(p, sizeof p, "%s/trunc%zu.db", dir, i);
+        sfi_test_write_file(p, data, cuts[i]);
+        sfi_trace *t;
+        sfi_error e;
+        sfi_status st = sfi_trace_open(p, &t, &e);
+        if (st == SFI_OK) {
+            st = sfi_trace_check(t, &e);
+            sfi_trace_close(t);
+        }
+        ck_assert_msg(st != SFI_OK, "truncated at %zu accepted", cuts[i]);
+        ck_assert_msg(strstr(e.msg, p) != NULL, "%s", e.msg);
+    }
+    /* Garbage over whole pages in the middle (pseudo-random, fixed seed). */
+    uint32_t x = 12345;
+    for (int trial = 0; trial < 6; trial++) {
+        char *copy = malloc(len);
+        memcpy(copy, data, len);
+        size_t page = 1 + (size_t)trial * ((len / 4096 - 2) / 6);
+        for (size_t b = page * 4096; b < (page + 1) * 4096; b++) {
+            x = x * 1103515245u + 12345u;
+            copy[b] = (char)(x >> 16);
+        }
+        snprintf(p, sizeof p, "%s/garbage%d.db", dir, trial);
+        sfi_test_write_file(p, copy, len);
+        free(copy);
+        sfi_trace *t;
+        sfi_error e;
+        sfi_status st = sfi_trace_open(p, &t, &e);
+        if (st == SFI_OK) {
+            st = sfi_trace_check(t, &e);
+            sfi_trace_close(t);
+        }
+        ck_assert_msg(st != SFI_OK, "garbage page %zu accepted", page);
+        ck_assert_msg(strstr(e.msg, p) != NULL, "%s", e.msg);
+    }
+    free(data);
+}
+END_TEST
+
+/* A writer killed with SIGKILL mid-run: the file opens, holds exactly the
+ * committed steps (a multiple of commit_every, all contiguous and with the
+ * right contents) and says complete = 0. */
+START_TEST(killed_writer_leaves_committed_steps)
+{
+    const int every = 100;
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        sfi_trace_meta m;
+        meta_small(&m, SFI_TRACE_TOKENS);
+        sfi_trace_writer *w;
+        sfi_error e;
+        if (sfi_trace_create(path, &m, SFI_TRACE_OVERWRITE, every, &w, &e) != SFI_OK)
+            _exit(3);
+        int32_t prompt[10] = {0};
+        if (sfi_trace_add_request(w, prompt, 10, NULL, &e) != SFI_OK)
+            _exit(4);
+        for (int64_t i = 0;; i++) {
+            int32_t tok;
+            sfi_step_kind k;
+            sfi_step_reason r;
+            synth(i, &tok, &k, &r);
+            if (sfi_trace_append_step(w, 0, i, (int32_t)(11 + i), tok, k, r, &e) != SFI_OK)
+                _exit(5);
+            if (i == 5000)
+                (void)!write(fds[1], "x", 1); /* several commits done: tell the parent */
+        }
+    }
+    close(fds[1]);
+    char c;
+    ck_assert_int_eq(read(fds[0], &c, 1), 1);
+    close(fds[0]);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+    sfi_trace *t;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_open(path, &t, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_eq(sfi_trace_complete(t), 0);
+    int64_t n = sfi_trace_n_steps(t);
+    ck_assert_int_ge(n, 5000);
+    ck_assert_int_eq(n % every, 0);
+    sfi_trace_steps s;
+    ck_assert_msg(sfi_trace_read_steps(t, 0, &s, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_eq(s.n, n);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t tok;
+        sfi_step_kind k;
+        sfi_step_reason r;
+        synth(i, &tok, &k, &r);
+        ck_assert_int_eq(s.token[i], tok);
+        ck_assert_int_eq(s.kind[i], k);
+    }
+    sfi_trace_steps_free(&s);
+    ck_assert_msg(sfi_trace_check(t, &e) == SFI_OK, "%s", e.msg);
+    sfi_trace_close(t);
+}
+END_TEST
+
+START_TEST(levels_parse)
+{
+    sfi_trace_level l;
+    sfi_error e;
+    ck_assert_int_eq(sfi_trace_level_parse("summary", &l, &e), SFI_OK);
+    ck_assert_int_eq(l, SFI_TRACE_SUMMARY);
+    ck_assert_int_eq(sfi_trace_level_parse("most", &l, &e), SFI_EINVAL);
+    ck_assert_str_eq(sfi_trace_level_name(SFI_TRACE_FULL), "full");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("trace");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, tokens_round_trip);
+    tcase_add_test(tc, full_round_trip);
+    tcase_add_test(tc, writer_refuses_bad_arguments);
+    tcase_add_test(tc, reader_refuses_bad_files);
+    tcase_add_test(tc, reader_survives_truncation_and_garbage);
+    tcase_add_test(tc, killed_writer_leaves_committed_steps);
+    tcase_add_test(tc, levels_parse);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
