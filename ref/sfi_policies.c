@@ -49,7 +49,7 @@ sfi_status sfi_peer_set_parse_list(const char *list, unsigned *mask, sfi_error *
         if (!strcmp(name, "all")) {
             m |= (1u << SFI_PEER_N_KINDS) - 1;
         } else {
-            sfi_peer_kind k;
+            sfi_peer_kind k = SFI_PEER_ORACLE;
             sfi_status s = sfi_peer_kind_parse(name, &k, err);
             if (s)
                 return s;
