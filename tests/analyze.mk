@@ -10,7 +10,7 @@ TESTS += tests/test_policies
 check_PROGRAMS += tests/test_analyze
 tests_test_analyze_SOURCES = tests/test_analyze.c
 tests_test_analyze_CPPFLAGS = $(TEST_CPPFLAGS)
-tests_test_analyze_LDADD = libsfisim.la $(TEST_LDADD) -lpthread
+tests_test_analyze_LDADD = libsfisim.la $(TEST_LDADD) -lpthread -lm
 TESTS += tests/test_analyze
 
 # Benchmark (make bench): 2,000 steps x 32K x 28 layers x 8 KV heads.
@@ -18,4 +18,4 @@ EXTRA_PROGRAMS += tests/bench_analyze
 SFI_BENCHES += tests/bench_analyze
 tests_bench_analyze_SOURCES = tests/bench_analyze.c
 tests_bench_analyze_CPPFLAGS = $(TEST_CPPFLAGS)
-tests_bench_analyze_LDADD = libsfisim.la $(TEST_LDADD) -lpthread
+tests_bench_analyze_LDADD = libsfisim.la $(TEST_LDADD) -lpthread -lm
