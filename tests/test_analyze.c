@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +315,200 @@ START_TEST(bad_records_are_named)
 }
 END_TEST
 
+/* A small full-level trace: 2 layers x 2 KV heads (4 query heads, dim 4),
+ * top-4 records, one request of 30 steps over 40..69 positions; token 3
+ * ends a sentence (steps after it are recorded as trigger slow steps);
+ * q/K/V snapshots at step 5 of layer 0. level/policy are for bad cases. */
+static char *write_trace(const char *dir, const char *name, sfi_trace_level level,
+                         const char *policy)
+{
+    char *path = malloc(strlen(dir) + strlen(name) + 2);
+    sprintf(path, "%s/%s", dir, name);
+    sfi_trace_meta m;
+    sfi_trace_meta_init(&m);
+    m.tool = "test_analyze";
+    m.tool_version = "0";
+    m.policy = policy;
+    m.level = level;
+    m.n_vocab = 16;
+    m.n_layers = 2;
+    m.n_heads = 4;
+    m.n_kv_heads = 2;
+    m.head_dim = 4;
+    m.top_m = 4;
+    m.topm_heads = SFI_TRACE_HEADS_KV;
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_create(path, &m, SFI_TRACE_OVERWRITE, 0, &w, &e) == SFI_OK, "%s",
+                  e.msg);
+    int32_t prompt[10] = {1, 2, 4, 5, 6, 7, 8, 9, 10, 11};
+    int64_t req;
+    ck_assert_int_eq(sfi_trace_add_request(w, prompt, 10, &req, &e), SFI_OK);
+    int32_t prev = -1;
+    for (int t = 0; t < 30; t++) {
+        int32_t ctx = 40 + t, tok = (t * 5) % 7 + 1;
+        sfi_step_kind k = t == 0 || prev == 3 ? SFI_STEP_SLOW : SFI_STEP_FAST;
+        sfi_step_reason r = t == 0 ? SFI_REASON_FIRST : prev == 3 ? SFI_REASON_TRIGGER
+                                                                 : SFI_REASON_NONE;
+        ck_assert_msg(sfi_trace_append_step(w, req, t, ctx, tok, k, r, &e) == SFI_OK, "%s",
+                      e.msg);
+        prev = tok;
+        if (level != SFI_TRACE_FULL)
+            continue;
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 2; h++) {
+                int32_t pos[4] = {0, ctx - 1, 10 + h + l + (t / 8) * 3, 25 - h};
+                float prob[4] = {0.4f, 0.3f, 0.1f, 0.05f};
+                ck_assert_msg(sfi_trace_add_topm(w, req, t, l, h, pos, prob, 4, 0.15f, &e) ==
+                              SFI_OK, "%s", e.msg);
+            }
+        if (t == 5) {
+            float q[16], *kv = malloc(sizeof(float) * 2 * ctx * 4);
+            for (int i = 0; i < 16; i++)
+                q[i] = 0.1f * (float)(i % 5) - 0.2f;
+            for (int i = 0; i < 2 * ctx * 4; i++)
+                kv[i] = 0.01f * (float)((i * 37) % 101) - 0.5f;
+            ck_assert_int_eq(sfi_trace_add_snapshot(w, req, t, 0, 'q', 4, 4, q, &e), SFI_OK);
+            ck_assert_int_eq(sfi_trace_add_snapshot(w, req, t, 0, 'k', 2 * ctx, 4, kv, &e),
+                             SFI_OK);
+            for (int i = 0; i < 2 * ctx * 4; i++)
+                kv[i] = -kv[i] * 0.5f;
+            ck_assert_int_eq(sfi_trace_add_snapshot(w, req, t, 0, 'v', 2 * ctx, 4, kv, &e),
+                             SFI_OK);
+            free(kv);
+        }
+    }
+    ck_assert_msg(sfi_trace_finish(w, &e) == SFI_OK, "%s", e.msg);
+    return path;
+}
+
+static int run_cli(const char *args, char **out, char **errs)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' analyze %s", sfi_test_build("sfi-sim"), args);
+    return sfi_test_run(cmd, out, errs);
+}
+
+START_TEST(cli_end_to_end)
+{
+    char *dir = sfi_test_tmpdir();
+    char *tr = write_trace(dir, "full.db", SFI_TRACE_FULL, "sfi");
+    char args[4096], *out = NULL, *errs = NULL;
+    snprintf(args, sizeof args, "'%s' --budget 0.25 --param kascade_anchors=2 --param fasa_tip=1 "
+             "--param fasa_calib_k=4 --param n_recent=4 --format json", tr);
+    int rc = run_cli(args, &out, &errs);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, errs);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    ck_assert_msg(j != NULL, "not JSON: %s", out);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "steps")), 30);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "snapshots")), 1);
+    json_t *pols = json_object_get(j, "policies");
+    ck_assert_int_eq(json_array_size(pols), SFI_PEER_N_KINDS);
+    for (size_t i = 0; i < json_array_size(pols); i++) {
+        json_t *p = json_array_get(pols, i);
+        const char *nm = json_string_value(json_object_get(p, "name"));
+        ck_assert(json_is_true(json_object_get(p, "available")));
+        double rec = json_real_value(json_object_get(p, "recall"));
+        ck_assert_msg(rec > 0.0 && rec <= 1.0 + 1e-9, "%s recall %g", nm, rec);
+        if (!strcmp(nm, "full")) {
+            ck_assert_double_eq_tol(rec, 1.0, 1e-6);
+            ck_assert_double_eq_tol(json_real_value(json_object_get(p, "out_err")), 0.0, 1e-5);
+        }
+        if (!strcmp(nm, "fasa")) /* only the snapshot step: 2 heads */
+            ck_assert_double_eq_tol(json_real_value(json_object_get(p, "n")), 2.0, 1e-9);
+    }
+    /* token 3 is produced at steps 3, 10, 17, 24: slow steps 0, 4, 11, 18, 25 */
+    json_t *sfi = json_object_get(j, "sfi");
+    ck_assert_double_eq_tol(json_real_value(json_object_get(sfi, "slow_fraction")), 5.0 / 30,
+                            1e-9);
+    json_t *st = json_object_get(j, "stability");
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "across"), "n")),
+                     4 * 4);
+    json_decref(j);
+    free(out);
+    free(errs);
+    /* CSV and table, and the pictures */
+    snprintf(args, sizeof args, "'%s' --budget 12 --policies oracle,sfi --format csv", tr);
+    ck_assert_int_eq(run_cli(args, &out, &errs), 0);
+    ck_assert_msg(!strncmp(out, "section,name,layer,metric,value\n", 32), "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "policy,oracle,,recall,"));
+    ck_assert_ptr_null(strstr(out, "policy,h2o"));
+    free(out);
+    free(errs);
+    snprintf(args, sizeof args, "'%s' --policies streaming,sfi --layer 1 --head 1 "
+             "--png-prefix '%s/pic'", tr, dir);
+    rc = run_cli(args, &out, &errs);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, errs);
+    ck_assert_ptr_nonnull(strstr(out, "support stability"));
+    static const char *const pics[] = {"support", "recall-budget", "stability"};
+    for (int i = 0; i < 3; i++) {
+        char pth[4096];
+        snprintf(pth, sizeof pth, "%s/pic-%s.png", dir, pics[i]);
+        size_t n;
+        char *png = sfi_test_read_file(pth, &n);
+        ck_assert_msg(png && n > 1000 && !memcmp(png, "\x89PNG", 4), "%s", pth);
+        free(png);
+    }
+    free(out);
+    free(errs);
+    free(tr);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(cli_bad_input)
+{
+    char *dir = sfi_test_tmpdir();
+    char *full = write_trace(dir, "full.db", SFI_TRACE_FULL, "sfi");
+    char *tok = write_trace(dir, "tokens.db", SFI_TRACE_TOKENS, "sfi");
+    char *alw = write_trace(dir, "always.db", SFI_TRACE_FULL, "always");
+    char junk[4096];
+    snprintf(junk, sizeof junk, "%s/junk.db", dir);
+    ck_assert_int_eq(sfi_test_write_file(junk, "not a database at all", 21), 0);
+    struct {
+        const char *fmt;
+        const char *file;
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {"'%s'", tok, 1, "full-level trace"},
+        {"'%s'", alw, 1, "--vocab"},
+        {"'%s'", junk, 1, "junk.db"},
+        {"'%s.missing'", full, 1, "missing"},
+        {"'%s' --budget 1.5", full, 2, "--budget"},
+        {"'%s' --budget 0", full, 2, "--budget"},
+        {"'%s' --policies oracle,bogus", full, 2, "bogus"},
+        {"'%s' --layer 2", full, 2, "2 layers"},
+        {"'%s' --format xml", full, 2, "xml"},
+        {"'%s' --param nope=1", full, 2, "nope"},
+        {"'%s' --request 3", full, 1, "request 3"},
+        {"'%s' --frobnicate", full, 2, "--frobnicate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[4096], *out = NULL, *errs = NULL;
+        snprintf(args, sizeof args, cases[i].fmt, cases[i].file);
+        int rc = run_cli(args, &out, &errs);
+        ck_assert_msg(rc == cases[i].rc, "%s: rc %d (want %d): %s", args, rc, cases[i].rc, errs);
+        ck_assert_msg(strstr(errs, cases[i].msg) != NULL, "%s: message '%s' lacks '%s'", args,
+                      errs, cases[i].msg);
+        ck_assert_msg(out == NULL || *out == 0, "%s: wrote output on error: %s", args, out);
+        free(out);
+        free(errs);
+    }
+    char *out = NULL;
+    ck_assert_int_eq(run_cli("--help", &out, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--png-prefix"));
+    free(out);
+    free(full);
+    free(tok);
+    free(alw);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("analyze");
@@ -324,6 +519,11 @@ int main(void)
     tcase_add_test(tc, output_error_on_snapshots);
     tcase_add_test(tc, threads_do_not_change_results);
     tcase_add_test(tc, bad_records_are_named);
+    TCase *tcli = tcase_create("cli");
+    tcase_set_timeout(tcli, 120);
+    tcase_add_test(tcli, cli_end_to_end);
+    tcase_add_test(tcli, cli_bad_input);
+    suite_add_tcase(s, tcli);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
