@@ -1216,7 +1216,7 @@ static sfi_status step_sfi(sfi_peer *p, const sfi_peer_step *st, int n_ctx, int 
                 bit_clr(s->bits, s->sel[i]);
             s->n_sel = 0;
         }
-        if (je > jb) {
+        if (je > jb && !st->next_unused) {
             /* The trace's top-M probabilities as logits (log p); positions
              * outside the entries share the tail evenly. One window query:
              * the Selector's f is then the recorded distribution on J. */

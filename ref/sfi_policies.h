@@ -136,6 +136,10 @@ struct sfi_peer_step {
     int n_ctx;
     int prev_trigger;          /* token x_{t-1} ends a sentence (t >= 1) */
     int budget;                /* B for this step */
+    /* The next step is slow too, or there is none (the trace says so): a
+     * selection made now would never be used, so SFI skips its Selector
+     * (same sets, less work). 0 when unknown. */
+    int next_unused;
     const sfi_peer_obs *obs;   /* [n_kv_heads] this layer */
     /* The same step's obs of another layer (Kascade); may be NULL when
      * there is no Kascade policy. */

@@ -306,7 +306,8 @@ static int run_layer(shared *sh, int layer, sfi_error *err)
             lc.step = t;
             sfi_peer_step st = {
                 .step = t - src->seq_begin[r], .n_ctx = n_ctx, .prev_trigger = prev_trig,
-                .budget = B, .obs = obs, .layer_obs = want_lo ? lo_get : NULL,
+                .budget = B, .next_unused = src->trigger[t] || t + 1 == src->seq_begin[r + 1],
+                .obs = obs, .layer_obs = want_lo ? lo_get : NULL,
                 .layer_obs_ctx = &lc, .q = q, .k = kk,
             };
             for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
