@@ -330,8 +330,13 @@ static sfi_status case_prefill_selector(runner *r)
     float *out = malloc(qn * sizeof *out), *tail = malloc((size_t)W * 8 * T * sizeof *tail);
     float *win = malloc((size_t)W * 8 * T * sizeof *win), *kn = malloc((size_t)2 * T * sizeof *kn);
     int32_t sel[2 * 64];
+    float lam[2], *f = malloc((size_t)2 * T * sizeof *f), *zc = malloc((size_t)2 * T * sizeof *zc);
+    sfi_selector_detail det = {0};
+    det.f = f;
+    det.lambda = lam;
+    det.z_cross = zc;
     sfi_status st = SFI_ENOMEM;
-    if (q && k && v && out && tail && win && kn && (st = begin(r, "selector.from_prefill.8q2kv64d.T300.W16")) == SFI_OK) {
+    if (q && k && v && out && tail && win && kn && f && zc && (st = begin(r, "selector.from_prefill.8q2kv64d.T300.W16")) == SFI_OK) {
         sfi_params p = suite_params();
         p.n_recent = 8;
         p.K = 64;
@@ -342,13 +347,16 @@ static sfi_status case_prefill_selector(runner *r)
             sfi_selector_window_from_prefill(8, 2, W, T, tail, win);
             sfi_state_candidates(&p, T, &jb, &je);
             sfi_selector_input in = {2, 4 * W, T, jb, je, win, kn};
-            st = sfi_selector_run(&p, &in, sel, &n, NULL, r->err);
+            st = sfi_selector_run(&p, &in, sel, &n, &det, r->err);
         }
         if (st != SFI_OK)
             fail(r, st);
         else {
             sfi_hasher_update_f32(&r->h, kn, (size_t)2 * T);
             sfi_hasher_update_i32(&r->h, sel, (size_t)2 * (size_t)n);
+            sfi_hasher_update_f32(&r->h, lam, 2);
+            sfi_hasher_update_f32(&r->h, f, (size_t)2 * (size_t)(je - jb));
+            sfi_hasher_update_f32(&r->h, zc, (size_t)2 * (size_t)(je - jb));
             st = finish(r);
         }
     }
@@ -359,6 +367,8 @@ static sfi_status case_prefill_selector(runner *r)
     free(tail);
     free(win);
     free(kn);
+    free(f);
+    free(zc);
     return st;
 }
 

@@ -221,7 +221,7 @@ void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_
         for (int g = 0; g < G; g++)
             for (int w = 0; w < W; w++) {
                 const float *src = tail + ((size_t)w * (size_t)n_heads + (size_t)(kv * G + g)) * (size_t)n_pos;
-                float *dst = out + ((size_t)kv * (size_t)(G * W) + (size_t)(g * W + w)) * (size_t)n_pos;
+                float *dst = out + ((size_t)kv * (size_t)(G * W) + (size_t)(w * G + g)) * (size_t)n_pos;
                 memcpy(dst, src, row);
             }
 }

@@ -556,7 +556,7 @@ START_TEST(inputs_from_attention)
     ck_assert(kn[0] == 5.0f && kn[1] == 10.0f && kn[2] == 1.0f && kn[3] == 0.0f);
 
     /* Window layout: tail [W=2][heads=4][n=3], 2 kv heads (G = 2): entry
-     * value = 100 w + 10 h + j; out[kv][g*W + w][j]. */
+     * value = 100 w + 10 h + j; out[kv][w*G + g][j]. */
     float tail[2 * 4 * 3], win[2 * 4 * 3];
     for (int w = 0; w < 2; w++)
         for (int h = 0; h < 4; h++)
@@ -567,7 +567,7 @@ START_TEST(inputs_from_attention)
         for (int g = 0; g < 2; g++)
             for (int w = 0; w < 2; w++)
                 for (int j = 0; j < 3; j++)
-                    ck_assert(win[(kv * 4 + g * 2 + w) * 3 + j] == (float)(100 * w + 10 * (kv * 2 + g) + j));
+                    ck_assert(win[(kv * 4 + w * 2 + g) * 3 + j] == (float)(100 * w + 10 * (kv * 2 + g) + j));
 
     /* End to end: prefill of 40 tokens, tail W = 16, n_recent 8 (smaller
      * than W, so the early tail queries cannot see the end of J: masked
