@@ -39,7 +39,8 @@ typedef struct {
  * selected. A -inf logit means "masked" (probability 0). Errors: NaN or
  * +inf logits in J, a head whose logits over J are all masked, negative or
  * non-finite key norms, K < 1, empty J, out-of-range parameters and
- * inconsistent sizes. selected must hold n_kv_heads * min(K, |J|) entries. */
+ * inconsistent sizes (SFI_EINVAL); an evidence or prior normaliser that
+ * under/overflows with extreme parameters and inputs (SFI_ERANGE). selected must hold n_kv_heads * min(K, |J|) entries. */
 sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
                             int32_t *selected, int *n_selected,
                             sfi_selector_detail *detail, sfi_error *err);
