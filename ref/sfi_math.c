@@ -21,8 +21,15 @@
 
 #include "sfi_math.h"
 
+#include <float.h>
 #include <stdint.h>
 #include <string.h>
+
+/* x87 (FLT_EVAL_METHOD 2) would evaluate float expressions in extended
+ * precision and break bit-exactness: refuse to build rather than differ. */
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
+#error "ref/ needs FLT_EVAL_METHOD 0 (x86: compile with -msse2 -mfpmath=sse)"
+#endif
 
 static uint32_t f2u(float x)
 {

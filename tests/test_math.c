@@ -160,6 +160,19 @@ START_TEST(reductions_are_ascending_single_accumulator)
 }
 END_TEST
 
+START_TEST(no_fma_contraction)
+{
+    /* a = b = 1 + 2^-23: a*b = 1 + 2^-22 + 2^-46 rounds to 1 + 2^-22 in
+     * float. sfi_dot([1, a], [c, b]) with c = -(1 + 2^-22) is c + a*b: 0
+     * with a separately rounded product, 2^-46 if the compiler fused the
+     * multiply-add (an FMA). ref/ is built with -ffp-contract=off; this
+     * catches a build that lost it (gcc contracts by default on arm64). */
+    const float a = 1.0f + 0x1p-23f, c = -(1.0f + 0x1p-22f);
+    const float x[2] = {1.0f, a}, y[2] = {c, a};
+    ck_assert(sfi_dot(x, y, 2) == 0.0f);
+}
+END_TEST
+
 START_TEST(softmax_hand_cases)
 {
     /* Equal logits: exp(0) = 1 each, sum 4, each exactly 1/4. */
@@ -222,6 +235,7 @@ int main(void)
     tcase_add_test(tc, special_values);
     tcase_add_test(tc, reductions_are_ascending_single_accumulator);
     tcase_add_test(tc, softmax_hand_cases);
+    tcase_add_test(tc, no_fma_contraction);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
