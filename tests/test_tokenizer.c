@@ -113,6 +113,20 @@ START_TEST(nfc)
     nfc_is("\xCC\x81" "a", "\xCC\x81" "a");              /* leading mark stays */
     nfc_is("a\xCC\x96\xCC\x81", "\xC3\xA1\xCC\x96");     /* a + grave below + acute */
     ck_assert_str_eq(sfi_nfc_unicode_version(), "14.0.0");
+    /* A long run of marks (counting sort): a + (acute, grave below) x 40 ->
+     * á, 40 grave below, 39 acute. */
+    char in[1 + 160 + 1], want[2 + 80 + 78 + 1];
+    in[0] = 'a';
+    for (int i = 0; i < 40; i++)
+        memcpy(in + 1 + 4 * i, "\xCC\x81\xCC\x96", 4);
+    in[161] = '\0';
+    memcpy(want, "\xC3\xA1", 2);
+    for (int i = 0; i < 40; i++)
+        memcpy(want + 2 + 2 * i, "\xCC\x96", 2);
+    for (int i = 0; i < 39; i++)
+        memcpy(want + 82 + 2 * i, "\xCC\x81", 2);
+    want[160] = '\0';
+    nfc_is(in, want);
 }
 END_TEST
 
