@@ -570,3 +570,46 @@ sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size
     *len = k;
     return SFI_OK;
 }
+
+sfi_status sfi_token_ids_parse(const char *text, size_t len, const char *origin, int32_t **ids,
+                               size_t *n, sfi_error *err)
+{
+    *ids = NULL;
+    *n = 0;
+    idvec out = {0};
+    size_t i = 0, count = 0;
+    for (;;) {
+        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
+                           text[i] == '\r' || text[i] == '\v' || text[i] == '\f'))
+            i++;
+        if (i == len)
+            break;
+        size_t w = i;
+        while (i < len && !(text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
+                            text[i] == '\r' || text[i] == '\v' || text[i] == '\f'))
+            i++;
+        count++;
+        /* 9 digits at most: every id fits in int32_t, and a longer number
+         * cannot be a token of any vocabulary sfi loads. */
+        int ok = i - w <= 9;
+        long v = 0;
+        for (size_t k = w; k < i && ok; k++) {
+            ok = text[k] >= '0' && text[k] <= '9';
+            v = v * 10 + (text[k] - '0');
+        }
+        if (!ok) {
+            free(out.v);
+            return sfi_error_set(err, SFI_EFORMAT, "%s: id %zu: '%.*s' is not a decimal token id",
+                                 origin, count, (int)(i - w > 40 ? 40 : i - w), text + w);
+        }
+        if (idvec_push(&out, (int32_t)v)) {
+            free(out.v);
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", origin);
+        }
+    }
+    if (!out.v && !(out.v = malloc(sizeof *out.v)))
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", origin);
+    *ids = out.v;
+    *n = out.n;
+    return SFI_OK;
+}

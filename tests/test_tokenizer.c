@@ -195,6 +195,37 @@ START_TEST(encode_edges_and_errors)
 }
 END_TEST
 
+START_TEST(ids_parse)
+{
+    int32_t *ids;
+    size_t n;
+    sfi_error err;
+    ck_assert_int_eq(sfi_token_ids_parse(" 1\t22\n333 \r\n", 12, "f", &ids, &n, &err), SFI_OK);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(ids[0], 1);
+    ck_assert_int_eq(ids[1], 22);
+    ck_assert_int_eq(ids[2], 333);
+    free(ids);
+    ck_assert_int_eq(sfi_token_ids_parse("", 0, "f", &ids, &n, &err), SFI_OK);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_nonnull(ids);
+    free(ids);
+    ck_assert_int_eq(sfi_token_ids_parse("999999999", 9, "f", &ids, &n, &err), SFI_OK);
+    ck_assert_int_eq(ids[0], 999999999);
+    free(ids);
+    ck_assert_int_eq(sfi_token_ids_parse("5 12a", 5, "p.ids", &ids, &n, &err), SFI_EFORMAT);
+    ck_assert_str_eq(err.msg, "p.ids: id 2: '12a' is not a decimal token id");
+    ck_assert_ptr_null(ids);
+    ck_assert_int_eq(sfi_token_ids_parse("1234567890", 10, "f", &ids, &n, &err), SFI_EFORMAT);
+    ck_assert_int_eq(sfi_token_ids_parse("-1", 2, "f", &ids, &n, &err), SFI_EFORMAT);
+    ck_assert_int_eq(sfi_token_ids_parse("1,2", 3, "f", &ids, &n, &err), SFI_EFORMAT);
+    /* Length, not NUL, ends the text. */
+    ck_assert_int_eq(sfi_token_ids_parse("7 8x", 2, "f", &ids, &n, &err), SFI_OK);
+    ck_assert_uint_eq(n, 1);
+    free(ids);
+}
+END_TEST
+
 /* A directory with the real vocabulary and a given merges.txt. */
 static void expect_merges_fail(const char *merges, const char *needle)
 {
@@ -316,6 +347,7 @@ int main(void)
     tcase_add_test(tc, nfc);
     tcase_add_test(tc, encode_edges_and_errors);
     tcase_add_test(tc, malformed_merges);
+    tcase_add_test(tc, ids_parse);
     tcase_add_test(tc, cli_encode_decode);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
