@@ -212,7 +212,8 @@ int sfi_nfc(const uint8_t *s, size_t len, sfi_nfc_buf *b, const uint8_t **out, s
         for (size_t x = 1; x < n; x++) {
             uint32_t c = b->cps[x];
             int cc = ccc_of(c);
-            uint32_t comp = compose(b->cps[starter], c);
+            /* Every second character of a composition is >= U+0300. */
+            uint32_t comp = c >= 0x300 ? compose(b->cps[starter], c) : 0;
             if (comp && (last < cc || last == 0)) {
                 b->cps[starter] = comp;
                 continue;

@@ -195,6 +195,44 @@ START_TEST(encode_edges_and_errors)
 }
 END_TEST
 
+/* More distinct pieces than the per-call cache holds (it starts over):
+ * ids must equal those of each piece encoded on its own. */
+START_TEST(piece_cache_overflow)
+{
+    sfi_tokenizer *t = load_ok(qwen_dir);
+    enum { WORDS = 40000 };
+    char *text = malloc(WORDS * 8 + 1);
+    size_t len = 0;
+    int32_t *want = malloc(WORDS * 8 * sizeof *want);
+    size_t nwant = 0;
+    sfi_error err;
+    for (int i = 0; i < WORDS; i++) {
+        char w[8];
+        size_t wl = 0;
+        w[wl++] = ' ';
+        for (int x = i + 1; x > 0; x /= 26)
+            w[wl++] = (char)('a' + x % 26);
+        memcpy(text + len, w, wl);
+        len += wl;
+        int32_t *ids;
+        size_t n;
+        ck_assert_int_eq(sfi_tokenizer_encode(t, w, wl, &ids, &n, &err), SFI_OK);
+        memcpy(want + nwant, ids, n * sizeof *ids);
+        nwant += n;
+        free(ids);
+    }
+    int32_t *ids;
+    size_t n;
+    ck_assert_int_eq(sfi_tokenizer_encode(t, text, len, &ids, &n, &err), SFI_OK);
+    ck_assert_uint_eq(n, nwant);
+    ck_assert(!memcmp(ids, want, n * sizeof *ids));
+    free(ids);
+    free(want);
+    free(text);
+    sfi_tokenizer_free(t);
+}
+END_TEST
+
 START_TEST(ids_parse)
 {
     int32_t *ids;
@@ -348,6 +386,7 @@ int main(void)
     tcase_add_test(tc, encode_edges_and_errors);
     tcase_add_test(tc, malformed_merges);
     tcase_add_test(tc, ids_parse);
+    tcase_add_test(tc, piece_cache_overflow);
     tcase_add_test(tc, cli_encode_decode);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
