@@ -363,8 +363,15 @@ def record(args):
         for prompt in prompts:
             rid = w.add_request(prompt)
             trig = Trigger(args.policy, prm["T_max"], args.interval, is_trig)
-            ids = torch.tensor([prompt], device=args.device)
-            out = model(input_ids=ids, use_cache=True, output_attentions=full)
+            # Prefill all but the last prompt token without attention
+            # outputs (they would take n_prompt^2 x heads x layers floats);
+            # the last prompt token is step 0's forward pass, as in sfi-ref.
+            past = None
+            if len(prompt) > 1:
+                ids = torch.tensor([prompt[:-1]], device=args.device)
+                past = model(input_ids=ids, use_cache=True).past_key_values
+            out = model(input_ids=torch.tensor([prompt[-1:]], device=args.device),
+                        past_key_values=past, use_cache=True, output_attentions=full)
             past = out.past_key_values
             prev = prompt[-1]
             n_ctx = len(prompt)
