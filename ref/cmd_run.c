@@ -15,7 +15,6 @@
 #include "sfi_decode.h"
 #include "sfi_params.h"
 #include "sfi_qwen3.h"
-#include "sfi_recorder.h"
 #include "sfi_ref_cli.h"
 #include "sfi_state.h"
 #include "sfi_tokenizer.h"
@@ -28,8 +27,7 @@ static void usage(FILE *out)
             "                   --max-new N [--mode sfi|dense] [--param KEY=VALUE ...]\n"
             "                   [--params FILE] [--trigger POLICY] [--interval N]\n"
             "                   [--backend scalar|blas] [--tokenizer DIR] [--stop-at-eos]\n"
-            "                   [--json] [--trace FILE [--trace-level L]\n"
-            "                   [--trace-top-m M] [--trace-layers LIST]]\n\n"
+            "                   [--json]\n\n"
             "Greedy decoding of a prompt with a Hugging Face Qwen3 / Qwen3-MoE checkpoint\n"
             "(config.json + model.safetensors or a sharded index). The prompt is prefilled\n"
             "densely; its last W_prefill queries initialize the selected sets; then every\n"
@@ -52,10 +50,8 @@ static void usage(FILE *out)
             "                         and only ids are printed\n"
             "      --stop-at-eos      stop after generating the config's eos_token_id\n"
             "      --json             print one JSON object\n"
-            "%s"
             "  -h, --help             print this help\n\n"
-            "Exit status: 0 ok, 1 bad input or failure, 2 usage error. See sfi-ref-run(1).\n",
-            sfi_recorder_usage());
+            "Exit status: 0 ok, 1 bad input or failure, 2 usage error. See sfi-ref-run(1).\n");
 }
 
 static int file_exists(const char *dir, const char *name)
@@ -173,8 +169,7 @@ static int parse_int(const char *s, const char *what, int lo, int *out)
 int sfi_ref_cmd_run(int argc, char **argv)
 {
     enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
-           O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE, O_TRACE_LEVEL, O_TRACE_TOP_M,
-           O_TRACE_LAYERS };
+           O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"prompt", required_argument, NULL, 'p'},
@@ -191,19 +186,13 @@ int sfi_ref_cmd_run(int argc, char **argv)
         {"stop-at-eos", no_argument, NULL, O_STOP},
         {"json", no_argument, NULL, O_JSON},
         {"trace", required_argument, NULL, O_TRACE},
-        {"trace-level", required_argument, NULL, O_TRACE_LEVEL},
-        {"trace-top-m", required_argument, NULL, O_TRACE_TOP_M},
-        {"trace-layers", required_argument, NULL, O_TRACE_LAYERS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *prompt_ids = NULL;
-    const char *tok_dir = NULL;
+    const char *tok_dir = NULL, *trace = NULL;
     int max_new = -1, json = 0, stop = 0;
     sfi_decode_opts o;
-    sfi_recorder_opts ro;
-    sfi_recorder_opts_default(&ro);
-    sfi_recorder *rec = NULL;
     sfi_decode_opts_default(&o);
     sfi_error e;
     sfi_error_clear(&e);
@@ -257,18 +246,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
         case O_TOKENIZER: tok_dir = optarg; break;
         case O_STOP: stop = 1; break;
         case O_JSON: json = 1; break;
-        case O_TRACE:
-        case O_TRACE_LEVEL:
-        case O_TRACE_TOP_M:
-        case O_TRACE_LAYERS: {
-            const char *name = c == O_TRACE ? "trace" : c == O_TRACE_LEVEL ? "trace-level"
-                             : c == O_TRACE_TOP_M ? "trace-top-m" : "trace-layers";
-            if (sfi_recorder_set_option(&ro, name, optarg, &e) != 1) {
-                fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-                return 2;
-            }
-            break;
-        }
+        case O_TRACE: trace = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             if (optopt && optopt < 256)
@@ -290,6 +268,13 @@ int sfi_ref_cmd_run(int argc, char **argv)
                         "--prompt-file, --prompt-ids\n");
         usage(stderr);
         return 2;
+    }
+    if (trace) {
+        /* The trace recorder (ref/sfi_recorder, traces work stream) plugs in
+         * here as an sfi_decode_observer. */
+        fprintf(stderr, "sfi-ref run: --trace %s: trace recording is not in this build yet\n",
+                trace);
+        return 1;
     }
     if (sfi_params_validate(&o.params, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
@@ -375,24 +360,9 @@ int sfi_ref_cmd_run(int argc, char **argv)
         goto out;
     }
     o.stop_token = stop ? cfg->eos_token_id : -1;
-    if (sfi_recorder_open(&ro, model, cfg, &o, &rec, &e)) {
-        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-        goto out;
-    }
-    sfi_decode_observer obs;
-    sfi_recorder_observer(rec, &obs);
-    if (sfi_decode_run(m, &o, ids, n_ids, rec ? &obs : NULL, &res, &e)) {
+    if (sfi_decode_run(m, &o, ids, n_ids, NULL, &res, &e)) {
         fprintf(stderr, "sfi-ref run: %s: %s\n", model, e.msg);
         goto out;
-    }
-    /* The trace is complete once decoding is: printing may still fail. */
-    if (rec) {
-        sfi_status fs = sfi_recorder_finish(rec, &e);
-        rec = NULL;
-        if (fs) {
-            fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-            goto out;
-        }
     }
     size_t text_len = 0;
     if (tk && sfi_tokenizer_decode(tk, res.ids, (size_t)res.n_generated, &text, &text_len, &e)) {
@@ -463,7 +433,6 @@ int sfi_ref_cmd_run(int argc, char **argv)
     }
     rc = 0;
 out:
-    sfi_recorder_abort(rec);
     free(text);
     free(ids);
     sfi_decode_result_free(&res);
