@@ -740,6 +740,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     row *rows = NULL;
     sfi_replay_result *replays = NULL;
     int n_replays = 0;
+    int drew = 0; /* a figure was drawn: release the font caches at the end */
 
     optind = 1;
     opterr = 0;
@@ -1008,6 +1009,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         goto out;
     }
     if (a_png && strcmp(a_png, "none")) {
+        drew = 1;
         if (write_figure(&s, rows, n_rows, a_png, &err) != SFI_OK) {
             fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
             goto out;
@@ -1024,6 +1026,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         sfi_plot *p = sfi_plot_new(1400, 500, 1, 1);
         if (!p)
             goto oom;
+        drew = 1;
         int tp = rows[0].tp;
         char title[256];
         snprintf(title, sizeof title, "%s on %s (TP %d, batch %d, context %d): per-step latency",
@@ -1083,5 +1086,7 @@ out:
     free(replays);
     free(rows);
     sweep_free(&s);
+    if (drew)
+        sfi_plot_release_fonts();
     return rc;
 }
