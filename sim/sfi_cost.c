@@ -444,15 +444,13 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
     const int B = s->batch, L = s->context, hd = s->model->head_dim;
     const double hq = q_heads(s), pos_b = kv_pos_bytes(s), fl_pos = 4.0 * hq * hd;
     acc a = {0};
-    if (!strcmp(kernel, "attn_dense")) {
+    if (!strcmp(kernel, "attn_dense_nologits")) {
         add_kernel(s, &a, SFI_KC_ATTN_DENSE, B * sfi_cost_kv_bytes_dense(s), B * fl_pos * L, 1);
-    } else if (!strcmp(kernel, "attn_dense_logits")) {
+    } else if (!strcmp(kernel, "attn_dense")) {
         add_kernel(s, &a, SFI_KC_ATTN_DENSE,
                    B * (sfi_cost_kv_bytes_dense(s) + hq * n_candidates(s) * 4.0), B * fl_pos * L, 1);
     } else if (!strcmp(kernel, "attn_sparse")) {
-        int P = sfi_cost_fast_positions(s);
-        add_kernel(s, &a, SFI_KC_ATTN_SPARSE, B * P * pos_b, B * fl_pos * P, 1);
-    } else if (!strcmp(kernel, "attn_sparse_n")) {
+        /* The measurement's context is the number of positions read. */
         add_kernel(s, &a, SFI_KC_ATTN_SPARSE, B * (double)L * pos_b, B * fl_pos * L, 1);
     } else if (!strcmp(kernel, "selector") || !strcmp(kernel, "topk") ||
                !strcmp(kernel, "reorg") || !strcmp(kernel, "selector_reorg")) {

@@ -118,11 +118,12 @@ double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double 
 double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes);
 
 /* Predicted time of one kernel of one layer for the setup's batch (all
- * requests of the batch in one launch): "attn_dense" (no logits),
- * "attn_dense_logits" (SFI's slow-step kernel, logits over J written),
- * "attn_sparse" (two-segment fast set of the setup's context and K),
- * "attn_sparse_n" (context = positions read), "selector", "topk", "reorg",
- * "selector_reorg" (the three, serially). SFI_ENOTFOUND for other names. */
+ * requests of the batch in one launch), as `sfi-sim validate` compares
+ * them with a profile's measurements: "attn_dense" (SFI's slow-step dense
+ * kernel, fp32 logits over J written), "attn_dense_nologits",
+ * "attn_sparse" (the setup's context = the positions read), "selector",
+ * "topk", "reorg", "selector_reorg" (the three, serially). SFI_ENOTFOUND
+ * for other names. */
 sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, double *time_s,
                                    sfi_error *err);
 

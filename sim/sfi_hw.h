@@ -27,8 +27,9 @@
  * the fraction of side-stream (Selector + reorg) time that still slows the
  * main stream while overlapped (they share HBM). "measurements" is optional;
  * `sfi-sim validate` compares each with the model's prediction. Kernel names
- * there: attn_dense, attn_sparse (context = positions read), selector,
- * topk, reorg, selector_reorg, copy, step_fast, step_slow. */
+ * there: attn_dense (with fp32 logits written, as SFI's slow step runs it),
+ * attn_dense_nologits, attn_sparse (context = positions read), selector,
+ * topk, reorg, selector_reorg; others are listed as not modelled. */
 #ifndef SFI_HW_H
 #define SFI_HW_H
 
