@@ -320,6 +320,13 @@ static sfi_trigger_kind trigger_of(sfi_sim_policy_kind k)
     }
 }
 
+/* Requests of a batch are spread over one period of the policy's refresh
+ * cycle (see sfi_replay.h), as they would be under continuous batching. */
+static int64_t stagger_of(const sfi_sim_policy *p, const sfi_params *prm)
+{
+    return p->kind == SFI_SIM_INTERVAL ? p->interval : prm->T_max;
+}
+
 static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *rp, row *r,
                              double **step_time, sfi_error *err)
 {
@@ -895,7 +902,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         for (int bi = 0; bi < s.n_batches; bi++)
             if (sfi_replay_run(&(sfi_replay_stream){s.tokens, s.n_tokens, s.is_trigger, s.n_vocab},
                                trigger_of(s.pols[pi].pol.kind), &s.prm, s.pols[pi].pol.interval,
-                               s.batches[bi], s.steps, a_tl ? TIMELINE_STEPS : 0,
+                               s.batches[bi], stagger_of(&s.pols[pi].pol, &s.prm), s.steps,
+                               a_tl ? TIMELINE_STEPS : 0,
                                &replays[pi * s.n_batches + bi], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                 goto out;
