@@ -1031,47 +1031,79 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         for (int ci = 1; ci < s.n_contexts; ci++)
             if (s.contexts[ci] > s.contexts[ci_max])
                 ci_max = ci;
-        sfi_plot *p = sfi_plot_new(1400, 500, 1, 1);
+        /* One panel per replayed policy, full KV drawn in each as the
+         * reference; no replayed policy: full KV alone. */
+        int n_panels = 0;
+        for (int pi = 0; pi < s.n_pols; pi++)
+            n_panels += sfi_sim_policy_has_slow_steps(s.pols[pi].pol.kind);
+        if (n_panels == 0)
+            n_panels = 1;
+        if (n_panels > 16)
+            n_panels = 16;
+        sfi_plot *p = sfi_plot_new(1400, 80 + 240 * n_panels, n_panels, 1);
         if (!p)
             goto oom;
         drew = 1;
         int tp = rows[0].tp;
-        char title[256];
-        snprintf(title, sizeof title, "%s on %s (TP %d, batch %d, context %d): per-step latency",
-                 model_label(&s, 0), s.gpus[0].name, tp, s.batches[0], s.contexts[ci_max]);
-        sfi_status st = sfi_plot_axes(p, 0, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
-        double *x = malloc(TIMELINE_STEPS * sizeof *x), *y = malloc(TIMELINE_STEPS * sizeof *y);
-        if (!x || !y)
+        sfi_status st = SFI_OK;
+        double *x = malloc(TIMELINE_STEPS * sizeof *x), *y = malloc(TIMELINE_STEPS * sizeof *y),
+               *yf = malloc(TIMELINE_STEPS * sizeof *yf);
+        if (!x || !y || !yf)
             st = sfi_error_set(&err, SFI_ENOMEM, "out of memory");
-        for (int pi = 0; pi < s.n_pols && !st; pi++) {
-            sfi_cost_setup cs;
-            sfi_cost_setup_init(&cs);
-            cs.model = &s.models[0];
-            cs.gpu = s.gpus[0];
-            cs.prof = s.prof;
-            cs.prm = s.prm;
-            cs.tp = tp;
-            cs.context = s.contexts[ci_max];
-            cs.batch = s.batches[0];
-            cs.weight_bytes = s.weight_bytes;
+        sfi_cost_setup cs;
+        sfi_cost_setup_init(&cs);
+        cs.model = &s.models[0];
+        cs.gpu = s.gpus[0];
+        cs.prof = s.prof;
+        cs.prm = s.prm;
+        cs.tp = tp;
+        cs.context = s.contexts[ci_max];
+        cs.batch = s.batches[0];
+        cs.weight_bytes = s.weight_bytes;
+        row tmp;
+        double full_t = 0;
+        sfi_sim_policy_default(&cs.pol, SFI_SIM_FULL);
+        if (!st)
+            st = price_cell(&cs, NULL, &tmp, NULL, &err);
+        full_t = tmp.mean_s;
+        for (int i = 0; i < TIMELINE_STEPS && !st; i++) {
+            x[i] = (double)i;
+            yf[i] = full_t * 1e3;
+        }
+        int panel = 0;
+        for (int pi = 0; pi < s.n_pols && !st && panel < n_panels; pi++) {
             cs.pol = s.pols[pi].pol;
-            const sfi_replay_result *rp =
-                sfi_sim_policy_has_slow_steps(cs.pol.kind) ? &replays[pi * s.n_batches] : NULL;
-            if (!rp && cs.pol.kind != SFI_SIM_FULL)
-                continue; /* flat lines: only full KV is drawn as the reference */
-            row tmp;
+            if (!sfi_sim_policy_has_slow_steps(cs.pol.kind))
+                continue;
+            const sfi_replay_result *rp = &replays[pi * s.n_batches];
             double *tt = NULL;
             st = price_cell(&cs, rp, &tmp, &tt, &err);
             if (st)
                 break;
-            int64_t nt = rp ? rp->n_timeline : TIMELINE_STEPS;
-            for (int64_t i = 0; i < nt; i++) {
-                x[i] = (double)i;
-                y[i] = (rp ? tt[rp->timeline[i]] : tt[0]) * 1e3;
-            }
+            int64_t nt = rp->n_timeline;
+            for (int64_t i = 0; i < nt; i++)
+                y[i] = tt[rp->timeline[i]] * 1e3;
             free(tt);
-            st = sfi_plot_line(p, 0, s.pols[pi].name, x, y, (size_t)nt, 0, &err);
+            char title[256];
+            snprintf(title, sizeof title,
+                     "%s: %s on %s (TP %d, batch %d, context %d), per-step latency", s.pols[pi].name,
+                     model_label(&s, 0), s.gpus[0].name, tp, s.batches[0], s.contexts[ci_max]);
+            st = sfi_plot_axes(p, panel, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
+            if (!st)
+                st = sfi_plot_line(p, panel, "full", x, yf, TIMELINE_STEPS, 0, &err);
+            if (!st)
+                st = sfi_plot_line(p, panel, s.pols[pi].name, x, y, (size_t)nt, 0, &err);
+            panel++;
         }
+        if (!st && panel == 0) {
+            char title[256];
+            snprintf(title, sizeof title, "%s on %s (TP %d, batch %d, context %d): per-step latency",
+                     model_label(&s, 0), s.gpus[0].name, tp, s.batches[0], s.contexts[ci_max]);
+            st = sfi_plot_axes(p, 0, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
+            if (!st)
+                st = sfi_plot_line(p, 0, "full", x, yf, TIMELINE_STEPS, 0, &err);
+        }
+        free(yf);
         free(x);
         free(y);
         if (!st)
