@@ -484,6 +484,39 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
     return SFI_OK;
 }
 
+sfi_status sfi_cost_pipeline_predict(const sfi_cost_setup *s, const char *kind, int layers,
+                                     double *time_s, sfi_error *err)
+{
+    if (layers < 1 || layers > 100000)
+        return sfi_error_set(err, SFI_ERANGE, "layers %d outside 1..100000", layers);
+    double attn, side;
+    sfi_status st = sfi_cost_kernel_predict(s, "attn_dense", &attn, err);
+    if (!st)
+        st = sfi_cost_kernel_predict(s, "selector_reorg", &side, err);
+    if (st)
+        return st;
+    if (!strcmp(kind, "attn_layers")) {
+        *time_s = layers * attn;
+    } else if (!strcmp(kind, "slow_step_serial")) {
+        *time_s = layers * (attn + side);
+    } else if (!strcmp(kind, "slow_step_overlap")) {
+        /* Same rule as sfi_cost_step: side work of layer i starts after
+         * its attention and the previous side work; the end waits for
+         * both; hidden side time costs overlap_contention of itself. */
+        double t_main = 0, t_side = 0;
+        for (int l = 0; l < layers; l++) {
+            t_main += attn;
+            t_side = (t_side > t_main ? t_side : t_main) + side;
+        }
+        double exposed = t_side > t_main ? t_side - t_main : 0;
+        double hidden = layers * side - exposed;
+        *time_s = t_main + exposed + s->prof.overlap_contention * (hidden > 0 ? hidden : 0);
+    } else {
+        return sfi_error_set(err, SFI_ENOTFOUND, "'%s' is not modelled", kind);
+    }
+    return SFI_OK;
+}
+
 sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out, sfi_error *err)
 {
     sfi_status st = sfi_cost_validate(s, err);

@@ -127,6 +127,15 @@ double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes);
 sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, double *time_s,
                                    sfi_error *err);
 
+/* Predicted time of `layers` layers of a slow step with attention only on
+ * the main stream (as the GPU benchmark's two-stream test runs it), the
+ * whole batch slow: "attn_layers" (the dense attention kernels alone),
+ * "slow_step_serial" (Selector + Top-K + reorg after each layer's attention
+ * on one stream), "slow_step_overlap" (on a second stream, the model's
+ * overlap with contention). SFI_ENOTFOUND for other names. */
+sfi_status sfi_cost_pipeline_predict(const sfi_cost_setup *s, const char *kind, int layers,
+                                     double *time_s, sfi_error *err);
+
 /* Memory on one GPU. */
 typedef struct {
     double weights;       /* bytes of weights (/tp) */

@@ -118,16 +118,31 @@ START_TEST(slow_step_terms)
     /* Reorg: read + write sink + K positions of K and V. */
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "reorg", &t, &e), SFI_OK);
     ck_assert(close_rel(t, 16 * 2.0 * (4 + 2048) * 4096 / bw / 0.7 + launch, 1e-12));
+    /* Sparse: positions read = context. */
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_sparse", &t, &e), SFI_OK);
+    ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.6 + launch, 1e-12));
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "step_fast", &t, &e), SFI_ENOTFOUND);
     double sel, topk, reorg, all;
     sfi_cost_kernel_predict(&s, "selector", &sel, &e);
     sfi_cost_kernel_predict(&s, "topk", &topk, &e);
     sfi_cost_kernel_predict(&s, "reorg", &reorg, &e);
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "selector_reorg", &all, &e), SFI_OK);
     ck_assert(close_rel(all, sel + topk + reorg, 1e-12));
-    /* Sparse: positions read = context. */
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_sparse", &t, &e), SFI_OK);
-    ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.6 + launch, 1e-12));
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "step_fast", &t, &e), SFI_ENOTFOUND);
+    /* Two-stream pipeline of 28 layers: serial = 28 (attn + side); with
+     * overlap, between attention alone and serial. */
+    double dense, al, ser, ov;
+    sfi_cost_kernel_predict(&s, "attn_dense", &dense, &e);
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "attn_layers", 28, &al, &e), SFI_OK);
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "slow_step_serial", 28, &ser, &e), SFI_OK);
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "slow_step_overlap", 28, &ov, &e), SFI_OK);
+    ck_assert(close_rel(al, 28 * dense, 1e-12));
+    ck_assert(close_rel(ser, 28 * (dense + sel + topk + reorg), 1e-12));
+    ck_assert(ov > al && ov < ser);
+    /* side < attention: only the last layer's side work is exposed, plus
+     * contention (0.3) of the other 27 layers' side work. */
+    ck_assert(close_rel(ov, al + all + 0.3 * 27 * all, 1e-9));
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "step", 28, &ov, &e), SFI_ENOTFOUND);
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "attn_layers", 0, &ov, &e), SFI_ERANGE);
     /* The side stream of a slow step is 36 layers of the three; with no
      * contention the exposed part is at most the last layer's plus what
      * could not fit behind the main stream. */
