@@ -19,6 +19,7 @@ void sfi_recorder_opts_default(sfi_recorder_opts *o)
     o->path = NULL;
     o->level = SFI_TRACE_TOKENS;
     o->top_m = 4096;
+    o->layers = NULL;
 }
 
 const char *sfi_recorder_usage(void)
@@ -27,42 +28,41 @@ const char *sfi_recorder_usage(void)
            "                       an existing FILE is replaced\n"
            "  --trace-level L      tokens (default), summary (selected sets, captured mass,\n"
            "                       lambda*, fast-step mass) or full (also top-M dense attention)\n"
-           "  --trace-top-m M      M of the full level's top-M records (default 4096)\n";
+           "  --trace-top-m M      M of the full level's top-M records (default 4096)\n"
+           "  --trace-layers LIST  full level: keep top-M records of these layers only\n"
+           "                       (comma-separated, e.g. 0,5,9; default all)\n";
 }
 
-/* "--flag VALUE" or "--flag=VALUE": the value, advancing *i; NULL if argv[*i]
- * is not flag. *missing is set when the flag has no value. */
-static const char *flag_value(const char *flag, int argc, char **argv, int *i, int *missing)
+/* Parses "0,5,9" into mask[n_layers] (NULL mask: only check syntax). */
+static int parse_layers(const char *spec, uint8_t *mask, int n_layers)
 {
-    const char *a = argv[*i];
-    size_t n = strlen(flag);
-    if (strncmp(a, flag, n))
-        return NULL;
-    if (a[n] == '=') {
-        (*i)++;
-        return a + n + 1;
+    const char *p = spec;
+    if (!*p)
+        return 0;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= SFI_TRACE_MAX_LAYERS || (*end && *end != ','))
+            return 0;
+        if (mask) {
+            if (v >= n_layers)
+                return 0;
+            mask[v] = 1;
+        }
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return 0;
     }
-    if (a[n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    *i += 2;
-    return argv[*i - 1];
+    return 1;
 }
 
-int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, sfi_error *err)
+int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *v,
+                            sfi_error *err)
 {
-    int missing = 0;
-    const char *v;
-    if ((v = flag_value("--trace-level", argc, argv, i, &missing))) {
+    if (!strcmp(name, "trace-level"))
         return sfi_trace_level_parse(v, &o->level, err) == SFI_OK ? 1 : -1;
-    } else if (missing) {
-        sfi_error_set(err, SFI_EINVAL, "--trace-level needs a value (tokens, summary or full)");
-        return -1;
-    }
-    if ((v = flag_value("--trace-top-m", argc, argv, i, &missing))) {
+    if (!strcmp(name, "trace-top-m")) {
         char *end;
         errno = 0;
         long m = strtol(v, &end, 10);
@@ -73,20 +73,53 @@ int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, 
         }
         o->top_m = (int)m;
         return 1;
-    } else if (missing) {
-        sfi_error_set(err, SFI_EINVAL, "--trace-top-m needs a value");
-        return -1;
     }
-    if ((v = flag_value("--trace", argc, argv, i, &missing))) {
+    if (!strcmp(name, "trace-layers")) {
+        if (!parse_layers(v, NULL, 0)) {
+            sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a comma-separated list "
+                          "of layer numbers", v);
+            return -1;
+        }
+        o->layers = v;
+        return 1;
+    }
+    if (!strcmp(name, "trace")) {
         if (!*v) {
             sfi_error_set(err, SFI_EINVAL, "--trace: empty file name");
             return -1;
         }
         o->path = v;
         return 1;
-    } else if (missing) {
-        sfi_error_set(err, SFI_EINVAL, "--trace needs a file name");
-        return -1;
+    }
+    return 0;
+}
+
+int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, sfi_error *err)
+{
+    static const char *const names[] = {"trace-level", "trace-top-m", "trace-layers", "trace"};
+    const char *a = argv[*i];
+    if (strncmp(a, "--", 2))
+        return 0;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        size_t n = strlen(names[k]);
+        if (strncmp(a + 2, names[k], n) || (a[2 + n] != '\0' && a[2 + n] != '='))
+            continue;
+        const char *v;
+        int used;
+        if (a[2 + n] == '=') {
+            v = a + 3 + n;
+            used = 1;
+        } else if (*i + 1 < argc) {
+            v = argv[*i + 1];
+            used = 2;
+        } else {
+            sfi_error_set(err, SFI_EINVAL, "--%s needs a value", names[k]);
+            return -1;
+        }
+        int r = sfi_recorder_set_option(o, names[k], v, err);
+        if (r == 1)
+            *i += used;
+        return r;
     }
     return 0;
 }
@@ -98,6 +131,7 @@ struct sfi_recorder {
     int sfi_mode;
     int L, H, KV, K, M;
     int64_t req;            /* current request, -1 before the first prefill */
+    uint8_t *topm_layer;    /* [L]: top-M records kept for this layer */
     /* Current selected sets (summary fast-step mass needs them). */
     sfi_state st;
     int have_state;
@@ -186,6 +220,7 @@ static void rec_free(sfi_recorder *r)
     free(r->have_fm);
     free(r->fm);
     free(r->have_topm);
+    free(r->topm_layer);
     free(r->tpos);
     free(r->tprob);
     free(r->tm);
@@ -237,7 +272,15 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
         r->tprob = malloc(L * H * M * 4);
         r->tm = calloc(L * H, 4);
         r->ttail = calloc(L * H, 4);
-        if (!r->have_topm || !r->tpos || !r->tprob || !r->tm || !r->ttail)
+        r->topm_layer = calloc(L, 1);
+        if (r->topm_layer && !o->layers)
+            memset(r->topm_layer, 1, L);
+        else if (r->topm_layer && !parse_layers(o->layers, r->topm_layer, r->L)) {
+            rec_free(r);
+            return sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a list of layers "
+                                 "in [0, %d)", o->layers, (int)L);
+        }
+        if (!r->have_topm || !r->tpos || !r->tprob || !r->tm || !r->ttail || !r->topm_layer)
             st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %d x %d x top-%d buffers",
                                o->path, r->L, r->H, r->M);
     }
@@ -286,7 +329,12 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
     st = sfi_trace_create(o->path, &m, SFI_TRACE_OVERWRITE, 1, &r->w, err);
     free(config);
     free(pjson);
+    if (!st && r->level == SFI_TRACE_FULL)
+        st = sfi_trace_put_meta(r->w, "topm_layers", o->layers ? o->layers : "all", err);
+    if (!st)
+        st = sfi_trace_flush(r->w, err);
     if (st) {
+        sfi_trace_writer_close(r->w);
         rec_free(r);
         return st;
     }
@@ -360,7 +408,7 @@ static sfi_status on_attention(void *user, const sfi_decode_attention_info *info
     if (l < 0 || l >= r->L || info->n_heads != r->H || n < 1)
         return sfi_error_set(err, SFI_EINVAL, "trace recorder: attention record of layer %d has "
                              "an unexpected shape", l);
-    if (r->level >= SFI_TRACE_FULL) {
+    if (r->level >= SFI_TRACE_FULL && r->topm_layer[l]) {
         if (r->sortcap < (size_t)n) {
             struct pp *nb = realloc(r->sortbuf, (size_t)n * sizeof *nb);
             if (!nb)

@@ -27,6 +27,9 @@ typedef struct {
     const char *path;       /* --trace OUT.db; NULL: record nothing */
     sfi_trace_level level;  /* --trace-level (default tokens) */
     int top_m;              /* --trace-top-m (default 4096) */
+    const char *layers;     /* --trace-layers: comma-separated layers whose top-M
+                               records are kept (NULL: all); size control for
+                               the full level */
 } sfi_recorder_opts;
 
 void sfi_recorder_opts_default(sfi_recorder_opts *o);
@@ -37,6 +40,13 @@ void sfi_recorder_opts_default(sfi_recorder_opts *o);
  * argv[*i] is not a recorder flag; -1 with err set on a bad or missing
  * value. */
 int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, sfi_error *err);
+
+/* The same for getopt_long users: name is the long option without dashes
+ * ("trace", "trace-level", "trace-top-m", "trace-layers"). Returns 1 when
+ * applied, 0 when name is not a recorder option, -1 with err set on a bad
+ * value. */
+int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *value,
+                            sfi_error *err);
 
 /* Help lines for the flags (for --help). */
 const char *sfi_recorder_usage(void);

@@ -143,10 +143,11 @@ static void drive(sfi_recorder *r)
     sfi_state_free(&st);
 }
 
-static sfi_trace *record(sfi_trace_level level, int top_m)
+static sfi_trace *record_layers(sfi_trace_level level, int top_m, const char *layers)
 {
     sfi_recorder_opts ro;
     sfi_recorder_opts_default(&ro);
+    ro.layers = layers;
     ro.path = path;
     ro.level = level;
     ro.top_m = top_m;
@@ -164,6 +165,11 @@ static sfi_trace *record(sfi_trace_level level, int top_m)
     ck_assert_msg(sfi_trace_open(path, &t, &e) == SFI_OK, "%s", e.msg);
     ck_assert_msg(sfi_trace_check(t, &e) == SFI_OK, "%s", e.msg);
     return t;
+}
+
+static sfi_trace *record(sfi_trace_level level, int top_m)
+{
+    return record_layers(level, top_m, NULL);
 }
 
 START_TEST(tokens_level)
@@ -257,6 +263,20 @@ START_TEST(full_level)
     ck_assert_float_eq(prob[3], 0.0625f);
     ck_assert_float_eq_tol(tail, 0.0625f, 1e-6f);
     ck_assert_int_eq(sfi_trace_read_topm(t, 0, 0, 0, 0, pos, prob, &m, &tail, &e), SFI_ENOTFOUND);
+    char *v;
+    ck_assert_int_eq(sfi_trace_get_meta_value(t, "topm_layers", &v, &e), SFI_OK);
+    ck_assert_str_eq(v, "all");
+    free(v);
+    sfi_trace_close(t);
+    /* Only layer 1's top-M records when asked. */
+    t = record_layers(SFI_TRACE_FULL, 4, "1");
+    ck_assert_int_eq(sfi_trace_n_topm(t), 2 * H);
+    ck_assert_int_eq(sfi_trace_read_topm(t, 0, 1, 0, 0, pos, prob, &m, &tail, &e), SFI_ENOTFOUND);
+    ck_assert_int_eq(sfi_trace_read_topm(t, 0, 1, 1, 0, pos, prob, &m, &tail, &e), SFI_OK);
+    ck_assert_int_eq(sfi_trace_get_meta_value(t, "topm_layers", &v, &e), SFI_OK);
+    ck_assert_str_eq(v, "1");
+    free(v);
+    ck_assert_int_eq(sfi_trace_get_meta_value(t, "nonesuch", &v, &e), SFI_ENOTFOUND);
     sfi_trace_close(t);
 }
 END_TEST
@@ -286,6 +306,14 @@ START_TEST(parse_flags)
     i = 11;
     ck_assert_int_eq(sfi_recorder_parse_arg(&o, argc, argv, &i, &e), -1);
     ck_assert_ptr_nonnull(strstr(sfi_recorder_usage(), "--trace-level"));
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-layers", "0,2,9", &e), 1);
+    ck_assert_str_eq(o.layers, "0,2,9");
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-layers", "0,,1", &e), -1);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-layers", "1,", &e), -1);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-layers", "x", &e), -1);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "model", "x", &e), 0);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-level", "summary", &e), 1);
+    ck_assert_int_eq(o.level, SFI_TRACE_SUMMARY);
     /* No --trace: nothing to record. */
     sfi_recorder_opts_default(&o);
     sfi_model_config cfg;

@@ -24,3 +24,5 @@ tests_test_trace_recorder_SOURCES = tests/test_trace_recorder.c
 tests_test_trace_recorder_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_trace_recorder_LDADD = $(TEST_LDADD)
 TESTS += tests/test_trace_recorder
+TESTS += tests/test_trace_hf.sh
+EXTRA_DIST += tests/test_trace_hf.sh
