@@ -40,7 +40,8 @@ static void usage(FILE *out)
             "with a GPU cost model, for every combination of the lists below. Without\n"
             "options: contexts 8K..128K, Qwen3 presets, B200, all policies, the bundled\n"
             "sample trace; prints a table and writes " DEFAULT_PNG ".\n\n"
-            "options (LIST = comma-separated values):\n"
+            "options (LIST = comma-separated values; --model, --gpu, --context and\n"
+            "--policy are the same as the plural forms):\n"
             "  --models LIST     Qwen3 presets or config.json paths [" DEFAULT_MODELS "]\n"
             "  --gpus LIST       B200, H200, H100-SXM or GPU JSON files [B200]\n"
             "  --tp LIST         tensor-parallel degrees, or auto: the smallest power of\n"
@@ -730,7 +731,11 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         {"weight-bytes", required_argument, NULL, 'w'}, {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, 'o'},   {"png", required_argument, NULL, 'G'},
         {"no-png", no_argument, NULL, 'N'},         {"timeline-png", required_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+        {"help", no_argument, NULL, 'h'},
+        /* Singular spellings of the list options. */
+        {"model", required_argument, NULL, 'm'},    {"gpu", required_argument, NULL, 'g'},
+        {"context", required_argument, NULL, 'c'},  {"policy", required_argument, NULL, 'P'},
+        {NULL, 0, NULL, 0}};
     const char *a_models = DEFAULT_MODELS, *a_gpus = "B200", *a_tp = "auto",
                *a_ctx = DEFAULT_CONTEXTS, *a_batch = "8", *a_pols = NULL, *a_trace = NULL,
                *a_tok = NULL, *a_prof = NULL, *a_fmt = "table", *a_out = NULL,
