@@ -19,7 +19,12 @@
 
 #include "sfi_qwen3.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
 #include <stdarg.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -656,4 +661,201 @@ sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, 
         matvec(be, m->lm_head, x, NULL, c->vocab_size, H, logits);
     }
     return SFI_OK;
+}
+
+/* ---- random-weight checkpoints ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1), 24 random bits: exact in float */
+static float unif(uint64_t *s)
+{
+    return (float)(int32_t)((splitmix64(s) >> 40) - (1u << 23)) * (1.0f / (1u << 23));
+}
+
+typedef struct {
+    char name[128];
+    int kind;          /* 0 matrix (scale 1/sqrt(fan_in)), 1 norm (around 1), 2 embedding */
+} rtensor;
+
+static sfi_status write_config(const sfi_model_config *c, const char *dir, sfi_st_dtype dt,
+                               sfi_error *err)
+{
+    int moe = c->arch == SFI_ARCH_QWEN3_MOE;
+    json_t *o = json_object();
+    json_t *arch = json_array();
+    json_array_append_new(arch, json_string(moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"));
+    json_object_set_new(o, "architectures", arch);
+    json_object_set_new(o, "model_type", json_string(moe ? "qwen3_moe" : "qwen3"));
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+    json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
+    json_object_set_new(o, "intermediate_size", json_integer(c->intermediate_size));
+    json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
+    json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
+    json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
+    json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+    json_object_set_new(o, "max_position_embeddings", json_integer(c->max_position_embeddings));
+    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
+    json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, "torch_dtype", json_string(dt == SFI_DT_F32 ? "float32" : "bfloat16"));
+    if (c->bos_token_id >= 0)
+        json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));
+    if (c->eos_token_id >= 0)
+        json_object_set_new(o, "eos_token_id", json_integer(c->eos_token_id));
+    if (moe) {
+        json_object_set_new(o, "num_experts", json_integer(c->num_experts));
+        json_object_set_new(o, "num_experts_per_tok", json_integer(c->num_experts_per_tok));
+        json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_intermediate_size));
+        json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk_prob));
+        json_object_set_new(o, "decoder_sparse_step", json_integer(c->decoder_sparse_step));
+        json_t *ml = json_array();
+        for (int i = 0; i < c->n_mlp_only_layers; i++)
+            json_array_append_new(ml, json_integer(c->mlp_only_layers[i]));
+        json_object_set_new(o, "mlp_only_layers", ml);
+    }
+    json_object_set_new(o, "generator", json_string("sfi-ref make-checkpoint (random weights)"));
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_INDENT(2));
+    json_decref(o);
+    if (!s)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s/.config.json.tmp.XXXXXX", dir);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        free(s);
+        return sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    (void)fchmod(fd, 0644);
+    FILE *f = fdopen(fd, "w");
+    int ok = f && fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && (fclose(f) == 0) && ok;
+    if (!f)
+        close(fd);
+    free(s);
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return sfi_error_set(err, SFI_EIO, "%s: write failed: %s", path, strerror(e));
+    }
+    return SFI_OK;
+}
+
+sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, uint64_t seed,
+                                  sfi_st_dtype dt, sfi_error *err)
+{
+    sfi_status rc = sfi_model_config_validate(c, dir, err);
+    if (rc)
+        return rc;
+    if (dt != SFI_DT_F32 && dt != SFI_DT_BF16)
+        return sfi_error_set(err, SFI_EINVAL, "random checkpoint: dtype must be F32 or BF16");
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        if (mkdir(dir, 0777) != 0)
+            return sfi_error_set(err, SFI_EIO, "%s: cannot create the directory: %s", dir,
+                                 strerror(errno));
+    } else if (!S_ISDIR(sb.st_mode)) {
+        return sfi_error_set(err, SFI_EIO, "%s: exists and is not a directory", dir);
+    }
+    int H = c->hidden_size, hd = c->head_dim, L = c->num_hidden_layers;
+    int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
+    size_t cap = 16 + (size_t)L * (12 + 3 * (size_t)(c->num_experts + 1));
+    sfi_st_write_tensor *decl = calloc(cap, sizeof *decl);
+    rtensor *rt = calloc(cap, sizeof *rt);
+    if (!decl || !rt) {
+        free(decl);
+        free(rt);
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    }
+    size_t n = 0;
+#define ADD(kind_, d0, d1, ...)                                                              \
+    do {                                                                                     \
+        snprintf(rt[n].name, sizeof rt[n].name, __VA_ARGS__);                                \
+        rt[n].kind = kind_;                                                                  \
+        decl[n].name = rt[n].name;                                                           \
+        decl[n].dtype = dt;                                                                  \
+        decl[n].ndim = (d1) > 0 ? 2 : 1;                                                     \
+        decl[n].shape[0] = d0;                                                               \
+        decl[n].shape[1] = d1;                                                               \
+        n++;                                                                                 \
+    } while (0)
+    ADD(2, c->vocab_size, H, "model.embed_tokens.weight");
+    for (int l = 0; l < L; l++) {
+        ADD(1, H, 0, "model.layers.%d.input_layernorm.weight", l);
+        ADD(0, nq, H, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(0, nkv, H, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(0, nkv, H, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(0, H, nq, "model.layers.%d.self_attn.o_proj.weight", l);
+        if (c->attention_bias) {
+            ADD(1, nq, 0, "model.layers.%d.self_attn.q_proj.bias", l);
+            ADD(1, nkv, 0, "model.layers.%d.self_attn.k_proj.bias", l);
+            ADD(1, nkv, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+            ADD(1, H, 0, "model.layers.%d.self_attn.o_proj.bias", l);
+        }
+        ADD(1, hd, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+        ADD(1, hd, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        ADD(1, H, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l)) {
+            int NI = c->moe_intermediate_size;
+            ADD(0, c->num_experts, H, "model.layers.%d.mlp.gate.weight", l);
+            for (int e = 0; e < c->num_experts; e++) {
+                ADD(0, NI, H, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+                ADD(0, NI, H, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+                ADD(0, H, NI, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+            }
+        } else {
+            int NI = c->intermediate_size;
+            ADD(0, NI, H, "model.layers.%d.mlp.gate_proj.weight", l);
+            ADD(0, NI, H, "model.layers.%d.mlp.up_proj.weight", l);
+            ADD(0, H, NI, "model.layers.%d.mlp.down_proj.weight", l);
+        }
+    }
+    ADD(1, H, 0, "model.norm.weight");
+    if (!c->tie_word_embeddings)
+        ADD(0, c->vocab_size, H, "lm_head.weight");
+#undef ADD
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sfi_st_writer *w = NULL;
+    rc = sfi_st_writer_open(path, decl, n, &w, err);
+    enum { CHUNK = 1 << 20 };
+    float *buf = rc ? NULL : malloc(CHUNK * sizeof(float));
+    if (!rc && !buf)
+        rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    uint64_t state = seed;
+    for (size_t i = 0; !rc && i < n; i++) {
+        uint64_t numel = (uint64_t)decl[i].shape[0] * (decl[i].ndim == 2 ? (uint64_t)decl[i].shape[1] : 1);
+        int fan_in = decl[i].ndim == 2 ? (int)decl[i].shape[1] : 1;
+        float a = rt[i].kind == 0 ? sfi_sqrtf(3.0f / (float)fan_in)
+                : rt[i].kind == 2 ? (c->tie_word_embeddings ? sfi_sqrtf(3.0f / (float)H) : sfi_sqrtf(3.0f))
+                                  : 0.2f;
+        for (uint64_t done = 0; !rc && done < numel;) {
+            size_t m = numel - done < CHUNK ? (size_t)(numel - done) : CHUNK;
+            for (size_t j = 0; j < m; j++)
+                buf[j] = rt[i].kind == 1 ? 1.0f + a * unif(&state) : a * unif(&state);
+            rc = sfi_st_writer_put(w, buf, m, err);
+            done += m;
+        }
+    }
+    if (!rc)
+        rc = sfi_st_writer_commit(w, err);
+    sfi_st_writer_abort(w);
+    free(buf);
+    free(decl);
+    free(rt);
+    if (!rc) {
+        rc = write_config(c, dir, dt, err);
+        if (rc)
+            unlink(path); /* no checkpoint without its config */
+    }
+    return rc;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include "sfi_error.h"
 #include "sfi_model.h"
+#include "sfi_safetensors.h"
 
 typedef enum { SFI_BACKEND_SCALAR = 0, SFI_BACKEND_BLAS = 1 } sfi_backend;
 
@@ -70,6 +71,14 @@ sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
 sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
                                 const float *q, const sfi_kv_cache *kv, int n_ctx,
                                 float *out, float *logits, sfi_error *err);
+
+/* Writes DIR/model.safetensors (weights of dtype F32 or BF16 drawn from
+ * seed: uniform with std 1/sqrt(fan_in), norms 1 +- 0.2, embeddings of unit
+ * scale when untied) and DIR/config.json for cfg; DIR is created when
+ * absent. Each file goes through a temp file + rename; when the config
+ * cannot be written the checkpoint is removed again. */
+sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir, uint64_t seed,
+                                  sfi_st_dtype dtype, sfi_error *err);
 
 /* Greedy choice: the largest logit, ties to the smaller id. */
 int32_t sfi_argmax(const float *logits, int n);

@@ -208,6 +208,71 @@ START_TEST(step_rejects_bad_tokens)
 }
 END_TEST
 
+/* sfi-ref make-checkpoint: same seed same bytes, loadable, runnable;
+ * failures leave nothing behind. */
+START_TEST(make_checkpoint_cli)
+{
+    char sfi_ref[2048], cfg[2048], cmd[8192];
+    snprintf(sfi_ref, sizeof sfi_ref, "%s", sfi_test_build("sfi-ref"));
+    snprintf(cfg, sizeof cfg, "%s", hf_path("tiny-qwen3-moe/config.json"));
+    char *dir = sfi_test_tmpdir();
+    char *out = NULL, *err = NULL;
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c%d --seed 9 --layers 2",
+                 sfi_ref, cfg, dir, i);
+        ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+        ck_assert_ptr_nonnull(strstr(out, "2 layers"));
+        free(out);
+        free(err);
+    }
+    snprintf(cmd, sizeof cmd, "cmp %s/c0/model.safetensors %s/c1/model.safetensors && "
+             "cmp %s/c0/config.json %s/c1/config.json", dir, dir, dir, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/c0", dir);
+    sfi_qwen3 *m;
+    sfi_error e;
+    ck_assert_msg(sfi_qwen3_load(path, &m, &e) == SFI_OK, "%s", e.msg);
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    ck_assert_int_eq(c->num_hidden_layers, 2);
+    ck_assert_int_eq(c->arch, SFI_ARCH_QWEN3_MOE);
+    ck_assert_int_eq(c->n_mlp_only_layers, 1);
+    sfi_kv_cache kv;
+    ck_assert_int_eq(sfi_kv_cache_init(&kv, c, 2, &e), SFI_OK);
+    float *lg = malloc((size_t)c->vocab_size * 4);
+    ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, 5, NULL, NULL, lg, &e), SFI_OK);
+    for (int i = 0; i < c->vocab_size; i++)
+        ck_assert(isfinite(lg[i]));
+    free(lg);
+    sfi_kv_cache_free(&kv);
+    sfi_qwen3_free(m);
+    /* different seed, different weights */
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c2 --seed 10 --layers 2 "
+             "&& ! cmp -s %s/c0/model.safetensors %s/c2/model.safetensors", sfi_ref, cfg, dir, dir, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    /* errors */
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset NoSuchModel --out %s/c3", sfi_ref, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "NoSuchModel"));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out /proc/no/such/dir", sfi_ref, cfg);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "/proc/no/such/dir"));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c4 --layers 9", sfi_ref, cfg, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 2);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "test ! -e %s/c3 && test ! -e %s/c4 && ls -A %s/c0 | wc -l | grep -qx 2",
+             dir, dir, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("qwen3");
@@ -218,6 +283,7 @@ int main(void)
     tcase_add_test(tc, argmax_ties_to_smaller_id);
     tcase_add_test(tc, config_checkpoint_mismatch_refused);
     tcase_add_test(tc, step_rejects_bad_tokens);
+    tcase_add_test(tc, make_checkpoint_cli);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
