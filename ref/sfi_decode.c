@@ -256,9 +256,8 @@ static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cac
         int nkv = d->c->num_key_value_heads;
         for (int h = 0; h < nkv; h++)
             ix[h] = d->fast_idx + (size_t)h * fast_cap(d);
-        sfi_attn_shape s = {d->c->num_attention_heads, nkv, d->c->head_dim};
-        rc = sfi_attn_sparse_decode(&s, q, sfi_kv_k(kv, layer), sfi_kv_v(kv, layer), n_ctx, ix,
-                                    d->fast_n, out, err);
+        rc = sfi_qwen3_attn_sparse(d->m, d->o->backend, layer, q, kv, n_ctx, ix, d->fast_n,
+                                   out, err);
     } else {
         rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, q, kv, n_ctx, out, NULL, err);
     }

@@ -519,6 +519,65 @@ sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer, c
     return sfi_attn_dense_decode(&s, q, K, V, n_ctx, out, logits, err);
 }
 
+sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer, const float *q,
+                                 const sfi_kv_cache *kv, int n_ctx, const int32_t *const *idx,
+                                 const int *n_idx, float *out, sfi_error *err)
+{
+    const sfi_model_config *c = &m->cfg;
+    const float *K = sfi_kv_k(kv, layer), *V = sfi_kv_v(kv, layer);
+#ifdef SFI_HAVE_OPENBLAS
+    if (be == SFI_BACKEND_BLAS) {
+        int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
+        int G = nh / nkv, ld = nkv * hd, nmax = 0;
+        for (int g = 0; g < nkv; g++) {
+            if (n_idx[g] < 1)
+                return sfi_error_set(err, SFI_EINVAL, "sparse attention: empty set of KV head %d", g);
+            for (int i = 0; i < n_idx[g]; i++)
+                if (idx[g][i] < 0 || idx[g][i] >= n_ctx)
+                    return sfi_error_set(err, SFI_EINVAL,
+                                         "sparse attention: position %d outside 0..%d",
+                                         (int)idx[g][i], n_ctx - 1);
+            if (n_idx[g] > nmax)
+                nmax = n_idx[g];
+        }
+        float *kg = malloc((size_t)nmax * hd * sizeof(float));
+        float *vg = malloc((size_t)nmax * hd * sizeof(float));
+        float *S = malloc((size_t)G * nmax * sizeof(float));
+        if (!kg || !vg || !S) {
+            free(kg);
+            free(vg);
+            free(S);
+            return sfi_error_set(err, SFI_ENOMEM, "sparse attention: out of memory");
+        }
+        float scale = 1.0f / sfi_sqrtf((float)hd);
+        for (int g = 0; g < nkv; g++) {
+            int n = n_idx[g];
+            /* gather the set's rows, then the same two products as dense */
+            for (int i = 0; i < n; i++) {
+                memcpy(kg + (size_t)i * hd, K + (size_t)idx[g][i] * ld + (size_t)g * hd,
+                       (size_t)hd * sizeof(float));
+                memcpy(vg + (size_t)i * hd, V + (size_t)idx[g][i] * ld + (size_t)g * hd,
+                       (size_t)hd * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, n, hd, scale,
+                        q + (size_t)g * G * hd, hd, kg, hd, 0.0f, S, n);
+            for (int i = 0; i < G; i++)
+                sfi_softmax(S + (size_t)i * n, (size_t)n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, hd, n, 1.0f, S, n, vg, hd,
+                        0.0f, out + (size_t)g * G * hd, hd);
+        }
+        free(kg);
+        free(vg);
+        free(S);
+        return SFI_OK;
+    }
+#else
+    (void)be;
+#endif
+    sfi_attn_shape s = {c->num_attention_heads, c->num_key_value_heads, c->head_dim};
+    return sfi_attn_sparse_decode(&s, q, K, V, n_ctx, idx, n_idx, out, err);
+}
+
 /* ---- one token ---- */
 
 int32_t sfi_argmax(const float *logits, int n)

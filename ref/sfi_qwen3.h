@@ -80,6 +80,14 @@ sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
 sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir, uint64_t seed,
                                   sfi_st_dtype dtype, sfi_error *err);
 
+/* Sparse decode attention through the backend (scalar:
+ * sfi_attn_sparse_decode; blas: the set's rows gathered, then the products
+ * of the dense path). idx/n_idx per KV head as sfi_attn_sparse_decode's. */
+sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer,
+                                 const float *q, const sfi_kv_cache *kv, int n_ctx,
+                                 const int32_t *const *idx, const int *n_idx, float *out,
+                                 sfi_error *err);
+
 /* Greedy choice: the largest logit, ties to the smaller id. */
 int32_t sfi_argmax(const float *logits, int n);
 
