@@ -1,0 +1,412 @@
+/* Full-level trace files as analyzer sources (see sfi_analyze_trace.h).
+ * Everything is read once, up front, from the one SQLite connection; the
+ * worker threads then only read memory. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "sfi_analyze_trace.h"
+#include "sfi_trace.h"
+#include "sfi_vocab.h"
+
+struct sfi_analyze_trace {
+    sfi_analyze_source src;
+    int *seq_begin;
+    int32_t *n_ctx;
+    uint8_t *trigger;
+    int M;                /* entries per record slot */
+    int32_t *pos;         /* [step][layer][kvh][M] */
+    float *prob;
+    int32_t *n;           /* [step][layer][kvh] */
+    float *tail;
+    float **snap;         /* [step][layer] -> q | k | v block, or NULL */
+    long n_snap;
+};
+
+const sfi_analyze_source *sfi_analyze_trace_source(const sfi_analyze_trace *t)
+{
+    return &t->src;
+}
+
+long sfi_analyze_trace_n_snapshots(const sfi_analyze_trace *t)
+{
+    return t->n_snap;
+}
+
+void sfi_analyze_trace_free(sfi_analyze_trace *t)
+{
+    if (!t)
+        return;
+    if (t->snap)
+        for (size_t i = 0; i < (size_t)t->src.n_steps * t->src.n_layers; i++)
+            free(t->snap[i]);
+    free(t->snap);
+    free(t->seq_begin);
+    free(t->n_ctx);
+    free(t->trigger);
+    free(t->pos);
+    free(t->prob);
+    free(t->n);
+    free(t->tail);
+    free(t);
+}
+
+static int tr_get(void *ctx, int step, int layer, int kvh, sfi_peer_obs *o, int32_t *pb,
+                  float *qb, sfi_error *err)
+{
+    (void)pb;
+    (void)qb;
+    (void)err;
+    const sfi_analyze_trace *t = ctx;
+    size_t i = ((size_t)step * t->src.n_layers + layer) * t->src.n_kv_heads + kvh;
+    o->n_ctx = t->n_ctx[step];
+    o->n_top = t->n[i];
+    o->pos = t->pos + i * t->M;
+    o->prob = t->prob + i * t->M;
+    o->tail = t->tail[i];
+    return 0;
+}
+
+static int tr_snap(void *ctx, int step, int layer, const float **q, const float **k,
+                   const float **v)
+{
+    const sfi_analyze_trace *t = ctx;
+    const float *b = t->snap[(size_t)step * t->src.n_layers + layer];
+    if (!b)
+        return 0;
+    size_t qn = (size_t)t->src.n_heads * t->src.head_dim;
+    size_t kn = (size_t)t->n_ctx[step] * t->src.n_kv_heads * t->src.head_dim;
+    *q = b;
+    *k = b + qn;
+    *v = b + qn + kn;
+    return 1;
+}
+
+/* Sorts entries by probability descending, ties to the smaller position
+ * (insertion sort: recorder output is already in order). */
+static void sort_entries(int32_t *pos, float *prob, int n)
+{
+    for (int i = 1; i < n; i++) {
+        float pv = prob[i];
+        int32_t pp = pos[i];
+        int j = i - 1;
+        while (j >= 0 && (prob[j] < pv || (prob[j] == pv && pos[j] > pp))) {
+            prob[j + 1] = prob[j];
+            pos[j + 1] = pos[j];
+            j--;
+        }
+        prob[j + 1] = pv;
+        pos[j + 1] = pp;
+    }
+}
+
+static sfi_status load_snapshot(sfi_trace *tr, const char *path, int64_t req, int64_t step,
+                                int layer, int n_ctx, const sfi_trace_meta *m, float **out,
+                                sfi_error *err)
+{
+    *out = NULL;
+    float *q = NULL, *k = NULL, *v = NULL;
+    int32_t r, c;
+    sfi_status s = sfi_trace_read_snapshot(tr, req, step, layer, 'q', &q, &r, &c, err);
+    if (s == SFI_ENOTFOUND)
+        return SFI_OK;
+    if (s)
+        return s;
+    if (r != m->n_heads || c != m->head_dim) {
+        free(q);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld layer %d: query "
+                             "snapshot is %dx%d, expected %dx%d", path, (long long)req,
+                             (long long)step, layer, r, c, m->n_heads, m->head_dim);
+    }
+    s = sfi_trace_read_snapshot(tr, req, step, layer, 'k', &k, &r, &c, err);
+    if (s == SFI_OK)
+        s = sfi_trace_read_snapshot(tr, req, step, layer, 'v', &v, &r, &c, err);
+    if (s == SFI_ENOTFOUND) {
+        /* a query without keys and values measures nothing */
+        free(q);
+        free(k);
+        return SFI_OK;
+    }
+    if (s) {
+        free(q);
+        free(k);
+        return s;
+    }
+    int H = m->n_kv_heads, d = m->head_dim;
+    if (r != H * n_ctx || c != d) {
+        free(q);
+        free(k);
+        free(v);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld layer %d: key/value "
+                             "snapshot is %dx%d, expected %dx%d (KV heads x context %d)", path,
+                             (long long)req, (long long)step, layer, r, c, H * n_ctx, d, n_ctx);
+    }
+    size_t qn = (size_t)m->n_heads * d, kn = (size_t)n_ctx * H * d;
+    float *b = malloc(sizeof(float) * (qn + 2 * kn));
+    if (!b) {
+        free(q);
+        free(k);
+        free(v);
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for snapshots", path);
+    }
+    memcpy(b, q, sizeof(float) * qn);
+    /* head-major [kvh][pos][d] in the file, [pos][kvh][d] for ref/ */
+    for (int h = 0; h < H; h++)
+        for (int j = 0; j < n_ctx; j++) {
+            memcpy(b + qn + ((size_t)j * H + h) * d, k + ((size_t)h * n_ctx + j) * d,
+                   sizeof(float) * d);
+            memcpy(b + qn + kn + ((size_t)j * H + h) * d, v + ((size_t)h * n_ctx + j) * d,
+                   sizeof(float) * d);
+        }
+    free(q);
+    free(k);
+    free(v);
+    *out = b;
+    return SFI_OK;
+}
+
+sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
+                                  const char *trigger_chars, int request,
+                                  sfi_analyze_trace **out, sfi_error *err)
+{
+    *out = NULL;
+    sfi_trace *tr = NULL;
+    sfi_status s = sfi_trace_open(path, &tr, err);
+    if (s)
+        return s;
+    const sfi_trace_meta *m = sfi_trace_get_meta(tr);
+    sfi_analyze_trace *t = calloc(1, sizeof *t);
+    sfi_trace_steps *steps = NULL;
+    sfi_vocab *voc = NULL;
+    sfi_trigger_set ts = {0};
+    int32_t *tmp_pos = NULL;
+    float *tmp_prob = NULL, *acc = NULL;
+    int *seen = NULL;
+    uint8_t *reason = NULL;
+    int32_t *token = NULL;
+    if (!t) {
+        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    if (m->level != SFI_TRACE_FULL || sfi_trace_n_topm(tr) == 0) {
+        s = sfi_error_set(err, SFI_EUNSUPPORTED, "%s: trace level is '%s' with %lld attention "
+                          "records; the analyzer needs a full-level trace (record with "
+                          "--trace-level full)", path, sfi_trace_level_name(m->level),
+                          (long long)sfi_trace_n_topm(tr));
+        goto fail;
+    }
+    if (m->n_layers < 1 || m->n_kv_heads < 1 || m->n_heads < m->n_kv_heads ||
+        m->n_heads % m->n_kv_heads || m->top_m < 1) {
+        s = sfi_error_set(err, SFI_EFORMAT, "%s: bad model shape in meta (%d layers, %d heads, "
+                          "%d KV heads, top_m %d)", path, m->n_layers, m->n_heads, m->n_kv_heads,
+                          m->top_m);
+        goto fail;
+    }
+    int64_t n_req = sfi_trace_n_requests(tr);
+    if (request >= n_req || n_req < 1) {
+        s = sfi_error_set(err, SFI_EINVAL, "%s: request %d asked for, the trace has %lld",
+                          path, request, (long long)n_req);
+        goto fail;
+    }
+    int r0 = request >= 0 ? request : 0, r1 = request >= 0 ? request + 1 : (int)n_req;
+    int nr = r1 - r0;
+    steps = calloc((size_t)nr, sizeof *steps);
+    t->seq_begin = malloc(sizeof(int) * (size_t)(nr + 1));
+    if (!steps || !t->seq_begin) {
+        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    int64_t total = 0;
+    for (int r = r0; r < r1; r++) {
+        if ((s = sfi_trace_read_steps(tr, r, &steps[r - r0], err)))
+            goto fail;
+        t->seq_begin[r - r0] = (int)total;
+        total += steps[r - r0].n;
+    }
+    t->seq_begin[nr] = (int)total;
+    if (total < 1 || total > (1 << 24)) {
+        s = sfi_error_set(err, SFI_EINVAL, "%s: %lld decode steps to analyze (need 1..%d)", path,
+                          (long long)total, 1 << 24);
+        goto fail;
+    }
+    int L = m->n_layers, H = m->n_kv_heads, G = m->n_heads / m->n_kv_heads;
+    int pooled = m->topm_heads == SFI_TRACE_HEADS_QUERY;
+    int M = pooled ? m->top_m * G : m->top_m;
+    size_t nrec = (size_t)total * L * H;
+    if ((double)nrec * M * 8.0 > 8e9) {
+        s = sfi_error_set(err, SFI_ERANGE, "%s: %zu records of %d entries would need %.1f GB; "
+                          "analyze one request at a time (--request)", path, nrec, M,
+                          (double)nrec * M * 8.0 / 1e9);
+        goto fail;
+    }
+    t->M = M;
+    t->n_ctx = malloc(sizeof(int32_t) * (size_t)total);
+    t->trigger = calloc((size_t)total, 1);
+    reason = malloc((size_t)total);
+    token = malloc(sizeof(int32_t) * (size_t)total);
+    t->pos = malloc(sizeof(int32_t) * nrec * M);
+    t->prob = malloc(sizeof(float) * nrec * M);
+    t->n = malloc(sizeof(int32_t) * nrec);
+    t->tail = malloc(sizeof(float) * nrec);
+    tmp_pos = malloc(sizeof(int32_t) * (size_t)m->top_m);
+    tmp_prob = malloc(sizeof(float) * (size_t)m->top_m);
+    if (!t->n_ctx || !t->trigger || !reason || !token || !t->pos || !t->prob || !t->n ||
+        !t->tail || !tmp_pos || !tmp_prob) {
+        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %zu records", path, nrec);
+        goto fail;
+    }
+    int max_ctx = 1;
+    for (int r = 0; r < nr; r++)
+        for (int64_t i = 0; i < steps[r].n; i++) {
+            int g = t->seq_begin[r] + (int)i;
+            t->n_ctx[g] = steps[r].ctx_len[i];
+            reason[g] = steps[r].reason[i];
+            token[g] = steps[r].token[i];
+            if (t->n_ctx[g] > max_ctx)
+                max_ctx = t->n_ctx[g];
+        }
+    if (pooled) {
+        acc = malloc(sizeof(float) * ((size_t)max_ctx + 1));
+        seen = malloc(sizeof(int) * ((size_t)max_ctx + 1));
+        if (!acc || !seen) {
+            s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+            goto fail;
+        }
+        for (int j = 0; j <= max_ctx; j++)
+            seen[j] = -1;
+    }
+    int stamp = 0;
+    for (int r = 0; r < nr; r++)
+        for (int64_t i = 0; i < steps[r].n; i++) {
+            int g = t->seq_begin[r] + (int)i;
+            for (int l = 0; l < L; l++)
+                for (int h = 0; h < H; h++) {
+                    size_t ri = ((size_t)g * L + l) * H + h;
+                    int32_t *P = t->pos + ri * M;
+                    float *Q = t->prob + ri * M;
+                    int n = 0;
+                    float tail = 0.0f;
+                    for (int qh = 0; qh < (pooled ? G : 1); qh++) {
+                        int head = pooled ? h * G + qh : h;
+                        int32_t mm = 0;
+                        float tl = 0.0f;
+                        s = sfi_trace_read_topm(tr, r0 + r, i, l, head, pooled ? tmp_pos : P,
+                                                pooled ? tmp_prob : Q, &mm, &tl, err);
+                        if (s == SFI_ENOTFOUND)
+                            s = sfi_error_set(err, SFI_EFORMAT, "%s: request %d step %lld "
+                                              "layer %d head %d: no top-M record (the analyzer "
+                                              "needs every step x layer x head)", path, r0 + r,
+                                              (long long)i, l, head);
+                        if (s)
+                            goto fail;
+                        for (int e = 0; e < mm; e++) {
+                            int32_t p = pooled ? tmp_pos[e] : P[e];
+                            if (p < 0 || p >= t->n_ctx[g]) {
+                                s = sfi_error_set(err, SFI_EFORMAT, "%s: request %d step %lld "
+                                                  "layer %d head %d: position %d outside the "
+                                                  "context of %d", path, r0 + r, (long long)i,
+                                                  l, head, (int)p, (int)t->n_ctx[g]);
+                                goto fail;
+                            }
+                        }
+                        if (!pooled) {
+                            n = mm;
+                            tail = tl;
+                            continue;
+                        }
+                        /* pool: mean over the group's query heads */
+                        if (qh == 0)
+                            stamp++;
+                        for (int e = 0; e < mm; e++) {
+                            int32_t p = tmp_pos[e];
+                            if (seen[p] != stamp) {
+                                seen[p] = stamp;
+                                acc[p] = 0.0f;
+                                P[n++] = p;
+                            }
+                            acc[p] += tmp_prob[e] / (float)G;
+                        }
+                        tail += tl / (float)G;
+                    }
+                    if (pooled)
+                        for (int e = 0; e < n; e++)
+                            Q[e] = acc[P[e]];
+                    sort_entries(P, Q, n);
+                    t->n[ri] = n;
+                    t->tail[ri] = tail < 0.0f ? 0.0f : tail;
+                }
+        }
+    /* Sentence boundaries. */
+    if (vocab_dir) {
+        if ((s = sfi_vocab_load(vocab_dir, &voc, err)))
+            goto fail;
+        if ((s = sfi_trigger_set_build(voc, trigger_chars, &ts, err)))
+            goto fail;
+        for (int64_t g = 0; g < total; g++)
+            t->trigger[g] = token[g] >= 0 && token[g] < ts.n_vocab && ts.is_trigger[token[g]];
+    } else {
+        const char *pol = m->policy ? m->policy : "";
+        if (strcmp(pol, "sfi") && strcmp(pol, "boundary")) {
+            s = sfi_error_set(err, SFI_EINVAL, "%s: recorded under trigger policy '%s', whose "
+                              "step reasons do not mark sentence ends; pass --vocab DIR (the "
+                              "model's tokenizer directory)", path, pol);
+            goto fail;
+        }
+        for (int r = 0; r < nr; r++)
+            for (int g = t->seq_begin[r]; g + 1 < t->seq_begin[r + 1]; g++)
+                t->trigger[g] = reason[g + 1] == SFI_REASON_TRIGGER;
+    }
+    /* Snapshots, when the trace has any. */
+    t->src.n_layers = L;
+    t->src.n_kv_heads = H;
+    t->src.n_steps = (int)total;
+    if (sfi_trace_n_snapshots(tr) > 0 && m->head_dim > 0) {
+        t->snap = calloc((size_t)total * L, sizeof(float *));
+        if (!t->snap) {
+            s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+            goto fail;
+        }
+        for (int r = 0; r < nr; r++)
+            for (int64_t i = 0; i < steps[r].n; i++) {
+                int g = t->seq_begin[r] + (int)i;
+                for (int l = 0; l < L; l++) {
+                    float *b;
+                    if ((s = load_snapshot(tr, path, r0 + r, i, l, t->n_ctx[g], m, &b, err)))
+                        goto fail;
+                    t->snap[(size_t)g * L + l] = b;
+                    t->n_snap += b != NULL;
+                }
+            }
+    }
+    t->src.n_heads = m->n_heads;
+    t->src.head_dim = t->n_snap ? m->head_dim : 0;
+    t->src.n_seq = nr;
+    t->src.seq_begin = t->seq_begin;
+    t->src.n_ctx = t->n_ctx;
+    t->src.trigger = t->trigger;
+    t->src.max_ctx = max_ctx;
+    t->src.max_top = M;
+    t->src.get = tr_get;
+    t->src.snapshot = t->n_snap ? tr_snap : NULL;
+    t->src.ctx = t;
+    s = SFI_OK;
+    *out = t;
+    t = NULL;
+fail:
+    if (steps)
+        for (int r = 0; r < (request >= 0 ? 1 : (int)sfi_trace_n_requests(tr)); r++)
+            sfi_trace_steps_free(&steps[r]);
+    free(steps);
+    free(tmp_pos);
+    free(tmp_prob);
+    free(acc);
+    free(seen);
+    free(reason);
+    free(token);
+    sfi_trigger_set_free(&ts);
+    sfi_vocab_free(voc);
+    sfi_analyze_trace_free(t);
+    sfi_trace_close(tr);
+    return s;
+}
