@@ -389,12 +389,9 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
     double t0 = now_s();
     d.step = -1;
     d.kind = SFI_STEP_PREFILL;
-    for (int i = 0; i < n_prompt; i++) {
-        rc = sfi_qwen3_step(m, o->backend, &d.kv, prompt[i], attend, &d,
-                            i == n_prompt - 1 ? logits : NULL, err);
-        if (rc)
-            goto fail;
-    }
+    rc = sfi_qwen3_prefill(m, o->backend, &d.kv, prompt, n_prompt, attend, &d, logits, err);
+    if (rc)
+        goto fail;
     if (d.sfi) {
         int W = d.prm->W_prefill < n_prompt ? d.prm->W_prefill : n_prompt;
         for (int l = 0; l < c->num_hidden_layers; l++)

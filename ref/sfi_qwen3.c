@@ -417,7 +417,9 @@ static size_t scratch_floats(const sfi_model_config *c)
     size_t NI = (size_t)c->intermediate_size;
     if ((size_t)c->moe_intermediate_size > NI)
         NI = (size_t)c->moe_intermediate_size;
-    return 4 * H + 2 * nq + 2 * nkv + 3 * NI + (size_t)c->num_experts + (size_t)c->head_dim;
+    /* one token's block layout (forward_block), then the MoE extras */
+    return 3 * H + 2 * nq + 2 * nkv + 2 * NI + (size_t)c->head_dim + (size_t)c->num_experts +
+           2 * H + 2 * NI;
 }
 
 sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,
@@ -609,115 +611,208 @@ static void mlp(sfi_backend be, const float *wg, const float *wu, const float *w
     matvec(be, wd, g, NULL, H, NI, y);
 }
 
-sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
-                          sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err)
+/* Y[T][M] = X[T][N] W[M][N]^T (+ b): per token exactly matvec's sums */
+static void matmul(sfi_backend be, const float *W, const float *X, const float *b, int T, int M,
+                   int N, float *Y)
+{
+#ifdef SFI_HAVE_OPENBLAS
+    if (be == SFI_BACKEND_BLAS && T > 1) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, M, N, 1.0f, X, N, W, N, 0.0f, Y,
+                    M);
+        if (b)
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < M; i++)
+                    Y[(size_t)t * M + i] += b[i];
+        return;
+    }
+#endif
+    for (int t = 0; t < T; t++)
+        matvec(be, W, X + (size_t)t * N, b, M, N, Y + (size_t)t * M);
+}
+
+static void moe_token(const sfi_qwen3 *m, sfi_backend be, const qlayer *L, const float *x,
+                      float *rp, float *g, float *u, float *tmp, float *acc)
 {
     const sfi_model_config *c = &m->cfg;
-    if (token < 0 || token >= c->vocab_size)
-        return sfi_error_set(err, SFI_ERANGE, "token id %d outside the vocabulary [0, %d)",
-                             (int)token, c->vocab_size);
-    if (kv->n >= kv->capacity)
+    int H = c->hidden_size, E = c->num_experts, top = c->num_experts_per_tok;
+    int Im = c->moe_intermediate_size;
+    matvec(be, L->router, x, NULL, E, H, rp);
+    sfi_softmax(rp, (size_t)E);
+    /* top-k by selection: descending value, ties to the smaller expert */
+    int sel[64];
+    float w[64];
+    unsigned char taken[1024];
+    memset(taken, 0, (size_t)E);
+    for (int t = 0; t < top; t++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || rp[e] > rp[best]))
+                best = e;
+        taken[best] = 1;
+        sel[t] = best;
+        w[t] = rp[best];
+    }
+    if (c->norm_topk_prob) {
+        float s = 0.0f;
+        for (int t = 0; t < top; t++)
+            s += w[t];
+        for (int t = 0; t < top; t++)
+            w[t] /= s;
+    }
+    for (int i = 0; i < H; i++)
+        acc[i] = 0.0f;
+    for (int e = 0; e < E; e++) {
+        if (!taken[e])
+            continue;
+        float we = 0.0f;
+        for (int t = 0; t < top; t++)
+            if (sel[t] == e)
+                we = w[t];
+        mlp(be, L->e_gate[e], L->e_up[e], L->e_down[e], H, Im, x, g, u, tmp);
+        for (int i = 0; i < H; i++)
+            acc[i] += tmp[i] * we;
+    }
+}
+
+/* T tokens at positions kv->n .. kv->n+T-1. Every token goes through the
+ * same operations in the same order as a one-token step (the matrix
+ * products are merely batched), so with the scalar backend a block gives
+ * the bits of T single steps. logits: of the last token (may be NULL). */
+static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                const int32_t *tokens, int T, sfi_qwen3_attend_fn attend,
+                                void *user, float *logits, sfi_error *err)
+{
+    const sfi_model_config *c = &m->cfg;
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+            return sfi_error_set(err, SFI_ERANGE, "token id %d outside the vocabulary [0, %d)",
+                                 (int)tokens[t], c->vocab_size);
+    if (kv->n + T > kv->capacity)
         return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
     if (!sfi_backend_available(be))
         return sfi_error_set(err, SFI_EUNSUPPORTED, "backend %s not built", sfi_backend_name(be));
     int H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads;
     int nkvh = c->num_key_value_heads;
-    int nq = nh * hd, nkv = nkvh * hd, pos = kv->n, n_ctx = pos + 1;
+    int nq = nh * hd, nkv = nkvh * hd, pos0 = kv->n;
     int NI = c->intermediate_size > c->moe_intermediate_size ? c->intermediate_size
                                                             : c->moe_intermediate_size;
-    float *h = kv->scratch, *x = h + H, *tmp = x + H, *acc = tmp + H;
-    float *q = acc + H, *att = q + nq, *k = att + nq, *v = k + nkv;
-    float *g = v + nkv, *u = g + NI, *y = u + NI, *rp = y + NI;
-    float *cs = rp + c->num_experts, *sn = cs + hd / 2;
-    (void)y;
+    size_t per = (size_t)3 * H + 2 * (size_t)nq + 2 * (size_t)nkv + 2 * (size_t)NI + (size_t)hd;
+    float *buf = T == 1 ? kv->scratch : malloc((size_t)T * per * sizeof(float));
+    if (!buf)
+        return sfi_error_set(err, SFI_ENOMEM, "forward: out of memory (%d tokens)", T);
+    float *h = buf, *x = h + (size_t)T * H, *tmp = x + (size_t)T * H;
+    float *q = tmp + (size_t)T * H, *att = q + (size_t)T * nq, *k = att + (size_t)T * nq;
+    float *v = k + (size_t)T * nkv, *g = v + (size_t)T * nkv, *u = g + (size_t)T * NI;
+    float *cs = u + (size_t)T * NI, *sn = cs + (size_t)T * hd / 2;
+    /* per-token extras (MoE router, expert accumulator) live in the cache's
+     * scratch, which one token's layout does not otherwise use here */
+    float *rp = T == 1 ? kv->scratch + per : kv->scratch;
+    float *acc = rp + c->num_experts;
+    float *eg = acc + H, *eu = eg + NI, *et = eu + NI;
+    sfi_status rc = SFI_OK;
 
-    for (int i = 0; i < hd / 2; i++) {
-        float ang = (float)pos * m->inv_freq[i];
-        double s, co;
-        d_sincos((double)ang, &s, &co);
-        cs[i] = (float)co;
-        sn[i] = (float)s;
-    }
-    memcpy(h, m->embed + (size_t)token * H, (size_t)H * sizeof(float));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            float ang = (float)(pos0 + t) * m->inv_freq[i];
+            double s, co;
+            d_sincos((double)ang, &s, &co);
+            cs[(size_t)t * hd / 2 + i] = (float)co;
+            sn[(size_t)t * hd / 2 + i] = (float)s;
+        }
+    for (int t = 0; t < T; t++)
+        memcpy(h + (size_t)t * H, m->embed + (size_t)tokens[t] * H, (size_t)H * sizeof(float));
     float eps = (float)c->rms_norm_eps;
-    for (int l = 0; l < c->num_hidden_layers; l++) {
+    for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
         const qlayer *L = &m->layers[l];
-        rmsnorm(h, L->in_norm, H, eps, x);
-        matvec(be, L->wq, x, L->bq, nq, H, q);
-        matvec(be, L->wk, x, L->bk, nkv, H, k);
-        matvec(be, L->wv, x, L->bv, nkv, H, v);
-        for (int i = 0; i < nh; i++) {
-            rmsnorm(q + i * hd, L->q_norm, hd, eps, tmp);
-            memcpy(q + i * hd, tmp, (size_t)hd * sizeof(float));
-            rope(q + i * hd, cs, sn, hd);
+        for (int t = 0; t < T; t++)
+            rmsnorm(h + (size_t)t * H, L->in_norm, H, eps, x + (size_t)t * H);
+        matmul(be, L->wq, x, L->bq, T, nq, H, q);
+        matmul(be, L->wk, x, L->bk, T, nkv, H, k);
+        matmul(be, L->wv, x, L->bv, T, nkv, H, v);
+        for (int t = 0; t < T; t++) {
+            int pos = pos0 + t;
+            const float *ct = cs + (size_t)t * hd / 2, *st = sn + (size_t)t * hd / 2;
+            float *qt = q + (size_t)t * nq;
+            for (int i = 0; i < nh; i++) {
+                rmsnorm(qt + i * hd, L->q_norm, hd, eps, tmp);
+                memcpy(qt + i * hd, tmp, (size_t)hd * sizeof(float));
+                rope(qt + i * hd, ct, st, hd);
+            }
+            float *kc = sfi_kv_k(kv, l) + (size_t)pos * nkv;
+            float *vc = sfi_kv_v(kv, l) + (size_t)pos * nkv;
+            for (int j = 0; j < nkvh; j++) {
+                rmsnorm(k + (size_t)t * nkv + j * hd, L->k_norm, hd, eps, kc + j * hd);
+                rope(kc + j * hd, ct, st, hd);
+                memcpy(vc + j * hd, v + (size_t)t * nkv + j * hd, (size_t)hd * sizeof(float));
+                kv->key_norms[((size_t)l * nkvh + j) * kv->capacity + pos] =
+                    sfi_sqrtf(sfi_dot(kc + j * hd, kc + j * hd, (size_t)hd));
+            }
         }
-        float *kc = sfi_kv_k(kv, l) + (size_t)pos * nkv, *vc = sfi_kv_v(kv, l) + (size_t)pos * nkv;
-        for (int j = 0; j < nkvh; j++) {
-            rmsnorm(k + j * hd, L->k_norm, hd, eps, kc + j * hd);
-            rope(kc + j * hd, cs, sn, hd);
-            memcpy(vc + j * hd, v + j * hd, (size_t)hd * sizeof(float));
-            kv->key_norms[((size_t)l * nkvh + j) * kv->capacity + pos] =
-                sfi_sqrtf(sfi_dot(kc + j * hd, kc + j * hd, (size_t)hd));
+        /* causal: token t sees positions 0..pos0+t */
+        for (int t = 0; t < T && !rc; t++) {
+            int n_ctx = pos0 + t + 1;
+            rc = attend ? attend(user, l, q + (size_t)t * nq, kv, n_ctx, att + (size_t)t * nq, err)
+                        : sfi_qwen3_attn_dense(m, be, l, q + (size_t)t * nq, kv, n_ctx,
+                                               att + (size_t)t * nq, NULL, err);
         }
-        sfi_status rc = attend ? attend(user, l, q, kv, n_ctx, att, err)
-                               : sfi_qwen3_attn_dense(m, be, l, q, kv, n_ctx, att, NULL, err);
         if (rc)
-            return rc;
-        matvec(be, L->wo, att, L->bo, H, nq, tmp);
-        for (int i = 0; i < H; i++)
+            break;
+        matmul(be, L->wo, att, L->bo, T, H, nq, tmp);
+        for (size_t i = 0; i < (size_t)T * H; i++)
             h[i] += tmp[i];
-        rmsnorm(h, L->post_norm, H, eps, x);
+        for (int t = 0; t < T; t++)
+            rmsnorm(h + (size_t)t * H, L->post_norm, H, eps, x + (size_t)t * H);
         if (!L->moe) {
-            mlp(be, L->w_gate, L->w_up, L->w_down, H, c->intermediate_size, x, g, u, tmp);
-            for (int i = 0; i < H; i++)
+            int Id = c->intermediate_size;
+            matmul(be, L->w_gate, x, NULL, T, Id, H, g);
+            matmul(be, L->w_up, x, NULL, T, Id, H, u);
+            for (size_t i = 0; i < (size_t)T * Id; i++)
+                g[i] = silu(g[i]) * u[i];
+            matmul(be, L->w_down, g, NULL, T, H, Id, tmp);
+            for (size_t i = 0; i < (size_t)T * H; i++)
                 h[i] += tmp[i];
         } else {
-            int E = c->num_experts, top = c->num_experts_per_tok;
-            int Im = c->moe_intermediate_size;
-            matvec(be, L->router, x, NULL, E, H, rp);
-            sfi_softmax(rp, (size_t)E);
-            /* top-k by selection: descending value, ties to the smaller expert */
-            int sel[64];
-            float w[64];
-            unsigned char taken[1024];
-            memset(taken, 0, (size_t)E);
-            for (int t = 0; t < top; t++) {
-                int best = -1;
-                for (int e = 0; e < E; e++)
-                    if (!taken[e] && (best < 0 || rp[e] > rp[best]))
-                        best = e;
-                taken[best] = 1;
-                sel[t] = best;
-                w[t] = rp[best];
-            }
-            if (c->norm_topk_prob) {
-                float s = 0.0f;
-                for (int t = 0; t < top; t++)
-                    s += w[t];
-                for (int t = 0; t < top; t++)
-                    w[t] /= s;
-            }
-            for (int i = 0; i < H; i++)
-                acc[i] = 0.0f;
-            for (int e = 0; e < E; e++) {
-                if (!taken[e])
-                    continue;
-                float we = 0.0f;
-                for (int t = 0; t < top; t++)
-                    if (sel[t] == e)
-                        we = w[t];
-                mlp(be, L->e_gate[e], L->e_up[e], L->e_down[e], H, Im, x, g, u, tmp);
+            for (int t = 0; t < T; t++) {
+                moe_token(m, be, L, x + (size_t)t * H, rp, eg, eu, et, acc);
                 for (int i = 0; i < H; i++)
-                    acc[i] += tmp[i] * we;
+                    h[(size_t)t * H + i] += acc[i];
             }
-            for (int i = 0; i < H; i++)
-                h[i] += acc[i];
         }
     }
-    kv->n = n_ctx;
-    if (logits) {
-        rmsnorm(h, m->final_norm, H, eps, x);
-        matvec(be, m->lm_head, x, NULL, c->vocab_size, H, logits);
+    if (!rc) {
+        kv->n = pos0 + T;
+        if (logits) {
+            float *hl = h + (size_t)(T - 1) * H;
+            rmsnorm(hl, m->final_norm, H, eps, x);
+            matvec(be, m->lm_head, x, NULL, c->vocab_size, H, logits);
+        }
+    }
+    if (T != 1)
+        free(buf);
+    return rc;
+}
+
+sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
+                          sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err)
+{
+    return forward_block(m, be, kv, &token, 1, attend, user, logits, err);
+}
+
+sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                             void *user, float *logits, sfi_error *err)
+{
+    enum { BLOCK = 64 };
+    if (n < 1)
+        return sfi_error_set(err, SFI_EINVAL, "prefill: no tokens");
+    if (kv->n + n > kv->capacity || n > kv->capacity)
+        return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
+    for (int i = 0; i < n; i += BLOCK) {
+        int T = n - i < BLOCK ? n - i : BLOCK;
+        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user,
+                                      i + T == n ? logits : NULL, err);
+        if (rc)
+            return rc;
     }
     return SFI_OK;
 }

@@ -66,6 +66,15 @@ sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
                           int32_t token, sfi_qwen3_attend_fn attend, void *user,
                           float *logits, sfi_error *err);
 
+/* Runs n prompt tokens at positions kv->n.. (blocks of up to 64 tokens:
+ * the blas backend multiplies a block's matrices at once; with the scalar
+ * backend the bits equal n single steps). attend is called for every token
+ * and layer as in sfi_qwen3_step, with that token's n_ctx. logits (may be
+ * NULL) gets the last token's. */
+sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                             void *user, float *logits, sfi_error *err);
+
 /* Dense decode attention through the backend (scalar: sfi_attn_dense_decode).
  * logits (may be NULL) as sfi_attn_dense_decode's. */
 sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,

@@ -273,6 +273,55 @@ START_TEST(make_checkpoint_cli)
 }
 END_TEST
 
+/* Block prefill (several blocks of 64) equals token-by-token steps: bit for
+ * bit with the scalar backend (logits and cache), closely with blas. */
+START_TEST(prefill_blocks_equal_steps)
+{
+    static const char *models[2] = {"tiny-qwen3", "tiny-qwen3-moe"};
+    for (int mi = 0; mi < 2; mi++)
+        for (int be = 0; be < 2; be++) {
+            if (be == 1 && !sfi_backend_available(SFI_BACKEND_BLAS))
+                continue;
+            sfi_qwen3 *m;
+            sfi_error e;
+            ck_assert_int_eq(sfi_qwen3_load(hf_path(models[mi]), &m, &e), SFI_OK);
+            const sfi_model_config *c = sfi_qwen3_config(m);
+            int n = 150, V = c->vocab_size;
+            int32_t ids[150];
+            for (int i = 0; i < n; i++)
+                ids[i] = (int32_t)((i * 37 + 11) % V);
+            sfi_kv_cache a, b;
+            ck_assert_int_eq(sfi_kv_cache_init(&a, c, n, &e), SFI_OK);
+            ck_assert_int_eq(sfi_kv_cache_init(&b, c, n, &e), SFI_OK);
+            float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
+            ck_assert_int_eq(sfi_qwen3_prefill(m, (sfi_backend)be, &a, ids, n, NULL, NULL, la, &e), SFI_OK);
+            for (int i = 0; i < n; i++)
+                ck_assert_int_eq(sfi_qwen3_step(m, (sfi_backend)be, &b, ids[i], NULL, NULL, lb, &e), SFI_OK);
+            ck_assert_int_eq(a.n, n);
+            if (be == 0) {
+                ck_assert(memcmp(la, lb, (size_t)V * 4) == 0);
+                size_t kvn = (size_t)c->num_hidden_layers * n * c->num_key_value_heads * c->head_dim;
+                ck_assert(memcmp(a.k, b.k, kvn * 4) == 0);
+                ck_assert(memcmp(a.v, b.v, kvn * 4) == 0);
+            } else {
+                double mx = 0, md = 0;
+                for (int i = 0; i < V; i++) {
+                    mx = fmax(mx, fabs(lb[i]));
+                    md = fmax(md, fabs(la[i] - lb[i]));
+                }
+                ck_assert_msg(md <= 1e-4 * mx, "blas block prefill: %g vs %g", md, mx);
+            }
+            /* a full cache is refused */
+            ck_assert_int_eq(sfi_qwen3_prefill(m, (sfi_backend)be, &a, ids, 1, NULL, NULL, NULL, &e), SFI_ERANGE);
+            free(la);
+            free(lb);
+            sfi_kv_cache_free(&a);
+            sfi_kv_cache_free(&b);
+            sfi_qwen3_free(m);
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("qwen3");
@@ -284,6 +333,7 @@ int main(void)
     tcase_add_test(tc, config_checkpoint_mismatch_refused);
     tcase_add_test(tc, step_rejects_bad_tokens);
     tcase_add_test(tc, make_checkpoint_cli);
+    tcase_add_test(tc, prefill_blocks_equal_steps);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
