@@ -416,6 +416,8 @@ int sfi_ref_cmd_run(int argc, char **argv)
         json_object_set_new(j, "digest", json_string(res.digest_hex));
         json_object_set_new(j, "prefill_seconds", json_real(res.prefill_seconds));
         json_object_set_new(j, "decode_seconds", json_real(res.decode_seconds));
+        json_object_set_new(j, "prefill_cpu_seconds", json_real(res.prefill_cpu_seconds));
+        json_object_set_new(j, "decode_cpu_seconds", json_real(res.decode_cpu_seconds));
         char *pj = sfi_params_to_json(&o.params);
         json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
         free(pj);
@@ -446,9 +448,10 @@ int sfi_ref_cmd_run(int argc, char **argv)
                res.n_generated);
         printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", n_ids,
                sfi_decode_mode_name(o.mode), sfi_backend_name(o.backend));
-        printf("seconds: prefill %.3f, decode %.3f (%.2f ms/token)\n", res.prefill_seconds,
-               res.decode_seconds,
-               res.n_generated > 1 ? 1e3 * res.decode_seconds / (res.n_generated - 1) : 0.0);
+        printf("seconds: prefill %.3f, decode %.3f (%.2f ms/token); CPU seconds: prefill "
+               "%.3f, decode %.3f\n", res.prefill_seconds, res.decode_seconds,
+               res.n_generated > 1 ? 1e3 * res.decode_seconds / (res.n_generated - 1) : 0.0,
+               res.prefill_cpu_seconds, res.decode_cpu_seconds);
         printf("digest: %s\n", res.digest_hex);
     }
     if (fflush(stdout) != 0 || ferror(stdout)) {
