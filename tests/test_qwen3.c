@@ -268,6 +268,19 @@ START_TEST(make_checkpoint_cli)
     snprintf(cmd, sizeof cmd, "test ! -e %s/c3 && test ! -e %s/c4 && ls -A %s/c0 | wc -l | grep -qx 2",
              dir, dir, dir);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    /* sfi-ref info shows the checkpoint's tensors; a corrupt one is an error */
+    snprintf(cmd, sizeof cmd, "%s info --model %s/c0", sfi_ref, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    ck_assert_ptr_nonnull(strstr(out, "checkpoint_tensors       34\n"));
+    ck_assert_ptr_nonnull(strstr(out, "checkpoint_bytes "));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "truncate -s 1000 %s/c0/model.safetensors && %s info --model %s/c0",
+             dir, sfi_ref, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "model.safetensors"));
+    free(out);
+    free(err);
     sfi_test_rmtree(dir);
     free(dir);
 }
