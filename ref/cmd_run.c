@@ -1,9 +1,444 @@
-/* Replaced by the work stream that owns this command. */
-#include "sfi_ref_cli.h"
+/* sfi-ref run: decode a prompt with a Qwen3 checkpoint, SFI or dense, and
+ * print the tokens, the kind of every step, the slow fraction and the run's
+ * SHA-256 digest (text or one JSON object). */
+#include <config.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sfi_decode.h"
+#include "sfi_params.h"
+#include "sfi_qwen3.h"
+#include "sfi_ref_cli.h"
+#include "sfi_state.h"
+#include "sfi_tokenizer.h"
+#include "sfi_vocab.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: sfi-ref run --model DIR (--prompt TEXT | --prompt-file F | --prompt-ids F)\n"
+            "                   --max-new N [--mode sfi|dense] [--param KEY=VALUE ...]\n"
+            "                   [--params FILE] [--trigger POLICY] [--interval N]\n"
+            "                   [--backend scalar|blas] [--tokenizer DIR] [--stop-at-eos]\n"
+            "                   [--json]\n\n"
+            "Greedy decoding of a prompt with a Hugging Face Qwen3 / Qwen3-MoE checkpoint\n"
+            "(config.json + model.safetensors or a sharded index). The prompt is prefilled\n"
+            "densely; its last W_prefill queries initialize the selected sets; then every\n"
+            "step is slow (dense attention, Selector refresh) or fast (sink + selected +\n"
+            "recent) by the trigger policy (--mode sfi), or dense (--mode dense).\n\n"
+            "  -m, --model DIR        checkpoint directory\n"
+            "  -p, --prompt TEXT      prompt text (needs the tokenizer files)\n"
+            "      --prompt-file F    prompt text read from file F\n"
+            "      --prompt-ids F     whitespace-separated decimal token ids read from F\n"
+            "                         ('-' reads standard input)\n"
+            "  -n, --max-new N        tokens to generate (>= 1)\n"
+            "      --mode MODE        sfi (default) or dense\n"
+            "  -P, --param KEY=VALUE  an SFI parameter (repeatable; see sfi-ref(1))\n"
+            "      --params FILE      a file of KEY=VALUE lines\n"
+            "      --trigger POLICY   sfi (default), tmax, boundary, interval, always, never\n"
+            "      --interval N       step interval of the interval policy (16)\n"
+            "      --backend B        scalar (default, bit-exact) or blas (OpenBLAS)\n"
+            "      --tokenizer DIR    tokenizer files (vocab.json, merges.txt); default the\n"
+            "                         model directory. Without them the trigger set is empty\n"
+            "                         and only ids are printed\n"
+            "      --stop-at-eos      stop after generating the config's eos_token_id\n"
+            "      --json             print one JSON object\n"
+            "  -h, --help             print this help\n\n"
+            "Exit status: 0 ok, 1 bad input or failure, 2 usage error. See sfi-ref-run(1).\n");
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+    char p[PATH_MAX];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0;
+}
+
+static char *read_all(const char *path, size_t *len, sfi_error *err)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        sfi_error_set(err, SFI_EIO, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    int bad = ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (!buf) {
+        sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+        return NULL;
+    }
+    if (bad) {
+        free(buf);
+        sfi_error_set(err, SFI_EIO, "%s: read error", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* Whitespace-separated decimal ids. */
+static sfi_status parse_ids(const char *path, const char *s, int32_t **ids, int *n,
+                            sfi_error *err)
+{
+    size_t cap = 64, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
+            free(v);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: byte %ld: expected a non-negative decimal token id",
+                                 path, (long)(p - s));
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, cap * 2 * sizeof *v);
+            if (!nv) {
+                free(v);
+                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[k++] = (int32_t)x;
+        p = end;
+    }
+    if (k == 0) {
+        free(v);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: no token ids", path);
+    }
+    if (k > INT_MAX / 2) {
+        free(v);
+        return sfi_error_set(err, SFI_ERANGE, "%s: too many ids", path);
+    }
+    *ids = v;
+    *n = (int)k;
+    return SFI_OK;
+}
+
+static int parse_int(const char *s, const char *what, int lo, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > INT_MAX) {
+        fprintf(stderr, "sfi-ref run: %s '%s': expected an integer >= %d\n", what, s, lo);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 int sfi_ref_cmd_run(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "%s: not available in this build yet\n", argv[0]);
-    return 1;
+    enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
+           O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE };
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"prompt", required_argument, NULL, 'p'},
+        {"prompt-file", required_argument, NULL, O_PROMPT_FILE},
+        {"prompt-ids", required_argument, NULL, O_PROMPT_IDS},
+        {"max-new", required_argument, NULL, 'n'},
+        {"mode", required_argument, NULL, O_MODE},
+        {"param", required_argument, NULL, 'P'},
+        {"params", required_argument, NULL, O_PARAMS},
+        {"trigger", required_argument, NULL, O_TRIGGER},
+        {"interval", required_argument, NULL, O_INTERVAL},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"tokenizer", required_argument, NULL, O_TOKENIZER},
+        {"stop-at-eos", no_argument, NULL, O_STOP},
+        {"json", no_argument, NULL, O_JSON},
+        {"trace", required_argument, NULL, O_TRACE},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *prompt_ids = NULL;
+    const char *tok_dir = NULL, *trace = NULL;
+    int max_new = -1, json = 0, stop = 0;
+    sfi_decode_opts o;
+    sfi_decode_opts_default(&o);
+    sfi_error e;
+    sfi_error_clear(&e);
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "m:p:n:P:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'p': prompt = optarg; break;
+        case O_PROMPT_FILE: prompt_file = optarg; break;
+        case O_PROMPT_IDS: prompt_ids = optarg; break;
+        case 'n':
+            if (parse_int(optarg, "--max-new", 1, &max_new))
+                return 2;
+            break;
+        case O_MODE:
+            if (sfi_decode_mode_parse(optarg, &o.mode, &e)) {
+                fprintf(stderr, "sfi-ref run: --%s\n", e.msg);
+                return 2;
+            }
+            break;
+        case 'P':
+            if (sfi_params_set(&o.params, optarg, "--param", &e)) {
+                fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+                return 2;
+            }
+            break;
+        case O_PARAMS:
+            if (sfi_params_load_file(&o.params, optarg, &e)) {
+                fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+                return 1;
+            }
+            break;
+        case O_TRIGGER:
+            if (sfi_trigger_policy_parse(optarg, &o.trigger, &e)) {
+                fprintf(stderr, "sfi-ref run: --trigger: %s\n", e.msg);
+                return 2;
+            }
+            break;
+        case O_INTERVAL:
+            if (parse_int(optarg, "--interval", 1, &o.interval))
+                return 2;
+            break;
+        case O_BACKEND:
+            if (sfi_backend_parse(optarg, &o.backend, &e)) {
+                fprintf(stderr, "sfi-ref run: --%s\n", e.msg);
+                return 2;
+            }
+            break;
+        case O_TOKENIZER: tok_dir = optarg; break;
+        case O_STOP: stop = 1; break;
+        case O_JSON: json = 1; break;
+        case O_TRACE: trace = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            if (optopt && optopt < 256)
+                fprintf(stderr, "sfi-ref run: option -%c: %s\n", optopt,
+                        strchr("mpnP", optopt) ? "needs a value" : "unknown");
+            else
+                fprintf(stderr, "sfi-ref run: %s: unknown option or missing value\n",
+                        argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sfi-ref run: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!model || max_new < 0 || (!!prompt + !!prompt_file + !!prompt_ids) != 1) {
+        fprintf(stderr, "sfi-ref run: need --model, --max-new and exactly one of --prompt, "
+                        "--prompt-file, --prompt-ids\n");
+        usage(stderr);
+        return 2;
+    }
+    if (trace) {
+        /* The trace recorder (ref/sfi_recorder, traces work stream) plugs in
+         * here as an sfi_decode_observer. */
+        fprintf(stderr, "sfi-ref run: --trace %s: trace recording is not in this build yet\n",
+                trace);
+        return 1;
+    }
+    if (sfi_params_validate(&o.params, &e)) {
+        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+        return 2;
+    }
+    o.max_new = max_new;
+
+    int rc = 1;
+    sfi_qwen3 *m = NULL;
+    sfi_tokenizer *tk = NULL;
+    sfi_trigger_set ts;
+    int have_ts = 0;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    char *text = NULL;
+    sfi_decode_result res;
+    memset(&res, 0, sizeof res);
+
+    if (sfi_qwen3_load(model, &m, &e)) {
+        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+        goto out;
+    }
+    const sfi_model_config *cfg = sfi_qwen3_config(m);
+    if (!tok_dir)
+        tok_dir = model;
+    int have_tok_files = file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt");
+    if (have_tok_files) {
+        if (sfi_tokenizer_load(tok_dir, &tk, &e)) {
+            fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+            goto out;
+        }
+        if (sfi_trigger_set_build(sfi_tokenizer_vocab(tk), o.params.trigger_chars, &ts, &e)) {
+            fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+            goto out;
+        }
+        have_ts = 1;
+        o.is_trigger = ts.is_trigger;
+        o.n_trigger_vocab = ts.n_vocab;
+    } else if (prompt || prompt_file) {
+        fprintf(stderr, "sfi-ref run: %s: no vocab.json + merges.txt to encode the prompt "
+                        "text (give --tokenizer DIR or --prompt-ids)\n", tok_dir);
+        goto out;
+    } else if (o.mode == SFI_DECODE_SFI && !json) {
+        fprintf(stderr, "sfi-ref run: note: no tokenizer files in %s: the trigger set is "
+                        "empty, slow steps come from T_max only\n", tok_dir);
+    }
+    if (prompt_ids) {
+        size_t len;
+        char *s = read_all(prompt_ids, &len, &e);
+        if (!s || parse_ids(prompt_ids, s, &ids, &n_ids, &e)) {
+            free(s);
+            fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+            goto out;
+        }
+        free(s);
+    } else {
+        size_t len;
+        char *s = prompt ? strdup(prompt) : read_all(prompt_file, &len, &e);
+        if (!s) {
+            fprintf(stderr, "sfi-ref run: %s\n", prompt ? "out of memory" : e.msg);
+            goto out;
+        }
+        size_t n;
+        sfi_status st = sfi_tokenizer_encode(tk, s, strlen(s), &ids, &n, &e);
+        free(s);
+        if (st) {
+            fprintf(stderr, "sfi-ref run: %s: %s\n", prompt ? "--prompt" : prompt_file, e.msg);
+            goto out;
+        }
+        if (n == 0) {
+            fprintf(stderr, "sfi-ref run: the prompt encodes to no tokens\n");
+            goto out;
+        }
+        if (n > INT_MAX / 2) {
+            fprintf(stderr, "sfi-ref run: prompt too long\n");
+            goto out;
+        }
+        n_ids = (int)n;
+    }
+    if (n_ids > cfg->max_position_embeddings) {
+        fprintf(stderr, "sfi-ref run: prompt of %d tokens is longer than the model's "
+                        "max_position_embeddings %d\n", n_ids, cfg->max_position_embeddings);
+        goto out;
+    }
+    o.stop_token = stop ? cfg->eos_token_id : -1;
+    if (sfi_decode_run(m, &o, ids, n_ids, NULL, &res, &e)) {
+        fprintf(stderr, "sfi-ref run: %s: %s\n", model, e.msg);
+        goto out;
+    }
+    size_t text_len = 0;
+    if (tk && sfi_tokenizer_decode(tk, res.ids, (size_t)res.n_generated, &text, &text_len, &e)) {
+        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+        goto out;
+    }
+    if (json) {
+        json_t *j = json_object(), *g = json_array(), *steps = json_array();
+        json_object_set_new(j, "model", json_string(model));
+        json_object_set_new(j, "mode", json_string(sfi_decode_mode_name(o.mode)));
+        json_object_set_new(j, "backend", json_string(sfi_backend_name(o.backend)));
+        json_object_set_new(j, "trigger", json_string(sfi_trigger_kind_name(o.trigger)));
+        json_object_set_new(j, "prompt_tokens", json_integer(n_ids));
+        for (int i = 0; i < res.n_generated; i++) {
+            json_array_append_new(g, json_integer(res.ids[i]));
+            json_t *s = json_object();
+            json_object_set_new(s, "kind", json_string(sfi_step_kind_name(res.kinds[i])));
+            json_object_set_new(s, "reason", json_string(sfi_step_reason_name(res.reasons[i])));
+            json_array_append_new(steps, s);
+        }
+        json_object_set_new(j, "generated_ids", g);
+        if (text)
+            json_object_set_new(j, "text", json_stringn_nocheck(text, text_len));
+        json_object_set_new(j, "steps", steps);
+        json_object_set_new(j, "n_slow", json_integer(res.n_slow));
+        json_object_set_new(j, "slow_fraction", json_real(res.slow_fraction));
+        json_object_set_new(j, "digest", json_string(res.digest_hex));
+        json_object_set_new(j, "prefill_seconds", json_real(res.prefill_seconds));
+        json_object_set_new(j, "decode_seconds", json_real(res.decode_seconds));
+        char *pj = sfi_params_to_json(&o.params);
+        json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
+        free(pj);
+        if (pv)
+            json_object_set_new(j, "params", pv);
+        char *s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+        json_decref(j);
+        if (!s) {
+            fprintf(stderr, "sfi-ref run: out of memory\n");
+            goto out;
+        }
+        printf("%s\n", s);
+        free(s);
+    } else {
+        if (text) {
+            printf("text: ");
+            fwrite(text, 1, text_len, stdout);
+            printf("\n");
+        }
+        printf("ids:");
+        for (int i = 0; i < res.n_generated; i++)
+            printf(" %d", (int)res.ids[i]);
+        printf("\nsteps:\n");
+        for (int i = 0; i < res.n_generated; i++)
+            printf("  %d %s %s %d\n", i, sfi_step_kind_name(res.kinds[i]),
+                   sfi_step_reason_name(res.reasons[i]), (int)res.ids[i]);
+        printf("slow_fraction: %.6f (%d of %d steps)\n", res.slow_fraction, res.n_slow,
+               res.n_generated);
+        printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", n_ids,
+               sfi_decode_mode_name(o.mode), sfi_backend_name(o.backend));
+        printf("seconds: prefill %.3f, decode %.3f (%.2f ms/token)\n", res.prefill_seconds,
+               res.decode_seconds,
+               res.n_generated > 1 ? 1e3 * res.decode_seconds / (res.n_generated - 1) : 0.0);
+        printf("digest: %s\n", res.digest_hex);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "sfi-ref run: writing standard output failed\n");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(text);
+    free(ids);
+    sfi_decode_result_free(&res);
+    if (have_ts)
+        sfi_trigger_set_free(&ts);
+    sfi_tokenizer_free(tk);
+    sfi_qwen3_free(m);
+    return rc;
 }

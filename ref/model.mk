@@ -2,4 +2,4 @@
 # The reference's model layer: safetensors checkpoints, the Qwen3 forward
 # pass (scalar + OpenBLAS backends) and the decode loop of method.md 5.
 pkginclude_HEADERS += ref/sfi_safetensors.h ref/sfi_qwen3.h ref/sfi_decode.h
-libsfi_la_SOURCES += ref/sfi_safetensors.c
+libsfi_la_SOURCES += ref/sfi_safetensors.c ref/sfi_qwen3.c ref/sfi_decode.c

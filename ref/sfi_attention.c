@@ -38,32 +38,46 @@ float sfi_attn_scale(int head_dim)
     return 1.0f / sfi_sqrtf((float)head_dim);
 }
 
-/* Scaled logits of one query head over positions pos[0..n) (ascending) or,
- * when pos is NULL, over 0..n-1, into buf[0..n). */
-static void attend_one(const sfi_attn_shape *s, const float *qh, int kvh,
-                       const float *k, const int32_t *pos, int n,
-                       float scale, float *buf)
+/* Attention of the G query heads of KV head kvh (one query) over the
+ * positions pos[0..n) (ascending) or, when pos is NULL, over 0..n-1.
+ * q: this query's [n_heads][head_dim]; out likewise. buf: [G][n] scratch.
+ * logits (may be NULL): row h at logits + h * ld receives head h's scaled
+ * logits (n of them). The loops run over positions outermost so that each
+ * key and value row is read once for the whole group; each head's own
+ * sums still run over positions in ascending order, so the result is the
+ * same bits as one head at a time. */
+static void attend_group(const sfi_attn_shape *s, const float *q, int kvh,
+                         const float *k, const float *v, const int32_t *pos, int n,
+                         float scale, float *buf, float *out, float *logits, size_t ld)
 {
-    const int d = s->head_dim;
-    const size_t row = (size_t)s->n_kv_heads * (size_t)d;
+    const size_t d = (size_t)s->head_dim;
+    const size_t row = (size_t)s->n_kv_heads * d;
+    const int G = s->n_heads / s->n_kv_heads;
+    const int h0 = kvh * G;
     for (int i = 0; i < n; i++) {
         size_t j = pos ? (size_t)pos[i] : (size_t)i;
-        buf[i] = sfi_dot(qh, k + j * row + (size_t)kvh * (size_t)d, (size_t)d) * scale;
+        const float *kj = k + j * row + (size_t)kvh * d;
+        for (int g = 0; g < G; g++)
+            buf[(size_t)g * (size_t)n + (size_t)i] = sfi_dot(q + (size_t)(h0 + g) * d, kj, d) * scale;
     }
-}
-
-static void weigh_values(const sfi_attn_shape *s, int kvh, const float *v,
-                         const int32_t *pos, int n, const float *p, float *out_h)
-{
-    const int d = s->head_dim;
-    const size_t row = (size_t)s->n_kv_heads * (size_t)d;
-    for (int c = 0; c < d; c++)
-        out_h[c] = 0.0f;
+    for (int g = 0; g < G; g++) {
+        float *bg = buf + (size_t)g * (size_t)n;
+        if (logits)
+            memcpy(logits + (size_t)(h0 + g) * ld, bg, (size_t)n * sizeof *bg);
+        sfi_softmax(bg, (size_t)n);
+        float *og = out + (size_t)(h0 + g) * d;
+        for (size_t c = 0; c < d; c++)
+            og[c] = 0.0f;
+    }
     for (int i = 0; i < n; i++) {
         size_t j = pos ? (size_t)pos[i] : (size_t)i;
-        const float *vj = v + j * row + (size_t)kvh * (size_t)d;
-        for (int c = 0; c < d; c++)
-            out_h[c] += p[i] * vj[c];
+        const float *vj = v + j * row + (size_t)kvh * d;
+        for (int g = 0; g < G; g++) {
+            const float pj = buf[(size_t)g * (size_t)n + (size_t)i];
+            float *og = out + (size_t)(h0 + g) * d;
+            for (size_t c = 0; c < d; c++)
+                og[c] += pj * vj[c];
+        }
     }
 }
 
@@ -87,19 +101,13 @@ sfi_status sfi_attn_dense_decode(const sfi_attn_shape *s, const float *q,
     sfi_status st = check_common(s, q, k, v, out, n_ctx, err);
     if (st != SFI_OK)
         return st;
-    float *buf = malloc((size_t)n_ctx * sizeof *buf);
+    const int group = s->n_heads / s->n_kv_heads;
+    float *buf = malloc((size_t)group * (size_t)n_ctx * sizeof *buf);
     if (!buf)
         return sfi_error_set(err, SFI_ENOMEM, "attention: out of memory for %d logits", n_ctx);
-    const int group = s->n_heads / s->n_kv_heads;
     const float scale = sfi_attn_scale(s->head_dim);
-    for (int h = 0; h < s->n_heads; h++) {
-        const float *qh = q + (size_t)h * (size_t)s->head_dim;
-        attend_one(s, qh, h / group, k, NULL, n_ctx, scale, buf);
-        if (logits)
-            memcpy(logits + (size_t)h * (size_t)n_ctx, buf, (size_t)n_ctx * sizeof *buf);
-        sfi_softmax(buf, (size_t)n_ctx);
-        weigh_values(s, h / group, v, NULL, n_ctx, buf, out + (size_t)h * (size_t)s->head_dim);
-    }
+    for (int kvh = 0; kvh < s->n_kv_heads; kvh++)
+        attend_group(s, q, kvh, k, v, NULL, n_ctx, scale, buf, out, logits, (size_t)n_ctx);
     free(buf);
     return SFI_OK;
 }
@@ -131,7 +139,8 @@ sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
         if (n_idx[h] > max_n)
             max_n = n_idx[h];
     }
-    float *buf = malloc((size_t)max_n * sizeof *buf);
+    const int group = s->n_heads / s->n_kv_heads;
+    float *buf = malloc((size_t)group * (size_t)max_n * sizeof *buf);
     int32_t *sorted = malloc((size_t)max_n * sizeof *sorted);
     if (!buf || !sorted) {
         free(buf);
@@ -149,7 +158,6 @@ sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
             }
         }
     }
-    const int group = s->n_heads / s->n_kv_heads;
     const float scale = sfi_attn_scale(s->head_dim);
     for (int kvh = 0; kvh < s->n_kv_heads && st == SFI_OK; kvh++) {
         const int n = n_idx[kvh];
@@ -172,13 +180,7 @@ sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
         }
         if (st != SFI_OK)
             break;
-        for (int g = 0; g < group; g++) {
-            int h = kvh * group + g;
-            const float *qh = q + (size_t)h * (size_t)s->head_dim;
-            attend_one(s, qh, kvh, k, pos, n, scale, buf);
-            sfi_softmax(buf, (size_t)n);
-            weigh_values(s, kvh, v, pos, n, buf, out + (size_t)h * (size_t)s->head_dim);
-        }
+        attend_group(s, q, kvh, k, v, pos, n, scale, buf, out, NULL, 0);
     }
     free(buf);
     free(sorted);
@@ -200,27 +202,22 @@ sfi_status sfi_attn_prefill(const sfi_attn_shape *s, const float *q, int T, int 
         return sfi_error_set(err, SFI_EINVAL,
                              "prefill attention: W=%d tail queries of T=%d (need 0..T and a buffer)", W, T);
     const int n_keys = pos0 + T;
-    float *buf = malloc((size_t)n_keys * sizeof *buf);
+    const int group = s->n_heads / s->n_kv_heads;
+    float *buf = malloc((size_t)group * (size_t)n_keys * sizeof *buf);
     if (!buf)
         return sfi_error_set(err, SFI_ENOMEM, "prefill attention: out of memory for %d logits", n_keys);
-    const int group = s->n_heads / s->n_kv_heads;
     const float scale = sfi_attn_scale(s->head_dim);
     const size_t qstride = (size_t)s->n_heads * (size_t)s->head_dim;
     for (int t = 0; t < T; t++) {
         const int n = pos0 + t + 1; /* causal: keys 0..pos0+t */
         const int w = t - (T - W);  /* index among the tail queries, < 0 if none */
-        for (int h = 0; h < s->n_heads; h++) {
-            const float *qh = q + (size_t)t * qstride + (size_t)h * (size_t)s->head_dim;
-            attend_one(s, qh, h / group, k, NULL, n, scale, buf);
-            if (w >= 0 && tail_logits) {
-                float *row = tail_logits + ((size_t)w * (size_t)s->n_heads + (size_t)h) * (size_t)n_keys;
-                memcpy(row, buf, (size_t)n * sizeof *buf);
-                for (int j = n; j < n_keys; j++)
-                    row[j] = -INFINITY;
-            }
-            sfi_softmax(buf, (size_t)n);
-            weigh_values(s, h / group, v, NULL, n, buf, out + (size_t)t * qstride + (size_t)h * (size_t)s->head_dim);
-        }
+        float *rows = w >= 0 ? tail_logits + (size_t)w * (size_t)s->n_heads * (size_t)n_keys : NULL;
+        for (int kvh = 0; kvh < s->n_kv_heads; kvh++)
+            attend_group(s, q + (size_t)t * qstride, kvh, k, v, NULL, n, scale, buf,
+                         out + (size_t)t * qstride, rows, (size_t)n_keys);
+        for (int h = 0; rows && h < s->n_heads; h++)
+            for (int j = n; j < n_keys; j++)
+                rows[(size_t)h * (size_t)n_keys + (size_t)j] = -INFINITY;
     }
     free(buf);
     return SFI_OK;

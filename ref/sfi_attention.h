@@ -26,7 +26,8 @@ sfi_status sfi_attn_shape_check(const sfi_attn_shape *s, sfi_error *err);
  * p = sfi_softmax over the positions in ascending order; out[c] = sum of
  * p_j * v_j[c] over the positions in ascending order, one float
  * accumulator from 0.0f. All buffers are checked before any output is
- * written; on error the outputs are unspecified but nothing crashes. */
+ * written; on error the outputs are unspecified but nothing crashes.
+ * Outputs must not overlap the inputs. */
 float sfi_attn_scale(int head_dim);
 
 /* Dense decode attention of one query over positions 0..n_ctx-1.

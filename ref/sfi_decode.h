@@ -3,6 +3,14 @@
  * Selector), then greedy decoding in SFI mode (slow/fast steps decided by a
  * trigger policy) or dense mode (full KV every step, the baseline).
  *
+ * Steps: the prefill runs the whole prompt densely and its last position's
+ * logits give x_0, so decode step 0 is that dense pass (kind SLOW, reason
+ * FIRST); in SFI mode the Selector over the last W_prefill prompt queries
+ * then initializes the selected sets. Step t >= 1 feeds x_{t-1} at position
+ * n_prompt + t - 1 and is slow or fast by the trigger policy (dense mode:
+ * always slow, reason ALWAYS). A slow step refreshes every layer's sets with
+ * the Selector over the last W_decode queries.
+ *
  * An observer (a struct of callbacks, any of them NULL) sees what happens;
  * the trace recorder implements one. Observers only read: nothing they do
  * changes the generated tokens. */
@@ -77,8 +85,9 @@ typedef struct {
     int n_heads;
 } sfi_decode_slow_layer_info;
 
-/* Dense attention probabilities of one layer at one step, computed (only
- * when the observer asks, want_attention) on fast steps too. */
+/* Dense attention probabilities of one layer at one decode step t >= 1
+ * (step 0 is the prefill's last position, not reported), computed only when
+ * the observer asks (want_attention), on fast steps too. */
 typedef struct {
     int step;
     int layer;

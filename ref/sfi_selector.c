@@ -2,7 +2,9 @@
  *
  * Evaluation order (the GPU's bit-exact mode must follow it):
  *  1. per KV head h and window query tau: p = sfi_softmax of the logits
- *     l[h][tau][j], j in J ascending.
+ *     l[h][tau][j], j in J ascending. A -inf logit is a masked position
+ *     (p = 0); a query whose whole row over J is masked contributes p = 0
+ *     everywhere (it still counts in n_win, as in the 1/W of step 2).
  *  2. a = alpha; mu(j) = (sum over tau ascending of sfi_powf_pos(p, a)) /
  *     n_win (float division by the float count).
  *  3. f(j) = g(j) / G, g(j) = sfi_powf_pos(mu(j), 1/a) (1/a one float
@@ -83,16 +85,24 @@ static sfi_status check_input(const sfi_selector_input *in, sfi_error *err)
                              in->j_begin, in->j_end);
     if (!in->logits || !in->key_norms)
         return sfi_error_set(err, SFI_EINVAL, "selector: missing logits or key norms");
-    const int nJ = in->j_end - in->j_begin;
     for (int h = 0; h < in->n_kv_heads; h++) {
+        int seen = 0; /* some window query of this head sees some j in J */
         for (int t = 0; t < in->n_win; t++) {
             const float *row = in->logits + ((size_t)h * (size_t)in->n_win + (size_t)t) * (size_t)in->n_pos;
-            for (int j = in->j_begin; j < in->j_end; j++)
+            for (int j = in->j_begin; j < in->j_end; j++) {
+                if (row[j] == -INFINITY)
+                    continue; /* masked (e.g. past a prefill query's causal limit) */
                 if (!isfinite(row[j]))
                     return sfi_error_set(err, SFI_EINVAL,
                                          "selector: logit of kv head %d, window query %d, position %d is %s",
-                                         h, t, j, isnan(row[j]) ? "NaN" : "infinite");
+                                         h, t, j, isnan(row[j]) ? "NaN" : "+infinite");
+                seen = 1;
+            }
         }
+        if (!seen)
+            return sfi_error_set(err, SFI_EINVAL,
+                                 "selector: kv head %d: every logit over J=[%d,%d) is masked (-inf)",
+                                 h, in->j_begin, in->j_end);
         const float *kn = in->key_norms + (size_t)h * (size_t)in->n_pos;
         for (int j = in->j_begin; j < in->j_end; j++)
             if (!(kn[j] >= 0.0f) || !isfinite(kn[j]))
@@ -100,7 +110,6 @@ static sfi_status check_input(const sfi_selector_input *in, sfi_error *err)
                                      "selector: key norm of kv head %d, position %d is %g (need finite >= 0)",
                                      h, j, (double)kn[j]);
     }
-    (void)nJ;
     return SFI_OK;
 }
 
@@ -193,6 +202,30 @@ void sfi_selector_soft_nms(const sfi_params *prm, int nJ, const float *z, float 
     }
 }
 
+void sfi_key_norms(const float *k, int n_pos, int n_kv_heads, int head_dim, float *out)
+{
+    const size_t d = (size_t)head_dim;
+    for (int j = 0; j < n_pos; j++)
+        for (int h = 0; h < n_kv_heads; h++) {
+            const float *kj = k + ((size_t)j * (size_t)n_kv_heads + (size_t)h) * d;
+            out[(size_t)h * (size_t)n_pos + (size_t)j] = sfi_sqrtf(sfi_dot(kj, kj, d));
+        }
+}
+
+void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_pos,
+                                      const float *tail, float *out)
+{
+    const int G = n_heads / n_kv_heads;
+    const size_t row = (size_t)n_pos * sizeof *out;
+    for (int kv = 0; kv < n_kv_heads; kv++)
+        for (int g = 0; g < G; g++)
+            for (int w = 0; w < W; w++) {
+                const float *src = tail + ((size_t)w * (size_t)n_heads + (size_t)(kv * G + g)) * (size_t)n_pos;
+                float *dst = out + ((size_t)kv * (size_t)(G * W) + (size_t)(g * W + w)) * (size_t)n_pos;
+                memcpy(dst, src, row);
+            }
+}
+
 sfi_status sfi_selector_cross_head(const sfi_params *prm, int H, int nJ, float *z)
 {
     float *col = malloc((size_t)(H > 0 ? H : 1) * sizeof *col);
@@ -218,16 +251,30 @@ typedef struct {
     int32_t i;
 } scored;
 
-/* Higher score first; equal scores: smaller index first. A total order, so
- * qsort's instability cannot change the result. */
-static int cmp_scored(const void *a, const void *b)
+/* "x ranks above y": higher score, or equal score (-0 == +0) and smaller
+ * index. A total order, so the top k is one well-defined set whatever the
+ * algorithm. */
+static int better(const scored *x, const scored *y)
 {
-    const scored *x = a, *y = b;
-    if (x->v > y->v)
-        return -1;
-    if (x->v < y->v)
-        return 1;
-    return (x->i > y->i) - (x->i < y->i);
+    return x->v > y->v || (x->v == y->v && x->i < y->i);
+}
+
+/* Min-heap under better(): the root is the worst of the kept k. */
+static void sift_down(scored *h, int k, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < k && better(&h[w], &h[l]))
+            w = l;
+        if (r < k && better(&h[w], &h[r]))
+            w = r;
+        if (w == i)
+            return;
+        scored t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
 }
 
 static int cmp_i32(const void *a, const void *b)
@@ -243,19 +290,31 @@ sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *
     for (int i = 0; i < n; i++)
         if (scores[i] != scores[i])
             return sfi_error_set(err, SFI_EINVAL, "top-k: score %d is NaN", i);
-    scored *a = malloc((size_t)n * sizeof *a);
-    if (!a)
-        return sfi_error_set(err, SFI_ENOMEM, "top-k: out of memory for %d scores", n);
-    for (int i = 0; i < n; i++) {
-        /* -0.0 and +0.0 compare equal: they tie, so the index decides. */
-        a[i].v = scores[i];
-        a[i].i = i;
+    if (k == n) {
+        for (int i = 0; i < n; i++)
+            out[i] = i;
+        return SFI_OK;
     }
-    if (k < n)
-        qsort(a, (size_t)n, sizeof *a, cmp_scored);
+    scored *h = malloc((size_t)k * sizeof *h);
+    if (!h)
+        return sfi_error_set(err, SFI_ENOMEM, "top-k: out of memory for k=%d", k);
+    /* Keep the best k seen so far in a heap: O(n log k). */
+    for (int i = 0; i < k; i++) {
+        h[i].v = scores[i];
+        h[i].i = i;
+    }
+    for (int i = k / 2 - 1; i >= 0; i--)
+        sift_down(h, k, i);
+    for (int i = k; i < n; i++) {
+        scored c = {scores[i], i};
+        if (better(&c, &h[0])) {
+            h[0] = c;
+            sift_down(h, k, 0);
+        }
+    }
     for (int i = 0; i < k; i++)
-        out[i] = a[i].i;
-    free(a);
+        out[i] = h[i].i;
+    free(h);
     qsort(out, (size_t)k, sizeof *out, cmp_i32);
     return SFI_OK;
 }
@@ -280,13 +339,11 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
     float *z = malloc(HJ * sizeof *z);
     float *zn = malloc(HJ * sizeof *zn);
     float *work = malloc((size_t)nJ * 5 * sizeof *work);
-    float *col = malloc((size_t)H * sizeof *col);
     int32_t *top = malloc((size_t)K_out * sizeof *top);
-    if (!z || !zn || !work || !col || !top) {
+    if (!z || !zn || !work || !top) {
         free(z);
         free(zn);
         free(work);
-        free(col);
         free(top);
         return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory for %d heads x %d positions", H, nJ);
     }
@@ -324,7 +381,6 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
         free(z);
         free(zn);
         free(work);
-        free(col);
         free(top);
         return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory");
     }
@@ -352,7 +408,6 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
     free(z);
     free(zn);
     free(work);
-    free(col);
     free(top);
     return st;
 }

@@ -36,8 +36,10 @@ typedef struct {
  * ref/sfi_selector.c.
  * Writes selected[h*K_out .. ] (K_out = min(K, |J|)) as ascending positions
  * per head and *n_selected = K_out. When |J| <= K every position of J is
- * selected. NaN/Inf logits, K < 1, empty J and inconsistent sizes are
- * errors. selected must hold n_kv_heads * min(K, |J|) entries. */
+ * selected. A -inf logit means "masked" (probability 0). Errors: NaN or
+ * +inf logits in J, a head whose logits over J are all masked, negative or
+ * non-finite key norms, K < 1, empty J, out-of-range parameters and
+ * inconsistent sizes. selected must hold n_kv_heads * min(K, |J|) entries. */
 sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
                             int32_t *selected, int *n_selected,
                             sfi_selector_detail *detail, sfi_error *err);
@@ -51,6 +53,22 @@ float sfi_selector_fuse(const sfi_params *prm, int n, const float *f, const floa
 void sfi_selector_soft_nms(const sfi_params *prm, int n, const float *z, float *z_out);
 /* Step 8, in place on z[H][n]. SFI_ENOMEM is the only failure. */
 sfi_status sfi_selector_cross_head(const sfi_params *prm, int H, int n, float *z);
+
+/* Inputs in the Selector's layout.
+ * Key norms ||k_h(j)||_2 = sfi_sqrtf(sfi_dot(k_h(j), k_h(j), head_dim)) for
+ * the KV cache layout of sfi_attention.h (k[pos][kv_head][head_dim]):
+ * out[kv_head][n_pos]. */
+void sfi_key_norms(const float *k, int n_pos, int n_kv_heads, int head_dim, float *out);
+/* Window queries. Decode: the logits of sfi_attn_dense_decode,
+ * [n_heads][n_pos], are already [n_kv_heads][G][n_pos] with G = n_heads /
+ * n_kv_heads: use them directly with n_win = G (tau = g). Prefill: the tail
+ * logits of sfi_attn_prefill, [W][n_heads][n_pos], are re-laid here into
+ * out[n_kv_heads][G*W][n_pos], window query tau = g*W + w for query head
+ * kv*G + g and tail query w (so that, per head, queries run in time order,
+ * and the power mean sums over tau in this order). n_heads must be a
+ * multiple of n_kv_heads. */
+void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_pos,
+                                      const float *tail, float *out);
 
 /* Top-K of scores[0..n) by value, ties to the smaller index; writes the
  * chosen indices in ascending order. k <= n. */

@@ -31,7 +31,7 @@ const char *sfi_step_reason_name(sfi_step_reason r)
     return "unknown";
 }
 
-static const char *const trig_names[] = {"sfi", "tmax", "boundary", "interval", "always", "never"};
+static const char *const trig_names[] = {"sfi", "tmax", "boundary", "interval", "always", "never", "custom"};
 #define N_TRIG ((int)(sizeof trig_names / sizeof trig_names[0]))
 
 const char *sfi_trigger_kind_name(sfi_trigger_kind k)
@@ -43,7 +43,8 @@ const char *sfi_trigger_kind_name(sfi_trigger_kind k)
 
 sfi_status sfi_trigger_policy_parse(const char *name, sfi_trigger_kind *kind, sfi_error *err)
 {
-    for (int i = 0; name && i < N_TRIG; i++)
+    /* "custom" needs a function: not selectable by name. */
+    for (int i = 0; name && i < (int)SFI_TRIG_CUSTOM; i++)
         if (strcmp(name, trig_names[i]) == 0) {
             *kind = (sfi_trigger_kind)i;
             return SFI_OK;
@@ -65,6 +66,14 @@ void sfi_trigger_policy_init(sfi_trigger_policy *tp, sfi_trigger_kind kind,
     tp->n_vocab = is_trigger ? n_vocab : 0;
     tp->step = 0;
     tp->since_slow = 0;
+}
+
+void sfi_trigger_policy_init_custom(sfi_trigger_policy *tp, sfi_trigger_fn fn, void *ctx)
+{
+    memset(tp, 0, sizeof *tp);
+    tp->kind = SFI_TRIG_CUSTOM;
+    tp->custom = fn;
+    tp->custom_ctx = ctx;
 }
 
 static int is_trigger_token(const sfi_trigger_policy *tp, int32_t tok)
@@ -104,6 +113,12 @@ sfi_step_kind sfi_trigger_next(sfi_trigger_policy *tp, int32_t prev_token,
             why = SFI_REASON_ALWAYS;
             break;
         case SFI_TRIG_NEVER:
+            break;
+        case SFI_TRIG_CUSTOM:
+            if (tp->custom)
+                why = tp->custom(tp, prev_token, tp->custom_ctx);
+            if ((int)why < SFI_REASON_NONE || (int)why > SFI_REASON_PROMPT)
+                why = SFI_REASON_NONE; /* a reason we do not know: treat as fast */
             break;
         }
     }

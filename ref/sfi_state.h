@@ -29,10 +29,19 @@ const char *sfi_step_reason_name(sfi_step_reason r);
  * (every step slow), never (only step 0 slow). */
 typedef enum {
     SFI_TRIG_SFI = 0, SFI_TRIG_TMAX, SFI_TRIG_BOUNDARY, SFI_TRIG_INTERVAL,
-    SFI_TRIG_ALWAYS, SFI_TRIG_NEVER
+    SFI_TRIG_ALWAYS, SFI_TRIG_NEVER,
+    SFI_TRIG_CUSTOM /* a caller's function (sfi_trigger_policy_init_custom) */
 } sfi_trigger_kind;
 
-typedef struct {
+struct sfi_trigger_policy;
+/* A plugged-in policy: returns the reason of a slow step, or
+ * SFI_REASON_NONE for a fast one, for step tp->step (>= 1; step 0 is
+ * always slow FIRST) given x_{t-1}. tp->since_slow is the number of steps
+ * since the last slow step, not counting this one. */
+typedef sfi_step_reason (*sfi_trigger_fn)(const struct sfi_trigger_policy *tp,
+                                          int32_t prev_token, void *ctx);
+
+typedef struct sfi_trigger_policy {
     sfi_trigger_kind kind;
     int T_max;                    /* for SFI and TMAX */
     int interval;                 /* for INTERVAL */
@@ -40,6 +49,8 @@ typedef struct {
     int32_t n_vocab;
     int step;                     /* next decode step index */
     int since_slow;               /* steps since the last slow step */
+    sfi_trigger_fn custom;        /* for CUSTOM */
+    void *custom_ctx;
 } sfi_trigger_policy;
 
 sfi_status sfi_trigger_policy_parse(const char *name, sfi_trigger_kind *kind, sfi_error *err);
@@ -47,6 +58,8 @@ const char *sfi_trigger_kind_name(sfi_trigger_kind k);
 void sfi_trigger_policy_init(sfi_trigger_policy *tp, sfi_trigger_kind kind,
                              const sfi_params *prm, const uint8_t *is_trigger,
                              int32_t n_vocab, int interval);
+/* A policy whose decisions (after step 0) come from fn(tp, prev, ctx). */
+void sfi_trigger_policy_init_custom(sfi_trigger_policy *tp, sfi_trigger_fn fn, void *ctx);
 /* Kind of the next step; prev_token is x_{t-1} (ignored at step 0).
  * Advances the policy's counters. Rules, with d = steps since the last
  * slow step counting this one (since_slow + 1):

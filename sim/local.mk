@@ -1,7 +1,13 @@
 # sfi-sim: cost model, replay, sweeps, reports (libsfisim) and its main.
 noinst_LTLIBRARIES = libsfisim.la
 libsfisim_la_SOURCES = sim/sfi_sim_cli.h sim/sfi_hw.h sim/sfi_hw.c sim/sfi_cost.h sim/sfi_cost.c \
-	sim/cmd_sweep.c sim/cmd_trace.c sim/cmd_analyze.c sim/cmd_presets.c
+	sim/sfi_replay.h sim/sfi_replay.c sim/sfi_sim_util.h sim/sfi_sim_util.c \
+	sim/cmd_sweep.c sim/cmd_trace.c sim/cmd_analyze.c sim/cmd_presets.c sim/cmd_validate.c
 bin_PROGRAMS += sfi-sim
 sfi_sim_SOURCES = sim/main.c
-sfi_sim_LDADD = libsfisim.la libsfi.la $(SFI_DEP_LIBS)
+sfi_sim_LDADD = libsfisim.la libsfi.la $(SFI_DEP_LIBS) -lm
+# Where the default run looks for the bundled sample traces and tokenizer:
+# the source tree (uninstalled use, make demo) and the installed data dir.
+libsfisim_la_CPPFLAGS = $(AM_CPPFLAGS) -DSFI_SIM_SRCDIR='"$(abs_top_srcdir)"' \
+	-DSFI_SIM_PKGDATADIR='"$(pkgdatadir)"'
+dist_man_MANS += man/sfi-sim-sweep.1 man/sfi-sim-presets.1 man/sfi-sim-validate.1

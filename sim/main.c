@@ -18,6 +18,7 @@ static const command commands[] = {
     {"analyze", sfi_sim_cmd_analyze, "attention-mass recall and support stability of policies on a trace"},
     {"trace", sfi_sim_cmd_trace, "check or summarize a trace database (trace check|info FILE)"},
     {"presets", sfi_sim_cmd_presets, "list built-in GPUs, models and policies"},
+    {"validate", sfi_sim_cmd_validate, "compare predicted with measured kernel times of a profile"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

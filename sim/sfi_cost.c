@@ -31,7 +31,7 @@ static const struct {
     {"full", "full KV: dense attention every step"},
     {"sfi", "SFI: slow at step 0, after a boundary token, or after T_max steps"},
     {"tmax", "SFI state, slow every T_max steps only"},
-    {"interval", "SFI state, slow every `interval` steps (interval=N, default 64)"},
+    {"interval", "SFI state, slow every `interval` steps (interval=N, default 16)"},
     {"boundary", "SFI state, slow after boundary tokens only (no T_max)"},
     {"oracle", "exact top-k of a dense QK pass every step (upper bound)"},
     {"streaming", "StreamingLLM: sink + recent window only"},
@@ -60,7 +60,7 @@ void sfi_sim_policy_default(sfi_sim_policy *p, sfi_sim_policy_kind k)
 {
     memset(p, 0, sizeof *p);
     p->kind = k;
-    p->interval = 64;
+    p->interval = 16;
     p->quest_page = 16;
     p->lfps_cand_frac = 0.1;
     p->kascade_anchors = 4;
@@ -433,6 +433,54 @@ static void side_layer(const sfi_cost_setup *s, int n_slow, acc *a)
     add_kernel(s, a, SFI_KC_TOPK, n_slow * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
     /* Copy sink + selected K/V into the compact buffer: read + write. */
     add_kernel(s, a, SFI_KC_REORG, n_slow * 2.0 * (s->prm.n_sink + K) * kv_pos_bytes(s), 0, 1);
+}
+
+sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, double *time_s,
+                                   sfi_error *err)
+{
+    sfi_status st = sfi_cost_validate(s, err);
+    if (st)
+        return st;
+    const int B = s->batch, L = s->context, hd = s->model->head_dim;
+    const double hq = q_heads(s), pos_b = kv_pos_bytes(s), fl_pos = 4.0 * hq * hd;
+    acc a = {0};
+    if (!strcmp(kernel, "attn_dense")) {
+        add_kernel(s, &a, SFI_KC_ATTN_DENSE, B * sfi_cost_kv_bytes_dense(s), B * fl_pos * L, 1);
+    } else if (!strcmp(kernel, "attn_dense_logits")) {
+        add_kernel(s, &a, SFI_KC_ATTN_DENSE,
+                   B * (sfi_cost_kv_bytes_dense(s) + hq * n_candidates(s) * 4.0), B * fl_pos * L, 1);
+    } else if (!strcmp(kernel, "attn_sparse")) {
+        int P = sfi_cost_fast_positions(s);
+        add_kernel(s, &a, SFI_KC_ATTN_SPARSE, B * P * pos_b, B * fl_pos * P, 1);
+    } else if (!strcmp(kernel, "attn_sparse_n")) {
+        add_kernel(s, &a, SFI_KC_ATTN_SPARSE, B * (double)L * pos_b, B * fl_pos * L, 1);
+    } else if (!strcmp(kernel, "selector") || !strcmp(kernel, "topk") ||
+               !strcmp(kernel, "reorg") || !strcmp(kernel, "selector_reorg")) {
+        acc sd = {0};
+        side_layer(s, B, &sd);
+        /* side_layer launches SELECTOR_LAUNCHES selector kernels, then
+         * Top-K, then reorg: take the requested part. */
+        acc only = {0};
+        const double J = n_candidates(s), hkv = kv_heads(s);
+        double K = s->prm.K < J ? s->prm.K : J;
+        if (!strcmp(kernel, "selector")) {
+            double sel_b = B * (hq * J * 4.0 + hkv * J * 4.0 * 5.0), sel_f = B * 30.0 * hq * J;
+            for (int k = 0; k < SELECTOR_LAUNCHES; k++)
+                add_kernel(s, &only, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES,
+                           sel_f / SELECTOR_LAUNCHES, 1);
+        } else if (!strcmp(kernel, "topk")) {
+            add_kernel(s, &only, SFI_KC_TOPK, B * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
+        } else if (!strcmp(kernel, "reorg")) {
+            add_kernel(s, &only, SFI_KC_REORG, B * 2.0 * (s->prm.n_sink + K) * pos_b, 0, 1);
+        } else {
+            only = sd;
+        }
+        a = only;
+    } else {
+        return sfi_error_set(err, SFI_ENOTFOUND, "kernel '%s' is not modelled", kernel);
+    }
+    *time_s = a.t;
+    return SFI_OK;
 }
 
 sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out, sfi_error *err)

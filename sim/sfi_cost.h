@@ -38,7 +38,7 @@ typedef enum {
 
 typedef struct {
     sfi_sim_policy_kind kind;
-    int interval;          /* INTERVAL: steps between slow steps [64] */
+    int interval;          /* INTERVAL: steps between slow steps [16] */
     int quest_page;        /* QUEST: tokens per page [16] */
     double lfps_cand_frac; /* LFPS: candidate fraction of the context [0.1] */
     int kascade_anchors;   /* KASCADE: anchor layers, layer 0 included [4] */
@@ -116,6 +116,15 @@ double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double 
                             double flops);
 /* Ring all-reduce of `bytes` over tp GPUs (0 when tp == 1). */
 double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes);
+
+/* Predicted time of one kernel of one layer for the setup's batch (all
+ * requests of the batch in one launch): "attn_dense" (no logits),
+ * "attn_dense_logits" (SFI's slow-step kernel, logits over J written),
+ * "attn_sparse" (two-segment fast set of the setup's context and K),
+ * "attn_sparse_n" (context = positions read), "selector", "topk", "reorg",
+ * "selector_reorg" (the three, serially). SFI_ENOTFOUND for other names. */
+sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, double *time_s,
+                                   sfi_error *err);
 
 /* Memory on one GPU. */
 typedef struct {

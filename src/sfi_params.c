@@ -5,6 +5,7 @@
 #include <config.h>
 
 #include "sfi_params.h"
+#include "sfi_vocab.h" /* sfi_utf8_decode */
 
 #include <errno.h>
 #include <float.h>
@@ -12,6 +13,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +77,7 @@ static const key_def keys[] = {
     {"eps", KEY_FLOAT, OFF(eps), 0, 1, 1, 1,
      "numerical floor, in (0,1) (default 1e-8)"},
     {"trigger_chars", KEY_CHARS, OFF(trigger_chars), 0, 0, 0, 0,
-     "ASCII characters that end a sentence or segment; escapes \\n \\t \\r "
+     "characters (UTF-8, at most 31 bytes) that end a sentence or segment; escapes \\n \\t \\r "
      "\\\\ (default \".?!;\\n\")"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -177,6 +179,22 @@ static void quote_value(const char *v, char *buf, size_t n)
     buf[o] = '\0';
 }
 
+/* The offset of the first byte of s[0..n) that does not start a valid
+ * UTF-8 character, or (size_t)-1. The trigger set matches whole characters
+ * (sfi_trigger_set_build), so a stray byte would match nothing sensible. */
+static size_t utf8_bad_offset(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t l = sfi_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        if (l == 0 || cp == 0)
+            return i;
+        i += l;
+    }
+    return (size_t)-1;
+}
+
 /* Decodes trigger_chars' escapes into out (SFI_TRIGGER_CHARS_MAX bytes). */
 static sfi_status parse_chars(const char *v, char *out, const char *origin, const key_def *k,
                               sfi_error *err)
@@ -200,15 +218,9 @@ static sfi_status parse_chars(const char *v, char *out, const char *origin, cons
                                      origin, k->name, (unsigned char)*s >= 0x20 &&
                                      (unsigned char)*s < 0x7f ? *s : '?');
             }
-        } else if ((unsigned char)c >= 0x80 || c == '\0') {
-            /* Tokens are matched byte by byte; one byte of a multi-byte
-             * UTF-8 character would match unrelated characters. */
-            return sfi_error_set(err, SFI_EINVAL,
-                                 "%s: %s: only ASCII characters are supported (byte 0x%02x)",
-                                 origin, k->name, (unsigned char)c);
         }
         if (o + 1 >= SFI_TRIGGER_CHARS_MAX)
-            return sfi_error_set(err, SFI_ERANGE, "%s: %s: more than %d characters", origin,
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: longer than %d bytes", origin,
                                  k->name, SFI_TRIGGER_CHARS_MAX - 1);
         out[o++] = c;
     }
@@ -216,6 +228,10 @@ static sfi_status parse_chars(const char *v, char *out, const char *origin, cons
     if (o == 0)
         return sfi_error_set(err, SFI_EINVAL, "%s: %s: needs at least one character", origin,
                              k->name);
+    size_t bad = utf8_bad_offset(out, o);
+    if (bad != (size_t)-1)
+        return sfi_error_set(err, SFI_EINVAL, "%s: %s: not valid UTF-8 at byte %zu", origin,
+                             k->name, bad);
     return SFI_OK;
 }
 
@@ -472,10 +488,9 @@ sfi_status sfi_params_validate(const sfi_params *p, sfi_error *err)
                                      k->name);
             if (n == 0)
                 return sfi_error_set(err, SFI_EINVAL, "parameters: %s: empty", k->name);
-            for (size_t j = 0; j < n; j++)
-                if ((unsigned char)field[j] >= 0x80)
-                    return sfi_error_set(err, SFI_EINVAL, "parameters: %s: only ASCII characters "
-                                         "are supported", k->name);
+            if (utf8_bad_offset(field, n) != (size_t)-1)
+                return sfi_error_set(err, SFI_EINVAL, "parameters: %s: not valid UTF-8",
+                                     k->name);
         }
     }
     return SFI_OK;

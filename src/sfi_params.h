@@ -27,7 +27,8 @@ typedef struct {
     float alpha_cross;   /* cross-head exclusivity strength, >= 0 (0.35) */
     float eps;           /* numerical floor, > 0 (1e-8) */
     /* Characters that end a sentence or segment; '\n' included by default.
-     * NUL-terminated. As a parameter value, escapes \n \t \\ are accepted. */
+     * UTF-8, NUL-terminated. As a parameter value, escapes \n \t \r \\ are
+     * accepted. */
     char trigger_chars[SFI_TRIGGER_CHARS_MAX];
 } sfi_params;
 

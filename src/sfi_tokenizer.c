@@ -13,12 +13,31 @@
 #include <sys/stat.h>
 
 #include "sfi_nfc.h"
+#include "sfi_pretok_classes.h"
 
 #define MERGES_FILE_MAX ((off_t)64 << 20)
 
 const char sfi_qwen_pretokenize_pattern[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* The same pattern as PCRE2 must be given it to split text exactly as
+ * tokenizers' Oniguruma does:
+ * - \s spelled out as Unicode's White_Space (what Oniguruma matches):
+ *   PCRE2's \s also takes U+180E MONGOLIAN VOWEL SEPARATOR (through \h),
+ *   which has not been White_Space since Unicode 6.3;
+ * - \p{L} and \p{N} extended by the letters and digits Oniguruma's newer
+ *   Unicode data has and PCRE2 10.42's (Unicode 14.0) lacks
+ *   (sfi_pretok_classes.h, from src/gen_pretok_classes.py). */
+#define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
+           "\\x{202F}\\x{205F}\\x{3000}"
+#define L "\\p{L}" SFI_PRETOK_EXTRA_L
+#define N "\\p{N}" SFI_PRETOK_EXTRA_N
+static const char pretokenize_pcre2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n" L N "]?[" L "]+|[" N "]|"
+    " ?[^" WS L N "]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+#undef L
+#undef N
 
 typedef struct {
     uint64_t key; /* (left id << 32) | right id; UINT64_MAX when empty */
@@ -154,7 +173,9 @@ static sfi_status load_merges(sfi_tokenizer *t, const char *path, sfi_error *err
         }
         *sp = '\0';
         int32_t a = sfi_vocab_lookup(t->vocab, line), b = sfi_vocab_lookup(t->vocab, sp + 1);
-        snprintf(joined, len + 2, "%s%s", line, sp + 1);
+        size_t la = (size_t)(sp - line), lb = ll - la - 1;
+        memcpy(joined, line, la);
+        memcpy(joined + la, sp + 1, lb + 1);
         int32_t c = sfi_vocab_lookup(t->vocab, joined);
         if (a < 0 || b < 0 || c < 0) {
             s = sfi_error_set(err, SFI_EFORMAT, "%s: line %zu: token \"%s\" is not in vocab.json",
@@ -219,7 +240,7 @@ sfi_status sfi_tokenizer_load(const char *dir, sfi_tokenizer **out, sfi_error *e
     if (!s) {
         int ec;
         PCRE2_SIZE off;
-        t->re = pcre2_compile((PCRE2_SPTR)sfi_qwen_pretokenize_pattern, PCRE2_ZERO_TERMINATED,
+        t->re = pcre2_compile((PCRE2_SPTR)pretokenize_pcre2, PCRE2_ZERO_TERMINATED,
                               PCRE2_UTF | PCRE2_UCP, &ec, &off, NULL);
         if (!t->re) {
             PCRE2_UCHAR msg[256];

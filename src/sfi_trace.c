@@ -711,6 +711,26 @@ sfi_status sfi_trace_add_snapshot(sfi_trace_writer *w, int64_t req, int64_t step
     return rc == SQLITE_DONE ? SFI_OK : wsql(w, err, "snapshots");
 }
 
+sfi_status sfi_trace_put_meta(sfi_trace_writer *w, const char *key, const char *value,
+                              sfi_error *err)
+{
+    static const char *const reserved[] = {
+        "schema_version", "tool", "tool_version", "model_config", "tokenizer", "params",
+        "policy", "level", "created", "complete", "n_vocab", "n_layers", "n_heads",
+        "n_kv_heads", "head_dim", "top_m", "topm_heads"};
+    sfi_status st = wcheck(w, err);
+    if (st)
+        return st;
+    if (!key || !*key || !value)
+        return sfi_error_set(err, SFI_EINVAL, "%s: meta key and value needed", w->path);
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (!strcmp(key, reserved[i]))
+            return sfi_error_set(err, SFI_EINVAL, "%s: meta key '%s' is reserved", w->path, key);
+    if ((st = begin(w, err)))
+        return st;
+    return put_meta(w, key, value, err);
+}
+
 sfi_status sfi_trace_flush(sfi_trace_writer *w, sfi_error *err)
 {
     sfi_status st = wcheck(w, err);
@@ -1060,6 +1080,28 @@ sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err)
     return SFI_OK;
 fail:
     sfi_trace_close(t);
+    return st;
+}
+
+sfi_status sfi_trace_get_meta_value(sfi_trace *t, const char *key, char **value,
+                                    sfi_error *err)
+{
+    *value = NULL;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(t->db, "SELECT value FROM meta WHERE key = ?", -1, &s, NULL) != SQLITE_OK)
+        return rsql(t, err, "meta");
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(s);
+    sfi_status st = SFI_OK;
+    if (rc == SQLITE_DONE)
+        st = sfi_error_set(err, SFI_ENOTFOUND, "%s: meta key '%s' is absent", t->path, key);
+    else if (rc != SQLITE_ROW)
+        st = rsql(t, err, "meta");
+    else if (sqlite3_column_type(s, 0) != SQLITE_TEXT)
+        st = sfi_error_set(err, SFI_EFORMAT, "%s: meta %s is not text", t->path, key);
+    else if (!(*value = strdup((const char *)sqlite3_column_text(s, 0))))
+        st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", t->path);
+    sqlite3_finalize(s);
     return st;
 }
 

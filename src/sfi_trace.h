@@ -142,6 +142,12 @@ sfi_status sfi_trace_add_snapshot(sfi_trace_writer *w, int64_t req, int64_t step
                                   int layer, char kind, int32_t rows, int32_t cols,
                                   const float *data, sfi_error *err);
 
+/* An extra meta key (schema minor additions, producer notes such as
+ * "topm_layers"). The keys of sfi_trace_meta and schema_version, created,
+ * complete are reserved (EINVAL). */
+sfi_status sfi_trace_put_meta(sfi_trace_writer *w, const char *key, const char *value,
+                              sfi_error *err);
+
 /* Commits what is pending (all steps so far become durable). */
 sfi_status sfi_trace_flush(sfi_trace_writer *w, sfi_error *err);
 
@@ -170,6 +176,10 @@ const char *sfi_trace_path(const sfi_trace *t);
 int sfi_trace_complete(const sfi_trace *t);          /* meta.complete */
 const char *sfi_trace_created(const sfi_trace *t);   /* ISO 8601 UTC */
 int sfi_trace_schema_minor(const sfi_trace *t);
+
+/* Any meta value by key (malloc'd copy); SFI_ENOTFOUND when absent. */
+sfi_status sfi_trace_get_meta_value(sfi_trace *t, const char *key, char **value,
+                                    sfi_error *err);
 
 int64_t sfi_trace_n_requests(const sfi_trace *t);
 int64_t sfi_trace_n_steps(const sfi_trace *t);        /* all requests */

@@ -35,42 +35,31 @@ struct sfi_vocab {
 };
 
 /* GPT-2's byte <-> unicode mapping: printable bytes stand for themselves,
- * the other 68 bytes are shifted to U+0100.. in byte order, so every token
- * string is printable text. */
-static void byte_unicode_table(uint32_t cp_of_byte[256])
+ * the other 68 bytes (0..32, 127..160, 173) are shifted to U+0100..U+0143
+ * in byte order, so every token string is printable text. Closed forms, no
+ * tables: nothing to initialize, safe from any thread. */
+uint32_t sfi_unicode_of_byte(uint8_t b)
 {
-    uint32_t next = 256;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-        cp_of_byte[b] = printable ? (uint32_t)b : next++;
-    }
+    if (b <= 32)
+        return 256u + b;
+    if (b >= 127 && b <= 160)
+        return 289u + (b - 127u);
+    if (b == 173)
+        return 323u;
+    return b;
 }
 
 int sfi_byte_of_unicode(uint32_t cp)
 {
-    static int inited;
-    static int16_t table[324];
-    if (!inited) {
-        uint32_t c[256];
-        byte_unicode_table(c);
-        for (int i = 0; i < 324; i++)
-            table[i] = -1;
-        for (int b = 0; b < 256; b++)
-            table[c[b]] = (int16_t)b;
-        inited = 1; /* idempotent: racing threads write identical values */
+    if (cp < 256) {
+        int printable = (cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || cp >= 174;
+        return printable ? (int)cp : -1;
     }
-    return cp < 324 ? table[cp] : -1;
-}
-
-uint32_t sfi_unicode_of_byte(uint8_t b)
-{
-    static uint32_t table[256];
-    static int inited;
-    if (!inited) {
-        byte_unicode_table(table);
-        inited = 1;
-    }
-    return table[b];
+    if (cp <= 288)
+        return (int)(cp - 256);
+    if (cp <= 322)
+        return (int)(cp - 289 + 127);
+    return cp == 323 ? 173 : -1;
 }
 
 /* Decodes one UTF-8 character of s[0..len), strictly (no overlongs, no
@@ -115,6 +104,11 @@ static uint64_t hash_str(const char *s)
         h ^= (uint8_t)*s;
         h *= 1099511628211ULL;
     }
+    /* FNV-1a's low bits cluster on similar strings; finish with a mixer so
+     * linear probing stays short. */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
     return h;
 }
 
@@ -133,8 +127,24 @@ static int read_json(const char *path, off_t cap, int required, json_t **out, sf
     if (st.st_size > cap)
         return sfi_error_set(err, SFI_ERANGE, "%s: %lld bytes, more than the %lld allowed", path,
                              (long long)st.st_size, (long long)cap);
+    /* Read whole, then parse from memory: json_load_file reads through
+     * getc, several times slower on a multi-MB vocabulary. */
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sfi_error_set(err, SFI_EIO, "%s: %s", path, strerror(errno));
+    char *buf = malloc((size_t)st.st_size + 1);
+    size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    if (bad) {
+        free(buf);
+        return sfi_error_set(err, SFI_EIO, "%s: read failed", path);
+    }
     json_error_t je;
-    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(buf, got, JSON_REJECT_DUPLICATES, &je);
+    free(buf);
     if (!j)
         return sfi_error_set(err, SFI_EFORMAT, "%s: line %d column %d: %s", path, je.line,
                              je.column, je.text);
@@ -245,10 +255,11 @@ static sfi_status load_vocab_json(sfi_vocab *v, const char *path, sfi_error *err
     json_object_foreach(j, key, val) {
         if (!json_is_integer(val) || json_integer_value(val) < 0 ||
             json_integer_value(val) >= VOCAB_ID_MAX) {
+            /* The message first: key lives in j. */
+            sfi_error_set(err, SFI_EFORMAT, "%s: token \"%s\": id is not an integer in [0, %d)",
+                          path, key, VOCAB_ID_MAX);
             json_decref(j);
-            return sfi_error_set(err, SFI_EFORMAT,
-                                 "%s: token \"%s\": id is not an integer in [0, %d)", path, key,
-                                 VOCAB_ID_MAX);
+            return SFI_EFORMAT;
         }
         if (json_integer_value(val) > maxid)
             maxid = (int32_t)json_integer_value(val);

@@ -7,6 +7,9 @@ tokenizer files. tests/test_tokenizer.c checks that sfi gives the same ids.
 Run once where transformers is installed (no network needed), from the
 source root:
     python3 tests/make_tokenizer_fixtures.py
+With --fuzz N [--seed S] it writes nothing and instead compares the built
+./sfi-ref encode with transformers on N random strings (any code point,
+combining marks, odd whitespace, added tokens) and prints the mismatches.
 It reads tests/fixtures/qwen3-tokenizer and
 tests/fixtures/sfi-small-qwen3-tokenizer (copies of the files in
 ../shared/data/qwen3-tokenizer and ../shared/models/sfi-small-qwen3)."""
@@ -142,6 +145,16 @@ STRINGS = [
     "\u2126 ohm \u03a9 omega \u212a kelvin",
     "\u0344 \u0343 \u0340 \u0341 (singletons)",
     "x\u0301\u0316\u0300 combining on x",
+    # Where newer Unicode data would differ from tokenizers' (older) data:
+    # U+1DF8 and U+089B have no combining class there, U+11938 does not
+    # decompose, and U+180E is not whitespace (PCRE2's \\s would say so).
+    "a\u1df8\u302a a\u1df8\u0316 \u0638\u089b\u302a",
+    "\U00011935\U00011930 \U00011938",
+    "x\u180e?v \u3000\u180e's \u180e'll",
+    # Letters and digits of Unicode 15/16 (Kawi, Nag Mundari, Egyptian
+    # hieroglyphs extended-A, Garay digits): letters to tokenizers, not to
+    # PCRE2 10.42.
+    "<\U00011F04\U00011F05 \U0001E4D0\U0001E4D1's -\U00013460x \U00010D40\U00010D41",
     "\u0301 leading combining mark",
     "Z\u0351\u036b\u0343\u036a\u0302\u036b\u033d\u034f\u0334\u0319\u0324\u031e\u0349\u035a\u032f\u031e\u0320\u034dA\u0334\u0335\u031c\u0330\u0354L\u0348\u0330\u0318\u0347\u0333G\u0361O zalgo",
     # Added and special tokens.
@@ -199,7 +212,75 @@ def mixtures(n, seed=20261123):
     return out
 
 
+def fuzz(n, seed):
+    """Random strings; all are encoded by one sfi-ref process, joined by
+    <|endoftext|>: an added token splits the text into segments that are
+    normalized and pre-tokenized independently, so the joined ids are the
+    per-string ids separated by its id."""
+    import subprocess
+    rng = random.Random(seed)
+    pool = list(" \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000"
+                "\u200b\u200c\u200d\u2060\ufeff\u180e") + \
+        list("abcXYZ'sSdDlLtTmMvVreE.,;:!?-_()[]{}<>|\\/\"#$%&*+=@^`~0123456789") + \
+        ["<|im_start|>", "<|im_end|>", "<think>", "'s", "'ll", "'LL", "'Re"]
+    marks = ["\u0301", "\u0300", "\u0323", "\u0302", "\u0308", "\u0327", "\u0316", "\u0345",
+             "\u05b0", "\u0f71", "\u302a", "\u1df8", "\u1161", "\u11a8", "\u1100"]
+
+    def any_cp():
+        while True:
+            c = rng.randrange(0x20, 0x110000)
+            if not 0xD800 <= c <= 0xDFFF:
+                return chr(c)
+
+    cases = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 30)):
+            r = rng.random()
+            if r < 0.5:
+                parts.append(rng.choice(pool))
+            elif r < 0.7:
+                parts.append(rng.choice(marks))
+            elif r < 0.85:
+                parts.append(any_cp())
+            else:
+                parts.append(chr(rng.choice([0x41, 0x61, 0x4E00, 0xAC00, 0x0915, 0x3042,
+                                             0x1F600, 0x0627, 0x11F04, 0x1E4D0])
+                                 + rng.randrange(0, 40)))
+        cases.append("".join(parts))
+    bad = 0
+    for d in DIRS:
+        path = os.path.join(HERE, "fixtures", d)
+        tok = AutoTokenizer.from_pretrained(path)
+        sep = tok.convert_tokens_to_ids("<|endoftext|>")
+        text = "<|endoftext|>".join(cases).encode("utf-8")
+        got = subprocess.run(["./sfi-ref", "encode", "--tokenizer", path], input=text,
+                             capture_output=True, check=True).stdout.split()
+        ours, cur = [], []
+        for x in map(int, got):
+            if x == sep:
+                ours.append(cur)
+                cur = []
+            else:
+                cur.append(x)
+        ours.append(cur)
+        assert len(ours) == len(cases)
+        miss = 0
+        for c, o in zip(cases, ours):
+            want = tok.encode(c, add_special_tokens=False)
+            if want != o:
+                miss += 1
+                if miss <= 5:
+                    print("MISMATCH %s %s\n want %s\n ours %s" % (d, ascii(c), want, o))
+        print("fuzz %s: %d/%d random strings give transformers' ids" % (d, n - miss, n))
+        bad += miss
+    return 1 if bad else 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--fuzz":
+        seed = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--seed" else 1
+        sys.exit(fuzz(int(sys.argv[2]), seed))
     strings = STRINGS + mixtures(200 - len(STRINGS))
     result = {
         "generator": "tests/make_tokenizer_fixtures.py",

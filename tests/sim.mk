@@ -1,6 +1,6 @@
 # Build fragment: tests/sim.mk (included by Makefile.am)
 # Tests of the simulator's modules link libsfisim (noinst) before libsfi.
-SIM_TEST_LDADD = libsfisim.la $(TEST_LDADD)
+SIM_TEST_LDADD = libsfisim.la $(TEST_LDADD) -lm
 
 check_PROGRAMS += tests/test_hw
 tests_test_hw_SOURCES = tests/test_hw.c
@@ -13,3 +13,22 @@ tests_test_cost_SOURCES = tests/test_cost.c
 tests_test_cost_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_cost_LDADD = $(SIM_TEST_LDADD)
 TESTS += tests/test_cost
+
+check_PROGRAMS += tests/test_replay
+tests_test_replay_SOURCES = tests/test_replay.c
+tests_test_replay_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_replay_LDADD = $(SIM_TEST_LDADD)
+TESTS += tests/test_replay
+
+check_PROGRAMS += tests/test_sweep
+tests_test_sweep_SOURCES = tests/test_sweep.c
+tests_test_sweep_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_sweep_LDADD = $(TEST_LDADD)
+TESTS += tests/test_sweep
+
+# make bench: replay speed and the default sweep's wall time.
+EXTRA_PROGRAMS += tests/bench_sim
+SFI_BENCHES += tests/bench_sim
+tests_bench_sim_SOURCES = tests/bench_sim.c
+tests_bench_sim_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_bench_sim_LDADD = $(SIM_TEST_LDADD)

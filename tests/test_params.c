@@ -193,9 +193,15 @@ START_TEST(trigger_chars_escapes)
     expect_error("trigger_chars=.\\q", SFI_EINVAL, "unknown escape '\\q'");
     expect_error("trigger_chars=.\\", SFI_EINVAL, "lone backslash");
     expect_error("trigger_chars=", SFI_EINVAL, "at least one character");
-    expect_error("trigger_chars=\xe3\x80\x82", SFI_EINVAL, "only ASCII");
+    /* Multi-byte characters are whole UTF-8 characters; stray bytes are
+     * refused. */
+    ck_assert_int_eq(sfi_params_set(&p, "trigger_chars=.\xe3\x80\x82\\n", NULL, &e), SFI_OK);
+    ck_assert_str_eq(p.trigger_chars, ".\xe3\x80\x82\n");
+    expect_error("trigger_chars=.\xe3\x80", SFI_EINVAL, "not valid UTF-8 at byte 1");
+    expect_error("trigger_chars=\xff", SFI_EINVAL, "not valid UTF-8 at byte 0");
+    expect_error("trigger_chars=\xc0\xae", SFI_EINVAL, "not valid UTF-8"); /* overlong '.' */
     expect_error("trigger_chars=0123456789012345678901234567890123", SFI_ERANGE,
-                 "more than 31 characters");
+                 "longer than 31 bytes");
     /* Exactly 31 fit. */
     ck_assert_int_eq(sfi_params_set(&p, "trigger_chars=0123456789012345678901234567890",
                                     NULL, &e), SFI_OK);

@@ -252,7 +252,16 @@ START_TEST(writer_refuses_bad_arguments)
     int32_t sel[1] = {0};
     ck_assert_int_eq(sfi_trace_add_selection(w, 0, 0, 0, 0, sel, 1, 1.0f, 0.0f, &e), SFI_EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "need level summary"));
+    ck_assert_int_eq(sfi_trace_put_meta(w, "complete", "1", &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_put_meta(w, "note", "hello", &e), SFI_OK);
     ck_assert_int_eq(sfi_trace_finish(w, &e), SFI_OK);
+    sfi_trace *t;
+    ck_assert_int_eq(sfi_trace_open(path, &t, &e), SFI_OK);
+    char *v;
+    ck_assert_int_eq(sfi_trace_get_meta_value(t, "note", &v, &e), SFI_OK);
+    ck_assert_str_eq(v, "hello");
+    free(v);
+    sfi_trace_close(t);
     /* An existing file is not overwritten without the flag. */
     ck_assert_int_eq(sfi_trace_create(path, &m, 0, 0, &w, &e), SFI_EIO);
     ck_assert_ptr_nonnull(strstr(e.msg, path));

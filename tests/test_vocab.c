@@ -113,6 +113,11 @@ START_TEST(byte_alphabet_is_a_bijection)
     ck_assert_uint_eq(sfi_unicode_of_byte(' '), 0x120); /* Ġ */
     ck_assert_uint_eq(sfi_unicode_of_byte('\n'), 0x10A); /* Ċ */
     ck_assert_uint_eq(sfi_unicode_of_byte('A'), 'A');
+    ck_assert_uint_eq(sfi_unicode_of_byte(127), 0x121);  /* ġ */
+    ck_assert_uint_eq(sfi_unicode_of_byte(160), 0x142);  /* ł */
+    ck_assert_uint_eq(sfi_unicode_of_byte(173), 0x143);  /* Ń */
+    ck_assert_uint_eq(sfi_unicode_of_byte(161), 161);
+    ck_assert_int_eq(sfi_byte_of_unicode(0x144), -1);
     ck_assert_int_eq(sfi_byte_of_unicode(0x3002), -1);
 }
 END_TEST

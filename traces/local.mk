@@ -1,1 +1,7 @@
 # Build fragment: traces/local.mk (included by Makefile.am)
+# tokenize_corpus: text files -> tokens-level traces (traces/README.md).
+noinst_PROGRAMS += traces/tokenize_corpus
+traces_tokenize_corpus_SOURCES = traces/tokenize_corpus.c
+traces_tokenize_corpus_LDADD = libsfi.la $(SFI_DEP_LIBS)
+EXTRA_DIST += traces/README.md traces/record_hf.py
+EXTRA_DIST += traces/kjv-8k.db traces/kjv-32k.db traces/kjv-128k.db traces/licenses-8k.db

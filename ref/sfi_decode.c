@@ -1,0 +1,468 @@
+/* The decode loop of method.md section 5; see sfi_decode.h.
+ *
+ * Steps: the prefill runs the whole prompt densely (one token at a time;
+ * each token's attention is sfi_qwen3_attn_dense) and its last position's
+ * logits give x_0: that is decode step 0, slow (reason "first"), and in SFI
+ * mode the Selector over the last W_prefill prompt queries initializes the
+ * selected sets. Step t >= 1 feeds x_{t-1} at position n_prompt + t - 1;
+ * its kind comes from the trigger policy (SFI mode) or is always slow
+ * (dense mode). A slow step in SFI mode is dense in every layer and each
+ * layer then refreshes its sets with the Selector over its last W_decode
+ * queries (the current one included).
+ *
+ * Window logits: the Selector needs, per layer, the scaled logits of the
+ * window queries over the cache. We keep the roped queries of the last
+ * max(W_prefill, W_decode) positions per layer and recompute their logits
+ * with the same dense-attention function and the same keys, so they are
+ * the very bits attention used; positions past a query's own are -inf
+ * (outside J, except when n_recent < W - 1: then (our choice) the window
+ * keeps only the queries that see all of J). */
+#include <config.h>
+
+#include "sfi_decode.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sfi_attention.h"
+#include "sfi_digest.h"
+#include "sfi_math.h"
+#include "sfi_selector.h"
+
+#define SFI_DECODE_MAX_KV_HEADS 1024
+
+const char *sfi_decode_mode_name(sfi_decode_mode m)
+{
+    return m == SFI_DECODE_DENSE ? "dense" : "sfi";
+}
+
+sfi_status sfi_decode_mode_parse(const char *s, sfi_decode_mode *m, sfi_error *err)
+{
+    if (!strcmp(s, "sfi"))
+        *m = SFI_DECODE_SFI;
+    else if (!strcmp(s, "dense"))
+        *m = SFI_DECODE_DENSE;
+    else
+        return sfi_error_set(err, SFI_EINVAL, "mode '%s': expected sfi or dense", s);
+    return SFI_OK;
+}
+
+void sfi_decode_opts_default(sfi_decode_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->mode = SFI_DECODE_SFI;
+    sfi_params_default(&o->params);
+    o->trigger = SFI_TRIG_SFI;
+    o->interval = 16;
+    o->max_new = 16;
+    o->stop_token = -1;
+    o->backend = SFI_BACKEND_SCALAR;
+}
+
+void sfi_decode_result_free(sfi_decode_result *res)
+{
+    if (!res)
+        return;
+    free(res->ids);
+    free(res->kinds);
+    free(res->reasons);
+    memset(res, 0, sizeof *res);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    const sfi_qwen3 *m;
+    const sfi_model_config *c;
+    const sfi_decode_opts *o;
+    const sfi_params *prm;
+    const sfi_decode_observer *obs;
+    sfi_kv_cache kv;
+    sfi_state st;
+    int sfi;                 /* SFI mode */
+    int Wq;                  /* queries kept per layer */
+    float *qhist;            /* [layer][Wq][nh*hd], ring by position % Wq */
+    int step;                /* current decode step (-1: prefill) */
+    sfi_step_kind kind;      /* of the current step */
+    /* scratch */
+    float *logits_l;         /* [nh][cap] dense logits of one query */
+    float *att_tmp;          /* [nh*hd] */
+    float *win;              /* [n_kv][Wmax*G][cap] selector input */
+    float *knorm;            /* [n_kv][cap] */
+    int32_t *sel;            /* [n_kv][K] */
+    int *nsel;               /* [n_kv] */
+    int32_t *fast_idx;       /* [n_kv][n_sink + K + n_recent] */
+    int *fast_n;             /* [n_kv] */
+    float *lambda;           /* [n_kv] */
+    float *mass;             /* [nh] */
+    sfi_hasher hs;
+    sfi_error *err;
+} dctx;
+
+static size_t qdim(const dctx *d)
+{
+    return (size_t)d->c->num_attention_heads * d->c->head_dim;
+}
+
+static float *qslot(dctx *d, int layer, int pos)
+{
+    return d->qhist + ((size_t)layer * d->Wq + (size_t)(pos % d->Wq)) * qdim(d);
+}
+
+static int fast_cap(const dctx *d)
+{
+    return d->prm->n_sink + d->prm->K + d->prm->n_recent;
+}
+
+/* The fast set of every KV head of `layer` for a cache of n_ctx. */
+static void fast_sets(dctx *d, int layer, int n_ctx)
+{
+    for (int h = 0; h < d->c->num_key_value_heads; h++)
+        sfi_state_fast_set(&d->st, d->prm, layer, h, n_ctx,
+                           d->fast_idx + (size_t)h * fast_cap(d), &d->fast_n[h]);
+}
+
+/* Dense probabilities of the query whose logits are in d->logits_l
+ * (rows of n_ctx), in place. */
+static void probs_in_place(dctx *d, int n_ctx)
+{
+    for (int h = 0; h < d->c->num_attention_heads; h++)
+        sfi_softmax(d->logits_l + (size_t)h * n_ctx, (size_t)n_ctx);
+}
+
+/* Runs the Selector of `layer` for a cache of n_ctx with the window of
+ * queries at positions n_ctx-W .. n_ctx-1, stores the new sets in the
+ * state, hashes them and tells the observer. */
+static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
+{
+    const sfi_model_config *c = d->c;
+    int nh = c->num_attention_heads, nkv = c->num_key_value_heads, G = nh / nkv;
+    int jb, je;
+    sfi_state_candidates(d->prm, n_ctx, &jb, &je);
+    int K = d->prm->K;
+    int32_t *dst_base = d->st.selected + (size_t)layer * nkv * K;
+    int *dst_n = d->st.n_selected + (size_t)layer * nkv;
+    sfi_status rc = SFI_OK;
+    if (je <= jb) {
+        for (int h = 0; h < nkv; h++)
+            dst_n[h] = 0;
+        for (int h = 0; h < nkv; h++)
+            d->lambda[h] = 0.0f;
+    } else {
+        /* the window: queries that see all of J */
+        int first = n_ctx - W;
+        if (first < je - 1)
+            first = je - 1;
+        int nw = n_ctx - first;
+        for (int w = 0; w < nw; w++) {
+            int pos = first + w;
+            rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, qslot(d, layer, pos), &d->kv,
+                                      pos + 1, d->att_tmp, d->logits_l, d->err);
+            if (rc)
+                return rc;
+            for (int h = 0; h < nh; h++) {
+                int g = h / G, gi = h % G;
+                float *row = d->win + ((size_t)g * nw * G + (size_t)w * G + gi) * n_ctx;
+                memcpy(row, d->logits_l + (size_t)h * (pos + 1), (size_t)(pos + 1) * sizeof(float));
+                for (int j = pos + 1; j < n_ctx; j++)
+                    row[j] = -INFINITY;
+            }
+        }
+        for (int h = 0; h < nkv; h++)
+            memcpy(d->knorm + (size_t)h * n_ctx,
+                   d->kv.key_norms + ((size_t)layer * nkv + h) * d->kv.capacity,
+                   (size_t)n_ctx * sizeof(float));
+        sfi_selector_input in = {.n_kv_heads = nkv, .n_win = nw * G, .n_pos = n_ctx,
+                                 .j_begin = jb, .j_end = je, .logits = d->win,
+                                 .key_norms = d->knorm};
+        sfi_selector_detail det;
+        memset(&det, 0, sizeof det);
+        det.lambda = d->lambda;
+        int n_sel = 0;
+        rc = sfi_selector_run(d->prm, &in, d->sel, &n_sel, &det, d->err);
+        if (rc)
+            return sfi_error_prefix(d->err, "layer %d", layer);
+        for (int h = 0; h < nkv; h++) {
+            memcpy(dst_base + (size_t)h * K, d->sel + (size_t)h * n_sel,
+                   (size_t)n_sel * sizeof(int32_t));
+            dst_n[h] = n_sel;
+        }
+    }
+    int32_t l32 = layer;
+    sfi_hasher_update_str(&d->hs, "selected");
+    sfi_hasher_update_i32(&d->hs, &l32, 1);
+    for (int h = 0; h < nkv; h++) {
+        sfi_hasher_update_i32(&d->hs, &dst_n[h], 1);
+        sfi_hasher_update_i32(&d->hs, dst_base + (size_t)h * K, (size_t)dst_n[h]);
+    }
+    if (d->obs && d->obs->on_slow_layer) {
+        /* captured mass of the newest query over the new fast sets */
+        int pos = n_ctx - 1;
+        rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, qslot(d, layer, pos), &d->kv,
+                                  n_ctx, d->att_tmp, d->logits_l, d->err);
+        if (rc)
+            return rc;
+        probs_in_place(d, n_ctx);
+        fast_sets(d, layer, n_ctx);
+        for (int h = 0; h < nh; h++) {
+            int g = h / G;
+            const float *p = d->logits_l + (size_t)h * n_ctx;
+            const int32_t *ix = d->fast_idx + (size_t)g * fast_cap(d);
+            float s = 0.0f;
+            for (int i = 0; i < d->fast_n[g]; i++)
+                s += p[ix[i]];
+            d->mass[h] = s;
+        }
+        sfi_decode_slow_layer_info info = {
+            .step = d->step, .layer = layer, .n_ctx = n_ctx, .n_kv_heads = nkv, .K = K,
+            .selected = dst_base, .n_selected = dst_n, .j_begin = jb, .j_end = je,
+            .lambda = d->lambda, .captured_mass = d->mass, .n_heads = nh};
+        rc = d->obs->on_slow_layer(d->obs->user, &info, d->err);
+    }
+    return rc;
+}
+
+static sfi_status observe_attention(dctx *d, int layer, const float *q, int n_ctx)
+{
+    sfi_status rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, q, &d->kv, n_ctx,
+                                         d->att_tmp, d->logits_l, d->err);
+    if (rc)
+        return rc;
+    probs_in_place(d, n_ctx);
+    sfi_decode_attention_info info = {.step = d->step, .layer = layer, .kind = d->kind,
+                                      .n_heads = d->c->num_attention_heads, .n_ctx = n_ctx,
+                                      .probs = d->logits_l};
+    return d->obs->on_attention(d->obs->user, &info, d->err);
+}
+
+/* The attend callback of sfi_qwen3_step: keeps the query, then dense or
+ * sparse attention by the kind of the current step. */
+static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cache *kv,
+                         int n_ctx, float *out, sfi_error *err)
+{
+    dctx *d = user;
+    memcpy(qslot(d, layer, n_ctx - 1), q, qdim(d) * sizeof(float));
+    sfi_status rc;
+    if (d->kind == SFI_STEP_FAST) {
+        fast_sets(d, layer, n_ctx);
+        const int32_t *ix[SFI_DECODE_MAX_KV_HEADS];
+        int nkv = d->c->num_key_value_heads;
+        for (int h = 0; h < nkv; h++)
+            ix[h] = d->fast_idx + (size_t)h * fast_cap(d);
+        sfi_attn_shape s = {d->c->num_attention_heads, nkv, d->c->head_dim};
+        rc = sfi_attn_sparse_decode(&s, q, sfi_kv_k(kv, layer), sfi_kv_v(kv, layer), n_ctx, ix,
+                                    d->fast_n, out, err);
+    } else {
+        rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, q, kv, n_ctx, out, NULL, err);
+    }
+    if (rc == SFI_OK && d->step >= 0 && d->obs && d->obs->want_attention &&
+        d->obs->on_attention)
+        rc = observe_attention(d, layer, q, n_ctx);
+    return rc;
+}
+
+static void dctx_free(dctx *d)
+{
+    sfi_kv_cache_free(&d->kv);
+    if (d->sfi)
+        sfi_state_free(&d->st);
+    free(d->qhist);
+    free(d->logits_l);
+    free(d->att_tmp);
+    free(d->win);
+    free(d->knorm);
+    free(d->sel);
+    free(d->nsel);
+    free(d->fast_idx);
+    free(d->fast_n);
+    free(d->lambda);
+    free(d->mass);
+    sfi_hasher_free(&d->hs);
+}
+
+static void hash_step(dctx *d, int step, sfi_step_kind kind, sfi_step_reason reason,
+                      int32_t tok, const float *logits)
+{
+    int32_t v[4] = {step, (int32_t)kind, (int32_t)reason, tok};
+    sfi_hasher_update_str(&d->hs, "step");
+    sfi_hasher_update_i32(&d->hs, v, 4);
+    sfi_hasher_update_f32(&d->hs, logits, (size_t)d->c->vocab_size);
+}
+
+sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_t *prompt,
+                          int n_prompt, const sfi_decode_observer *obs, sfi_decode_result *res,
+                          sfi_error *err)
+{
+    memset(res, 0, sizeof *res);
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    if (n_prompt < 1)
+        return sfi_error_set(err, SFI_EINVAL, "prompt: empty (at least one token needed)");
+    if (o->max_new < 1)
+        return sfi_error_set(err, SFI_EINVAL, "max-new %d: must be >= 1", o->max_new);
+    if ((long)n_prompt + o->max_new > c->max_position_embeddings)
+        return sfi_error_set(err, SFI_ERANGE,
+                             "prompt of %d tokens + %d new tokens exceeds the model's "
+                             "max_position_embeddings %d",
+                             n_prompt, o->max_new, c->max_position_embeddings);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
+            return sfi_error_set(err, SFI_ERANGE,
+                                 "prompt: token %d (id %d) outside the vocabulary [0, %d)", i,
+                                 (int)prompt[i], c->vocab_size);
+    sfi_status rc = sfi_params_validate(&o->params, err);
+    if (rc)
+        return rc;
+    if (!sfi_backend_available(o->backend))
+        return sfi_error_set(err, SFI_EUNSUPPORTED, "backend %s is not built in",
+                             sfi_backend_name(o->backend));
+    if (c->num_key_value_heads > SFI_DECODE_MAX_KV_HEADS)
+        return sfi_error_set(err, SFI_EUNSUPPORTED, "%d KV heads: sfi-ref handles up to %d",
+                             c->num_key_value_heads, SFI_DECODE_MAX_KV_HEADS);
+
+    dctx d;
+    memset(&d, 0, sizeof d);
+    d.m = m;
+    d.c = c;
+    d.o = o;
+    d.prm = &o->params;
+    d.obs = obs;
+    d.err = err;
+    d.sfi = o->mode == SFI_DECODE_SFI;
+    int cap = n_prompt + o->max_new;
+    int nh = c->num_attention_heads, nkv = c->num_key_value_heads, G = nh / nkv;
+    int Wmax = d.prm->W_prefill > d.prm->W_decode ? d.prm->W_prefill : d.prm->W_decode;
+    if (Wmax < 1)
+        Wmax = 1;
+    d.Wq = Wmax;
+    rc = sfi_kv_cache_init(&d.kv, c, cap, err);
+    if (rc)
+        return rc;
+    if ((rc = sfi_hasher_init(&d.hs, err))) {
+        sfi_kv_cache_free(&d.kv);
+        return rc;
+    }
+    if (d.sfi && (rc = sfi_state_init(&d.st, c->num_hidden_layers, nkv, d.prm->K, err))) {
+        d.sfi = 0;
+        dctx_free(&d);
+        return rc;
+    }
+    d.qhist = malloc((size_t)c->num_hidden_layers * Wmax * qdim(&d) * sizeof(float));
+    d.logits_l = malloc((size_t)nh * cap * sizeof(float));
+    d.att_tmp = malloc(qdim(&d) * sizeof(float));
+    d.lambda = calloc((size_t)nkv, sizeof(float));
+    d.mass = calloc((size_t)nh, sizeof(float));
+    d.fast_n = calloc((size_t)nkv, sizeof(int));
+    d.nsel = calloc((size_t)nkv, sizeof(int));
+    float *logits = malloc((size_t)c->vocab_size * sizeof(float));
+    res->ids = malloc((size_t)o->max_new * sizeof(int32_t));
+    res->kinds = malloc((size_t)o->max_new * sizeof(sfi_step_kind));
+    res->reasons = malloc((size_t)o->max_new * sizeof(sfi_step_reason));
+    int ok = d.qhist && d.logits_l && d.att_tmp && d.lambda && d.mass && d.fast_n && d.nsel &&
+             logits && res->ids && res->kinds && res->reasons;
+    if (ok && d.sfi) {
+        d.win = malloc((size_t)nkv * Wmax * G * cap * sizeof(float));
+        d.knorm = malloc((size_t)nkv * cap * sizeof(float));
+        d.sel = malloc((size_t)nkv * d.prm->K * sizeof(int32_t));
+        d.fast_idx = malloc((size_t)nkv * fast_cap(&d) * sizeof(int32_t));
+        ok = d.win && d.knorm && d.sel && d.fast_idx;
+    }
+    if (!ok) {
+        rc = sfi_error_set(err, SFI_ENOMEM, "decode: out of memory (context %d)", cap);
+        goto fail;
+    }
+
+    sfi_hasher_update_str(&d.hs, "sfi-decode-v1");
+    sfi_hasher_update_str(&d.hs, sfi_decode_mode_name(o->mode));
+    sfi_hasher_update_i32(&d.hs, prompt, (size_t)n_prompt);
+
+    sfi_trigger_policy tp;
+    sfi_trigger_policy_init(&tp, d.sfi ? o->trigger : SFI_TRIG_ALWAYS, d.prm, o->is_trigger,
+                            o->n_trigger_vocab, o->interval);
+
+    /* prefill: dense */
+    double t0 = now_s();
+    d.step = -1;
+    d.kind = SFI_STEP_PREFILL;
+    for (int i = 0; i < n_prompt; i++) {
+        rc = sfi_qwen3_step(m, o->backend, &d.kv, prompt[i], attend, &d,
+                            i == n_prompt - 1 ? logits : NULL, err);
+        if (rc)
+            goto fail;
+    }
+    if (d.sfi) {
+        int W = d.prm->W_prefill < n_prompt ? d.prm->W_prefill : n_prompt;
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            if ((rc = select_layer(&d, l, n_prompt, W)))
+                goto fail;
+    }
+    if (obs && obs->on_prefill) {
+        sfi_decode_prefill_info pi = {.prompt = prompt, .n_prompt = n_prompt,
+                                      .n_layers = c->num_hidden_layers, .n_heads = nh,
+                                      .n_kv_heads = nkv, .head_dim = c->head_dim,
+                                      .state = d.sfi ? &d.st : NULL, .last_logits = logits,
+                                      .vocab_size = c->vocab_size};
+        if ((rc = obs->on_prefill(obs->user, &pi, err)))
+            goto fail;
+    }
+    double t1 = now_s();
+    res->prefill_seconds = t1 - t0;
+
+    int32_t prev = prompt[n_prompt - 1];
+    for (int t = 0; t < o->max_new; t++) {
+        sfi_step_reason reason;
+        sfi_step_kind kind = sfi_trigger_next(&tp, prev, &reason);
+        d.step = t;
+        d.kind = kind;
+        if (t > 0) {
+            /* step 0's forward pass was the prefill */
+            rc = sfi_qwen3_step(m, o->backend, &d.kv, prev, attend, &d, logits, err);
+            if (rc)
+                goto fail;
+            if (d.sfi && kind == SFI_STEP_SLOW) {
+                int W = d.prm->W_decode;
+                for (int l = 0; l < c->num_hidden_layers; l++)
+                    if ((rc = select_layer(&d, l, d.kv.n, W)))
+                        goto fail;
+            }
+        }
+        int32_t tok = sfi_argmax(logits, c->vocab_size);
+        res->ids[t] = tok;
+        res->kinds[t] = kind;
+        res->reasons[t] = reason;
+        res->n_generated = t + 1;
+        if (kind == SFI_STEP_SLOW)
+            res->n_slow++;
+        hash_step(&d, t, kind, reason, tok, logits);
+        if (obs && obs->on_step) {
+            sfi_decode_step_info si = {.step = t, .kind = kind, .reason = reason,
+                                       .input_token = prev, .position = d.kv.n - 1,
+                                       .n_ctx = d.kv.n, .token = tok, .logits = logits,
+                                       .vocab_size = c->vocab_size};
+            if ((rc = obs->on_step(obs->user, &si, err)))
+                goto fail;
+        }
+        prev = tok;
+        if (tok == o->stop_token)
+            break;
+    }
+    res->decode_seconds = now_s() - t1;
+    res->slow_fraction = (double)res->n_slow / res->n_generated;
+    rc = sfi_hasher_final_hex(&d.hs, res->digest_hex, res->digest, err);
+    if (rc)
+        goto fail;
+    free(logits);
+    dctx_free(&d);
+    return SFI_OK;
+fail:
+    free(logits);
+    dctx_free(&d);
+    sfi_decode_result_free(res);
+    return rc;
+}

@@ -1,0 +1,526 @@
+/* The sfi-ref run trace recorder (see sfi_recorder.h for the mapping of
+ * decode events onto the trace). */
+#include <config.h>
+
+#include "sfi_recorder.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sfi_params.h"
+#include "sfi_state.h"
+
+void sfi_recorder_opts_default(sfi_recorder_opts *o)
+{
+    o->path = NULL;
+    o->level = SFI_TRACE_TOKENS;
+    o->top_m = 4096;
+    o->layers = NULL;
+}
+
+const char *sfi_recorder_usage(void)
+{
+    return "  --trace FILE         record the run into the SQLite trace FILE (sfi-trace(5));\n"
+           "                       an existing FILE is replaced\n"
+           "  --trace-level L      tokens (default), summary (selected sets, captured mass,\n"
+           "                       lambda*, fast-step mass) or full (also top-M dense attention)\n"
+           "  --trace-top-m M      M of the full level's top-M records (default 4096)\n"
+           "  --trace-layers LIST  full level: keep top-M records of these layers only\n"
+           "                       (comma-separated, e.g. 0,5,9; default all)\n";
+}
+
+/* Parses "0,5,9" into mask[n_layers] (NULL mask: only check syntax). */
+static int parse_layers(const char *spec, uint8_t *mask, int n_layers)
+{
+    const char *p = spec;
+    if (!*p)
+        return 0;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= SFI_TRACE_MAX_LAYERS || (*end && *end != ','))
+            return 0;
+        if (mask) {
+            if (v >= n_layers)
+                return 0;
+            mask[v] = 1;
+        }
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return 0;
+    }
+    return 1;
+}
+
+int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *v,
+                            sfi_error *err)
+{
+    if (!strcmp(name, "trace-level"))
+        return sfi_trace_level_parse(v, &o->level, err) == SFI_OK ? 1 : -1;
+    if (!strcmp(name, "trace-top-m")) {
+        char *end;
+        errno = 0;
+        long m = strtol(v, &end, 10);
+        if (!*v || *end || errno || m < 1 || m > SFI_TRACE_MAX_TOP_M) {
+            sfi_error_set(err, SFI_EINVAL, "--trace-top-m: '%s' is not an integer in [1, %d]", v,
+                          SFI_TRACE_MAX_TOP_M);
+            return -1;
+        }
+        o->top_m = (int)m;
+        return 1;
+    }
+    if (!strcmp(name, "trace-layers")) {
+        if (!parse_layers(v, NULL, 0)) {
+            sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a comma-separated list "
+                          "of layer numbers", v);
+            return -1;
+        }
+        o->layers = v;
+        return 1;
+    }
+    if (!strcmp(name, "trace")) {
+        if (!*v) {
+            sfi_error_set(err, SFI_EINVAL, "--trace: empty file name");
+            return -1;
+        }
+        o->path = v;
+        return 1;
+    }
+    return 0;
+}
+
+int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, sfi_error *err)
+{
+    static const char *const names[] = {"trace-level", "trace-top-m", "trace-layers", "trace"};
+    const char *a = argv[*i];
+    if (strncmp(a, "--", 2))
+        return 0;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        size_t n = strlen(names[k]);
+        if (strncmp(a + 2, names[k], n) || (a[2 + n] != '\0' && a[2 + n] != '='))
+            continue;
+        const char *v;
+        int used;
+        if (a[2 + n] == '=') {
+            v = a + 3 + n;
+            used = 1;
+        } else if (*i + 1 < argc) {
+            v = argv[*i + 1];
+            used = 2;
+        } else {
+            sfi_error_set(err, SFI_EINVAL, "--%s needs a value", names[k]);
+            return -1;
+        }
+        int r = sfi_recorder_set_option(o, names[k], v, err);
+        if (r == 1)
+            *i += used;
+        return r;
+    }
+    return 0;
+}
+
+struct sfi_recorder {
+    sfi_trace_writer *w;
+    sfi_trace_level level;
+    sfi_params prm;
+    int sfi_mode;
+    int L, H, KV, K, M;
+    int64_t req;            /* current request, -1 before the first prefill */
+    uint8_t *topm_layer;    /* [L]: top-M records kept for this layer */
+    /* Current selected sets (summary fast-step mass needs them). */
+    sfi_state st;
+    int have_state;
+    int32_t *fast_idx;      /* [n_sink + K + n_recent] */
+    /* Records of the step in progress, written at on_step. */
+    uint8_t *have_sel;      /* [L] */
+    int32_t *sel;           /* [L][KV][K] */
+    int32_t *nsel;          /* [L][KV] */
+    float *sel_mass;        /* [L][KV] */
+    float *sel_lambda;      /* [L][KV] */
+    uint8_t *have_fm;       /* [L] */
+    float *fm;              /* [L][KV] */
+    uint8_t *have_topm;     /* [L] */
+    int32_t *tpos;          /* [L][H][M] */
+    float *tprob;           /* [L][H][M] */
+    int32_t *tm;            /* [L][H] */
+    float *ttail;           /* [L][H] */
+    struct pp { float p; int32_t pos; } *sortbuf;
+    size_t sortcap;
+};
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+        if (n == cap) {
+            char *nb = realloc(buf, (cap *= 2) + 1);
+            if (!nb)
+                free(buf);
+            buf = nb;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static void sha256_hex(const char *path, char *out, size_t n)
+{
+    snprintf(out, n, "(absent)");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    unsigned char buf[65536], md[32];
+    unsigned int mdlen = 0;
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1;
+    size_t got;
+    while (ok && (got = fread(buf, 1, sizeof buf, f)) > 0)
+        ok = EVP_DigestUpdate(c, buf, got) == 1;
+    ok = ok && !ferror(f) && EVP_DigestFinal_ex(c, md, &mdlen) == 1 && mdlen == 32;
+    fclose(f);
+    EVP_MD_CTX_free(c);
+    if (!ok)
+        return;
+    int off = snprintf(out, n, "sha256:");
+    for (int i = 0; i < 32 && off + 2 < (int)n; i++)
+        off += snprintf(out + off, n - (size_t)off, "%02x", md[i]);
+}
+
+static void rec_free(sfi_recorder *r)
+{
+    if (!r)
+        return;
+    if (r->st.selected)
+        sfi_state_free(&r->st);
+    free(r->fast_idx);
+    free(r->have_sel);
+    free(r->sel);
+    free(r->nsel);
+    free(r->sel_mass);
+    free(r->sel_lambda);
+    free(r->have_fm);
+    free(r->fm);
+    free(r->have_topm);
+    free(r->topm_layer);
+    free(r->tpos);
+    free(r->tprob);
+    free(r->tm);
+    free(r->ttail);
+    free(r->sortbuf);
+    free(r);
+}
+
+sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
+                             const sfi_model_config *cfg, const sfi_decode_opts *dopts,
+                             sfi_recorder **out, sfi_error *err)
+{
+    *out = NULL;
+    if (!o->path)
+        return SFI_OK;
+    sfi_recorder *r = calloc(1, sizeof *r);
+    if (!r)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", o->path);
+    r->level = o->level;
+    r->prm = dopts->params;
+    r->sfi_mode = dopts->mode == SFI_DECODE_SFI;
+    r->L = cfg->num_hidden_layers;
+    r->H = cfg->num_attention_heads;
+    r->KV = cfg->num_key_value_heads;
+    r->K = dopts->params.K;
+    r->M = o->top_m;
+    r->req = -1;
+    sfi_status st = SFI_OK;
+    size_t L = (size_t)r->L, H = (size_t)r->H, KV = (size_t)r->KV, K = (size_t)r->K,
+           M = (size_t)r->M;
+    if (r->level >= SFI_TRACE_SUMMARY) {
+        r->have_sel = calloc(L, 1);
+        r->sel = malloc(L * KV * K * 4);
+        r->nsel = calloc(L * KV, 4);
+        r->sel_mass = calloc(L * KV, 4);
+        r->sel_lambda = calloc(L * KV, 4);
+        r->have_fm = calloc(L, 1);
+        r->fm = calloc(L * KV, 4);
+        r->fast_idx = malloc(((size_t)r->prm.n_sink + K + (size_t)r->prm.n_recent + 1) * 4);
+        if (!r->have_sel || !r->sel || !r->nsel || !r->sel_mass || !r->sel_lambda ||
+            !r->have_fm || !r->fm || !r->fast_idx)
+            st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for summary buffers", o->path);
+        if (!st && r->sfi_mode)
+            st = sfi_state_init(&r->st, r->L, r->KV, r->K, err);
+    }
+    if (!st && r->level >= SFI_TRACE_FULL) {
+        r->have_topm = calloc(L, 1);
+        r->tpos = malloc(L * H * M * 4);
+        r->tprob = malloc(L * H * M * 4);
+        r->tm = calloc(L * H, 4);
+        r->ttail = calloc(L * H, 4);
+        r->topm_layer = calloc(L, 1);
+        if (r->topm_layer && !o->layers)
+            memset(r->topm_layer, 1, L);
+        else if (r->topm_layer && !parse_layers(o->layers, r->topm_layer, r->L)) {
+            rec_free(r);
+            return sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a list of layers "
+                                 "in [0, %d)", o->layers, (int)L);
+        }
+        if (!r->have_topm || !r->tpos || !r->tprob || !r->tm || !r->ttail || !r->topm_layer)
+            st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %d x %d x top-%d buffers",
+                               o->path, r->L, r->H, r->M);
+    }
+    if (st) {
+        rec_free(r);
+        return st;
+    }
+    /* Meta: the model's config.json text and tokenizer files' hashes. */
+    char dir[4096], path[4200];
+    struct stat sb;
+    snprintf(dir, sizeof dir, "%s", model_dir ? model_dir : ".");
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *config = read_text(path);
+    char hv[80], hm[80], tokid[400];
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    sha256_hex(path, hv, sizeof hv);
+    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    sha256_hex(path, hm, sizeof hm);
+    snprintf(tokid, sizeof tokid, "model directory; vocab.json %s; merges.txt %s", hv, hm);
+    char *pjson = sfi_params_to_json(&dopts->params);
+    sfi_trace_meta m;
+    sfi_trace_meta_init(&m);
+    m.tool = "sfi-ref";
+    m.tool_version = PACKAGE_VERSION;
+    m.model_config_json = config ? config : "{}";
+    m.tokenizer = tokid;
+    m.params_json = pjson ? pjson : "{}";
+    m.policy = r->sfi_mode ? sfi_trigger_kind_name(dopts->trigger) : "dense";
+    m.level = r->level;
+    m.n_vocab = cfg->vocab_size;
+    m.n_layers = r->L;
+    m.n_heads = r->H;
+    m.n_kv_heads = r->KV;
+    m.head_dim = cfg->head_dim;
+    m.top_m = r->level == SFI_TRACE_FULL ? r->M : 0;
+    m.topm_heads = SFI_TRACE_HEADS_QUERY;
+    /* commit_every 1: each step is committed when the next one starts,
+     * and on_step flushes explicitly, so every finished step is durable. */
+    st = sfi_trace_create(o->path, &m, SFI_TRACE_OVERWRITE, 1, &r->w, err);
+    free(config);
+    free(pjson);
+    if (!st && r->level == SFI_TRACE_FULL)
+        st = sfi_trace_put_meta(r->w, "topm_layers", o->layers ? o->layers : "all", err);
+    if (!st)
+        st = sfi_trace_flush(r->w, err);
+    if (st) {
+        sfi_trace_writer_close(r->w);
+        rec_free(r);
+        return st;
+    }
+    *out = r;
+    return SFI_OK;
+}
+
+static sfi_status on_prefill(void *user, const sfi_decode_prefill_info *info, sfi_error *err)
+{
+    sfi_recorder *r = user;
+    if (info->n_layers != r->L || info->n_heads != r->H || info->n_kv_heads != r->KV)
+        return sfi_error_set(err, SFI_EINVAL, "trace recorder: model shape %dx%dx%d differs from "
+                             "the trace's %dx%dx%d", info->n_layers, info->n_heads,
+                             info->n_kv_heads, r->L, r->H, r->KV);
+    sfi_status st = sfi_trace_add_request(r->w, info->prompt, info->n_prompt, &r->req, err);
+    if (st)
+        return st;
+    if (r->level >= SFI_TRACE_SUMMARY && r->sfi_mode && info->state) {
+        const sfi_state *s = info->state;
+        if (s->n_layers != r->L || s->n_kv_heads != r->KV || s->K != r->K)
+            return sfi_error_set(err, SFI_EINVAL, "trace recorder: state shape differs");
+        memcpy(r->st.selected, s->selected, (size_t)r->L * r->KV * r->K * 4);
+        memcpy(r->st.n_selected, s->n_selected, (size_t)r->L * r->KV * sizeof(int));
+        r->have_state = 1;
+    }
+    return SFI_OK;
+}
+
+static sfi_status on_slow_layer(void *user, const sfi_decode_slow_layer_info *info, sfi_error *err)
+{
+    sfi_recorder *r = user;
+    if (r->level < SFI_TRACE_SUMMARY)
+        return SFI_OK;
+    int l = info->layer;
+    if (l < 0 || l >= r->L || info->n_kv_heads != r->KV || info->K != r->K ||
+        info->n_heads != r->H)
+        return sfi_error_set(err, SFI_EINVAL, "trace recorder: slow-layer record of layer %d "
+                             "has an unexpected shape", l);
+    int G = r->H / r->KV;
+    for (int h = 0; h < r->KV; h++) {
+        int n = info->n_selected[h];
+        const int32_t *src = info->selected + (size_t)h * r->K;
+        memcpy(r->sel + ((size_t)l * r->KV + h) * r->K, src, (size_t)n * 4);
+        r->nsel[l * r->KV + h] = n;
+        double mass = 0.0;
+        for (int g = 0; g < G; g++)
+            mass += info->captured_mass[h * G + g];
+        r->sel_mass[l * r->KV + h] = (float)(mass / G);
+        r->sel_lambda[l * r->KV + h] = info->lambda[h];
+        if (r->sfi_mode) {
+            memcpy(r->st.selected + ((size_t)l * r->KV + h) * r->K, src, (size_t)n * 4);
+            r->st.n_selected[l * r->KV + h] = n;
+        }
+    }
+    r->have_sel[l] = 1;
+    return SFI_OK;
+}
+
+static int by_prob_desc(const void *a, const void *b)
+{
+    const struct pp *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p > y->p ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static sfi_status on_attention(void *user, const sfi_decode_attention_info *info, sfi_error *err)
+{
+    sfi_recorder *r = user;
+    int l = info->layer, n = info->n_ctx;
+    if (l < 0 || l >= r->L || info->n_heads != r->H || n < 1)
+        return sfi_error_set(err, SFI_EINVAL, "trace recorder: attention record of layer %d has "
+                             "an unexpected shape", l);
+    if (r->level >= SFI_TRACE_FULL && r->topm_layer[l]) {
+        if (r->sortcap < (size_t)n) {
+            struct pp *nb = realloc(r->sortbuf, (size_t)n * sizeof *nb);
+            if (!nb)
+                return sfi_error_set(err, SFI_ENOMEM, "trace recorder: out of memory");
+            r->sortbuf = nb;
+            r->sortcap = (size_t)n;
+        }
+        int m = n < r->M ? n : r->M;
+        for (int h = 0; h < r->H; h++) {
+            const float *p = info->probs + (size_t)h * n;
+            for (int i = 0; i < n; i++) {
+                r->sortbuf[i].p = p[i];
+                r->sortbuf[i].pos = i;
+            }
+            qsort(r->sortbuf, (size_t)n, sizeof *r->sortbuf, by_prob_desc);
+            size_t base = ((size_t)l * r->H + h) * r->M;
+            double sum = 0.0;
+            for (int i = 0; i < m; i++) {
+                r->tpos[base + i] = r->sortbuf[i].pos;
+                r->tprob[base + i] = r->sortbuf[i].p;
+                sum += r->sortbuf[i].p;
+            }
+            double tail = 1.0 - sum;
+            r->tm[l * r->H + h] = m;
+            r->ttail[l * r->H + h] = (float)(tail < 0.0 ? 0.0 : tail > 1.0 ? 1.0 : tail);
+        }
+        r->have_topm[l] = 1;
+    }
+    if (r->level >= SFI_TRACE_SUMMARY && info->kind == SFI_STEP_FAST && r->have_state) {
+        int G = r->H / r->KV;
+        for (int h = 0; h < r->KV; h++) {
+            int ni = 0;
+            sfi_state_fast_set(&r->st, &r->prm, l, h, n, r->fast_idx, &ni);
+            double mass = 0.0;
+            for (int g = 0; g < G; g++) {
+                const float *p = info->probs + (size_t)(h * G + g) * n;
+                for (int i = 0; i < ni; i++)
+                    mass += p[r->fast_idx[i]];
+            }
+            mass /= G;
+            r->fm[l * r->KV + h] = (float)(mass > 1.0 ? 1.0 : mass);
+        }
+        r->have_fm[l] = 1;
+    }
+    return SFI_OK;
+}
+
+static sfi_status on_step(void *user, const sfi_decode_step_info *info, sfi_error *err)
+{
+    sfi_recorder *r = user;
+    if (r->req < 0)
+        return sfi_error_set(err, SFI_EINVAL, "trace recorder: a step before any prefill");
+    sfi_status st = sfi_trace_append_step(r->w, r->req, info->step, info->n_ctx, info->token,
+                                          info->kind, info->reason, err);
+    for (int l = 0; !st && l < r->L; l++) {
+        if (r->have_sel && r->have_sel[l]) {
+            for (int h = 0; !st && h < r->KV; h++) {
+                size_t i = (size_t)l * r->KV + h;
+                st = sfi_trace_add_selection(r->w, r->req, info->step, l, h, r->sel + i * r->K,
+                                             r->nsel[i], r->sel_mass[i], r->sel_lambda[i], err);
+            }
+            r->have_sel[l] = 0;
+        }
+        if (r->have_fm && r->have_fm[l]) {
+            for (int h = 0; !st && h < r->KV; h++)
+                st = sfi_trace_add_fast_mass(r->w, r->req, info->step, l, h, r->fm[l * r->KV + h],
+                                             err);
+            r->have_fm[l] = 0;
+        }
+        if (r->have_topm && r->have_topm[l]) {
+            for (int h = 0; !st && h < r->H; h++) {
+                size_t i = (size_t)l * r->H + h;
+                st = sfi_trace_add_topm(r->w, r->req, info->step, l, h, r->tpos + i * r->M,
+                                        r->tprob + i * r->M, r->tm[i], r->ttail[i], err);
+            }
+            r->have_topm[l] = 0;
+        }
+    }
+    if (!st)
+        st = sfi_trace_flush(r->w, err);
+    return st;
+}
+
+void sfi_recorder_observer(sfi_recorder *r, sfi_decode_observer *obs)
+{
+    memset(obs, 0, sizeof *obs);
+    if (!r)
+        return;
+    obs->user = r;
+    /* Dense attention on fast steps costs a dense pass per layer: only the
+     * levels that record it ask for it. */
+    obs->want_attention = r->level >= SFI_TRACE_SUMMARY;
+    obs->on_prefill = on_prefill;
+    obs->on_step = on_step;
+    obs->on_slow_layer = on_slow_layer;
+    obs->on_attention = on_attention;
+}
+
+sfi_status sfi_recorder_finish(sfi_recorder *r, sfi_error *err)
+{
+    if (!r)
+        return SFI_OK;
+    sfi_status st = sfi_trace_finish(r->w, err);
+    r->w = NULL;
+    rec_free(r);
+    return st;
+}
+
+void sfi_recorder_abort(sfi_recorder *r)
+{
+    if (!r)
+        return;
+    sfi_trace_writer_close(r->w);
+    rec_free(r);
+}

@@ -1,0 +1,76 @@
+/* The sfi-ref run trace recorder: a decode observer (ref/sfi_decode.h)
+ * that writes what the decode loop does into a trace (src/sfi_trace.h,
+ * sfi-trace(5)), at level tokens, summary or full.
+ *
+ * Mapping of the decode loop onto the trace:
+ *   - every sfi_decode_run call (on_prefill) adds a request;
+ *   - every decode step (on_step) appends a step and is committed at once,
+ *     so a killed sfi-ref leaves a trace of every step it finished;
+ *   - summary: the Selector's sets of slow steps (on_slow_layer; the
+ *     prefill's selection is recorded as step 0's, since step 0's forward
+ *     pass is the prefill), with the captured mass averaged over each KV
+ *     head's query heads, and lambda*; on fast steps, the dense attention
+ *     mass inside sink U selected U recent per layer and KV head;
+ *   - full: top-M positions and probabilities of every query head's dense
+ *     attention on steps >= 1 (step 0's attention is inside the prefill and
+ *     is not observed).
+ * Records of a step are buffered until on_step and written with it. */
+#ifndef SFI_RECORDER_H
+#define SFI_RECORDER_H
+
+#include "sfi_decode.h"
+#include "sfi_error.h"
+#include "sfi_model.h"
+#include "sfi_trace.h"
+
+typedef struct {
+    const char *path;       /* --trace OUT.db; NULL: record nothing */
+    sfi_trace_level level;  /* --trace-level (default tokens) */
+    int top_m;              /* --trace-top-m (default 4096) */
+    const char *layers;     /* --trace-layers: comma-separated layers whose top-M
+                               records are kept (NULL: all); size control for
+                               the full level */
+} sfi_recorder_opts;
+
+void sfi_recorder_opts_default(sfi_recorder_opts *o);
+
+/* Command-line flags of the recorder, for sfi-ref run: if argv[*i] is
+ * --trace, --trace-level or --trace-top-m (also as --flag=value), consumes
+ * it and its value, advances *i past them and returns 1; returns 0 when
+ * argv[*i] is not a recorder flag; -1 with err set on a bad or missing
+ * value. */
+int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, sfi_error *err);
+
+/* The same for getopt_long users: name is the long option without dashes
+ * ("trace", "trace-level", "trace-top-m", "trace-layers"). Returns 1 when
+ * applied, 0 when name is not a recorder option, -1 with err set on a bad
+ * value. */
+int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *value,
+                            sfi_error *err);
+
+/* Help lines for the flags (for --help). */
+const char *sfi_recorder_usage(void);
+
+typedef struct sfi_recorder sfi_recorder;
+
+/* Creates the trace (replacing an existing file) for runs of the model
+ * whose directory (or config.json) is model_dir, with decode options
+ * dopts. meta: model_config = model_dir's config.json text, tokenizer =
+ * the model directory's vocab.json/merges.txt SHA-256, params = dopts'
+ * parameters, policy = the trigger policy ("dense" in dense mode).
+ * When o->path is NULL, *out = NULL and SFI_OK (nothing to record). */
+sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
+                             const sfi_model_config *cfg, const sfi_decode_opts *dopts,
+                             sfi_recorder **out, sfi_error *err);
+
+/* Fills obs so that sfi_decode_run records into r (r may be NULL: obs is
+ * then all NULL). */
+void sfi_recorder_observer(sfi_recorder *r, sfi_decode_observer *obs);
+
+/* Marks the trace complete and closes it; frees r (NULL allowed). */
+sfi_status sfi_recorder_finish(sfi_recorder *r, sfi_error *err);
+
+/* Closes without marking complete (after a failed run); frees r. */
+void sfi_recorder_abort(sfi_recorder *r);
+
+#endif

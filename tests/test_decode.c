@@ -1,0 +1,441 @@
+/* The decode loop (method.md section 5) on the fixture checkpoints: SFI
+ * with K and n_recent covering the context equals dense bit for bit; step
+ * kinds follow the trigger policy; the observer sees consistent sets; golden
+ * digests of fixture runs in both modes; sfi-ref run's output and errors. */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sfi_decode.h"
+#include "sfi_hf_fixture.h"
+#include "sfi_qwen3.h"
+#include "sfi_test_util.h"
+
+static const char *models[3] = {"tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-moe-nonorm"};
+
+static int32_t *prompt0(const char *model, int *n)
+{
+    json_t *r = hf_expected();
+    json_t *ms = json_object_get(r, "models");
+    int32_t *ids = NULL;
+    for (size_t i = 0; i < json_array_size(ms); i++) {
+        json_t *M = json_array_get(ms, i);
+        if (!strcmp(json_string_value(json_object_get(M, "dir")), model))
+            ids = hf_ids(json_object_get(json_array_get(json_object_get(M, "prompts"), 0), "ids"), n);
+    }
+    json_decref(r);
+    ck_assert_ptr_nonnull(ids);
+    return ids;
+}
+
+/* Token ids that count as sentence ends in these tests (the fixtures have
+ * no tokenizer). */
+static uint8_t trig[512];
+static void init_trig(void)
+{
+    for (int i = 0; i < 512; i++)
+        trig[i] = i % 11 == 0;
+}
+
+typedef struct {
+    int n_prefill, n_step, n_slow_layer, n_attn;
+    int n_layers, vocab;
+    float *logits;            /* [step][vocab] */
+    int bad;                  /* first inconsistency found, as a line number */
+    float min_mass;
+    const sfi_params *prm;
+} rec;
+
+static sfi_status on_prefill(void *u, const sfi_decode_prefill_info *pi, sfi_error *err)
+{
+    (void)err;
+    rec *r = u;
+    r->n_prefill++;
+    r->n_layers = pi->n_layers;
+    return SFI_OK;
+}
+
+static sfi_status on_step(void *u, const sfi_decode_step_info *si, sfi_error *err)
+{
+    (void)err;
+    rec *r = u;
+    if (si->step != r->n_step && !r->bad)
+        r->bad = __LINE__;
+    if (si->n_ctx != si->position + 1 && !r->bad)
+        r->bad = __LINE__;
+    memcpy(r->logits + (size_t)si->step * r->vocab, si->logits, (size_t)r->vocab * 4);
+    r->n_step++;
+    return SFI_OK;
+}
+
+static sfi_status on_slow_layer(void *u, const sfi_decode_slow_layer_info *li, sfi_error *err)
+{
+    (void)err;
+    rec *r = u;
+    r->n_slow_layer++;
+    int nJ = li->j_end > li->j_begin ? li->j_end - li->j_begin : 0;
+    int want = nJ < li->K ? nJ : li->K;
+    for (int h = 0; h < li->n_kv_heads; h++) {
+        if (li->n_selected[h] != want && !r->bad)
+            r->bad = __LINE__;
+        const int32_t *s = li->selected + (size_t)h * li->K;
+        for (int i = 0; i < li->n_selected[h]; i++) {
+            if ((s[i] < li->j_begin || s[i] >= li->j_end) && !r->bad)
+                r->bad = __LINE__;
+            if (i && s[i] <= s[i - 1] && !r->bad)
+                r->bad = __LINE__;
+        }
+        if (!(li->lambda[h] >= 0.0f && li->lambda[h] <= r->prm->lambda_clip) && !r->bad)
+            r->bad = __LINE__;
+    }
+    for (int h = 0; h < li->n_heads; h++) {
+        if (!(li->captured_mass[h] >= 0.0f && li->captured_mass[h] <= 1.0001f) && !r->bad)
+            r->bad = __LINE__;
+        if (li->captured_mass[h] < r->min_mass)
+            r->min_mass = li->captured_mass[h];
+    }
+    return SFI_OK;
+}
+
+static sfi_status on_attention(void *u, const sfi_decode_attention_info *ai, sfi_error *err)
+{
+    (void)err;
+    rec *r = u;
+    r->n_attn++;
+    for (int h = 0; h < ai->n_heads; h++) {
+        float s = 0.0f;
+        for (int j = 0; j < ai->n_ctx; j++)
+            s += ai->probs[(size_t)h * ai->n_ctx + j];
+        if (fabsf(s - 1.0f) > 1e-4f && !r->bad)
+            r->bad = __LINE__;
+    }
+    return SFI_OK;
+}
+
+static void run(const char *model, sfi_decode_opts *o, rec *r, sfi_decode_result *res)
+{
+    sfi_qwen3 *m;
+    sfi_error e;
+    ck_assert_msg(sfi_qwen3_load(hf_path(model), &m, &e) == SFI_OK, "%s", e.msg);
+    int n;
+    int32_t *ids = prompt0(model, &n);
+    sfi_decode_observer obs = {.user = r, .want_attention = 1, .on_prefill = on_prefill,
+                               .on_step = on_step, .on_slow_layer = on_slow_layer,
+                               .on_attention = on_attention};
+    memset(r, 0, sizeof *r);
+    r->vocab = sfi_qwen3_config(m)->vocab_size;
+    r->logits = malloc((size_t)o->max_new * r->vocab * 4);
+    r->min_mass = 2.0f;
+    r->prm = &o->params;
+    ck_assert_msg(sfi_decode_run(m, o, ids, n, &obs, res, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_msg(r->bad == 0, "observer saw an inconsistency (check at line %d)", r->bad);
+    ck_assert_int_eq(r->n_prefill, 1);
+    ck_assert_int_eq(r->n_step, res->n_generated);
+    ck_assert_int_eq(r->n_attn, (res->n_generated - 1) * r->n_layers);
+    free(ids);
+    sfi_qwen3_free(m);
+}
+
+static void set(sfi_params *p, const char *kv)
+{
+    sfi_error e;
+    ck_assert_msg(sfi_params_set(p, kv, "test", &e) == SFI_OK, "%s", e.msg);
+}
+
+START_TEST(sfi_covering_context_equals_dense)
+{
+    init_trig();
+    for (int mi = 0; mi < 3; mi++) {
+        sfi_decode_opts o;
+        sfi_decode_opts_default(&o);
+        o.max_new = 24;
+        o.is_trigger = trig;
+        o.n_trigger_vocab = 512;
+        set(&o.params, "K=128");
+        set(&o.params, "n_recent=100");
+        set(&o.params, "n_sink=2");
+        set(&o.params, "T_max=5");
+        rec rs, rd;
+        sfi_decode_result s, d;
+        run(models[mi], &o, &rs, &s);
+        o.mode = SFI_DECODE_DENSE;
+        run(models[mi], &o, &rd, &d);
+        ck_assert_int_eq(s.n_generated, 24);
+        ck_assert_int_eq(d.n_slow, 24);
+        ck_assert_int_gt(s.n_slow, 1);
+        ck_assert_int_lt(s.n_slow, 24); /* fast steps did happen */
+        for (int t = 0; t < 24; t++)
+            ck_assert_int_eq(s.ids[t], d.ids[t]);
+        /* bit for bit: sparse attention over every position is dense */
+        ck_assert(memcmp(rs.logits, rd.logits, (size_t)24 * rs.vocab * 4) == 0);
+        /* the fast set covers everything: all the mass is captured */
+        ck_assert_float_ge(rs.min_mass, 0.9999f);
+        ck_assert_int_eq(rs.n_slow_layer, rs.n_layers * s.n_slow); /* prefill + slow t >= 1 */
+        ck_assert_str_ne(s.digest_hex, d.digest_hex); /* the mode is hashed */
+        printf("%s: sfi (K, n_recent covering the context, %d slow of 24) == dense, logits "
+               "bit-identical\n", models[mi], s.n_slow);
+        free(rs.logits);
+        free(rd.logits);
+        sfi_decode_result_free(&s);
+        sfi_decode_result_free(&d);
+    }
+}
+END_TEST
+
+START_TEST(step_kinds_follow_the_trigger_policy)
+{
+    init_trig();
+    sfi_decode_opts o;
+    sfi_decode_opts_default(&o);
+    o.max_new = 40;
+    o.is_trigger = trig;
+    o.n_trigger_vocab = 512;
+    set(&o.params, "K=8");
+    set(&o.params, "n_recent=6");
+    set(&o.params, "T_max=7");
+    rec r;
+    sfi_decode_result res;
+    run("tiny-qwen3-moe-nonorm", &o, &r, &res);
+    ck_assert_int_eq(res.kinds[0], SFI_STEP_SLOW);
+    ck_assert_int_eq(res.reasons[0], SFI_REASON_FIRST);
+    int last = 0, n_trig = 0, n_tmax = 0;
+    for (int t = 1; t < res.n_generated; t++) {
+        int want_trig = trig[res.ids[t - 1]];
+        int want_tmax = t - last >= 7;
+        if (want_trig) {
+            ck_assert_int_eq(res.kinds[t], SFI_STEP_SLOW);
+            ck_assert_int_eq(res.reasons[t], SFI_REASON_TRIGGER);
+            n_trig++;
+        } else if (want_tmax) {
+            ck_assert_int_eq(res.kinds[t], SFI_STEP_SLOW);
+            ck_assert_int_eq(res.reasons[t], SFI_REASON_TMAX);
+            n_tmax++;
+        } else {
+            ck_assert_int_eq(res.kinds[t], SFI_STEP_FAST);
+        }
+        if (res.kinds[t] == SFI_STEP_SLOW)
+            last = t;
+    }
+    ck_assert_int_gt(n_tmax, 0);
+    ck_assert_int_eq(res.n_slow, 1 + n_trig + n_tmax);
+    ck_assert(fabs(res.slow_fraction - (double)res.n_slow / res.n_generated) < 1e-12);
+    /* a small fast set loses some mass somewhere */
+    ck_assert_float_lt(r.min_mass, 1.0f);
+    printf("trigger policy: %d trigger + %d T_max slow steps of %d\n", n_trig, n_tmax,
+           res.n_generated);
+    free(r.logits);
+    sfi_decode_result_free(&res);
+}
+END_TEST
+
+/* Golden digests: the scalar reference is bit-exact across compilers and
+ * optimization levels, so these runs must hash the same everywhere. */
+START_TEST(golden_digests)
+{
+    static const char *want[3][2] = {
+        {"e93a8ccd65b67cb7090fce0e94b09dc2dc10c4a3e6cb745f864d3705c0480638",
+         "0a68a9860634f1c1e8f4639911d2ac9639d2690189f983ea60ef7cae06446595"},
+        {"9b7eb758426893bf5a37c4ae0bd8251e349302be0583f932904ccc247a78c85b",
+         "68553c7248be849836f4cc2af103864bbde767e7b8e593989683f34144e49c67"},
+        {"636bd4a57c1ed98e828e84722436412054087f6b7b45f4a974f4c970f528148c",
+         "902206a8e7c6651b8ba4b8ba0559521d2d393ca45c24994bafc2d66c742164ab"},
+    };
+    init_trig();
+    int mismatches = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int mode = 0; mode < 2; mode++) {
+            sfi_decode_opts o;
+            sfi_decode_opts_default(&o);
+            o.mode = mode ? SFI_DECODE_DENSE : SFI_DECODE_SFI;
+            o.max_new = 24;
+            o.is_trigger = trig;
+            o.n_trigger_vocab = 512;
+            set(&o.params, "K=12");
+            set(&o.params, "n_recent=8");
+            set(&o.params, "T_max=6");
+            rec r;
+            sfi_decode_result res;
+            run(models[mi], &o, &r, &res);
+            printf("digest %s %s: %s (slow %d of %d)\n", models[mi],
+                   sfi_decode_mode_name(o.mode), res.digest_hex, res.n_slow, res.n_generated);
+            if (strcmp(res.digest_hex, want[mi][mode])) {
+                fprintf(stderr, "digest %s %s: %s, golden %s\n", models[mi],
+                        sfi_decode_mode_name(o.mode), res.digest_hex, want[mi][mode]);
+                mismatches++;
+            }
+            free(r.logits);
+            sfi_decode_result_free(&res);
+        }
+    ck_assert_int_eq(mismatches, 0);
+}
+END_TEST
+
+START_TEST(bad_requests_refused)
+{
+    sfi_qwen3 *m;
+    sfi_error e;
+    ck_assert_int_eq(sfi_qwen3_load(hf_path("tiny-qwen3"), &m, &e), SFI_OK);
+    sfi_decode_opts o;
+    sfi_decode_opts_default(&o);
+    sfi_decode_result res;
+    int32_t ids[300];
+    for (int i = 0; i < 300; i++)
+        ids[i] = i;
+    o.max_new = 10;
+    /* max_position_embeddings is 256 */
+    ck_assert_int_eq(sfi_decode_run(m, &o, ids, 250, NULL, &res, &e), SFI_ERANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "max_position_embeddings 256"));
+    ck_assert_int_eq(sfi_decode_run(m, &o, ids, 0, NULL, &res, &e), SFI_EINVAL);
+    ids[3] = 512;
+    ck_assert_int_eq(sfi_decode_run(m, &o, ids, 5, NULL, &res, &e), SFI_ERANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "token 3"));
+    ids[3] = 3;
+    o.max_new = 0;
+    ck_assert_int_eq(sfi_decode_run(m, &o, ids, 5, NULL, &res, &e), SFI_EINVAL);
+    o.max_new = 3;
+    o.params.K = 0;
+    ck_assert_int_ne(sfi_decode_run(m, &o, ids, 5, NULL, &res, &e), SFI_OK);
+    sfi_qwen3_free(m);
+    sfi_decode_mode m2;
+    ck_assert_int_eq(sfi_decode_mode_parse("sparse", &m2, &e), SFI_EINVAL);
+}
+END_TEST
+
+/* sfi-ref run: JSON output equals the library's result; errors exit 1/2
+ * with a message. */
+START_TEST(cli_run)
+{
+    /* sfi_test_build and sfi_test_src share a static buffer: copy */
+    char sfi_ref[2048];
+    snprintf(sfi_ref, sizeof sfi_ref, "%s", sfi_test_build("sfi-ref"));
+    char *dir = sfi_test_tmpdir();
+    char ids_path[2048], cmd[8192];
+    snprintf(ids_path, sizeof ids_path, "%s/p.ids", dir);
+    int n;
+    int32_t *ids = prompt0("tiny-qwen3", &n);
+    FILE *f = fopen(ids_path, "w");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%d%c", (int)ids[i], i % 10 == 9 ? '\n' : ' ');
+    fclose(f);
+    char *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 12 --param K=12 "
+             "--param n_recent=8 --param T_max=4 --json", sfi_ref,
+             hf_path("tiny-qwen3"), ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    ck_assert_msg(j != NULL, "not JSON: %s", out);
+    json_t *g = json_object_get(j, "generated_ids"), *steps = json_object_get(j, "steps");
+    ck_assert_uint_eq(json_array_size(g), 12);
+    ck_assert_uint_eq(json_array_size(steps), 12);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(steps, 0), "kind")), "slow");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(steps, 0), "reason")), "first");
+    /* same run through the library */
+    sfi_qwen3 *m;
+    sfi_error e;
+    ck_assert_int_eq(sfi_qwen3_load(hf_path("tiny-qwen3"), &m, &e), SFI_OK);
+    sfi_decode_opts o;
+    sfi_decode_opts_default(&o);
+    o.max_new = 12;
+    set(&o.params, "K=12");
+    set(&o.params, "n_recent=8");
+    set(&o.params, "T_max=4");
+    sfi_decode_result res;
+    ck_assert_int_eq(sfi_decode_run(m, &o, ids, n, NULL, &res, &e), SFI_OK);
+    for (int t = 0; t < 12; t++)
+        ck_assert_int_eq(json_integer_value(json_array_get(g, (size_t)t)), res.ids[t]);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "digest")), res.digest_hex);
+    ck_assert(fabs(json_real_value(json_object_get(j, "slow_fraction")) - res.slow_fraction) < 1e-12);
+    sfi_decode_result_free(&res);
+    sfi_qwen3_free(m);
+    json_decref(j);
+    free(out);
+    free(err);
+    /* text output has the digest line and one line per step */
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --mode dense",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\ndigest: "));
+    ck_assert_ptr_nonnull(strstr(out, "  2 slow always "));
+    ck_assert_ptr_nonnull(strstr(out, "slow_fraction: 1.000000 (3 of 3 steps)"));
+    free(out);
+    free(err);
+    /* errors */
+    struct {
+        const char *args;
+        int status;
+        const char *msg;
+    } bad[] = {
+        {"--max-new 250", 1, "max_position_embeddings 256"},
+        {"--max-new 0", 2, "--max-new '0'"},
+        {"--max-new 3 --mode sparse", 2, "mode 'sparse'"},
+        {"--max-new 3 --param K=-1", 2, "K"},
+        {"--max-new 3 --backend gpu", 2, "backend 'gpu'"},
+        {"--max-new 3 --bogus", 2, "--bogus"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s %s",
+                 sfi_ref, hf_path("tiny-qwen3"), ids_path, bad[i].args);
+        ck_assert_int_eq(sfi_test_run(cmd, &out, &err), bad[i].status);
+        ck_assert_msg(strstr(err, bad[i].msg) != NULL, "%s: stderr '%s'", bad[i].args, err);
+        free(out);
+        free(err);
+    }
+    /* a prompt longer than max_position_embeddings, a bad ids file, no model,
+     * text without a tokenizer */
+    f = fopen(ids_path, "w");
+    for (int i = 0; i < 300; i++)
+        fprintf(f, "%d ", i);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 1",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "prompt of 300 tokens is longer than the model's max_position_embeddings 256"));
+    free(out);
+    free(err);
+    f = fopen(ids_path, "w");
+    fprintf(f, "1 2 x3\n");
+    fclose(f);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "p.ids: byte 4"));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s run --model %s/none --prompt-ids %s --max-new 1",
+             sfi_ref, dir, ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "none"));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt hello --max-new 1",
+             sfi_ref, hf_path("tiny-qwen3"));
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "no vocab.json"));
+    free(out);
+    free(err);
+    free(ids);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("decode");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, sfi_covering_context_equals_dense);
+    tcase_add_test(tc, step_kinds_follow_the_trigger_policy);
+    tcase_add_test(tc, golden_digests);
+    tcase_add_test(tc, bad_requests_refused);
+    tcase_add_test(tc, cli_run);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,308 @@
+/* sfi-sim sweep, presets and validate through the built program: outputs,
+ * figures, traces, and every kind of bad input. */
+#include <config.h>
+
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sfi_test_util.h"
+#include "sfi_trace.h"
+
+static char sim[4096], tokdir[4096];
+static char *tmp;
+
+static void setup(void)
+{
+    snprintf(sim, sizeof sim, "%s", sfi_test_build("sfi-sim"));
+    snprintf(tokdir, sizeof tokdir, "%s", sfi_test_src("tests/fixtures/qwen3-tokenizer"));
+    tmp = sfi_test_tmpdir();
+    ck_assert_ptr_nonnull(tmp);
+}
+
+static void teardown(void)
+{
+    sfi_test_rmtree(tmp);
+    free(tmp);
+}
+
+/* Runs sfi-sim with args in the temp dir (so a default PNG lands there). */
+static int run(const char *args, char **out, char **err)
+{
+    size_t n = strlen(tmp) + strlen(sim) + strlen(args) + 64;
+    char *cmd = malloc(n);
+    ck_assert_ptr_nonnull(cmd);
+    snprintf(cmd, n, "cd '%s' && SFI_TRACE= '%s' %s", tmp, sim, args);
+    int rc = sfi_test_run(cmd, out, err);
+    free(cmd);
+    return rc;
+}
+
+static int is_png(const char *path)
+{
+    size_t n;
+    char *d = sfi_test_read_file(path, &n);
+    int ok = d && n > 1000 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8);
+    free(d);
+    return ok;
+}
+
+START_TEST(csv_rows_and_speedups)
+{
+    char *out, *err;
+    int rc = run("sweep --synthetic --no-png --models Qwen3-4B --gpus H100 --contexts 32K "
+                 "--batch 1 --format csv",
+                 &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    /* Header + one row per policy (11). */
+    int lines = 0;
+    for (char *p = out; *p; p++)
+        lines += *p == '\n';
+    ck_assert_int_eq(lines, 12);
+    ck_assert_ptr_nonnull(strstr(out, "model,gpu,tp,context,batch,policy,fits,tokens_per_s,speedup"));
+    ck_assert_ptr_nonnull(strstr(out, "Qwen3-4B,H100-SXM,1,32768,1,full,1,"));
+    /* SFI beats full KV at 32K; full's speedup is 1. */
+    char *full = strstr(out, ",full,1,"), *sfi = strstr(out, ",sfi,1,");
+    ck_assert_ptr_nonnull(full);
+    ck_assert_ptr_nonnull(sfi);
+    double ft, fs, st, ss;
+    ck_assert_int_eq(sscanf(full, ",full,1,%lf,%lf", &ft, &fs), 2);
+    ck_assert_int_eq(sscanf(sfi, ",sfi,1,%lf,%lf", &st, &ss), 2);
+    ck_assert(fs == 1.0);
+    ck_assert(ss > 1.2 && st > ft);
+    free(out);
+    free(err);
+}
+END_TEST
+
+START_TEST(json_and_output_file)
+{
+    char *out, *err, path[4200];
+    int rc = run("sweep --synthetic --no-png --models Qwen3-0.6B,Qwen3-30B-A3B --contexts 8K,16K "
+                 "--policies full,sfi,quest:page=32,k=1024 --format json -o rows.json",
+                 &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_str_eq(out, "");
+    snprintf(path, sizeof path, "%s/rows.json", tmp);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    ck_assert_msg(j != NULL, "%s", je.text);
+    json_t *rows = json_object_get(j, "rows");
+    ck_assert_uint_eq(json_array_size(rows), 2 * 2 * 3);
+    json_t *r = json_array_get(rows, 2);
+    ck_assert_str_eq(json_string_value(json_object_get(r, "policy")), "quest:page=32,k=1024");
+    ck_assert(json_is_true(json_object_get(r, "fits")));
+    ck_assert(json_real_value(json_object_get(r, "tokens_per_s")) > 0);
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "stream")), "SYNTHETIC"));
+    json_decref(j);
+    free(out);
+    free(err);
+}
+END_TEST
+
+START_TEST(default_run_writes_table_and_png)
+{
+    char *out, *err, path[4200];
+    /* Default everything, but a synthetic stream so the test does not depend
+     * on which sample traces are bundled. */
+    int rc = run("--synthetic --timeline-png tl.png", &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_ptr_nonnull(strstr(out, "SYNTHETIC trigger stream"));
+    ck_assert_ptr_nonnull(strstr(out, "Qwen3-235B-A22B  B200"));
+    ck_assert_ptr_nonnull(strstr(out, "131072"));
+    ck_assert_ptr_nonnull(strstr(out, "kascade"));
+    snprintf(path, sizeof path, "%s/sfi-sim-sweep.png", tmp);
+    ck_assert(is_png(path));
+    snprintf(path, sizeof path, "%s/tl.png", tmp);
+    ck_assert(is_png(path));
+    free(out);
+    free(err);
+}
+END_TEST
+
+/* A tokens-level trace whose text ends a sentence ('.' = id 13) every 10
+ * tokens. */
+static void make_trace(const char *path, int n_steps)
+{
+    sfi_trace_meta m;
+    sfi_trace_meta_init(&m);
+    m.tool = "test_sweep";
+    m.policy = "sfi";
+    m.n_vocab = 151936;
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_create(path, &m, SFI_TRACE_OVERWRITE, 0, &w, &e) == SFI_OK, "%s", e.msg);
+    int32_t prompt[4] = {785, 3974, 13, 1};
+    int64_t id;
+    ck_assert_int_eq(sfi_trace_add_request(w, prompt, 4, &id, &e), SFI_OK);
+    for (int t = 0; t < n_steps; t++)
+        ck_assert_msg(sfi_trace_append_step(w, id, t, 100 + t, t % 10 == 9 ? 13 : 2000 + t % 7,
+                                            t % 10 == 0 ? SFI_STEP_SLOW : SFI_STEP_FAST,
+                                            t % 10 == 0 ? SFI_REASON_TRIGGER : SFI_REASON_NONE, &e) == SFI_OK,
+                      "%s", e.msg);
+    ck_assert_int_eq(sfi_trace_finish(w, &e), SFI_OK);
+}
+
+START_TEST(default_run_finds_bundled_traces)
+{
+    /* With the repository's traces/ databases the default run replays them;
+     * without any, it says it fell back to a synthetic stream. */
+    char pat[4200];
+    snprintf(pat, sizeof pat, "%s", sfi_test_src("traces/kjv-8k.db"));
+    int have = access(pat, R_OK) == 0;
+    char *out, *err;
+    int rc = run("--no-png --models Qwen3-0.6B --contexts 8K --policies sfi", &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    if (have) {
+        ck_assert_msg(strstr(out, "# sfi-sim sweep: trace ") != NULL, "%s", out);
+        ck_assert_ptr_nonnull(strstr(out, "decode tokens"));
+    } else {
+        ck_assert_ptr_nonnull(strstr(out, "SYNTHETIC"));
+        ck_assert_ptr_nonnull(strstr(err, "no sample trace found"));
+    }
+    free(out);
+    free(err);
+}
+END_TEST
+
+START_TEST(trace_drives_the_trigger_stream)
+{
+    char path[4200], args[12000], *out, *err;
+    snprintf(path, sizeof path, "%s/t.db", tmp);
+    make_trace(path, 1000);
+    snprintf(args, sizeof args,
+             "--trace '%s' --tokenizer '%s' --no-png --models Qwen3-4B --contexts 32K --batch 1 "
+             "--policies boundary,sfi --steps 1000 --format csv",
+             path, tokdir);
+    int rc = run(args, &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    /* Boundary: step 0 plus one slow step after each '.' (every 10th
+     * token): 1 + 99 of 1000 steps (the last '.' is x_999). */
+    char *b = strstr(out, ",boundary,1,");
+    ck_assert_ptr_nonnull(b);
+    double v[7];
+    ck_assert_int_eq(sscanf(b, ",boundary,1,%lf,%lf,%lf,%lf,%lf,%lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]), 6);
+    ck_assert_msg(v[5] > 0.0999 && v[5] < 0.1001, "slow fraction %g", v[5]);
+    free(out);
+    free(err);
+    /* The same through $SFI_TRACE, table format names the trace. */
+    char cmd[16000];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && SFI_TRACE='%s' '%s' --tokenizer '%s' --no-png --models Qwen3-4B "
+             "--contexts 32K --policies sfi",
+             tmp, path, sim, tokdir);
+    rc = sfi_test_run(cmd, &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_ptr_nonnull(strstr(out, "trace "));
+    ck_assert_ptr_nonnull(strstr(out, "t.db"));
+    ck_assert_ptr_null(strstr(out, "SYNTHETIC"));
+    free(out);
+    free(err);
+}
+END_TEST
+
+static void expect_fail(const char *args, int want_rc, const char *want_msg)
+{
+    char *out, *err;
+    int rc = run(args, &out, &err);
+    ck_assert_msg(rc == want_rc, "'%s': rc %d, want %d; stderr: %s", args, rc, want_rc, err);
+    ck_assert_msg(strstr(err, want_msg) != NULL, "'%s': stderr lacks '%s': %s", args, want_msg, err);
+    free(out);
+    free(err);
+}
+
+START_TEST(bad_input)
+{
+    expect_fail("--synthetic --no-png --gpus A100", 1, "unknown GPU 'A100'");
+    expect_fail("--synthetic --no-png --models Qwen9-1T", 1, "Qwen9-1T");
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 1K", 1,
+                "K = 2048 is larger than the context");
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 32K --param K=40000", 1,
+                "K = 40000 is larger than the context");
+    expect_fail("--synthetic --no-png --models Qwen3-235B-A22B --gpus H100 --tp 1 --batch 64", 1,
+                "nothing fits");
+    expect_fail("--synthetic --no-png --models Qwen3-4B --tp 3", 1, "--tp 3");
+    expect_fail("--synthetic --no-png --policies sfi,h2o", 1, "unknown policy 'h2o'");
+    expect_fail("--synthetic --no-png --format xml", 2, "--format");
+    expect_fail("--synthetic --no-png --contexts 8Q", 2, "--contexts");
+    expect_fail("--synthetic --no-png --bogus", 2, "--bogus");
+    expect_fail("--trace /nonexistent/x.db --no-png", 1, "/nonexistent/x.db");
+    expect_fail("--synthetic --no-png --profile /nonexistent/p.json", 1, "/nonexistent/p.json");
+    expect_fail("--synthetic --no-png --param K=-3", 1, "K");
+    /* A file that is not a trace, and a trace without decode steps. */
+    char path[4200], args[9000];
+    snprintf(path, sizeof path, "%s/junk.db", tmp);
+    ck_assert_int_eq(sfi_test_write_file(path, "not sqlite at all", 17), 0);
+    snprintf(args, sizeof args, "--trace '%s' --no-png", path);
+    expect_fail(args, 1, "junk.db");
+    snprintf(path, sizeof path, "%s/empty.db", tmp);
+    make_trace(path, 0);
+    snprintf(args, sizeof args, "--trace '%s' --tokenizer '%s' --no-png", path, tokdir);
+    expect_fail(args, 1, "no decode steps");
+    /* A GPU file with a bad value. */
+    snprintf(path, sizeof path, "%s/gpu.json", tmp);
+    const char *g = "{\"sfi_gpu\":1,\"name\":\"G\",\"hbm_capacity_GB\":80,\"hbm_bandwidth_TBps\":0,"
+                    "\"bf16_dense_TFLOPS\":1,\"fp8_dense_TFLOPS\":1,\"sm_count\":1,\"l2_MB\":1,"
+                    "\"nvlink_GBps\":1}";
+    ck_assert_int_eq(sfi_test_write_file(path, g, strlen(g)), 0);
+    snprintf(args, sizeof args, "--synthetic --no-png --gpus '%s'", path);
+    expect_fail(args, 1, "hbm_bandwidth_TBps");
+    /* Nothing half-written: an unwritable PNG path fails cleanly. */
+    expect_fail("--synthetic --models Qwen3-4B --contexts 32K --png /nonexistent/dir/x.png", 1,
+                "/nonexistent/dir/x.png");
+}
+END_TEST
+
+START_TEST(presets_and_validate)
+{
+    char *out, *err;
+    ck_assert_int_eq(run("presets", &out, &err), 0);
+    ck_assert_ptr_nonnull(strstr(out, "B200"));
+    ck_assert_ptr_nonnull(strstr(out, "H100-SXM"));
+    ck_assert_ptr_nonnull(strstr(out, "Qwen3-235B-A22B"));
+    ck_assert_ptr_nonnull(strstr(out, "kascade"));
+    free(out);
+    free(err);
+    char path[4200], args[9000];
+    snprintf(path, sizeof path, "%s/prof.json", tmp);
+    const char *p = "{\"sfi_profile\":1,\"name\":\"t\",\"gpu\":\"H100-SXM\",\"measurements\":["
+                    "{\"kernel\":\"attn_dense\",\"batch\":16,\"context\":32768,\"q_heads\":32,"
+                    "\"kv_heads\":8,\"head_dim\":128,\"time_us\":850}]}";
+    ck_assert_int_eq(sfi_test_write_file(path, p, strlen(p)), 0);
+    snprintf(args, sizeof args, "validate --profile '%s'", path);
+    ck_assert_int_eq(run(args, &out, &err), 0);
+    /* 16 x 32768 x 4096 B = 2 GiB at 3.35 TB/s / 0.75 + 3 us = 857.7 us. */
+    ck_assert_msg(strstr(out, "attn_dense") && strstr(out, "857.7"), "%s", out);
+    free(out);
+    free(err);
+    expect_fail("validate --profile /nonexistent/p.json", 1, "/nonexistent/p.json");
+    ck_assert_int_eq(run("validate --help", &out, &err), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--profile"));
+    free(out);
+    free(err);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("sweep");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, csv_rows_and_speedups);
+    tcase_add_test(tc, json_and_output_file);
+    tcase_add_test(tc, default_run_writes_table_and_png);
+    tcase_add_test(tc, default_run_finds_bundled_traces);
+    tcase_add_test(tc, trace_drives_the_trigger_stream);
+    tcase_add_test(tc, bad_input);
+    tcase_add_test(tc, presets_and_validate);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
