@@ -329,7 +329,7 @@ int sfi_analyze_report_write(FILE *out, sfi_analyze_format f, const sfi_analyze_
 sfi_status sfi_analyze_png_support(const char *path, const sfi_analyze_source *src, int layer,
                                    int kvh, sfi_error *err)
 {
-    int S = src->n_steps, NY = 200;
+    int S = src->n_steps, NY = src->max_ctx < 200 ? src->max_ctx : 200;
     if (S > 2000)
         S = 2000;  /* the picture shows the first 2000 steps */
     double *z = calloc((size_t)S * NY, sizeof(double));

@@ -426,7 +426,7 @@ START_TEST(cli_end_to_end)
         if (!strcmp(nm, "fasa")) /* only the snapshot step: 2 heads */
             ck_assert_double_eq_tol(json_real_value(json_object_get(p, "n")), 2.0, 1e-9);
     }
-    /* token 3 is produced at steps 3, 10, 17, 24: slow steps 0, 4, 11, 18, 25 */
+    /* token 3 is produced at steps 6, 13, 20, 27: slow steps 0, 7, 14, 21, 28 */
     json_t *sfi = json_object_get(j, "sfi");
     ck_assert_double_eq_tol(json_real_value(json_object_get(sfi, "slow_fraction")), 5.0 / 30,
                             1e-9);
