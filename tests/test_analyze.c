@@ -517,6 +517,63 @@ START_TEST(cli_bad_input)
 }
 END_TEST
 
+START_TEST(cli_pools_query_head_records)
+{
+    /* 1 layer, 2 query heads sharing 1 KV head, records per query head:
+     * q0 = {5: 0.6, 9: 0.1}, q1 = {7: 0.4, 5: 0.2}; the KV head's pooled
+     * record is the mean: 5: 0.4, 7: 0.2, 9: 0.05. */
+    char *dir = sfi_test_tmpdir();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/q.db", dir);
+    sfi_trace_meta m;
+    sfi_trace_meta_init(&m);
+    m.tool = "test_analyze";
+    m.policy = "sfi";
+    m.level = SFI_TRACE_FULL;
+    m.n_layers = 1;
+    m.n_heads = 2;
+    m.n_kv_heads = 1;
+    m.head_dim = 4;
+    m.top_m = 2;
+    m.topm_heads = SFI_TRACE_HEADS_QUERY;
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_create(path, &m, 0, 0, &w, &e) == SFI_OK, "%s", e.msg);
+    int32_t prompt[3] = {1, 2, 3};
+    int64_t req;
+    ck_assert_int_eq(sfi_trace_add_request(w, prompt, 3, &req, &e), SFI_OK);
+    for (int t = 0; t < 5; t++) {
+        ck_assert_int_eq(sfi_trace_append_step(w, req, t, 20 + t, 1, t ? SFI_STEP_FAST : SFI_STEP_SLOW,
+                                               t ? SFI_REASON_NONE : SFI_REASON_FIRST, &e), 0);
+        int32_t p0[2] = {5, 9}, p1[2] = {7, 5};
+        float q0[2] = {0.6f, 0.1f}, q1[2] = {0.4f, 0.2f};
+        ck_assert_int_eq(sfi_trace_add_topm(w, req, t, 0, 0, p0, q0, 2, 0.3f, &e), 0);
+        ck_assert_int_eq(sfi_trace_add_topm(w, req, t, 0, 1, p1, q1, 2, 0.4f, &e), 0);
+    }
+    ck_assert_msg(sfi_trace_finish(w, &e) == SFI_OK, "%s", e.msg);
+    double want[2] = {0.4, 0.6};
+    for (int b = 1; b <= 2; b++) {
+        char args[8192], *out = NULL, *errs = NULL;
+        snprintf(args, sizeof args, "'%s' --budget %d --policies oracle,sfi --param n_recent=2 "
+                 "--format json", path, b);
+        int rc = run_cli(dir, args, &out, &errs);
+        ck_assert_msg(rc == 0, "rc %d: %s", rc, errs);
+        json_error_t je;
+        json_t *j = json_loads(out, 0, &je);
+        ck_assert_ptr_nonnull(j);
+        json_t *o = json_array_get(json_object_get(j, "policies"), 0);
+        ck_assert_str_eq(json_string_value(json_object_get(o, "name")), "oracle");
+        ck_assert_double_eq_tol(json_real_value(json_object_get(o, "recall_lo")), want[b - 1],
+                                1e-6);
+        json_decref(j);
+        free(out);
+        free(errs);
+    }
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("analyze");
@@ -531,6 +588,7 @@ int main(void)
     tcase_set_timeout(tcli, 120);
     tcase_add_test(tcli, cli_end_to_end);
     tcase_add_test(tcli, cli_bad_input);
+    tcase_add_test(tcli, cli_pools_query_head_records);
     suite_add_tcase(s, tcli);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
