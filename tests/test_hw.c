@@ -108,9 +108,12 @@ START_TEST(default_profile_file_matches_builtin)
     ck_assert_msg(sfi_hw_profile_load(path, &file, &m, &nm, &e) == SFI_OK, "%s", e.msg);
     ck_assert_uint_eq(nm, 0);
     ck_assert_ptr_null(m);
-    for (int c = 0; c < SFI_KC_COUNT; c++)
+    for (int c = 0; c < SFI_KC_COUNT; c++) {
         ck_assert_msg(def.efficiency[c] == file.efficiency[c], "efficiency.%s differs",
                       sfi_kernel_class_name((sfi_kernel_class)c));
+        ck_assert_msg(fabs(def.fixed_s[c] - file.fixed_s[c]) < 1e-15, "fixed_us.%s differs",
+                      sfi_kernel_class_name((sfi_kernel_class)c));
+    }
     /* The file says microseconds: equal up to the rounding of * 1e-6. */
     ck_assert(fabs(def.launch_s - file.launch_s) < 1e-15);
     ck_assert(fabs(def.step_overhead_s - file.step_overhead_s) < 1e-15);
@@ -147,6 +150,7 @@ START_TEST(profile_parse_partial_measurements_and_errors)
         {"{\"sfi_profile\":1,\"launch_us\":-1}", "launch_us"},
         {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"x\"}]}", "measurements[0]"},
         {"{\"sfi_profile\":1,\"bogus\":1}", "bogus: unknown key"},
+        {"{\"sfi_profile\":1,\"fixed_us\":{\"topk\":-1}}", "fixed_us.topk"},
         {"{\"sfi_gpu\":1}", "sfi_profile: missing"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
