@@ -188,6 +188,18 @@ START_TEST(trace_drives_the_trigger_stream)
     ck_assert_msg(v[5] > 0.0999 && v[5] < 0.1001, "slow fraction %g", v[5]);
     free(out);
     free(err);
+    /* Without --tokenizer, the trigger tokens come from the trace's
+     * recorded sfi decisions: the same slow fraction. */
+    snprintf(args, sizeof args,
+             "--trace '%s' --no-png --models Qwen3-4B --contexts 32K --batch 1 "
+             "--policies boundary,sfi --steps 1000 --format json",
+             path);
+    rc = run(args, &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_ptr_nonnull(strstr(out, "recorded decisions"));
+    ck_assert_msg(strstr(out, "\"slow_fraction\": 0.1,") != NULL, "%s", out);
+    free(out);
+    free(err);
     /* The same through $SFI_TRACE, table format names the trace. */
     char cmd[16000];
     snprintf(cmd, sizeof cmd,
