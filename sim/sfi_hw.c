@@ -373,6 +373,7 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
     sfi_hw_profile_default(&p);
     sfi_hw_measurement *ms = NULL;
     size_t nms = 0;
+    unsigned eff_set = 0, fixed_set = 0;
     st = check_version(root, "sfi_profile", origin, err);
     const char *key;
     json_t *v;
@@ -413,6 +414,7 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
                     break;
                 }
                 p.efficiency[c] = d;
+                eff_set |= 1u << c;
             }
         } else if (!strcmp(key, "fixed_us")) {
             if (!json_is_object(v)) {
@@ -439,6 +441,7 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
                     break;
                 }
                 p.fixed_s[c] = d * 1e-6;
+                fixed_set |= 1u << c;
             }
         } else if (!strcmp(key, "launch_us") || !strcmp(key, "step_overhead_us") ||
                    !strcmp(key, "allreduce_latency_us")) {
@@ -493,6 +496,12 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
         free(ms);
         return st;
     }
+    /* An efficiency measured without a fixed cost describes the class
+     * alone: the default's fixed cost (fitted with the default's
+     * efficiency) does not carry over. */
+    for (int c = 0; c < SFI_KC_COUNT; c++)
+        if ((eff_set & (1u << c)) && !(fixed_set & (1u << c)))
+            p.fixed_s[c] = 0;
     *out = p;
     if (meas) {
         *meas = ms;

@@ -25,7 +25,8 @@
  * efficiency[c] is the achieved fraction of the binding roofline (HBM
  * bandwidth or tensor FLOP/s) of kernel class c; fixed_us[c] a fixed cost
  * per kernel of the class on top of launch_us; every class is optional
- * (missing ones keep the default profile's value). overlap_contention is
+ * (missing ones keep the default profile's value, except that a class
+ * whose efficiency is given without a fixed_us has no fixed cost). overlap_contention is
  * the fraction of side-stream (Selector + reorg) time that still slows the
  * main stream while overlapped (they share HBM). "measurements" is optional;
  * `sfi-sim validate` compares each with the model's prediction. Kernel names

@@ -138,6 +138,13 @@ START_TEST(profile_parse_partial_measurements_and_errors)
     ck_assert(p.efficiency[SFI_KC_ATTN_DENSE] == 0.9);
     ck_assert(p.efficiency[SFI_KC_GEMM] == def.efficiency[SFI_KC_GEMM]);
     ck_assert(fabs(p.launch_s - 2.5e-6) < 1e-15);
+    /* attn_sparse keeps its default fixed cost; a class given only an
+     * efficiency has none. */
+    ck_assert(p.fixed_s[SFI_KC_ATTN_SPARSE] == def.fixed_s[SFI_KC_ATTN_SPARSE]);
+    const char *j2 = "{\"sfi_profile\":1,\"efficiency\":{\"attn_sparse\":0.6}}";
+    sfi_hw_profile p2;
+    ck_assert_int_eq(sfi_hw_profile_parse(j2, strlen(j2), "p2.json", &p2, NULL, NULL, &e), SFI_OK);
+    ck_assert(p2.fixed_s[SFI_KC_ATTN_SPARSE] == 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_str_eq(m[0].kernel, "attn_dense");
     ck_assert_int_eq(m[0].context, 32768);
