@@ -256,11 +256,14 @@ int sfi_gpu_cmd_bench(int argc, char **argv)
     sfi_gpu_attn_ws aws;
     CK(cudaMalloc(&attn_ws_mem, sfi_gpu_attn_ws_bytes(B, HQ, D)));
     sfi_gpu_attn_ws_carve(&aws, attn_ws_mem, B, HQ, D);
+    CK(sfi_gpu_attn_ws_init(&aws, 0));
     sfi_gpu_step_desc h, *d_desc;
     CK(cudaMalloc((void **)&d_desc, sizeof h));
 
-    /* 1. copy bandwidth: 4 GiB moved (2 GiB read + 2 GiB written) */
-    const size_t cp_bytes = (size_t)2 << 30;
+    /* 1. copy bandwidth: 2 GiB read + 2 GiB written (less with --quick) */
+    size_t cp_bytes = (size_t)2 << 30;
+    if (cp_bytes > pool_elems * esz)
+        cp_bytes = pool_elems * esz;
     double copy_ms;
     TIME_MS(&t, copy_ms, cudaMemcpyAsync(vp, kp, cp_bytes, cudaMemcpyDeviceToDevice, t.st));
     CK(sfi_gpu_fill_random(vp, pool_elems, dt, 2, 1.0f, t.st));
@@ -303,6 +306,27 @@ int sfi_gpu_cmd_bench(int argc, char **argv)
         add_meas("attn_dense", ctx, 0, 1, ms2 * 1e3);
     }
     const double dense_frac = frac_sum / n_ctx;
+    /* grid-size sweep (waves of resident CTAs) at the shortest and longest
+     * context; the kernels default to 1 wave */
+    printf("grid size sweep (us):");
+    for (int wv = 1; wv <= 8; wv *= 2)
+        printf(" %6d wave%s", wv, wv > 1 ? "s" : " ");
+    printf("\n");
+    for (int c = 0; c < n_ctx; c += n_ctx - 1) {
+        make_desc(&h, d_bt, max_blocks, ctxs[c], 2048);
+        CK(cudaMemcpyAsync(d_desc, &h, sizeof h, cudaMemcpyHostToDevice, t.st));
+        printf("  context %6d:     ", ctxs[c]);
+        for (int wv = 1; wv <= 8; wv *= 2) {
+            double ms;
+            sfi_gpu_attn_set_waves(wv);
+            TIME_MS(&t, ms, sfi_gpu_attn_dense(&h, d_desc, dt, q, kp, vp, out, NULL, &aws, 0, t.st));
+            printf(" %11.1f", ms * 1e3);
+        }
+        printf("\n");
+        if (n_ctx == 1)
+            break;
+    }
+    sfi_gpu_attn_set_waves(1);
     printf("dense with logits, mean over contexts: %.1f us at %d\n", dense_lg_us[0], ctxs[0]);
     printf("dense mean fraction of copy bandwidth: %.1f%% (target >= 80%%)\n", 100 * dense_frac);
 

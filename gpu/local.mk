@@ -16,7 +16,12 @@ sfi_gpu_SOURCES = gpu/main.c gpu/cmd_check.c gpu/cmd_bench.c $(SFI_GPU_HDRS)
 # objects (automake does not know CUDA as a language).
 SFI_GPU_CU_OBJS = $(SFI_GPU_CU:.cu=.o)
 sfi_gpu_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/gpu -I$(CUDA_HOME_DIR)/include
-sfi_gpu_LDADD = $(SFI_GPU_CU_OBJS) libsfi.la -L$(CUDA_HOME_DIR)/lib64 -lcudart -lstdc++ -lm
+# Static CUDA runtime (nvcc's own default) and static libsfi: the binary
+# then runs on a GPU machine that has the driver but none of our build's
+# shared libraries (the device runs carry just this file).
+sfi_gpu_LDADD = $(SFI_GPU_CU_OBJS) libsfi.la -L$(CUDA_HOME_DIR)/lib64 -lcudart_static \
+	-ldl -lrt -lpthread -lstdc++ -lm
+sfi_gpu_LDFLAGS = $(AM_LDFLAGS) -static-libtool-libs
 sfi_gpu_DEPENDENCIES = $(SFI_GPU_CU_OBJS) libsfi.la
 CLEANFILES += $(SFI_GPU_CU_OBJS)
 

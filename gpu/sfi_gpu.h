@@ -74,10 +74,14 @@ typedef struct {
     int nms_radius;
 } sfi_gpu_sel_params;
 
-/* Device scratch of one attention call (split partials). */
+/* Device scratch of one attention call (split partials, and the counters
+ * by which the last CTA of a (request, KV head) finds it is last). Zero the
+ * counters once with sfi_gpu_attn_ws_init; the kernels leave them zero. */
 typedef struct {
-    float *part_ml;   /* [batch][n_heads][MAX_SPLITS][2] (max, sum) */
+    float *part_ml;   /* [batch][n_heads][MAX_SPLITS][2] (max in log2 units, sum) */
     float *part_acc;  /* [batch][n_heads][MAX_SPLITS][D] */
+    int *counters;    /* [batch][n_kv] (sized batch * n_heads) */
+    int n_counters;
 } sfi_gpu_attn_ws;
 
 /* Device scratch of one Selector call (one ring slot). Each [batch][n_kv]
@@ -90,12 +94,14 @@ typedef struct {
 size_t sfi_gpu_attn_ws_bytes(int batch, int n_heads, int head_dim);
 void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_heads,
                            int head_dim);
+int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st);
 size_t sfi_gpu_sel_ws_bytes(int batch, int n_kv, int max_J);
 void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, int max_J);
 
-/* Rows per split the launchers use for `rows` positions (a multiple of the
- * kernel's rows per iteration; see sfi_gpu_attn.cu). */
-int sfi_gpu_attn_chunk(const sfi_gpu_step_desc *h, int rows, int dtype);
+/* Grid size of the split attention kernels in waves of resident CTAs
+ * (default 1; see launch_split in sfi_gpu_attn.cu). For the benchmark's
+ * sweep; not thread-safe. */
+void sfi_gpu_attn_set_waves(int waves);
 
 /* Dense decode attention over the paged cache, positions 0..ctx_len-1 of
  * each request; writes out and, when logits != NULL, the scaled logits.

@@ -16,29 +16,6 @@ constexpr float kLog2e = 1.4426950408889634f;
  * (-inf) - (-inf); real scores are far above it. */
 constexpr float kNegBig = -1e30f;
 constexpr int kWarps = 8;
-constexpr int kUnroll = 4;
-
-/* 16 bytes of K or V as floats. */
-template <typename T> struct Row16;
-template <> struct Row16<float> {
-    static constexpr int N = 4;
-    __device__ static void load(const float *p, float *x) {
-        float4 v = __ldg(reinterpret_cast<const float4 *>(p));
-        x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
-    }
-};
-template <> struct Row16<__nv_bfloat16> {
-    static constexpr int N = 8;
-    __device__ static void load(const __nv_bfloat16 *p, float *x) {
-        uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
-        uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            x[2 * i] = __uint_as_float(w[i] << 16);
-            x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        }
-    }
-};
 
 /* Address of row r of (b, kvh): dense rows are positions; sparse rows are
  * compact rows 0..n_compact-1 then the recent window in the paged cache. */
@@ -61,184 +38,302 @@ __device__ __forceinline__ const T *row_ptr(const sfi_gpu_step_desc *d, const T 
     return pool + (((size_t)blk * d->n_kv + kvh) * d->page + pos % d->page) * D;
 }
 
-/* Split kernel.
- * Launch: grid (n_splits, n_kv, batch), block 256 = 8 warps. A CTA owns
- * rows [split*chunk, (split+1)*chunk) of one (request, KV head) and all G
- * query heads of that group, so K/V are read from HBM once per group.
- * Inside a warp, LPR = D / (16 B / sizeof(T)) lanes share one row (each
- * lane loads 16 contiguous bytes: a row is one coalesced segment), and the
- * warp covers RPW = 32 / LPR rows at a time; kUnroll row batches of K and V
- * are in flight per warp. Each lane keeps an online softmax (max, sum,
- * acc of its 16-byte slice) per head; at the end the row groups merge by
- * shuffles, the warps through shared memory, and the CTA writes one
- * partial (max, sum, acc[D]) per head to part_ml/part_acc at
- * [b][h][split]. Rows past the request's end are skipped; CTAs with no row
- * exit (the combine kernel knows how many splits each request has). */
+/* 16 bytes of K or V (raw) to floats. */
+__device__ __forceinline__ void cvt16(const uint4 w, float *x, float) {
+    x[0] = __uint_as_float(w.x); x[1] = __uint_as_float(w.y);
+    x[2] = __uint_as_float(w.z); x[3] = __uint_as_float(w.w);
+}
+__device__ __forceinline__ void cvt16(const uint4 w, float *x, __nv_bfloat16) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        x[2 * i] = __uint_as_float(u[i] << 16);
+        x[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0; /* 0: zero-fill, nothing read */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+constexpr int kTileRows = 32;
+constexpr int kStages = 4;
+
+template <typename T, int D, int G> struct SplitCfg {
+    static constexpr int VEC = 16 / (int)sizeof(T);        /* elements per lane */
+    static constexpr int LPR = D / VEC;                      /* lanes per row */
+    static constexpr int RPW = 32 / LPR;                     /* rows per warp step */
+    static constexpr int NSUB = kWarps * RPW;                /* row slots per CTA */
+    static constexpr int U = kTileRows / NSUB;               /* rows per slot per tile */
+    static constexpr int W16 = D * (int)sizeof(T) / 16;      /* 16-byte words per row */
+    static constexpr int TILE_WORDS = kTileRows * W16;       /* per tensor */
+    static constexpr size_t PIPE_BYTES = (size_t)kStages * 2 * TILE_WORDS * 16;
+    static constexpr size_t MERGE_BYTES = (size_t)kWarps * G * (D + 2) * 4;
+    static constexpr size_t SMEM = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
+};
+
+/* Split kernel (flash-decoding partition with a cp.async pipeline).
+ * Launch: grid (n_splits, n_kv, batch), block 256 = 8 warps, dynamic shared
+ * memory SplitCfg::SMEM (+ the block ids). A CTA owns rows [split*chunk,
+ * (split+1)*chunk) of one (request, KV head) and all G query heads of the
+ * group, so K/V are read from HBM once per group. It streams its rows in
+ * tiles of 32 through a kStages-deep ring of shared-memory buffers
+ * (cp.async, 16 bytes per thread per copy; rows past the end are
+ * zero-filled and masked), so about (kStages-1) tiles of K and V per CTA
+ * are in flight while the warps compute on the oldest one. Compute: LPR =
+ * D*sizeof(T)/16 lanes share a row (each lane its 16-byte slice), a warp
+ * covers RPW rows at a time; per head a lane keeps an online softmax in
+ * base 2 (max m, sum l, acc of its slice), rescaling only when the max
+ * grows. At the end the row groups merge by shuffles, the warps through
+ * shared memory, and the CTA writes one partial per head: part_ml
+ * [b][h][split] = (m in log2 units, l), part_acc [b][h][split][D].
+ * Block ids of the chunk's pages are staged in shared memory once (when
+ * they fit; else read from the table per row). Rows: dense = positions;
+ * sparse = compact rows 0..n_compact-1, then the recent window in place.
+ * The logits (slow steps) are written by lane li < G of each row group. */
 template <typename T, int D, int G>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, 2)
 attn_split_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ q,
                   const T *__restrict__ kp, const T *__restrict__ vp,
                   const T *__restrict__ ck, const T *__restrict__ cv, int sparse, int chunk,
                   float *__restrict__ logits, float *__restrict__ part_ml,
-                  float *__restrict__ part_acc) {
-    constexpr int VEC = Row16<T>::N;
-    constexpr int LPR = D / VEC;
-    constexpr int RPW = 32 / LPR;
-    constexpr int NSUB = kWarps * RPW;
+                  float *__restrict__ part_acc, int *__restrict__ counters,
+                  float *__restrict__ out) {
+    using C = SplitCfg<T, D, G>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint4 *pipe = reinterpret_cast<uint4 *>(smem);
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const sfi_gpu_req rq = d->req[b];
+    const int n_kv = d->n_kv, page = d->page, H = d->n_heads, ld = d->ld_logits;
+    const int cap = d->compact_cap;
+    const int32_t *bt = d->block_table + (size_t)b * d->max_blocks;
     const int n_compact = sparse ? rq.n_compact : 0;
+    const int rb = sparse ? rq.recent_begin : 0;
     const int n_rows = sparse ? n_compact + (rq.ctx_len - rq.recent_begin) : rq.ctx_len;
-    const int start = split * chunk;
-    if (start >= n_rows) return;
-    const int end = min(n_rows, start + chunk);
-    const int H = d->n_heads;
+    /* this CTA's tiles: split, split + ns, split + 2 ns, ... (strided, so
+     * the CTAs running at one time read neighbouring tiles: a long
+     * contiguous stream per CTA would have every CTA hit the same DRAM
+     * channels at once) */
+    const int ns = (n_rows + chunk - 1) / chunk;
+    if (split >= ns) return;
+    const int n_all_tiles = (n_rows + kTileRows - 1) / kTileRows;
+    const int n_tiles = (n_all_tiles - split + ns - 1) / ns;
+    const int end = n_rows;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int rg = lane / LPR, li = lane % LPR;
-    const int sub = warp * RPW + rg;
+    const int rg = lane / C::LPR, li = lane % C::LPR;
+    const int sub = warp * C::RPW + rg;
     const float scale = rsqrtf((float)D);
+    const float scale2 = scale * kLog2e;
 
-    float qr[G][VEC];
+    auto load_tile = [&](int tile, int stage) {
+        uint4 *sk = pipe + (size_t)stage * 2 * C::TILE_WORDS;
+        uint4 *sv = sk + C::TILE_WORDS;
+        const int r0 = (split + tile * ns) * kTileRows;
+#pragma unroll
+        for (int i = 0; i < (C::TILE_WORDS + kWarps * 32 - 1) / (kWarps * 32); i++) {
+            const int w = threadIdx.x + i * kWarps * 32;
+            if (w < C::TILE_WORDS) {
+                const int rr = w / C::W16, cw = w % C::W16, r = r0 + rr;
+                const bool ok = r < end;
+                size_t off;
+                const T *kb, *vb;
+                if (!ok) { /* zero-filled: any valid address, nothing is read */
+                    off = 0;
+                    kb = kp; vb = vp;
+                } else if (r < n_compact) {
+                    off = (((size_t)b * n_kv + kvh) * cap + r) * D;
+                    kb = ck; vb = cv;
+                } else {
+                    const int pos = rb + (r - n_compact);
+                    const int blk = __ldg(bt + pos / page);
+                    off = (((size_t)blk * n_kv + kvh) * page + pos % page) * D;
+                    kb = kp; vb = vp;
+                }
+                cp_async16(sk + w, reinterpret_cast<const uint4 *>(kb + off) + cw, ok);
+                cp_async16(sv + w, reinterpret_cast<const uint4 *>(vb + off) + cw, ok);
+            }
+        }
+    };
+
+    /* Logits of a tile are staged in shared memory (lane li == g writes
+     * head g's) and written one tile later, after the barrier, as G rows of
+     * 32 consecutive floats: coalesced, instead of G scattered 4-byte
+     * stores per row. Two buffers by tile parity. */
+    __shared__ float s_lg[2][G][kTileRows];
+    auto flush_logits = [&](int tile) {
+        const int r0 = (split + tile * ns) * kTileRows;
+        for (int i = threadIdx.x; i < G * kTileRows; i += kWarps * 32) {
+            const int g = i / kTileRows, rr = i % kTileRows, r = r0 + rr;
+            if (r < end && r >= n_compact)
+                logits[((size_t)b * H + kvh * G + g) * ld + rb + (r - n_compact)] = s_lg[tile & 1][g][rr];
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; s++) {
+        if (s < n_tiles) load_tile(s, s);
+        cp_async_commit();
+    }
+    /* q after the first tiles are on their way: its latency overlaps theirs */
+    float qr[G][C::VEC];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        const float *qp = q + ((size_t)b * H + kvh * G + g) * D + li * VEC;
+        const float *qp = q + ((size_t)b * H + kvh * G + g) * D + li * C::VEC;
 #pragma unroll
-        for (int i = 0; i < VEC; i++) qr[g][i] = qp[i];
+        for (int i = 0; i < C::VEC; i++) qr[g][i] = qp[i];
     }
-    float m[G], l[G], acc[G][VEC];
+    float m[G], l[G], acc[G][C::VEC];
 #pragma unroll
     for (int g = 0; g < G; g++) {
         m[g] = kNegBig; l[g] = 0.f;
 #pragma unroll
-        for (int i = 0; i < VEC; i++) acc[g][i] = 0.f;
+        for (int i = 0; i < C::VEC; i++) acc[g][i] = 0.f;
     }
 
-    for (int base = start; base < end; base += kUnroll * NSUB) {
-        float kx[kUnroll][VEC], vx[kUnroll][VEC];
-        int pos[kUnroll];
-        bool ok[kUnroll];
+    for (int t = 0; t < n_tiles; t++) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();
+        if (t + kStages - 1 < n_tiles) load_tile(t + kStages - 1, (t + kStages - 1) % kStages);
+        cp_async_commit();
+        if (logits && t > 0) flush_logits(t - 1);
+        const uint4 *sk = pipe + (size_t)(t % kStages) * 2 * C::TILE_WORDS;
+        const uint4 *sv = sk + C::TILE_WORDS;
+        const int r0 = (split + t * ns) * kTileRows;
+        float s2[C::U][G];
 #pragma unroll
-        for (int u = 0; u < kUnroll; u++) {
-            const int r = base + u * NSUB + sub;
-            ok[u] = r < end;
-            pos[u] = -1;
-            if (ok[u]) {
-                const T *kr = row_ptr<T>(d, kp, ck, b, kvh, r, sparse, n_compact,
-                                         rq.recent_begin, &pos[u]);
-                const T *vr = row_ptr<T>(d, vp, cv, b, kvh, r, sparse, n_compact,
-                                         rq.recent_begin, &pos[u]);
-                Row16<T>::load(kr + li * VEC, kx[u]);
-                Row16<T>::load(vr + li * VEC, vx[u]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < VEC; i++) { kx[u][i] = 0.f; vx[u][i] = 0.f; }
-            }
-        }
-        float s[kUnroll][G];
-#pragma unroll
-        for (int u = 0; u < kUnroll; u++) {
+        for (int u = 0; u < C::U; u++) {
+            const int rr = u * C::NSUB + sub, r = r0 + rr;
+            float kx[C::VEC];
+            cvt16(sk[rr * C::W16 + li], kx, T());
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float a = 0.f;
 #pragma unroll
-                for (int i = 0; i < VEC; i++) a = fmaf(qr[g][i], kx[u][i], a);
+                for (int i = 0; i < C::VEC; i++) a = fmaf(qr[g][i], kx[i], a);
 #pragma unroll
-                for (int off = LPR / 2; off > 0; off >>= 1)
+                for (int off = C::LPR / 2; off > 0; off >>= 1)
                     a += __shfl_xor_sync(0xffffffffu, a, off);
-                s[u][g] = ok[u] ? a * scale : -INFINITY;
-            }
-            if (logits && ok[u] && li < G) {
-                /* lane li of the row group writes head li's logit */
-#pragma unroll
-                for (int g = 0; g < G; g++)
-                    if (g == li)
-                        logits[((size_t)b * H + kvh * G + g) * d->ld_logits + pos[u]] = s[u][g];
+                s2[u][g] = r < end ? a * scale2 : -INFINITY;
+                if (logits && li == g) s_lg[t & 1][g][rr] = a * scale;
             }
         }
 #pragma unroll
         for (int g = 0; g < G; g++) {
             float mx = m[g];
 #pragma unroll
-            for (int u = 0; u < kUnroll; u++) mx = fmaxf(mx, s[u][g]);
-            const float corr = exp2f((m[g] - mx) * kLog2e);
-            m[g] = mx;
-            l[g] *= corr;
+            for (int u = 0; u < C::U; u++) mx = fmaxf(mx, s2[u][g]);
+            if (mx > m[g]) { /* rescale only when the running max grows */
+                const float corr = fast_exp2(m[g] - mx);
+                l[g] *= corr;
 #pragma unroll
-            for (int i = 0; i < VEC; i++) acc[g][i] *= corr;
-#pragma unroll
-            for (int u = 0; u < kUnroll; u++) {
-                const float p = exp2f((s[u][g] - mx) * kLog2e);
-                l[g] += p;
-#pragma unroll
-                for (int i = 0; i < VEC; i++) acc[g][i] = fmaf(p, vx[u][i], acc[g][i]);
+                for (int i = 0; i < C::VEC; i++) acc[g][i] *= corr;
+                m[g] = mx;
             }
         }
+#pragma unroll
+        for (int u = 0; u < C::U; u++) {
+            const int rr = u * C::NSUB + sub;
+            float vx[C::VEC];
+            cvt16(sv[rr * C::W16 + li], vx, T());
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float p = fast_exp2(s2[u][g] - m[g]);
+                l[g] += p;
+#pragma unroll
+                for (int i = 0; i < C::VEC; i++) acc[g][i] = fmaf(p, vx[i], acc[g][i]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    if (logits && n_tiles > 0) {
+        __syncthreads();
+        flush_logits(n_tiles - 1);
     }
 
     /* merge the RPW row groups of the warp (lanes li, li+LPR, ...) */
 #pragma unroll
-    for (int off = LPR; off < 32; off <<= 1) {
+    for (int off = C::LPR; off < 32; off <<= 1) {
 #pragma unroll
         for (int g = 0; g < G; g++) {
             const float mo = __shfl_xor_sync(0xffffffffu, m[g], off);
             const float lo = __shfl_xor_sync(0xffffffffu, l[g], off);
             const float mx = fmaxf(m[g], mo);
-            const float a = exp2f((m[g] - mx) * kLog2e), c = exp2f((mo - mx) * kLog2e);
+            const float a = exp2f(m[g] - mx), c = exp2f(mo - mx);
             l[g] = l[g] * a + lo * c;
 #pragma unroll
-            for (int i = 0; i < VEC; i++) {
+            for (int i = 0; i < C::VEC; i++) {
                 const float ao = __shfl_xor_sync(0xffffffffu, acc[g][i], off);
                 acc[g][i] = acc[g][i] * a + ao * c;
             }
             m[g] = mx;
         }
     }
-    __shared__ float sm_m[kWarps][G], sm_l[kWarps][G];
-    __shared__ float sm_acc[kWarps][G][D];
+    __syncthreads(); /* the pipeline buffers become the merge buffers */
+    float *sm_acc = reinterpret_cast<float *>(smem);           /* [kWarps][G][D] */
+    float *sm_m = sm_acc + kWarps * G * D, *sm_l = sm_m + kWarps * G;
     if (rg == 0) {
 #pragma unroll
         for (int g = 0; g < G; g++) {
-            if (li == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+            if (li == 0) { sm_m[warp * G + g] = m[g]; sm_l[warp * G + g] = l[g]; }
 #pragma unroll
-            for (int i = 0; i < VEC; i++) sm_acc[warp][g][li * VEC + i] = acc[g][i];
+            for (int i = 0; i < C::VEC; i++) sm_acc[(warp * G + g) * D + li * C::VEC + i] = acc[g][i];
         }
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
         const int g = idx / D, dd = idx % D;
         float mx = kNegBig;
-        for (int w = 0; w < kWarps; w++) mx = fmaxf(mx, sm_m[w][g]);
+        for (int w = 0; w < kWarps; w++) mx = fmaxf(mx, sm_m[w * G + g]);
         float L = 0.f, A = 0.f;
         for (int w = 0; w < kWarps; w++) {
-            const float c = exp2f((sm_m[w][g] - mx) * kLog2e);
-            L += sm_l[w][g] * c;
-            A += sm_acc[w][g][dd] * c;
+            const float c = exp2f(sm_m[w * G + g] - mx);
+            L += sm_l[w * G + g] * c;
+            A += sm_acc[(w * G + g) * D + dd] * c;
+        }
+        if (ns == 1) { /* the only split: the output directly */
+            out[((size_t)b * H + kvh * G + g) * D + dd] = A / L;
+            continue;
         }
         const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS + split;
         part_acc[ph * D + dd] = A;
         if (dd == 0) { part_ml[ph * 2] = mx; part_ml[ph * 2 + 1] = L; }
     }
-}
-
-/* Combine kernel. Launch: grid (n_heads, batch), block D threads; thread dd
- * merges output dimension dd over the request's splits (ascending). */
-__global__ void attn_combine_kernel(const sfi_gpu_step_desc *__restrict__ d, int sparse,
-                                    int chunk, const float *__restrict__ part_ml,
-                                    const float *__restrict__ part_acc, float *__restrict__ out) {
-    const int h = blockIdx.x, b = blockIdx.y, dd = threadIdx.x, D = d->head_dim;
-    const sfi_gpu_req rq = d->req[b];
-    const int n_rows = sparse ? rq.n_compact + (rq.ctx_len - rq.recent_begin) : rq.ctx_len;
-    const int ns = (n_rows + chunk - 1) / chunk;
-    const size_t ph = ((size_t)b * d->n_heads + h) * SFI_GPU_MAX_SPLITS;
-    float mx = kNegBig;
-    for (int s = 0; s < ns; s++) mx = fmaxf(mx, part_ml[(ph + s) * 2]);
-    float L = 0.f, A = 0.f;
-    for (int s = 0; s < ns; s++) {
-        const float c = exp2f((part_ml[(ph + s) * 2] - mx) * kLog2e);
-        L += part_ml[(ph + s) * 2 + 1] * c;
-        A += part_acc[(ph + s) * D + dd] * c;
+    if (ns == 1) return;
+    /* The last CTA of this (request, KV head) to finish merges all splits
+     * (ascending) and writes the output: no separate combine launch. The
+     * counter is reset by that CTA, so the workspace stays reusable. */
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&counters[b * n_kv + kvh], 1) == ns - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
+        const int g = idx / D, dd = idx % D;
+        const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS;
+        float mx = kNegBig;
+        for (int s = 0; s < ns; s++) mx = fmaxf(mx, __ldcg(part_ml + (ph + s) * 2));
+        float L = 0.f, A = 0.f;
+        for (int s = 0; s < ns; s++) {
+            const float c = exp2f(__ldcg(part_ml + (ph + s) * 2) - mx);
+            L += __ldcg(part_ml + (ph + s) * 2 + 1) * c;
+            A += __ldcg(part_acc + (ph + s) * D + dd) * c;
+        }
+        out[((size_t)b * H + kvh * G + g) * D + dd] = A / L;
     }
-    out[((size_t)b * d->n_heads + h) * D + dd] = n_rows > 0 ? A / L : 0.f;
+    if (threadIdx.x == 0) counters[b * n_kv + kvh] = 0;
 }
 
 /* ---- bit-exact f32 path (checker) ----
@@ -349,35 +444,66 @@ __global__ void key_norms_kernel(const sfi_gpu_step_desc *__restrict__ d,
     if (lane == 0) norms[((size_t)b * d->n_kv + kvh) * d->ld_logits + pos] = sqrtf(a);
 }
 
+int g_waves = 1;
+
+/* Split size: the grid is sized to g_waves waves of resident CTAs
+ * (occupancy x SM count), split evenly over the (request, KV head) pairs;
+ * one wave by default, because each CTA's start (block ids, first tiles)
+ * costs a few microseconds that later waves would pay again, and equal
+ * chunks finish together. Rounded to whole tiles, at most MAX_SPLITS. */
 template <typename T, int D, int G>
 cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const float *q,
                          const void *kp, const void *vp, const void *ck, const void *cv,
-                         int sparse, int chunk, int n_splits, float *logits,
+                         int sparse, int max_rows, float *logits, float *out,
                          const sfi_gpu_attn_ws *ws, cudaStream_t st) {
-    dim3 grid(n_splits, h->n_kv, h->batch);
-    attn_split_kernel<T, D, G><<<grid, kWarps * 32, 0, st>>>(
-        d, q, (const T *)kp, (const T *)vp, (const T *)ck, (const T *)cv, sparse, chunk, logits,
-        ws->part_ml, ws->part_acc);
+    using C = SplitCfg<T, D, G>;
+    const size_t smem = C::SMEM;
+    /* opt in to more than 48 KiB of dynamic shared memory and read the
+     * occupancy (once per instantiation; no allocation) */
+    static int occ = 0, sms = 0;
+    if (!occ) {
+        cudaError_t e = cudaFuncSetAttribute(attn_split_kernel<T, D, G>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        int dev = 0;
+        if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+        if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+            return e;
+        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_split_kernel<T, D, G>,
+                                                               kWarps * 32, smem)) != cudaSuccess)
+            return e;
+        if (occ < 1) occ = 1;
+    }
+    const long pairs = (long)h->batch * h->n_kv;
+    long splits = (long)g_waves * occ * sms / pairs;
+    /* short rows (fast steps): at least ~1024 rows per split, since a
+     * split costs a start-up and the last one a merge; one split writes
+     * the output directly */
+    if (splits > max_rows / 1024) splits = max_rows / 1024;
+    if (splits < 1) splits = 1;
+    long chunk = (max_rows + splits - 1) / splits;
+    chunk = (chunk + kTileRows - 1) / kTileRows * kTileRows;
+    while ((max_rows + chunk - 1) / chunk > SFI_GPU_MAX_SPLITS) chunk += kTileRows;
+    const int ns = (int)((max_rows + chunk - 1) / chunk);
+    dim3 grid(ns, h->n_kv, h->batch);
+    attn_split_kernel<T, D, G><<<grid, kWarps * 32, smem, st>>>(
+        d, q, (const T *)kp, (const T *)vp, (const T *)ck, (const T *)cv, sparse, (int)chunk,
+        logits, ws->part_ml, ws->part_acc, ws->counters, out);
     return cudaGetLastError();
 }
 
 template <typename T, int D>
 cudaError_t dispatch_g(int G, const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                        const float *q, const void *kp, const void *vp, const void *ck,
-                       const void *cv, int sparse, int chunk, int ns, float *logits,
+                       const void *cv, int sparse, int rows, float *logits, float *out,
                        const sfi_gpu_attn_ws *ws, cudaStream_t st) {
     switch (G) {
-    case 1: return launch_split<T, D, 1>(h, d, q, kp, vp, ck, cv, sparse, chunk, ns, logits, ws, st);
-    case 2: return launch_split<T, D, 2>(h, d, q, kp, vp, ck, cv, sparse, chunk, ns, logits, ws, st);
-    case 4: return launch_split<T, D, 4>(h, d, q, kp, vp, ck, cv, sparse, chunk, ns, logits, ws, st);
-    case 8: return launch_split<T, D, 8>(h, d, q, kp, vp, ck, cv, sparse, chunk, ns, logits, ws, st);
+    case 1: return launch_split<T, D, 1>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
+    case 2: return launch_split<T, D, 2>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
+    case 4: return launch_split<T, D, 4>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
+    case 8: return launch_split<T, D, 8>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
     default: return cudaErrorInvalidValue;
     }
-}
-
-int rows_per_iter(int D, int dtype) {
-    const int vec = dtype == SFI_GPU_BF16 ? 8 : 4;
-    return kUnroll * kWarps * (32 / (D / vec));
 }
 
 int attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
@@ -407,31 +533,24 @@ int attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtyp
             d, (const float *)vp, (const float *)cv, sparse, rowbuf, ld, out);
         return (int)cudaGetLastError();
     }
-    const int chunk = sfi_gpu_attn_chunk(h, max_rows, dtype);
-    const int ns = (max_rows + chunk - 1) / chunk;
-    if (ns > SFI_GPU_MAX_SPLITS) return (int)cudaErrorInvalidValue;
     cudaError_t e;
     if (dtype == SFI_GPU_BF16) {
         if (D == 128)
-            e = dispatch_g<__nv_bfloat16, 128>(G, h, d, q, kp, vp, ck, cv, sparse, chunk, ns, logits, ws, st);
+            e = dispatch_g<__nv_bfloat16, 128>(G, h, d, q, kp, vp, ck, cv, sparse, max_rows, logits, out, ws, st);
         else if (D == 64)
-            e = dispatch_g<__nv_bfloat16, 64>(G, h, d, q, kp, vp, ck, cv, sparse, chunk, ns, logits, ws, st);
+            e = dispatch_g<__nv_bfloat16, 64>(G, h, d, q, kp, vp, ck, cv, sparse, max_rows, logits, out, ws, st);
         else
             return (int)cudaErrorInvalidValue;
     } else {
         if (D == 128)
-            e = dispatch_g<float, 128>(G, h, d, q, kp, vp, ck, cv, sparse, chunk, ns, logits, ws, st);
+            e = dispatch_g<float, 128>(G, h, d, q, kp, vp, ck, cv, sparse, max_rows, logits, out, ws, st);
         else if (D == 64)
-            e = dispatch_g<float, 64>(G, h, d, q, kp, vp, ck, cv, sparse, chunk, ns, logits, ws, st);
+            e = dispatch_g<float, 64>(G, h, d, q, kp, vp, ck, cv, sparse, max_rows, logits, out, ws, st);
         else
             return (int)cudaErrorInvalidValue;
     }
-    if (e != cudaSuccess) return (int)e;
-    attn_combine_kernel<<<dim3(h->n_heads, h->batch), D, 0, st>>>(d, sparse, chunk, ws->part_ml,
-                                                                   ws->part_acc, out);
-    return (int)cudaGetLastError();
+    return (int)e;
 }
-
 __device__ __forceinline__ uint32_t hash32(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
     return x;
@@ -468,30 +587,22 @@ int sfi_gpu_noop(cudaStream_t st) {
 }
 
 size_t sfi_gpu_attn_ws_bytes(int batch, int n_heads, int head_dim) {
-    return (size_t)batch * n_heads * SFI_GPU_MAX_SPLITS * (2 + head_dim) * sizeof(float);
+    return (size_t)batch * n_heads * SFI_GPU_MAX_SPLITS * (2 + head_dim) * sizeof(float) +
+           (size_t)batch * n_heads * sizeof(int);
 }
 
 void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_heads, int head_dim) {
-    (void)head_dim;
     ws->part_ml = (float *)base;
     ws->part_acc = ws->part_ml + (size_t)batch * n_heads * SFI_GPU_MAX_SPLITS * 2;
+    ws->counters = (int *)(ws->part_acc + (size_t)batch * n_heads * SFI_GPU_MAX_SPLITS * head_dim);
+    ws->n_counters = batch * n_heads;
 }
 
-/* Split size: enough CTAs to cover every SM several times (132 SMs on an
- * H100, 2 CTAs of 256 threads resident each: aim at >= 8 waves' worth of
- * CTAs so the tail is short), never below one row iteration, rounded to a
- * whole number of row iterations, and at most MAX_SPLITS splits. */
-int sfi_gpu_attn_chunk(const sfi_gpu_step_desc *h, int rows, int dtype) {
-    const int it = rows_per_iter(h->head_dim, dtype);
-    const long pairs = (long)h->batch * h->n_kv;
-    const long target_ctas = 2048;
-    long splits = (target_ctas + pairs - 1) / pairs;
-    long chunk = (rows + splits - 1) / splits;
-    if (chunk < it) chunk = it;
-    chunk = (chunk + it - 1) / it * it;
-    while ((rows + chunk - 1) / chunk > SFI_GPU_MAX_SPLITS) chunk += it;
-    return (int)chunk;
+int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {
+    return (int)cudaMemsetAsync(ws->counters, 0, (size_t)ws->n_counters * sizeof(int), st);
 }
+
+void sfi_gpu_attn_set_waves(int waves) { g_waves = waves > 0 ? waves : 1; }
 
 int sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
                        const float *q, const void *k_pool, const void *v_pool, float *out,

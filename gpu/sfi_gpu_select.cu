@@ -192,10 +192,252 @@ sel_main_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     }
 }
 
+/* Loads x[0..cnt) = p[i..i+cnt), one 16-byte load when vec (p + i is then
+ * 16-byte aligned: callers check the row base once) and cnt == 4. */
+__device__ __forceinline__ bool al16(const void *p);
+__device__ __forceinline__ void ld4(const float *p, int i, int cnt, bool vec, float x[4]) {
+    if (vec && cnt == 4 && al16(p + i)) {
+        const float4 v = *reinterpret_cast<const float4 *>(p + i);
+        x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) x[k] = k < cnt ? p[i + k] : 0.f;
+    }
+}
+__device__ __forceinline__ void st4(float *p, int i, int cnt, bool vec, const float x[4]) {
+    if (vec && cnt == 4 && al16(p + i)) {
+        *reinterpret_cast<float4 *>(p + i) = make_float4(x[0], x[1], x[2], x[3]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (k < cnt) p[i + k] = x[k];
+    }
+}
+__device__ __forceinline__ bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Fast-path transcendental functions (the exact path uses the ported
+ * reference ones). exp: 2^(x log2 e) with the product carried in two parts
+ * (an FMA keeps x*log2e to about 2^-40 relative), then ex2.approx (2^-22
+ * relative), so the error stays near 2^-22 however large |x| is. log:
+ * lg2.approx has an absolute error below 2^-22 in log2 units, about
+ * 1.7e-7 in z = log(s + eps) for any s. */
+__device__ __forceinline__ float fexp(float x) {
+    const float hi = x * 1.44269502f;
+    const float lo = fmaf(x, 1.44269502f, -hi) + x * 1.9259629e-8f;
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(hi + lo));
+    return y;
+}
+__device__ __forceinline__ float flog(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y * 0.693147181f;
+}
+
+/* Merges two (max, sum of exp(x - max)) pairs. */
+__device__ __forceinline__ void ms_merge(float &m, float &s, float m2, float s2) {
+    const float M = fmaxf(m, m2);
+    if (M == -INFINITY) { s = 0.f; m = M; return; }
+    s = (m == -INFINITY ? 0.f : s * fexp(m - M)) + (m2 == -INFINITY ? 0.f : s2 * fexp(m2 - M));
+    m = M;
+}
+
+__device__ void block_ms(float &m, float &s, float *sh) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        ms_merge(m, s, m2, s2);
+    }
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) { sh[w] = m; sh[32 + w] = s; }
+    __syncthreads();
+    if (w == 0) {
+        m = lane < nw ? sh[lane] : -INFINITY;
+        s = lane < nw ? sh[32 + lane] : 0.f;
+        for (int off = 16; off > 0; off >>= 1) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+            const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+            ms_merge(m, s, m2, s2);
+        }
+        if (lane == 0) { sh[64] = m; sh[65] = s; }
+    }
+    __syncthreads();
+    m = sh[64];
+    s = sh[65];
+    __syncthreads();
+}
+
+/* Selector steps 1-7, fast path (the default; same formulas as the exact
+ * path, parallel sums). Launch: grid (n_kv, batch), block 1024. Thread t
+ * owns groups of 4 consecutive positions (t*4 + k*4096), loaded as one
+ * 16-byte vector when the rows are aligned. Passes over J: (A) all window
+ * rows at once: online max and sum of exp per row (one read of the
+ * logits); (B) logits + norms -> g (or f = p) and the prior weight w into
+ * ws.f / ws.r, their sums; (C) normalise in place, num/den of step 5;
+ * (D) s and z = log(s + eps) into ws.z1 (and s_out); (E) Soft-NMS into
+ * ws.z2. Between passes only block-wide reductions. */
+__global__ void __launch_bounds__(kSelThreads)
+sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
+                const float *__restrict__ logits, const float *__restrict__ norms,
+                sfi_gpu_sel_ws ws, float *__restrict__ s_out) {
+    __shared__ float sh[72];
+    const int kvh = blockIdx.x, b = blockIdx.y;
+    const sfi_gpu_req rq = d->req[b];
+    const int j0 = rq.j_begin, n = rq.j_end - rq.j_begin;
+    if (n <= 0) return;
+    const int G = d->n_heads / d->n_kv, nwin = G;
+    const size_t row = ((size_t)b * d->n_kv + kvh) * d->max_J;
+    float *f = ws.f + row, *r = ws.r + row, *z1 = ws.z1 + row, *z2 = ws.z2 + row;
+    float *so = s_out ? s_out + row : nullptr;
+    const float *nrm = norms + ((size_t)b * d->n_kv + kvh) * d->ld_logits + j0;
+    const float *lrow = logits + ((size_t)b * d->n_heads + kvh * G) * d->ld_logits + j0;
+    const size_t lds = d->ld_logits;
+    const bool vec = al16(f) && al16(r) && al16(z1) && al16(nrm) && al16(lrow) && (lds % 4 == 0) &&
+                     (!so || al16(so));
+    const int step = blockDim.x * 4;
+
+    /* (A) */
+    float mw[8], sw[8];
+#pragma unroll
+    for (int w = 0; w < 8; w++) { mw[w] = -INFINITY; sw[w] = 0.f; }
+    for (int i = threadIdx.x * 4; i < n; i += step) {
+        const int cnt = min(4, n - i);
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            if (w >= nwin) break;
+            float x[4];
+            ld4(lrow + w * lds, i, cnt, vec, x);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if (k >= cnt) break;
+                if (x[k] > mw[w]) {
+                    sw[w] = (mw[w] == -INFINITY ? 0.f : sw[w] * fexp(mw[w] - x[k])) + 1.0f;
+                    mw[w] = x[k];
+                } else {
+                    sw[w] += fexp(x[k] - mw[w]);
+                }
+            }
+        }
+    }
+    for (int w = 0; w < nwin; w++) block_ms(mw[w], sw[w], sh);
+    float inv_sw[8];
+#pragma unroll
+    for (int w = 0; w < 8; w++) inv_sw[w] = w < nwin ? 1.0f / sw[w] : 0.f;
+
+    /* (B) */
+    const float inv_alpha = 1.0f / prm.alpha;
+    const float span = (float)(n - 1) + prm.eps;
+    float Sf = 0.f, Sr = 0.f;
+    for (int i = threadIdx.x * 4; i < n; i += step) {
+        const int cnt = min(4, n - i);
+        float fu[4], ru[4], nr[4];
+        if (nwin == 1) {
+            float x[4];
+            ld4(lrow, i, cnt, vec, x);
+#pragma unroll
+            for (int k = 0; k < 4; k++) fu[k] = fexp(x[k] - mw[0]) * inv_sw[0];
+        } else {
+            float mu[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                if (w >= nwin) break;
+                float x[4];
+                ld4(lrow + w * lds, i, cnt, vec, x);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float p = fexp(x[k] - mw[w]) * inv_sw[w];
+                    /* p^alpha; alpha = 0.5 (default) is a square root */
+                    mu[k] += prm.alpha == 0.5f ? sqrtf(p)
+                             : (p > 0.f ? fexp(prm.alpha * flog(p)) : 0.f);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float m_ = mu[k] * (1.0f / (float)nwin);
+                fu[k] = prm.alpha == 0.5f ? m_ * m_ : (m_ > 0.f ? fexp(inv_alpha * flog(m_)) : 0.f);
+            }
+        }
+        ld4(nrm, i, cnt, vec, nr);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            /* the reference's formulas; u is an IEEE division because
+             * 1 - u cancels near the end of J */
+            const float kn = prm.gamma == 1.0f ? 1.0f / (nr[k] + prm.eps)
+                                               : fexp(-prm.gamma * flog(nr[k] + prm.eps));
+            const float u = (float)(i + k) / span;
+            const float up = prm.p == 2.0f ? u * u : (u > 0.f ? fexp(prm.p * flog(u)) : 0.f);
+            const float tail = (1.0f - u) + prm.eps;
+            const float te = prm.eta == 0.5f ? sqrtf(tail) : fexp(prm.eta * flog(tail));
+            ru[k] = kn * (fexp(-prm.beta * up) * te);
+            if (k < cnt) { Sf += fu[k]; Sr += ru[k]; }
+        }
+        st4(f, i, cnt, vec, fu);
+        st4(r, i, cnt, vec, ru);
+    }
+    Sf = nwin == 1 ? 1.0f : block_sum(Sf, sh);
+    Sr = block_sum(Sr, sh);
+    const float inv_Sf = 1.0f / Sf, inv_Sr = 1.0f / Sr;
+
+    /* (C) */
+    float num = 0.f, den = 0.f;
+    for (int i = threadIdx.x * 4; i < n; i += step) {
+        const int cnt = min(4, n - i);
+        float fx[4], rx[4];
+        ld4(f, i, cnt, vec, fx);
+        ld4(r, i, cnt, vec, rx);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (nwin != 1) fx[k] = fx[k] * inv_Sf;
+            rx[k] = rx[k] * inv_Sr;
+            const float dd = fx[k] - rx[k];
+            if (k < cnt) { num = fmaf(fx[k], dd, num); den = fmaf(dd, dd, den); }
+        }
+        st4(f, i, cnt, vec, fx);
+        st4(r, i, cnt, vec, rx);
+    }
+    num = block_sum(num, sh);
+    den = block_sum(den, sh);
+    float lam = 0.0f;
+    if (den != 0.0f) {
+        lam = num / den;
+        if (!(lam > 0.0f)) lam = 0.0f;
+        if (lam > prm.lambda_clip) lam = prm.lambda_clip;
+    }
+    if (threadIdx.x == 0) ws.lambda[(size_t)b * d->n_kv + kvh] = lam;
+
+    /* (D) */
+    const float oml = 1.0f - lam;
+    for (int i = threadIdx.x * 4; i < n; i += step) {
+        const int cnt = min(4, n - i);
+        float fx[4], rx[4], sx[4], zx[4];
+        ld4(f, i, cnt, vec, fx);
+        ld4(r, i, cnt, vec, rx);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            sx[k] = __fadd_rn(__fmul_rn(oml, fx[k]), __fmul_rn(lam, rx[k]));
+            zx[k] = flog(sx[k] + prm.eps);
+        }
+        if (so) st4(so, i, cnt, vec, sx);
+        st4(z1, i, cnt, vec, zx);
+    }
+    __syncthreads();
+    /* (E) */
+    const int R = prm.nms_radius;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float z = z1[i];
+        const int lo = max(0, i - R), hi = min(n - 1, i + R);
+        float m = z1[lo];
+        for (int k = lo + 1; k <= hi; k++) m = z1[k] > m ? z1[k] : m;
+        z2[i] = z - prm.alpha_soft * (m - z);
+    }
+}
+
 /* Step 8, cross-head exclusivity. Launch: grid (ceil(max_J/256), batch),
  * block 256; thread = one position j, loops over the n_kv heads in order
  * (softmax over heads: max, exp, ascending sum, divide, as sfi_softmax),
  * writes z3 into ws.z1. */
+template <bool EXACT>
 __global__ void sel_cross_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
                                  sfi_gpu_sel_ws ws) {
     const int b = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -212,14 +454,14 @@ __global__ void sel_cross_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gp
     }
     float sum = 0.f;
     for (int h = 0; h < H; h++) {
-        t[h] = sfi_dev_expf(__fsub_rn(t[h], mx));
+        t[h] = EXACT ? sfi_dev_expf(__fsub_rn(t[h], mx)) : fexp(t[h] - mx);
         sum = __fadd_rn(sum, t[h]);
     }
     for (int h = 0; h < H; h++) {
         const size_t o = ((size_t)b * H + h) * d->max_J + i;
         float rh = __fdiv_rn(t[h], sum);
         rh = rh > prm.eps ? rh : prm.eps;
-        ws.z1[o] = __fadd_rn(ws.z2[o], __fmul_rn(prm.alpha_cross, sfi_dev_logf(rh)));
+        ws.z1[o] = __fadd_rn(ws.z2[o], __fmul_rn(prm.alpha_cross, EXACT ? sfi_dev_logf(rh) : flog(rh)));
     }
 }
 
@@ -258,21 +500,27 @@ __device__ int block_excl_scan(int v, int *sh, int *total) {
 }
 
 /* Top-K, one row per CTA. Launch: grid (n_kv, batch), block 1024.
- * Radix select on 32-bit order-preserving keys, 8 bits per pass from the
- * top (4 passes of a 256-bin shared histogram over the elements still
- * matching the prefix) finds the K-th largest key T and how many of the
- * elements equal to T are taken (need). Then an ordered compaction: thread
- * t owns the contiguous slice [t*c, (t+1)*c), counts keys > T and == T,
- * two block scans give each slice its output offset, and an element at
- * index j goes to slot (#greater before j) + min(#equal before j, need)
- * when taken. Equal keys are therefore taken smallest index first and the
- * output is in ascending index order, deterministic by construction. */
+ * Thread t owns the contiguous slice [t*c, (t+1)*c) of the row, c =
+ * ceil(n/1024) rounded up to 4; with c <= kTopkRegItems (rows up to 32K)
+ * its keys (32-bit, order-preserving) stay in registers for every pass,
+ * else each pass re-reads them (L2). Radix select from the top: the block
+ * min and max keys give the common leading bits, which need no pass; then
+ * 8-bit digits, a 256-bin shared histogram per pass over the keys still
+ * matching the prefix, and warp 0 finds the bin where the count from the
+ * top reaches `need`. Result: the K-th largest key T and how many keys
+ * equal to T are taken (need). Ordered compaction: per-thread counts of
+ * keys > T and == T, two block scans, and key j goes to slot (#greater
+ * before j) + min(#equal before j, need) when taken: equal keys are taken
+ * smallest index first and the output is ascending, deterministically. */
+constexpr int kTopkRegItems = 32;
+
+template <bool REG>
 __global__ void __launch_bounds__(kTopkThreads)
 topk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ scores, int ld,
             int32_t *__restrict__ out) {
     __shared__ int hist[256];
     __shared__ int sh[64];
-    __shared__ uint32_t s_prefix;
+    __shared__ uint32_t s_prefix, s_kmin, s_kmax;
     __shared__ int s_need;
     const int kvh = blockIdx.x, b = blockIdx.y;
     const sfi_gpu_req rq = d->req[b];
@@ -285,59 +533,123 @@ topk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ s
         for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = rq.j_begin + i;
         return;
     }
-    uint32_t prefix = 0, mask = 0;
+    const int c = ((n + (int)blockDim.x - 1) / (int)blockDim.x + 3) & ~3;
+    /* idle threads (slice past the end) get an empty slice at 0 */
+    const int a0 = (int)threadIdx.x * c < n ? (int)threadIdx.x * c : 0;
+    const int a1 = (int)threadIdx.x * c < n ? min(n, a0 + c) : 0, cnt = a1 - a0;
+    const bool vec = al16(x);
+    uint32_t keys[REG ? kTopkRegItems : 1] = {};
+    uint32_t kmin = 0xffffffffu, kmax = 0;
+    if (REG) {
+#pragma unroll
+        for (int j = 0; j < kTopkRegItems; j += 4) {
+            float v[4];
+            ld4(x, a0 + j, max(0, min(4, cnt - j)), vec, v);
+#pragma unroll
+            for (int q = 0; q < 4; q++) keys[REG ? j + q : 0] = fkey(v[q]);
+        }
+    }
+    /* REG: loops over all kTopkRegItems, fully unrolled (keys stay in
+     * registers), guarded by j < cnt; else plain loops over cnt. */
+#define FOR_KEYS(body)                                                               \
+    if (REG) {                                                                       \
+        _Pragma("unroll") for (int j = 0; j < kTopkRegItems; j++) if (j < cnt) {     \
+            const uint32_t k = keys[REG ? j : 0];                                    \
+            body                                                                     \
+        }                                                                            \
+    } else {                                                                         \
+        for (int j = 0; j < cnt; j++) {                                              \
+            const uint32_t k = fkey(x[a0 + j]);                                      \
+            body                                                                     \
+        }                                                                            \
+    }
+    FOR_KEYS(kmin = min(kmin, k); kmax = max(kmax, k);)
+    /* block min / max */
+    for (int off = 16; off > 0; off >>= 1) {
+        kmin = min(kmin, (uint32_t)__shfl_xor_sync(0xffffffffu, kmin, off));
+        kmax = max(kmax, (uint32_t)__shfl_xor_sync(0xffffffffu, kmax, off));
+    }
+    if (threadIdx.x == 0) { s_kmin = 0xffffffffu; s_kmax = 0; }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) { atomicMin(&s_kmin, kmin); atomicMax(&s_kmax, kmax); }
+    __syncthreads();
+    kmin = s_kmin;
+    kmax = s_kmax;
+    const int cl = kmin == kmax ? 32 : __clz(kmin ^ kmax); /* common leading bits */
+    uint32_t mask = cl == 0 ? 0u : (cl >= 32 ? 0xffffffffu : 0xffffffffu << (32 - cl));
+    uint32_t prefix = kmin & mask;
     int need = K;
-    for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int hi = 31 - cl; hi >= 0; hi -= 8) {
+        const int lo = max(0, hi - 7);
+        const uint32_t dmask = (1u << (hi - lo + 1)) - 1u;
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const uint32_t k = fkey(x[i]);
-            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1);
-        }
+        FOR_KEYS(if ((k & mask) == prefix) atomicAdd(&hist[(k >> lo) & dmask], 1);)
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int acc = 0, bin = 255;
-            for (; bin > 0; bin--) {
-                if (acc + hist[bin] >= need) break;
-                acc += hist[bin];
+        if (threadIdx.x < 32) {
+            /* find, from the top bin down, where the running count reaches
+             * need: lane L owns bins 255-8L .. 248-8L; a shuffle scan of the
+             * lanes' totals, then the first lane reaching need walks its 8 */
+            const int lane = threadIdx.x;
+            int cc = 0;
+            for (int j = 0; j < 8; j++) cc += hist[255 - 8 * lane - j];
+            int incl = cc;
+            for (int off = 1; off < 32; off <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, incl, off);
+                if (lane >= off) incl += y;
             }
-            s_prefix = prefix | ((uint32_t)bin << shift);
-            s_need = need - acc;
+            const unsigned hit = __ballot_sync(0xffffffffu, incl >= need);
+            const int L = __ffs(hit) - 1; /* exists: the total count >= need */
+            if (lane == L) {
+                int acc = incl - cc, bin = 255 - 8 * lane;
+                for (int j = 0; j < 7; j++, bin--) {
+                    if (acc + hist[bin] >= need) break;
+                    acc += hist[bin];
+                }
+                s_prefix = prefix | ((uint32_t)bin << lo);
+                s_need = need - acc;
+            }
         }
         __syncthreads();
         prefix = s_prefix;
         need = s_need;
-        mask |= 255u << shift;
+        mask |= dmask << lo;
         __syncthreads();
     }
     const uint32_t T = prefix;
-    const int c = (n + blockDim.x - 1) / blockDim.x;
-    const int a0 = min(n, (int)threadIdx.x * c), a1 = min(n, a0 + c);
     int gt = 0, eq = 0;
-    for (int i = a0; i < a1; i++) {
-        const uint32_t k = fkey(x[i]);
-        gt += k > T;
-        eq += k == T;
-    }
+    FOR_KEYS(gt += k > T; eq += k == T;)
     int tot;
     int gt_before = block_excl_scan(gt, sh, &tot);
     int eq_before = block_excl_scan(eq, sh, &tot);
-    for (int i = a0; i < a1; i++) {
-        const uint32_t k = fkey(x[i]);
+    FOR_KEYS(
         if (k > T) {
-            o[gt_before + min(eq_before, need)] = rq.j_begin + i;
+            o[gt_before + min(eq_before, need)] = rq.j_begin + a0 + j;
             gt_before++;
         } else if (k == T) {
-            if (eq_before < need) o[gt_before + eq_before] = rq.j_begin + i;
+            if (eq_before < need) o[gt_before + eq_before] = rq.j_begin + a0 + j;
             eq_before++;
-        }
-    }
+        })
+#undef FOR_KEYS
 }
 
-/* Reorg gather. Launch: grid (ceil(rows*W/256), n_kv, batch), block 256,
- * W = D*sizeof(T)/16 sixteen-byte words per row: one thread copies one
- * word of K and the same word of V, so a warp reads and writes whole rows
- * contiguously. Row r < n_sink is position r, else selected[r - n_sink]. */
+cudaError_t launch_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                        const float *scores, int ld, int32_t *out, cudaStream_t st) {
+    dim3 g(h->n_kv, h->batch);
+    if (h->max_J <= kTopkThreads * kTopkRegItems)
+        topk_kernel<true><<<g, kTopkThreads, 0, st>>>(d, scores, ld, out);
+    else
+        topk_kernel<false><<<g, kTopkThreads, 0, st>>>(d, scores, ld, out);
+    return cudaGetLastError();
+}
+
+/* Reorg gather. Launch: grid (ceil(rows*W/(256*kReorgWords)), n_kv,
+ * batch), block 256, W = D*sizeof(T)/16 sixteen-byte words per row: a
+ * thread copies kReorgWords words of K and the same words of V (word
+ * index = (block*kReorgWords + j)*256 + thread, so each j is one
+ * contiguous, coalesced sweep over whole rows). Row r < n_sink is
+ * position r, else selected[r - n_sink]. */
+constexpr int kReorgWords = 4;
 __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_words,
                              const uint4 *__restrict__ kp, const uint4 *__restrict__ vp,
                              const int32_t *__restrict__ sel, uint4 *__restrict__ ck,
@@ -347,16 +659,27 @@ __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_wo
     const int nJ = rq.j_end - rq.j_begin;
     const int kout = nJ <= 0 ? 0 : min(d->K, nJ);
     const int rows = d->n_sink + kout;
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    const int r = t / row_words, w = t % row_words;
-    if (r >= rows) return;
-    const int pos = r < d->n_sink ? r : sel[((size_t)b * d->n_kv + kvh) * d->K + (r - d->n_sink)];
-    const int blk = d->block_table[(size_t)b * d->max_blocks + pos / d->page];
-    const size_t src = (((size_t)blk * d->n_kv + kvh) * d->page + pos % d->page) * row_words + w;
-    const size_t dst = (((size_t)b * d->n_kv + kvh) * d->compact_cap + r) * row_words + w;
-    ck[dst] = __ldg(kp + src);
-    cv[dst] = __ldg(vp + src);
-    if (comp_pos && w == 0) comp_pos[((size_t)b * d->n_kv + kvh) * d->compact_cap + r] = pos;
+    uint4 kx[kReorgWords], vx[kReorgWords];
+    size_t dst[kReorgWords];
+    bool ok[kReorgWords];
+#pragma unroll
+    for (int j = 0; j < kReorgWords; j++) { /* all loads first: 2*kReorgWords in flight */
+        const int t = (blockIdx.x * kReorgWords + j) * blockDim.x + threadIdx.x;
+        const int r = t / row_words, w = t % row_words;
+        ok[j] = r < rows;
+        if (!ok[j]) continue;
+        const int pos =
+            r < d->n_sink ? r : sel[((size_t)b * d->n_kv + kvh) * d->K + (r - d->n_sink)];
+        const int blk = d->block_table[(size_t)b * d->max_blocks + pos / d->page];
+        const size_t src = (((size_t)blk * d->n_kv + kvh) * d->page + pos % d->page) * row_words + w;
+        dst[j] = (((size_t)b * d->n_kv + kvh) * d->compact_cap + r) * row_words + w;
+        kx[j] = __ldg(kp + src);
+        vx[j] = __ldg(vp + src);
+        if (comp_pos && w == 0) comp_pos[((size_t)b * d->n_kv + kvh) * d->compact_cap + r] = pos;
+    }
+#pragma unroll
+    for (int j = 0; j < kReorgWords; j++)
+        if (ok[j]) { ck[dst[j]] = kx[j]; cv[dst[j]] = vx[j]; }
 }
 
 } // namespace
@@ -378,8 +701,7 @@ void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, i
 
 int sfi_gpu_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const float *scores,
                  int ld, int32_t *out, cudaStream_t st) {
-    topk_kernel<<<dim3(h->n_kv, h->batch), kTopkThreads, 0, st>>>(d, scores, ld, out);
-    return (int)cudaGetLastError();
+    return (int)launch_topk(h, d, scores, ld, out, st);
 }
 
 int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
@@ -391,10 +713,14 @@ int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     if (exact)
         sel_main_kernel<true><<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     else
-        sel_main_kernel<false><<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
-    sel_cross_kernel<<<dim3((h->max_J + 255) / 256, h->batch), 256, 0, st>>>(d, *prm, *ws);
-    topk_kernel<<<g, kTopkThreads, 0, st>>>(d, ws->z1, h->max_J, selected);
-    return (int)cudaGetLastError();
+        sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    if (exact)
+        sel_cross_kernel<true><<<dim3((h->max_J + 255) / 256, h->batch), 256, 0, st>>>(d, *prm, *ws);
+    else
+        sel_cross_kernel<false><<<dim3((h->max_J + 255) / 256, h->batch), 256, 0, st>>>(d, *prm, *ws);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    return (int)launch_topk(h, d, ws->z1, h->max_J, selected, st);
 }
 
 int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
@@ -403,7 +729,7 @@ int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dt
     const int esz = dtype == SFI_GPU_BF16 ? 2 : 4;
     const int row_words = h->head_dim * esz / 16;
     const int rows = h->n_sink + h->K;
-    dim3 g((rows * row_words + 255) / 256, h->n_kv, h->batch);
+    dim3 g((rows * row_words + 256 * kReorgWords - 1) / (256 * kReorgWords), h->n_kv, h->batch);
     reorg_kernel<<<g, 256, 0, st>>>(d, row_words, (const uint4 *)k_pool, (const uint4 *)v_pool,
                                     selected, (uint4 *)ck, (uint4 *)cv, comp_pos);
     return (int)cudaGetLastError();

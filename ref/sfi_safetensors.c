@@ -422,8 +422,17 @@ static sfi_status add_file(sfi_safetensors *st, char *path, sfi_error *err)
     return open_one(st, st->n_files - 1, err);
 }
 
+/* A real index (Qwen3-235B: ~19k tensors) is a few MB; a bigger file is
+ * refused before jansson reads it all into memory. */
+#define SFI_ST_MAX_INDEX ((off_t)64 << 20)
+
 static sfi_status open_index(sfi_safetensors *st, const char *index, sfi_error *err)
 {
+    struct stat isb;
+    if (stat(index, &isb) == 0 && S_ISREG(isb.st_mode) && isb.st_size > SFI_ST_MAX_INDEX)
+        return sfi_error_set(err, SFI_ERANGE, "%s: %lld bytes is too large for an index "
+                             "(limit %lld)", index, (long long)isb.st_size,
+                             (long long)SFI_ST_MAX_INDEX);
     json_error_t je;
     json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &je);
     if (!root)
