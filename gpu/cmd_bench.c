@@ -327,6 +327,26 @@ int sfi_gpu_cmd_bench(int argc, char **argv)
             break;
     }
     sfi_gpu_attn_set_waves(1);
+    double stage_ms[2] = {0, 0};
+    printf("pipeline stages sweep (us, 1 wave):   4 stages    6 stages\n");
+    for (int c = 0; c < n_ctx; c += n_ctx - 1) {
+        make_desc(&h, d_bt, max_blocks, ctxs[c], 2048);
+        CK(cudaMemcpyAsync(d_desc, &h, sizeof h, cudaMemcpyHostToDevice, t.st));
+        printf("  context %6d:                  ", ctxs[c]);
+        for (int sg = 4; sg <= 6; sg += 2) {
+            double ms;
+            sfi_gpu_attn_set_stages(sg);
+            TIME_MS(&t, ms, sfi_gpu_attn_dense(&h, d_desc, dt, q, kp, vp, out, NULL, &aws, 0, t.st));
+            printf(" %11.1f", ms * 1e3);
+            stage_ms[sg / 6] += ms;
+        }
+        printf("\n");
+        if (n_ctx == 1)
+            break;
+    }
+    const int best_stages = stage_ms[1] < stage_ms[0] ? 6 : 4;
+    sfi_gpu_attn_set_stages(best_stages);
+    printf("using %d stages for the rest of this run\n", best_stages);
     printf("dense with logits, mean over contexts: %.1f us at %d\n", dense_lg_us[0], ctxs[0]);
     printf("dense mean fraction of copy bandwidth: %.1f%% (target >= 80%%)\n", 100 * dense_frac);
 
