@@ -30,6 +30,21 @@ __device__ float block_sum(float v, float *sh) {
     return sh[32];
 }
 
+__device__ double block_sum_d(double v, double *sh) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) sh[32] = v;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
 __device__ float block_max(float v, float *sh) {
     for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -274,14 +289,15 @@ __device__ void block_ms(float &m, float &s, float *sh) {
  * as one 16-byte vector when the rows are aligned. Passes over J: (A) all
  * window rows at once: online max and sum of exp per row (one read of the
  * logits); (B) logits + norms -> g (or f = p) and the prior weight w into
- * ws.f / ws.r, their sums; (C) num/den of step 5 on the normalised values;
- * (D) s (to s_out), z = log(s + eps) and Soft-NMS into ws.z2. Between
- * passes only block-wide reductions. */
+ * ws.f / ws.r, their sums and the float64 sums step 5 needs; (D) s (to
+ * s_out), z = log(s + eps) and Soft-NMS into ws.z2. Between passes only
+ * block-wide reductions. */
 __global__ void __launch_bounds__(kSelThreads)
 sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
                 const float *__restrict__ logits, const float *__restrict__ norms,
                 sfi_gpu_sel_ws ws, float *__restrict__ s_out) {
     __shared__ float sh[72];
+    __shared__ double shd[34];
     const int kvh = blockIdx.x, b = blockIdx.y;
     const sfi_gpu_req rq = d->req[b];
     const int j0 = rq.j_begin, n = rq.j_end - rq.j_begin;
@@ -331,6 +347,7 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     const float inv_alpha = 1.0f / prm.alpha;
     const float span = (float)(n - 1) + prm.eps;
     float Sf = 0.f, Sr = 0.f;
+    double A1 = 0, A2 = 0, A3 = 0; /* sums of g*g, g*w, w*w (step 5, below) */
 #pragma unroll 2
     for (int i = threadIdx.x * 4; i < n; i += step) {
         const int cnt = min(4, n - i);
@@ -373,7 +390,13 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
             const float tail = (1.0f - u) + prm.eps;
             const float te = prm.eta == 0.5f ? sqrtf(tail) : fexp(prm.eta * flog(tail));
             ru[k] = kn * (fexp(-prm.beta * up) * te);
-            if (k < cnt) { Sf += fu[k]; Sr += ru[k]; }
+            if (k < cnt) {
+                Sf += fu[k];
+                Sr += ru[k];
+                A1 = fma((double)fu[k], (double)fu[k], A1);
+                A2 = fma((double)fu[k], (double)ru[k], A2);
+                A3 = fma((double)ru[k], (double)ru[k], A3);
+            }
         }
         st4(f, i, cnt, vec, fu);
         st4(r, i, cnt, vec, ru);
@@ -382,24 +405,17 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     Sr = block_sum(Sr, sh);
     const float inv_Sf = 1.0f / Sf, inv_Sr = 1.0f / Sr;
 
-    /* (C): num/den of step 5 from the normalised f and r (not stored:
-     * (D) recomputes them, cheaper than a write and a read of two rows) */
-    float num = 0.f, den = 0.f;
-    for (int i = threadIdx.x * 4; i < n; i += step) {
-        const int cnt = min(4, n - i);
-        float fx[4], rx[4];
-        ld4(f, i, cnt, vec, fx);
-        ld4(r, i, cnt, vec, rx);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (nwin != 1) fx[k] = fx[k] * inv_Sf;
-            rx[k] = rx[k] * inv_Sr;
-            const float dd = fx[k] - rx[k];
-            if (k < cnt) { num = fmaf(fx[k], dd, num); den = fmaf(dd, dd, den); }
-        }
-    }
-    num = block_sum(num, sh);
-    den = block_sum(den, sh);
+    /* Step 5 without another pass: with f = g/Sf, r = w/Sr,
+     *   num = sum f (f - r) = A1/Sf^2 - A2/(Sf Sr),
+     *   den = sum (f - r)^2 = A1/Sf^2 - 2 A2/(Sf Sr) + A3/Sr^2,
+     * from float64 sums, so the cancellation when f is close to r costs
+     * nothing visible in float32. */
+    A1 = block_sum_d(A1, shd);
+    A2 = block_sum_d(A2, shd);
+    A3 = block_sum_d(A3, shd);
+    const double sf = nwin == 1 ? 1.0 : (double)Sf, sr = (double)Sr;
+    const double t1 = A1 / (sf * sf), t2 = A2 / (sf * sr), t3 = A3 / (sr * sr);
+    const float num = (float)(t1 - t2), den = (float)(t1 - 2 * t2 + t3);
     float lam = 0.0f;
     if (den != 0.0f) {
         lam = num / den;
