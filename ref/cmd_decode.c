@@ -1,7 +1,6 @@
 /* sfi-ref decode: token ids on standard input -> text. */
 #include <config.h>
 
-#include <ctype.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,42 +56,34 @@ int sfi_ref_cmd_decode(int argc, char **argv)
         fprintf(stderr, "sfi-ref decode: %s\n", err.msg);
         return 1;
     }
-    int32_t *ids = NULL;
-    size_t n = 0, cap = 0;
+    /* Read all of standard input, then parse: nothing is written unless
+     * every id is valid. */
+    size_t cap = 1 << 16, got = 0;
+    char *in = malloc(cap);
     int rc = 0;
-    char word[32];
-    /* %31s stops at whitespace; a longer word is cut and then fails the
-     * digit check below, which names it. */
-    while (!rc && scanf("%31s", word) == 1) {
-        size_t wl = strlen(word);
-        long v = 0;
-        int ok = wl > 0 && wl <= 9;
-        for (size_t i = 0; i < wl && ok; i++) {
-            ok = isdigit((unsigned char)word[i]);
-            v = v * 10 + (word[i] - '0');
-        }
-        if (!ok) {
-            fprintf(stderr, "sfi-ref decode: standard input: id %zu: '%s' is not a decimal "
-                            "token id\n", n + 1, word);
-            rc = 1;
+    while (in) {
+        got += fread(in + got, 1, cap - got, stdin);
+        if (got < cap)
             break;
-        }
-        if (n == cap) {
-            cap = cap ? 2 * cap : 1024;
-            int32_t *nv = realloc(ids, cap * sizeof *nv);
-            if (!nv) {
-                fprintf(stderr, "sfi-ref decode: out of memory\n");
-                rc = 1;
-                break;
-            }
-            ids = nv;
-        }
-        ids[n++] = (int32_t)v;
+        char *nb = realloc(in, cap * 2);
+        if (!nb)
+            free(in);
+        in = nb;
+        cap *= 2;
     }
-    if (!rc && ferror(stdin)) {
+    if (!in || ferror(stdin)) {
         fprintf(stderr, "sfi-ref decode: reading standard input failed\n");
+        free(in);
+        sfi_tokenizer_free(t);
+        return 1;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (sfi_token_ids_parse(in, got, "standard input", &ids, &n, &err)) {
+        fprintf(stderr, "sfi-ref decode: %s\n", err.msg);
         rc = 1;
     }
+    free(in);
     char *text = NULL;
     size_t len = 0;
     if (!rc && sfi_tokenizer_decode(t, ids, n, &text, &len, &err)) {

@@ -7,9 +7,42 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "sfi_model.h"
 #include "sfi_ref_cli.h"
+#include "sfi_safetensors.h"
+
+/* When the model is a checkpoint directory: its tensors' count and bytes
+ * (as stored, per dtype). Returns 0 when there is no checkpoint there, -1
+ * when there is one that cannot be read (message printed). */
+static int checkpoint_sizes(const char *model, size_t *n, uint64_t bytes[3])
+{
+    char p1[4096], p2[4096];
+    snprintf(p1, sizeof p1, "%s/model.safetensors", model);
+    snprintf(p2, sizeof p2, "%s/model.safetensors.index.json", model);
+    FILE *f1 = fopen(p1, "rb"), *f2 = f1 ? NULL : fopen(p2, "rb");
+    if (!f1 && !f2)
+        return 0;
+    if (f1)
+        fclose(f1);
+    if (f2)
+        fclose(f2);
+    sfi_safetensors *st;
+    sfi_error e;
+    if (sfi_st_open(model, &st, &e)) {
+        fprintf(stderr, "sfi-ref info: %s\n", e.msg);
+        return -1;
+    }
+    *n = sfi_st_count(st);
+    bytes[0] = bytes[1] = bytes[2] = 0;
+    for (size_t i = 0; i < *n; i++) {
+        const sfi_st_tensor *t = sfi_st_tensor_at(st, i);
+        bytes[t->dtype] += t->nbytes;
+    }
+    sfi_st_close(st);
+    return 1;
+}
 
 static void usage(FILE *out)
 {
@@ -47,7 +80,7 @@ static int n_moe_layers(const sfi_model_config *c)
     return n;
 }
 
-static int print_json(const sfi_model_config *c)
+static int print_json(const sfi_model_config *c, const char *model_dir)
 {
     uint64_t params = sfi_model_param_count(c);
     int moe = c->arch == SFI_ARCH_QWEN3_MOE;
@@ -77,6 +110,23 @@ static int print_json(const sfi_model_config *c)
     json_object_set_new(o, "weight_bytes", json_integer((json_int_t)(params * (uint64_t)c->weight_bytes)));
     json_object_set_new(o, "kv_bytes_per_token_bf16",
                         json_integer((json_int_t)sfi_model_kv_bytes_per_token(c, 2)));
+    size_t nt;
+    uint64_t cb[3];
+    int ck = model_dir ? checkpoint_sizes(model_dir, &nt, cb) : 0;
+    if (ck < 0) {
+        json_decref(o);
+        return 1;
+    }
+    if (ck > 0) {
+        json_t *by = json_object();
+        for (int d = 0; d < 3; d++)
+            if (cb[d])
+                json_object_set_new(by, sfi_st_dtype_name((sfi_st_dtype)d),
+                                    json_integer((json_int_t)cb[d]));
+        json_object_set_new(o, "checkpoint_tensors", json_integer((json_int_t)nt));
+        json_object_set_new(o, "checkpoint_bytes", json_integer((json_int_t)(cb[0] + cb[1] + cb[2])));
+        json_object_set_new(o, "checkpoint_bytes_by_dtype", by);
+    }
     int rc = json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_INDENT(2));
     json_decref(o);
     if (rc)
@@ -99,7 +149,7 @@ static const char *human(uint64_t n, char *buf, size_t sz)
     return buf;
 }
 
-static void print_text(const sfi_model_config *c)
+static int print_text(const sfi_model_config *c, const char *model_dir)
 {
     char b1[32];
     uint64_t params = sfi_model_param_count(c);
@@ -132,6 +182,22 @@ static void print_text(const sfi_model_config *c)
            human(params * (uint64_t)c->weight_bytes, b1, sizeof b1), c->weight_bytes);
     printf("kv_bytes_per_token_bf16  %llu (%s)\n", (unsigned long long)kv,
            human(kv, b1, sizeof b1));
+    size_t nt;
+    uint64_t cb[3];
+    int ck = model_dir ? checkpoint_sizes(model_dir, &nt, cb) : 0;
+    if (ck < 0)
+        return 1;
+    if (ck > 0) {
+        uint64_t tot = cb[0] + cb[1] + cb[2];
+        printf("checkpoint_tensors       %zu\n", nt);
+        printf("checkpoint_bytes         %llu (%s;", (unsigned long long)tot,
+               human(tot, b1, sizeof b1));
+        for (int d = 0; d < 3; d++)
+            if (cb[d])
+                printf(" %s %llu", sfi_st_dtype_name((sfi_st_dtype)d), (unsigned long long)cb[d]);
+        printf(")\n");
+    }
+    return 0;
 }
 
 int sfi_ref_cmd_info(int argc, char **argv)
@@ -183,11 +249,10 @@ int sfi_ref_cmd_info(int argc, char **argv)
         fprintf(stderr, "sfi-ref info: %s\n", err.msg);
         return 1;
     }
-    int rc = 0;
-    if (json)
-        rc = print_json(&cfg);
-    else
-        print_text(&cfg);
+    /* a checkpoint directory: also its tensors' sizes */
+    struct stat sb;
+    const char *dir = stat(model, &sb) == 0 && S_ISDIR(sb.st_mode) ? model : NULL;
+    int rc = json ? print_json(&cfg, dir) : print_text(&cfg, dir);
     if (fflush(stdout) || ferror(stdout)) {
         fprintf(stderr, "sfi-ref info: error writing standard output\n");
         return 1;

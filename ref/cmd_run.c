@@ -15,6 +15,7 @@
 #include "sfi_decode.h"
 #include "sfi_params.h"
 #include "sfi_qwen3.h"
+#include "sfi_recorder.h"
 #include "sfi_ref_cli.h"
 #include "sfi_state.h"
 #include "sfi_tokenizer.h"
@@ -27,7 +28,8 @@ static void usage(FILE *out)
             "                   --max-new N [--mode sfi|dense] [--param KEY=VALUE ...]\n"
             "                   [--params FILE] [--trigger POLICY] [--interval N]\n"
             "                   [--backend scalar|blas] [--tokenizer DIR] [--stop-at-eos]\n"
-            "                   [--json]\n\n"
+            "                   [--trace FILE [--trace-level L] [--trace-top-m M]\n"
+            "                   [--trace-layers LIST]] [--json]\n\n"
             "Greedy decoding of a prompt with a Hugging Face Qwen3 / Qwen3-MoE checkpoint\n"
             "(config.json + model.safetensors or a sharded index). The prompt is prefilled\n"
             "densely; its last W_prefill queries initialize the selected sets; then every\n"
@@ -50,8 +52,10 @@ static void usage(FILE *out)
             "                         and only ids are printed\n"
             "      --stop-at-eos      stop after generating the config's eos_token_id\n"
             "      --json             print one JSON object\n"
-            "  -h, --help             print this help\n\n"
-            "Exit status: 0 ok, 1 bad input or failure, 2 usage error. See sfi-ref-run(1).\n");
+            "  -h, --help             print this help\n"
+            "%s\n"
+            "Exit status: 0 ok, 1 bad input or failure, 2 usage error. See sfi-ref-run(1).\n",
+            sfi_recorder_usage());
 }
 
 static int file_exists(const char *dir, const char *name)
@@ -170,6 +174,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
 {
     enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
            O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE };
+    int long_index = 0;
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"prompt", required_argument, NULL, 'p'},
@@ -186,11 +191,16 @@ int sfi_ref_cmd_run(int argc, char **argv)
         {"stop-at-eos", no_argument, NULL, O_STOP},
         {"json", no_argument, NULL, O_JSON},
         {"trace", required_argument, NULL, O_TRACE},
+        {"trace-level", required_argument, NULL, O_TRACE},
+        {"trace-top-m", required_argument, NULL, O_TRACE},
+        {"trace-layers", required_argument, NULL, O_TRACE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *prompt_ids = NULL;
-    const char *tok_dir = NULL, *trace = NULL;
+    const char *tok_dir = NULL;
+    sfi_recorder_opts ro;
+    sfi_recorder_opts_default(&ro);
     int max_new = -1, json = 0, stop = 0;
     sfi_decode_opts o;
     sfi_decode_opts_default(&o);
@@ -199,7 +209,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "m:p:n:P:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:P:h", opts, &long_index)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'p': prompt = optarg; break;
@@ -246,7 +256,12 @@ int sfi_ref_cmd_run(int argc, char **argv)
         case O_TOKENIZER: tok_dir = optarg; break;
         case O_STOP: stop = 1; break;
         case O_JSON: json = 1; break;
-        case O_TRACE: trace = optarg; break;
+        case O_TRACE:
+            if (sfi_recorder_set_option(&ro, opts[long_index].name, optarg, &e) != 1) {
+                fprintf(stderr, "sfi-ref run: --%s: %s\n", opts[long_index].name, e.msg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default:
             if (optopt && optopt < 256)
@@ -269,13 +284,6 @@ int sfi_ref_cmd_run(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (trace) {
-        /* The trace recorder (ref/sfi_recorder, traces work stream) plugs in
-         * here as an sfi_decode_observer. */
-        fprintf(stderr, "sfi-ref run: --trace %s: trace recording is not in this build yet\n",
-                trace);
-        return 1;
-    }
     if (sfi_params_validate(&o.params, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
         return 2;
@@ -292,6 +300,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
     char *text = NULL;
     sfi_decode_result res;
     memset(&res, 0, sizeof res);
+    sfi_recorder *rec = NULL;
 
     if (sfi_qwen3_load(model, &m, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
@@ -360,9 +369,24 @@ int sfi_ref_cmd_run(int argc, char **argv)
         goto out;
     }
     o.stop_token = stop ? cfg->eos_token_id : -1;
-    if (sfi_decode_run(m, &o, ids, n_ids, NULL, &res, &e)) {
+    /* the trace file is created (or refused: unwritable) before decoding */
+    if (sfi_recorder_open(&ro, model, cfg, &o, &rec, &e)) {
+        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+        goto out;
+    }
+    sfi_decode_observer obs;
+    sfi_recorder_observer(rec, &obs);
+    if (sfi_decode_run(m, &o, ids, n_ids, rec ? &obs : NULL, &res, &e)) {
         fprintf(stderr, "sfi-ref run: %s: %s\n", model, e.msg);
         goto out;
+    }
+    if (rec) {
+        sfi_recorder *r = rec;
+        rec = NULL;
+        if (sfi_recorder_finish(r, &e)) {
+            fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+            goto out;
+        }
     }
     size_t text_len = 0;
     if (tk && sfi_tokenizer_decode(tk, res.ids, (size_t)res.n_generated, &text, &text_len, &e)) {
@@ -392,6 +416,8 @@ int sfi_ref_cmd_run(int argc, char **argv)
         json_object_set_new(j, "digest", json_string(res.digest_hex));
         json_object_set_new(j, "prefill_seconds", json_real(res.prefill_seconds));
         json_object_set_new(j, "decode_seconds", json_real(res.decode_seconds));
+        json_object_set_new(j, "prefill_cpu_seconds", json_real(res.prefill_cpu_seconds));
+        json_object_set_new(j, "decode_cpu_seconds", json_real(res.decode_cpu_seconds));
         char *pj = sfi_params_to_json(&o.params);
         json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
         free(pj);
@@ -422,9 +448,10 @@ int sfi_ref_cmd_run(int argc, char **argv)
                res.n_generated);
         printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", n_ids,
                sfi_decode_mode_name(o.mode), sfi_backend_name(o.backend));
-        printf("seconds: prefill %.3f, decode %.3f (%.2f ms/token)\n", res.prefill_seconds,
-               res.decode_seconds,
-               res.n_generated > 1 ? 1e3 * res.decode_seconds / (res.n_generated - 1) : 0.0);
+        printf("seconds: prefill %.3f, decode %.3f (%.2f ms/token); CPU seconds: prefill "
+               "%.3f, decode %.3f\n", res.prefill_seconds, res.decode_seconds,
+               res.n_generated > 1 ? 1e3 * res.decode_seconds / (res.n_generated - 1) : 0.0,
+               res.prefill_cpu_seconds, res.decode_cpu_seconds);
         printf("digest: %s\n", res.digest_hex);
     }
     if (fflush(stdout) != 0 || ferror(stdout)) {
@@ -433,6 +460,8 @@ int sfi_ref_cmd_run(int argc, char **argv)
     }
     rc = 0;
 out:
+    if (rec)
+        sfi_recorder_abort(rec);
     free(text);
     free(ids);
     sfi_decode_result_free(&res);

@@ -78,6 +78,15 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* CPU time of the whole process (all threads), so timings stay meaningful
+ * on a machine shared with other work */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 typedef struct {
     const sfi_qwen3 *m;
     const sfi_model_config *c;
@@ -256,9 +265,8 @@ static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cac
         int nkv = d->c->num_key_value_heads;
         for (int h = 0; h < nkv; h++)
             ix[h] = d->fast_idx + (size_t)h * fast_cap(d);
-        sfi_attn_shape s = {d->c->num_attention_heads, nkv, d->c->head_dim};
-        rc = sfi_attn_sparse_decode(&s, q, sfi_kv_k(kv, layer), sfi_kv_v(kv, layer), n_ctx, ix,
-                                    d->fast_n, out, err);
+        rc = sfi_qwen3_attn_sparse(d->m, d->o->backend, layer, q, kv, n_ctx, ix, d->fast_n,
+                                   out, err);
     } else {
         rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, q, kv, n_ctx, out, NULL, err);
     }
@@ -387,15 +395,12 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
                             o->n_trigger_vocab, o->interval);
 
     /* prefill: dense */
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     d.step = -1;
     d.kind = SFI_STEP_PREFILL;
-    for (int i = 0; i < n_prompt; i++) {
-        rc = sfi_qwen3_step(m, o->backend, &d.kv, prompt[i], attend, &d,
-                            i == n_prompt - 1 ? logits : NULL, err);
-        if (rc)
-            goto fail;
-    }
+    rc = sfi_qwen3_prefill(m, o->backend, &d.kv, prompt, n_prompt, attend, &d, logits, err);
+    if (rc)
+        goto fail;
     if (d.sfi) {
         int W = d.prm->W_prefill < n_prompt ? d.prm->W_prefill : n_prompt;
         for (int l = 0; l < c->num_hidden_layers; l++)
@@ -411,8 +416,9 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
         if ((rc = obs->on_prefill(obs->user, &pi, err)))
             goto fail;
     }
-    double t1 = now_s();
+    double t1 = now_s(), c1 = cpu_s();
     res->prefill_seconds = t1 - t0;
+    res->prefill_cpu_seconds = c1 - c0;
 
     int32_t prev = prompt[n_prompt - 1];
     for (int t = 0; t < o->max_new; t++) {
@@ -453,6 +459,7 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
             break;
     }
     res->decode_seconds = now_s() - t1;
+    res->decode_cpu_seconds = cpu_s() - c1;
     res->slow_fraction = (double)res->n_slow / res->n_generated;
     rc = sfi_hasher_final_hex(&d.hs, res->digest_hex, res->digest, err);
     if (rc)

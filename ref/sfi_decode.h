@@ -121,7 +121,8 @@ typedef struct {
      * after every slow step and prefill. */
     unsigned char digest[32];
     char digest_hex[65];
-    double prefill_seconds, decode_seconds;
+    double prefill_seconds, decode_seconds;          /* wall clock */
+    double prefill_cpu_seconds, decode_cpu_seconds;  /* CPU time of the process */
 } sfi_decode_result;
 
 /* Runs one request. prompt must be non-empty and n_prompt + max_new must

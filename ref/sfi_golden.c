@@ -317,6 +317,61 @@ static sfi_status case_selector(runner *r)
     return st;
 }
 
+/* The prefill path as the decode loop runs it: causal attention with a
+ * tail of W = 16 queries, key norms, the window re-layout (with masked
+ * -inf entries inside J, since n_recent < W here), then the Selector. */
+static sfi_status case_prefill_selector(runner *r)
+{
+    sfi_attn_shape sh = {8, 2, 64};
+    const int T = 300, W = 16;
+    lcg g = {5};
+    size_t qn = (size_t)T * 8 * 64, kvn = (size_t)T * 2 * 64;
+    float *q = fill(&g, qn, -2.0f, 2.0f), *k = fill(&g, kvn, -2.0f, 2.0f), *v = fill(&g, kvn, -1.0f, 1.0f);
+    float *out = malloc(qn * sizeof *out), *tail = malloc((size_t)W * 8 * T * sizeof *tail);
+    float *win = malloc((size_t)W * 8 * T * sizeof *win), *kn = malloc((size_t)2 * T * sizeof *kn);
+    int32_t sel[2 * 64];
+    float lam[2], *f = malloc((size_t)2 * T * sizeof *f), *zc = malloc((size_t)2 * T * sizeof *zc);
+    sfi_selector_detail det = {0};
+    det.f = f;
+    det.lambda = lam;
+    det.z_cross = zc;
+    sfi_status st = SFI_ENOMEM;
+    if (q && k && v && out && tail && win && kn && f && zc && (st = begin(r, "selector.from_prefill.8q2kv64d.T300.W16")) == SFI_OK) {
+        sfi_params p = suite_params();
+        p.n_recent = 8;
+        p.K = 64;
+        int jb = 0, je = 0, n = 0;
+        st = sfi_attn_prefill(&sh, q, T, 0, k, v, out, W, tail, r->err);
+        if (st == SFI_OK) {
+            sfi_key_norms(k, T, 2, 64, kn);
+            sfi_selector_window_from_prefill(8, 2, W, T, tail, win);
+            sfi_state_candidates(&p, T, &jb, &je);
+            sfi_selector_input in = {2, 4 * W, T, jb, je, win, kn};
+            st = sfi_selector_run(&p, &in, sel, &n, &det, r->err);
+        }
+        if (st != SFI_OK)
+            fail(r, st);
+        else {
+            sfi_hasher_update_f32(&r->h, kn, (size_t)2 * T);
+            sfi_hasher_update_i32(&r->h, sel, (size_t)2 * (size_t)n);
+            sfi_hasher_update_f32(&r->h, lam, 2);
+            sfi_hasher_update_f32(&r->h, f, (size_t)2 * (size_t)(je - jb));
+            sfi_hasher_update_f32(&r->h, zc, (size_t)2 * (size_t)(je - jb));
+            st = finish(r);
+        }
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(tail);
+    free(win);
+    free(kn);
+    free(f);
+    free(zc);
+    return st;
+}
+
 static sfi_status case_state(runner *r)
 {
     lcg g = {4};
@@ -381,7 +436,7 @@ static sfi_status case_state(runner *r)
 sfi_status sfi_golden_suite(sfi_golden_emit emit, void *ctx, sfi_error *err)
 {
     runner r = {emit, ctx, err, {NULL, 0}, ""};
-    sfi_status (*cases[])(runner *) = {case_math, case_attention, case_selector, case_state};
+    sfi_status (*cases[])(runner *) = {case_math, case_attention, case_selector, case_prefill_selector, case_state};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sfi_status st = cases[i](&r);
         if (st == SFI_ENOMEM)

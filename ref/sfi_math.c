@@ -21,8 +21,15 @@
 
 #include "sfi_math.h"
 
+#include <float.h>
 #include <stdint.h>
 #include <string.h>
+
+/* x87 (FLT_EVAL_METHOD 2) would evaluate float expressions in extended
+ * precision and break bit-exactness: refuse to build rather than differ. */
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
+#error "ref/ needs FLT_EVAL_METHOD 0 (x86: compile with -msse2 -mfpmath=sse)"
+#endif
 
 static uint32_t f2u(float x)
 {
@@ -145,25 +152,16 @@ float sfi_logf(float x)
     return (((s * (hfsq + R) + dk * ln2_lo) - hfsq) + f) + dk * ln2_hi;
 }
 
-/* Integer square root with remainder, bit by bit: exact, no libm. */
-static uint64_t isqrt64(uint64_t n, uint64_t *rem)
-{
-    uint64_t res = 0, bit = (uint64_t)1 << 62;
-    while (bit > n)
-        bit >>= 2;
-    while (bit) {
-        if (n >= res + bit) {
-            n -= res + bit;
-            res = (res >> 1) + bit;
-        } else {
-            res >>= 1;
-        }
-        bit >>= 2;
-    }
-    *rem = n;
-    return res;
-}
-
+/* Correctly rounded square root without libm or a sqrt instruction:
+ * a reciprocal-square-root estimate refined by Newton steps in double
+ * gives a float candidate within a fraction of an ulp; the candidate is
+ * then proven (or moved) by exact tests: y is the correctly rounded root
+ * iff the midpoints m- (to the float below) and m+ (to the float above)
+ * satisfy m-^2 < x < m+^2. The midpoints have at most 25 significant bits,
+ * so their squares (at most 50 bits) are exact in double, and x is exact
+ * in double: the tests are exact, and the result does not depend on the
+ * estimate (a tie m^2 == x is impossible: the square of an odd 25-bit
+ * integer needs more than 24 bits). */
 float sfi_sqrtf(float x)
 {
     uint32_t ix = f2u(x);
@@ -173,44 +171,32 @@ float sfi_sqrtf(float x)
         return (ix << 1) > 0xff000000u ? x + x : u2f(0x7fc00000u); /* NaN, negative */
     if (ix == 0x7f800000u)
         return x;
-    int e = (int)(ix >> 23);
-    uint32_t m = ix & 0x007fffffu;
-    if (e == 0) { /* subnormal: normalise */
-        e = 1;
-        while (!(m & 0x00800000u)) {
-            m <<= 1;
-            e--;
+    const double d = (double)x; /* exact, also for subnormal x */
+    uint64_t b;
+    memcpy(&b, &d, 8);
+    b = 0x5fe6eb50c7b537a9ull - (b >> 1); /* 1/sqrt(d) to about 3.5% */
+    double r;
+    memcpy(&r, &b, 8);
+    const double hd = 0.5 * d;
+    for (int i = 0; i < 3; i++) /* error 3.5e-2 -> 1.8e-3 -> 5e-6 -> 4e-11 */
+        r = r * (1.5 - (hd * r) * r);
+    float y = (float)(d * r);
+    /* sqrt of a positive float is a normal float in [2^-75, 2^64]: the
+     * neighbours y(u-1), y(u+1) exist. */
+    for (;;) {
+        uint32_t u = f2u(y);
+        double up = ((double)y + (double)u2f(u + 1)) * 0.5;
+        if (up * up < d) {
+            y = u2f(u + 1);
+            continue;
         }
-    } else {
-        m |= 0x00800000u;
+        double dn = ((double)y + (double)u2f(u - 1)) * 0.5;
+        if (dn * dn > d) {
+            y = u2f(u - 1);
+            continue;
+        }
+        return y;
     }
-    /* x = m * 2^(e - 150), m in [2^23, 2^24). Make the exponent even. */
-    int ex = e - 150;
-    uint64_t M = m;
-    if (ex & 1) {
-        M <<= 1;
-        ex -= 1;
-    }
-    /* sqrt(x) = sqrt(M * 2^28) * 2^((ex - 28) / 2); sqrt(M * 2^28) has 26
-     * or 27 integer bits: enough for 24 bits plus guard and sticky. */
-    M <<= 28;
-    uint64_t rem;
-    uint64_t q = isqrt64(M, &rem);
-    int shift = 0;
-    while ((q >> shift) >= ((uint64_t)1 << 24))
-        shift++;
-    uint64_t kept = q >> shift;
-    uint64_t dropped = q & (((uint64_t)1 << shift) - 1);
-    uint64_t half = (uint64_t)1 << (shift - 1);
-    int sticky = rem != 0;
-    /* Round to nearest even: above half, or exactly half with sticky (an
-     * exact tie cannot occur for a square root, but be complete). */
-    if (dropped > half || (dropped == half && (sticky || (kept & 1))))
-        kept++;
-    /* kept <= 2^24 is exact in float; the power of two is in normal range
-     * (sqrt of any positive float is a normal float). */
-    int p2 = (ex - 28) / 2 + shift;
-    return (float)kept * u2f((uint32_t)(0x7f + p2) << 23);
 }
 
 float sfi_dot(const float *a, const float *b, size_t n)

@@ -18,7 +18,8 @@
 float sfi_expf(float x);
 /* Natural log; -inf at +-0, NaN below 0, +inf at +inf. */
 float sfi_logf(float x);
-/* Correctly rounded (IEEE sqrt), by integer arithmetic: no libm. */
+/* Correctly rounded (IEEE sqrt) without libm: checked against sqrtf on
+ * every non-negative float once, and on a grid by tests/test_math.c. */
 float sfi_sqrtf(float x);
 /* x^y for x >= 0 as used by the Selector: y == 1 gives x exactly, y == 2
  * x*x, y == 0.5 sfi_sqrtf(x), y == -1 1/x, y == 0 1; x == 0 gives 0 for

@@ -549,6 +549,7 @@ struct sfi_peer {
     /* SFI */
     sfi_trigger_policy tp;
     float *logits, *norms;
+    size_t logits_cap;    /* floats in logits */
 };
 
 sfi_peer_kind sfi_peer_get_kind(const sfi_peer *p)
@@ -683,6 +684,7 @@ sfi_status sfi_peer_create(sfi_peer_kind kind, const sfi_peer_config *cfg, int l
     }
     if (ok && kind == SFI_PEER_SFI) {
         p->logits = malloc(sizeof(float) * N * (size_t)n_kv_heads);
+        p->logits_cap = N * (size_t)n_kv_heads;
         p->norms = malloc(sizeof(float) * N * (size_t)n_kv_heads);
         ok = p->logits && p->norms;
     }
@@ -1218,19 +1220,35 @@ static sfi_status step_sfi(sfi_peer *p, const sfi_peer_step *st, int n_ctx, int 
         }
         if (je > jb && !st->next_unused) {
             /* The trace's top-M probabilities as logits (log p); positions
-             * outside the entries share the tail evenly. One window query:
-             * the Selector's f is then the recorded distribution on J. */
+             * outside the entries share the tail evenly. With the group's
+             * query-head records (qobs) each query head is one window query
+             * (method.md section 4: W*G window queries, W = 1 at decode);
+             * otherwise the pooled record is the one window query, and the
+             * Selector's f is then the recorded distribution on J. */
+            int G = st->qobs && st->q_per_kv > 0 ? st->q_per_kv : 1;
+            size_t need = (size_t)H * G * n_ctx;
+            if (need > p->logits_cap) {
+                float *nl = realloc(p->logits, sizeof(float) * need);
+                if (!nl)
+                    return sfi_error_set(err, SFI_ENOMEM, "sfi: out of memory for logits");
+                p->logits = nl;
+                p->logits_cap = need;
+            }
             for (int h = 0; h < H; h++) {
-                const sfi_peer_obs *o = &st->obs[h];
-                float *lg = p->logits + (size_t)h * n_ctx;
-                int rest = o->n_ctx - o->n_top;
-                float floor_lg = -80.0f;
-                float tl = rest > 0 && o->tail > 0.0f ? sfi_logf(o->tail / (float)rest) : floor_lg;
-                for (int j = 0; j < n_ctx; j++)
-                    lg[j] = tl;
-                for (int i = 0; i < o->n_top; i++)
-                    if (o->pos[i] < n_ctx)
-                        lg[o->pos[i]] = o->prob[i] > 0.0f ? sfi_logf(o->prob[i]) : floor_lg;
+                for (int g = 0; g < G; g++) {
+                    const sfi_peer_obs *o = st->qobs && st->q_per_kv > 0
+                                                ? &st->qobs[(size_t)h * G + g] : &st->obs[h];
+                    float *lg = p->logits + ((size_t)h * G + g) * n_ctx;
+                    int rest = o->n_ctx - o->n_top;
+                    float floor_lg = -80.0f;
+                    float tl = rest > 0 && o->tail > 0.0f ? sfi_logf(o->tail / (float)rest)
+                                                          : floor_lg;
+                    for (int j = 0; j < n_ctx; j++)
+                        lg[j] = tl;
+                    for (int i = 0; i < o->n_top; i++)
+                        if (o->pos[i] < n_ctx)
+                            lg[o->pos[i]] = o->prob[i] > 0.0f ? sfi_logf(o->prob[i]) : floor_lg;
+                }
                 float *kn = p->norms + (size_t)h * n_ctx;
                 if (st->k && p->head_dim > 0) {
                     for (int j = 0; j < n_ctx; j++) {
@@ -1243,7 +1261,7 @@ static sfi_status step_sfi(sfi_peer *p, const sfi_peer_step *st, int n_ctx, int 
                 }
             }
             sfi_selector_input in = {
-                .n_kv_heads = H, .n_win = 1, .n_pos = n_ctx, .j_begin = jb, .j_end = je,
+                .n_kv_heads = H, .n_win = G, .n_pos = n_ctx, .j_begin = jb, .j_end = je,
                 .logits = p->logits, .key_norms = p->norms,
             };
             int32_t *selected = p->ibuf;  /* H * min(K, |J|) <= H * n_ctx? */

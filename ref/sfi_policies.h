@@ -141,6 +141,11 @@ struct sfi_peer_step {
      * (same sets, less work). 0 when unknown. */
     int next_unused;
     const sfi_peer_obs *obs;   /* [n_kv_heads] this layer */
+    /* Optional (NULL when absent): the records of the query heads,
+     * [n_kv_heads][q_per_kv] (query head h*q_per_kv + g). SFI's Selector
+     * then takes them as its q_per_kv window queries. */
+    const sfi_peer_obs *qobs;
+    int q_per_kv;
     /* The same step's obs of another layer (Kascade); may be NULL when
      * there is no Kascade policy. */
     const sfi_peer_obs *(*layer_obs)(void *ctx, int layer, int kv_head);

@@ -19,7 +19,12 @@
 
 #include "sfi_qwen3.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
 #include <stdarg.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,7 +417,9 @@ static size_t scratch_floats(const sfi_model_config *c)
     size_t NI = (size_t)c->intermediate_size;
     if ((size_t)c->moe_intermediate_size > NI)
         NI = (size_t)c->moe_intermediate_size;
-    return 4 * H + 2 * nq + 2 * nkv + 3 * NI + (size_t)c->num_experts + (size_t)c->head_dim;
+    /* one token's block layout (forward_block), then the MoE extras */
+    return 3 * H + 2 * nq + 2 * nkv + 2 * NI + (size_t)c->head_dim + (size_t)c->num_experts +
+           2 * H + 2 * NI;
 }
 
 sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,
@@ -514,6 +521,65 @@ sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer, c
     return sfi_attn_dense_decode(&s, q, K, V, n_ctx, out, logits, err);
 }
 
+sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer, const float *q,
+                                 const sfi_kv_cache *kv, int n_ctx, const int32_t *const *idx,
+                                 const int *n_idx, float *out, sfi_error *err)
+{
+    const sfi_model_config *c = &m->cfg;
+    const float *K = sfi_kv_k(kv, layer), *V = sfi_kv_v(kv, layer);
+#ifdef SFI_HAVE_OPENBLAS
+    if (be == SFI_BACKEND_BLAS) {
+        int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
+        int G = nh / nkv, ld = nkv * hd, nmax = 0;
+        for (int g = 0; g < nkv; g++) {
+            if (n_idx[g] < 1)
+                return sfi_error_set(err, SFI_EINVAL, "sparse attention: empty set of KV head %d", g);
+            for (int i = 0; i < n_idx[g]; i++)
+                if (idx[g][i] < 0 || idx[g][i] >= n_ctx)
+                    return sfi_error_set(err, SFI_EINVAL,
+                                         "sparse attention: position %d outside 0..%d",
+                                         (int)idx[g][i], n_ctx - 1);
+            if (n_idx[g] > nmax)
+                nmax = n_idx[g];
+        }
+        float *kg = malloc((size_t)nmax * hd * sizeof(float));
+        float *vg = malloc((size_t)nmax * hd * sizeof(float));
+        float *S = malloc((size_t)G * nmax * sizeof(float));
+        if (!kg || !vg || !S) {
+            free(kg);
+            free(vg);
+            free(S);
+            return sfi_error_set(err, SFI_ENOMEM, "sparse attention: out of memory");
+        }
+        float scale = 1.0f / sfi_sqrtf((float)hd);
+        for (int g = 0; g < nkv; g++) {
+            int n = n_idx[g];
+            /* gather the set's rows, then the same two products as dense */
+            for (int i = 0; i < n; i++) {
+                memcpy(kg + (size_t)i * hd, K + (size_t)idx[g][i] * ld + (size_t)g * hd,
+                       (size_t)hd * sizeof(float));
+                memcpy(vg + (size_t)i * hd, V + (size_t)idx[g][i] * ld + (size_t)g * hd,
+                       (size_t)hd * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, n, hd, scale,
+                        q + (size_t)g * G * hd, hd, kg, hd, 0.0f, S, n);
+            for (int i = 0; i < G; i++)
+                sfi_softmax(S + (size_t)i * n, (size_t)n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, hd, n, 1.0f, S, n, vg, hd,
+                        0.0f, out + (size_t)g * G * hd, hd);
+        }
+        free(kg);
+        free(vg);
+        free(S);
+        return SFI_OK;
+    }
+#else
+    (void)be;
+#endif
+    sfi_attn_shape s = {c->num_attention_heads, c->num_key_value_heads, c->head_dim};
+    return sfi_attn_sparse_decode(&s, q, K, V, n_ctx, idx, n_idx, out, err);
+}
+
 /* ---- one token ---- */
 
 int32_t sfi_argmax(const float *logits, int n)
@@ -545,115 +611,405 @@ static void mlp(sfi_backend be, const float *wg, const float *wu, const float *w
     matvec(be, wd, g, NULL, H, NI, y);
 }
 
-sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
-                          sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err)
+/* Y[T][M] = X[T][N] W[M][N]^T (+ b): per token exactly matvec's sums */
+static void matmul(sfi_backend be, const float *W, const float *X, const float *b, int T, int M,
+                   int N, float *Y)
+{
+#ifdef SFI_HAVE_OPENBLAS
+    if (be == SFI_BACKEND_BLAS && T > 1) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, M, N, 1.0f, X, N, W, N, 0.0f, Y,
+                    M);
+        if (b)
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < M; i++)
+                    Y[(size_t)t * M + i] += b[i];
+        return;
+    }
+#endif
+    for (int t = 0; t < T; t++)
+        matvec(be, W, X + (size_t)t * N, b, M, N, Y + (size_t)t * M);
+}
+
+static void moe_token(const sfi_qwen3 *m, sfi_backend be, const qlayer *L, const float *x,
+                      float *rp, float *g, float *u, float *tmp, float *acc)
 {
     const sfi_model_config *c = &m->cfg;
-    if (token < 0 || token >= c->vocab_size)
-        return sfi_error_set(err, SFI_ERANGE, "token id %d outside the vocabulary [0, %d)",
-                             (int)token, c->vocab_size);
-    if (kv->n >= kv->capacity)
+    int H = c->hidden_size, E = c->num_experts, top = c->num_experts_per_tok;
+    int Im = c->moe_intermediate_size;
+    matvec(be, L->router, x, NULL, E, H, rp);
+    sfi_softmax(rp, (size_t)E);
+    /* top-k by selection: descending value, ties to the smaller expert */
+    int sel[64];
+    float w[64];
+    unsigned char taken[1024];
+    memset(taken, 0, (size_t)E);
+    for (int t = 0; t < top; t++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || rp[e] > rp[best]))
+                best = e;
+        taken[best] = 1;
+        sel[t] = best;
+        w[t] = rp[best];
+    }
+    if (c->norm_topk_prob) {
+        float s = 0.0f;
+        for (int t = 0; t < top; t++)
+            s += w[t];
+        for (int t = 0; t < top; t++)
+            w[t] /= s;
+    }
+    for (int i = 0; i < H; i++)
+        acc[i] = 0.0f;
+    for (int e = 0; e < E; e++) {
+        if (!taken[e])
+            continue;
+        float we = 0.0f;
+        for (int t = 0; t < top; t++)
+            if (sel[t] == e)
+                we = w[t];
+        mlp(be, L->e_gate[e], L->e_up[e], L->e_down[e], H, Im, x, g, u, tmp);
+        for (int i = 0; i < H; i++)
+            acc[i] += tmp[i] * we;
+    }
+}
+
+/* T tokens at positions kv->n .. kv->n+T-1. Every token goes through the
+ * same operations in the same order as a one-token step (the matrix
+ * products are merely batched), so with the scalar backend a block gives
+ * the bits of T single steps. logits: of the last token (may be NULL). */
+static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                const int32_t *tokens, int T, sfi_qwen3_attend_fn attend,
+                                void *user, float *logits, sfi_error *err)
+{
+    const sfi_model_config *c = &m->cfg;
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+            return sfi_error_set(err, SFI_ERANGE, "token id %d outside the vocabulary [0, %d)",
+                                 (int)tokens[t], c->vocab_size);
+    if (kv->n + T > kv->capacity)
         return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
     if (!sfi_backend_available(be))
         return sfi_error_set(err, SFI_EUNSUPPORTED, "backend %s not built", sfi_backend_name(be));
     int H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads;
     int nkvh = c->num_key_value_heads;
-    int nq = nh * hd, nkv = nkvh * hd, pos = kv->n, n_ctx = pos + 1;
+    int nq = nh * hd, nkv = nkvh * hd, pos0 = kv->n;
     int NI = c->intermediate_size > c->moe_intermediate_size ? c->intermediate_size
                                                             : c->moe_intermediate_size;
-    float *h = kv->scratch, *x = h + H, *tmp = x + H, *acc = tmp + H;
-    float *q = acc + H, *att = q + nq, *k = att + nq, *v = k + nkv;
-    float *g = v + nkv, *u = g + NI, *y = u + NI, *rp = y + NI;
-    float *cs = rp + c->num_experts, *sn = cs + hd / 2;
-    (void)y;
+    size_t per = (size_t)3 * H + 2 * (size_t)nq + 2 * (size_t)nkv + 2 * (size_t)NI + (size_t)hd;
+    float *buf = T == 1 ? kv->scratch : malloc((size_t)T * per * sizeof(float));
+    if (!buf)
+        return sfi_error_set(err, SFI_ENOMEM, "forward: out of memory (%d tokens)", T);
+    float *h = buf, *x = h + (size_t)T * H, *tmp = x + (size_t)T * H;
+    float *q = tmp + (size_t)T * H, *att = q + (size_t)T * nq, *k = att + (size_t)T * nq;
+    float *v = k + (size_t)T * nkv, *g = v + (size_t)T * nkv, *u = g + (size_t)T * NI;
+    float *cs = u + (size_t)T * NI, *sn = cs + (size_t)T * hd / 2;
+    /* per-token extras (MoE router, expert accumulator) live in the cache's
+     * scratch, which one token's layout does not otherwise use here */
+    float *rp = T == 1 ? kv->scratch + per : kv->scratch;
+    float *acc = rp + c->num_experts;
+    float *eg = acc + H, *eu = eg + NI, *et = eu + NI;
+    sfi_status rc = SFI_OK;
 
-    for (int i = 0; i < hd / 2; i++) {
-        float ang = (float)pos * m->inv_freq[i];
-        double s, co;
-        d_sincos((double)ang, &s, &co);
-        cs[i] = (float)co;
-        sn[i] = (float)s;
-    }
-    memcpy(h, m->embed + (size_t)token * H, (size_t)H * sizeof(float));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            float ang = (float)(pos0 + t) * m->inv_freq[i];
+            double s, co;
+            d_sincos((double)ang, &s, &co);
+            cs[(size_t)t * hd / 2 + i] = (float)co;
+            sn[(size_t)t * hd / 2 + i] = (float)s;
+        }
+    for (int t = 0; t < T; t++)
+        memcpy(h + (size_t)t * H, m->embed + (size_t)tokens[t] * H, (size_t)H * sizeof(float));
     float eps = (float)c->rms_norm_eps;
-    for (int l = 0; l < c->num_hidden_layers; l++) {
+    for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
         const qlayer *L = &m->layers[l];
-        rmsnorm(h, L->in_norm, H, eps, x);
-        matvec(be, L->wq, x, L->bq, nq, H, q);
-        matvec(be, L->wk, x, L->bk, nkv, H, k);
-        matvec(be, L->wv, x, L->bv, nkv, H, v);
-        for (int i = 0; i < nh; i++) {
-            rmsnorm(q + i * hd, L->q_norm, hd, eps, tmp);
-            memcpy(q + i * hd, tmp, (size_t)hd * sizeof(float));
-            rope(q + i * hd, cs, sn, hd);
+        for (int t = 0; t < T; t++)
+            rmsnorm(h + (size_t)t * H, L->in_norm, H, eps, x + (size_t)t * H);
+        matmul(be, L->wq, x, L->bq, T, nq, H, q);
+        matmul(be, L->wk, x, L->bk, T, nkv, H, k);
+        matmul(be, L->wv, x, L->bv, T, nkv, H, v);
+        for (int t = 0; t < T; t++) {
+            int pos = pos0 + t;
+            const float *ct = cs + (size_t)t * hd / 2, *st = sn + (size_t)t * hd / 2;
+            float *qt = q + (size_t)t * nq;
+            for (int i = 0; i < nh; i++) {
+                rmsnorm(qt + i * hd, L->q_norm, hd, eps, tmp);
+                memcpy(qt + i * hd, tmp, (size_t)hd * sizeof(float));
+                rope(qt + i * hd, ct, st, hd);
+            }
+            float *kc = sfi_kv_k(kv, l) + (size_t)pos * nkv;
+            float *vc = sfi_kv_v(kv, l) + (size_t)pos * nkv;
+            for (int j = 0; j < nkvh; j++) {
+                rmsnorm(k + (size_t)t * nkv + j * hd, L->k_norm, hd, eps, kc + j * hd);
+                rope(kc + j * hd, ct, st, hd);
+                memcpy(vc + j * hd, v + (size_t)t * nkv + j * hd, (size_t)hd * sizeof(float));
+                kv->key_norms[((size_t)l * nkvh + j) * kv->capacity + pos] =
+                    sfi_sqrtf(sfi_dot(kc + j * hd, kc + j * hd, (size_t)hd));
+            }
         }
-        float *kc = sfi_kv_k(kv, l) + (size_t)pos * nkv, *vc = sfi_kv_v(kv, l) + (size_t)pos * nkv;
-        for (int j = 0; j < nkvh; j++) {
-            rmsnorm(k + j * hd, L->k_norm, hd, eps, kc + j * hd);
-            rope(kc + j * hd, cs, sn, hd);
-            memcpy(vc + j * hd, v + j * hd, (size_t)hd * sizeof(float));
-            kv->key_norms[((size_t)l * nkvh + j) * kv->capacity + pos] =
-                sfi_sqrtf(sfi_dot(kc + j * hd, kc + j * hd, (size_t)hd));
+        /* causal: token t sees positions 0..pos0+t */
+        for (int t = 0; t < T && !rc; t++) {
+            int n_ctx = pos0 + t + 1;
+            rc = attend ? attend(user, l, q + (size_t)t * nq, kv, n_ctx, att + (size_t)t * nq, err)
+                        : sfi_qwen3_attn_dense(m, be, l, q + (size_t)t * nq, kv, n_ctx,
+                                               att + (size_t)t * nq, NULL, err);
         }
-        sfi_status rc = attend ? attend(user, l, q, kv, n_ctx, att, err)
-                               : sfi_qwen3_attn_dense(m, be, l, q, kv, n_ctx, att, NULL, err);
         if (rc)
-            return rc;
-        matvec(be, L->wo, att, L->bo, H, nq, tmp);
-        for (int i = 0; i < H; i++)
+            break;
+        matmul(be, L->wo, att, L->bo, T, H, nq, tmp);
+        for (size_t i = 0; i < (size_t)T * H; i++)
             h[i] += tmp[i];
-        rmsnorm(h, L->post_norm, H, eps, x);
+        for (int t = 0; t < T; t++)
+            rmsnorm(h + (size_t)t * H, L->post_norm, H, eps, x + (size_t)t * H);
         if (!L->moe) {
-            mlp(be, L->w_gate, L->w_up, L->w_down, H, c->intermediate_size, x, g, u, tmp);
-            for (int i = 0; i < H; i++)
+            int Id = c->intermediate_size;
+            matmul(be, L->w_gate, x, NULL, T, Id, H, g);
+            matmul(be, L->w_up, x, NULL, T, Id, H, u);
+            for (size_t i = 0; i < (size_t)T * Id; i++)
+                g[i] = silu(g[i]) * u[i];
+            matmul(be, L->w_down, g, NULL, T, H, Id, tmp);
+            for (size_t i = 0; i < (size_t)T * H; i++)
                 h[i] += tmp[i];
         } else {
-            int E = c->num_experts, top = c->num_experts_per_tok;
-            int Im = c->moe_intermediate_size;
-            matvec(be, L->router, x, NULL, E, H, rp);
-            sfi_softmax(rp, (size_t)E);
-            /* top-k by selection: descending value, ties to the smaller expert */
-            int sel[64];
-            float w[64];
-            unsigned char taken[1024];
-            memset(taken, 0, (size_t)E);
-            for (int t = 0; t < top; t++) {
-                int best = -1;
-                for (int e = 0; e < E; e++)
-                    if (!taken[e] && (best < 0 || rp[e] > rp[best]))
-                        best = e;
-                taken[best] = 1;
-                sel[t] = best;
-                w[t] = rp[best];
-            }
-            if (c->norm_topk_prob) {
-                float s = 0.0f;
-                for (int t = 0; t < top; t++)
-                    s += w[t];
-                for (int t = 0; t < top; t++)
-                    w[t] /= s;
-            }
-            for (int i = 0; i < H; i++)
-                acc[i] = 0.0f;
-            for (int e = 0; e < E; e++) {
-                if (!taken[e])
-                    continue;
-                float we = 0.0f;
-                for (int t = 0; t < top; t++)
-                    if (sel[t] == e)
-                        we = w[t];
-                mlp(be, L->e_gate[e], L->e_up[e], L->e_down[e], H, Im, x, g, u, tmp);
+            for (int t = 0; t < T; t++) {
+                moe_token(m, be, L, x + (size_t)t * H, rp, eg, eu, et, acc);
                 for (int i = 0; i < H; i++)
-                    acc[i] += tmp[i] * we;
+                    h[(size_t)t * H + i] += acc[i];
             }
-            for (int i = 0; i < H; i++)
-                h[i] += acc[i];
         }
     }
-    kv->n = n_ctx;
-    if (logits) {
-        rmsnorm(h, m->final_norm, H, eps, x);
-        matvec(be, m->lm_head, x, NULL, c->vocab_size, H, logits);
+    if (!rc) {
+        kv->n = pos0 + T;
+        if (logits) {
+            float *hl = h + (size_t)(T - 1) * H;
+            rmsnorm(hl, m->final_norm, H, eps, x);
+            matvec(be, m->lm_head, x, NULL, c->vocab_size, H, logits);
+        }
+    }
+    if (T != 1)
+        free(buf);
+    return rc;
+}
+
+sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
+                          sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err)
+{
+    return forward_block(m, be, kv, &token, 1, attend, user, logits, err);
+}
+
+sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                             void *user, float *logits, sfi_error *err)
+{
+    enum { BLOCK = 64 };
+    if (n < 1)
+        return sfi_error_set(err, SFI_EINVAL, "prefill: no tokens");
+    if (kv->n + n > kv->capacity || n > kv->capacity)
+        return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
+    for (int i = 0; i < n; i += BLOCK) {
+        int T = n - i < BLOCK ? n - i : BLOCK;
+        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user,
+                                      i + T == n ? logits : NULL, err);
+        if (rc)
+            return rc;
     }
     return SFI_OK;
+}
+
+/* ---- random-weight checkpoints ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1), 24 random bits: exact in float */
+static float unif(uint64_t *s)
+{
+    return (float)(int32_t)((splitmix64(s) >> 40) - (1u << 23)) * (1.0f / (1u << 23));
+}
+
+typedef struct {
+    char name[128];
+    int kind;          /* 0 matrix (scale 1/sqrt(fan_in)), 1 norm (around 1), 2 embedding */
+} rtensor;
+
+static sfi_status write_config(const sfi_model_config *c, const char *dir, sfi_st_dtype dt,
+                               sfi_error *err)
+{
+    int moe = c->arch == SFI_ARCH_QWEN3_MOE;
+    json_t *o = json_object();
+    json_t *arch = json_array();
+    json_array_append_new(arch, json_string(moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"));
+    json_object_set_new(o, "architectures", arch);
+    json_object_set_new(o, "model_type", json_string(moe ? "qwen3_moe" : "qwen3"));
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+    json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
+    json_object_set_new(o, "intermediate_size", json_integer(c->intermediate_size));
+    json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
+    json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
+    json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
+    json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+    json_object_set_new(o, "max_position_embeddings", json_integer(c->max_position_embeddings));
+    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
+    json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, "torch_dtype", json_string(dt == SFI_DT_F32 ? "float32" : "bfloat16"));
+    if (c->bos_token_id >= 0)
+        json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));
+    if (c->eos_token_id >= 0)
+        json_object_set_new(o, "eos_token_id", json_integer(c->eos_token_id));
+    if (moe) {
+        json_object_set_new(o, "num_experts", json_integer(c->num_experts));
+        json_object_set_new(o, "num_experts_per_tok", json_integer(c->num_experts_per_tok));
+        json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_intermediate_size));
+        json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk_prob));
+        json_object_set_new(o, "decoder_sparse_step", json_integer(c->decoder_sparse_step));
+        json_t *ml = json_array();
+        for (int i = 0; i < c->n_mlp_only_layers; i++)
+            json_array_append_new(ml, json_integer(c->mlp_only_layers[i]));
+        json_object_set_new(o, "mlp_only_layers", ml);
+    }
+    json_object_set_new(o, "generator", json_string("sfi-ref make-checkpoint (random weights)"));
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_INDENT(2));
+    json_decref(o);
+    if (!s)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s/.config.json.tmp.XXXXXX", dir);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        free(s);
+        return sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    (void)fchmod(fd, 0644);
+    FILE *f = fdopen(fd, "w");
+    int ok = f && fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && (fclose(f) == 0) && ok;
+    if (!f)
+        close(fd);
+    free(s);
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return sfi_error_set(err, SFI_EIO, "%s: write failed: %s", path, strerror(e));
+    }
+    return SFI_OK;
+}
+
+sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, uint64_t seed,
+                                  sfi_st_dtype dt, sfi_error *err)
+{
+    sfi_status rc = sfi_model_config_validate(c, dir, err);
+    if (rc)
+        return rc;
+    if (dt != SFI_DT_F32 && dt != SFI_DT_BF16)
+        return sfi_error_set(err, SFI_EINVAL, "random checkpoint: dtype must be F32 or BF16");
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        if (mkdir(dir, 0777) != 0)
+            return sfi_error_set(err, SFI_EIO, "%s: cannot create the directory: %s", dir,
+                                 strerror(errno));
+    } else if (!S_ISDIR(sb.st_mode)) {
+        return sfi_error_set(err, SFI_EIO, "%s: exists and is not a directory", dir);
+    }
+    int H = c->hidden_size, hd = c->head_dim, L = c->num_hidden_layers;
+    int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
+    size_t cap = 16 + (size_t)L * (12 + 3 * (size_t)(c->num_experts + 1));
+    sfi_st_write_tensor *decl = calloc(cap, sizeof *decl);
+    rtensor *rt = calloc(cap, sizeof *rt);
+    if (!decl || !rt) {
+        free(decl);
+        free(rt);
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    }
+    size_t n = 0;
+#define ADD(kind_, d0, d1, ...)                                                              \
+    do {                                                                                     \
+        snprintf(rt[n].name, sizeof rt[n].name, __VA_ARGS__);                                \
+        rt[n].kind = kind_;                                                                  \
+        decl[n].name = rt[n].name;                                                           \
+        decl[n].dtype = dt;                                                                  \
+        decl[n].ndim = (d1) > 0 ? 2 : 1;                                                     \
+        decl[n].shape[0] = d0;                                                               \
+        decl[n].shape[1] = d1;                                                               \
+        n++;                                                                                 \
+    } while (0)
+    ADD(2, c->vocab_size, H, "model.embed_tokens.weight");
+    for (int l = 0; l < L; l++) {
+        ADD(1, H, 0, "model.layers.%d.input_layernorm.weight", l);
+        ADD(0, nq, H, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(0, nkv, H, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(0, nkv, H, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(0, H, nq, "model.layers.%d.self_attn.o_proj.weight", l);
+        if (c->attention_bias) {
+            ADD(1, nq, 0, "model.layers.%d.self_attn.q_proj.bias", l);
+            ADD(1, nkv, 0, "model.layers.%d.self_attn.k_proj.bias", l);
+            ADD(1, nkv, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+            ADD(1, H, 0, "model.layers.%d.self_attn.o_proj.bias", l);
+        }
+        ADD(1, hd, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+        ADD(1, hd, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        ADD(1, H, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l)) {
+            int NI = c->moe_intermediate_size;
+            ADD(0, c->num_experts, H, "model.layers.%d.mlp.gate.weight", l);
+            for (int e = 0; e < c->num_experts; e++) {
+                ADD(0, NI, H, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+                ADD(0, NI, H, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+                ADD(0, H, NI, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+            }
+        } else {
+            int NI = c->intermediate_size;
+            ADD(0, NI, H, "model.layers.%d.mlp.gate_proj.weight", l);
+            ADD(0, NI, H, "model.layers.%d.mlp.up_proj.weight", l);
+            ADD(0, H, NI, "model.layers.%d.mlp.down_proj.weight", l);
+        }
+    }
+    ADD(1, H, 0, "model.norm.weight");
+    if (!c->tie_word_embeddings)
+        ADD(0, c->vocab_size, H, "lm_head.weight");
+#undef ADD
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    sfi_st_writer *w = NULL;
+    rc = sfi_st_writer_open(path, decl, n, &w, err);
+    enum { CHUNK = 1 << 20 };
+    float *buf = rc ? NULL : malloc(CHUNK * sizeof(float));
+    if (!rc && !buf)
+        rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    uint64_t state = seed;
+    for (size_t i = 0; !rc && i < n; i++) {
+        uint64_t numel = (uint64_t)decl[i].shape[0] * (decl[i].ndim == 2 ? (uint64_t)decl[i].shape[1] : 1);
+        int fan_in = decl[i].ndim == 2 ? (int)decl[i].shape[1] : 1;
+        float a = rt[i].kind == 0 ? sfi_sqrtf(3.0f / (float)fan_in)
+                : rt[i].kind == 2 ? (c->tie_word_embeddings ? sfi_sqrtf(3.0f / (float)H) : sfi_sqrtf(3.0f))
+                                  : 0.2f;
+        for (uint64_t done = 0; !rc && done < numel;) {
+            size_t m = numel - done < CHUNK ? (size_t)(numel - done) : CHUNK;
+            for (size_t j = 0; j < m; j++)
+                buf[j] = rt[i].kind == 1 ? 1.0f + a * unif(&state) : a * unif(&state);
+            rc = sfi_st_writer_put(w, buf, m, err);
+            done += m;
+        }
+    }
+    if (!rc)
+        rc = sfi_st_writer_commit(w, err);
+    sfi_st_writer_abort(w);
+    free(buf);
+    free(decl);
+    free(rt);
+    if (!rc) {
+        rc = write_config(c, dir, dt, err);
+        if (rc)
+            unlink(path); /* no checkpoint without its config */
+    }
+    return rc;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include "sfi_error.h"
 #include "sfi_model.h"
+#include "sfi_safetensors.h"
 
 typedef enum { SFI_BACKEND_SCALAR = 0, SFI_BACKEND_BLAS = 1 } sfi_backend;
 
@@ -65,11 +66,36 @@ sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
                           int32_t token, sfi_qwen3_attend_fn attend, void *user,
                           float *logits, sfi_error *err);
 
+/* Runs n prompt tokens at positions kv->n.. (blocks of up to 64 tokens:
+ * the blas backend multiplies a block's matrices at once; with the scalar
+ * backend the bits equal n single steps). attend is called for every token
+ * and layer as in sfi_qwen3_step, with that token's n_ctx. logits (may be
+ * NULL) gets the last token's. */
+sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                             void *user, float *logits, sfi_error *err);
+
 /* Dense decode attention through the backend (scalar: sfi_attn_dense_decode).
  * logits (may be NULL) as sfi_attn_dense_decode's. */
 sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
                                 const float *q, const sfi_kv_cache *kv, int n_ctx,
                                 float *out, float *logits, sfi_error *err);
+
+/* Writes DIR/model.safetensors (weights of dtype F32 or BF16 drawn from
+ * seed: uniform with std 1/sqrt(fan_in), norms 1 +- 0.2, embeddings of unit
+ * scale when untied) and DIR/config.json for cfg; DIR is created when
+ * absent. Each file goes through a temp file + rename; when the config
+ * cannot be written the checkpoint is removed again. */
+sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir, uint64_t seed,
+                                  sfi_st_dtype dtype, sfi_error *err);
+
+/* Sparse decode attention through the backend (scalar:
+ * sfi_attn_sparse_decode; blas: the set's rows gathered, then the products
+ * of the dense path). idx/n_idx per KV head as sfi_attn_sparse_decode's. */
+sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer,
+                                 const float *q, const sfi_kv_cache *kv, int n_ctx,
+                                 const int32_t *const *idx, const int *n_idx, float *out,
+                                 sfi_error *err);
 
 /* Greedy choice: the largest logit, ties to the smaller id. */
 int32_t sfi_argmax(const float *logits, int n);

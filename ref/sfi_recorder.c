@@ -24,13 +24,15 @@ void sfi_recorder_opts_default(sfi_recorder_opts *o)
 
 const char *sfi_recorder_usage(void)
 {
-    return "  --trace FILE         record the run into the SQLite trace FILE (sfi-trace(5));\n"
-           "                       an existing FILE is replaced\n"
-           "  --trace-level L      tokens (default), summary (selected sets, captured mass,\n"
-           "                       lambda*, fast-step mass) or full (also top-M dense attention)\n"
-           "  --trace-top-m M      M of the full level's top-M records (default 4096)\n"
-           "  --trace-layers LIST  full level: keep top-M records of these layers only\n"
-           "                       (comma-separated, e.g. 0,5,9; default all)\n";
+    return "      --trace FILE       record the run into the SQLite trace FILE\n"
+           "                         (sfi-trace(5)); an existing FILE is replaced\n"
+           "      --trace-level L    tokens (default), summary (selected sets, captured\n"
+           "                         mass, lambda*, fast-step mass) or full (also the\n"
+           "                         top-M dense attention of every step >= 1)\n"
+           "      --trace-top-m M    M of the full level's top-M records (default 4096)\n"
+           "      --trace-layers L   summary/full: keep the per-layer records of these\n"
+           "                         layers only (comma-separated, e.g. 0,5,9; default\n"
+           "                         all)\n";
 }
 
 /* Parses "0,5,9" into mask[n_layers] (NULL mask: only check syntax). */
@@ -131,7 +133,7 @@ struct sfi_recorder {
     int sfi_mode;
     int L, H, KV, K, M;
     int64_t req;            /* current request, -1 before the first prefill */
-    uint8_t *topm_layer;    /* [L]: top-M records kept for this layer */
+    uint8_t *topm_layer;    /* [L]: per-layer records kept for this layer */
     /* Current selected sets (summary fast-step mass needs them). */
     sfi_state st;
     int have_state;
@@ -272,18 +274,17 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
         r->tprob = malloc(L * H * M * 4);
         r->tm = calloc(L * H, 4);
         r->ttail = calloc(L * H, 4);
-        r->topm_layer = calloc(L, 1);
-        if (r->topm_layer && !o->layers)
-            memset(r->topm_layer, 1, L);
-        else if (r->topm_layer && !parse_layers(o->layers, r->topm_layer, r->L)) {
-            rec_free(r);
-            return sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a list of layers "
-                                 "in [0, %d)", o->layers, (int)L);
-        }
-        if (!r->have_topm || !r->tpos || !r->tprob || !r->tm || !r->ttail || !r->topm_layer)
+        if (!r->have_topm || !r->tpos || !r->tprob || !r->tm || !r->ttail)
             st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %d x %d x top-%d buffers",
                                o->path, r->L, r->H, r->M);
     }
+    if (!st && !(r->topm_layer = calloc(L ? L : 1, 1)))
+        st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", o->path);
+    if (!st && !o->layers)
+        memset(r->topm_layer, 1, L);
+    else if (!st && !parse_layers(o->layers, r->topm_layer, r->L))
+        st = sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a list of layers in "
+                           "[0, %d)", o->layers, r->L);
     if (st) {
         rec_free(r);
         return st;
@@ -331,6 +332,8 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
     free(pjson);
     if (!st && r->level == SFI_TRACE_FULL)
         st = sfi_trace_put_meta(r->w, "topm_layers", o->layers ? o->layers : "all", err);
+    if (!st && r->level >= SFI_TRACE_SUMMARY)
+        st = sfi_trace_put_meta(r->w, "layers_recorded", o->layers ? o->layers : "all", err);
     if (!st)
         st = sfi_trace_flush(r->w, err);
     if (st) {
@@ -369,6 +372,11 @@ static sfi_status on_slow_layer(void *user, const sfi_decode_slow_layer_info *in
     if (r->level < SFI_TRACE_SUMMARY)
         return SFI_OK;
     int l = info->layer;
+    if (l >= 0 && l < r->L && !r->topm_layer[l]) {
+        /* Not recorded, but the fast-step set of this layer still follows
+         * the Selector (only recorded layers read it, so nothing else). */
+        return SFI_OK;
+    }
     if (l < 0 || l >= r->L || info->n_kv_heads != r->KV || info->K != r->K ||
         info->n_heads != r->H)
         return sfi_error_set(err, SFI_EINVAL, "trace recorder: slow-layer record of layer %d "
@@ -437,7 +445,8 @@ static sfi_status on_attention(void *user, const sfi_decode_attention_info *info
         }
         r->have_topm[l] = 1;
     }
-    if (r->level >= SFI_TRACE_SUMMARY && info->kind == SFI_STEP_FAST && r->have_state) {
+    if (r->level >= SFI_TRACE_SUMMARY && info->kind == SFI_STEP_FAST && r->have_state &&
+        r->topm_layer[l]) {
         int G = r->H / r->KV;
         for (int h = 0; h < r->KV; h++) {
             int ni = 0;

@@ -422,8 +422,17 @@ static sfi_status add_file(sfi_safetensors *st, char *path, sfi_error *err)
     return open_one(st, st->n_files - 1, err);
 }
 
+/* A real index (Qwen3-235B: ~19k tensors) is a few MB; a bigger file is
+ * refused before jansson reads it all into memory. */
+#define SFI_ST_MAX_INDEX ((off_t)64 << 20)
+
 static sfi_status open_index(sfi_safetensors *st, const char *index, sfi_error *err)
 {
+    struct stat isb;
+    if (stat(index, &isb) == 0 && S_ISREG(isb.st_mode) && isb.st_size > SFI_ST_MAX_INDEX)
+        return sfi_error_set(err, SFI_ERANGE, "%s: %lld bytes is too large for an index "
+                             "(limit %lld)", index, (long long)isb.st_size,
+                             (long long)SFI_ST_MAX_INDEX);
     json_error_t je;
     json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &je);
     if (!root)
@@ -603,6 +612,7 @@ struct sfi_st_writer {
     FILE *fp;
     sfi_st_write_tensor *decl;
     size_t n, next;
+    uint64_t left;      /* values of decl[next] still to come */
 };
 
 static uint64_t numel_of(const sfi_st_write_tensor *t)
@@ -730,13 +740,18 @@ sfi_status sfi_st_writer_open(const char *path, const sfi_st_write_tensor *decl,
 sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel,
                              sfi_error *err)
 {
+    /* skip empty tensors: they have no data to give */
+    while (w->next < w->n && w->left == 0 && numel_of(&w->decl[w->next]) == 0)
+        w->next++;
     if (w->next >= w->n)
         return sfi_error_set(err, SFI_EINVAL, "%s: more tensors than declared", w->path);
     const sfi_st_write_tensor *t = &w->decl[w->next];
-    if (numel != numel_of(t))
-        return sfi_error_set(err, SFI_EINVAL, "%s: %s: %llu values given, shape holds %llu",
+    if (w->left == 0)
+        w->left = numel_of(t);
+    if (numel > w->left)
+        return sfi_error_set(err, SFI_EINVAL, "%s: %s: %llu values given, %llu remain",
                              w->path, t->name, (unsigned long long)numel,
-                             (unsigned long long)numel_of(t));
+                             (unsigned long long)w->left);
     int ok = 1;
     if (t->dtype == SFI_DT_F32) {
         ok = fwrite(data, 4, numel, w->fp) == numel;
@@ -751,12 +766,16 @@ sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel
     }
     if (!ok)
         return sfi_error_set(err, SFI_EIO, "%s: write failed: %s", w->path, strerror(errno));
-    w->next++;
+    w->left -= numel;
+    if (w->left == 0)
+        w->next++;
     return SFI_OK;
 }
 
 sfi_status sfi_st_writer_commit(sfi_st_writer *w, sfi_error *err)
 {
+    while (w->next < w->n && w->left == 0 && numel_of(&w->decl[w->next]) == 0)
+        w->next++;
     if (w->next != w->n)
         return sfi_error_set(err, SFI_EINVAL, "%s: %zu of %zu tensors written", w->path,
                              w->next, w->n);

@@ -79,7 +79,8 @@ sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n
 
 /* Streaming writer, for checkpoints too large to hold as float32 at once:
  * declare every tensor first (the header needs all shapes), then give the
- * data of each, in the declared order, with sfi_st_writer_put. */
+ * data of each, in the declared order, with sfi_st_writer_put, whole or in
+ * consecutive chunks (a chunk never spans two tensors). */
 typedef struct sfi_st_writer sfi_st_writer;
 sfi_status sfi_st_writer_open(const char *path, const sfi_st_write_tensor *decl, size_t n,
                               sfi_st_writer **out, sfi_error *err);

@@ -113,8 +113,9 @@ static sfi_status check_input(const sfi_selector_input *in, sfi_error *err)
     return SFI_OK;
 }
 
-/* Steps 1-3 for one head: f[0..nJ). tmp[nJ] scratch. */
-static void evidence(const sfi_params *prm, const sfi_selector_input *in, int h,
+/* Steps 1-3 for one head: f[0..nJ). tmp[nJ] scratch. Returns the
+ * normaliser G (1 with one window query). */
+static float evidence(const sfi_params *prm, const sfi_selector_input *in, int h,
                      float *f, float *mu, float *tmp)
 {
     const int nJ = in->j_end - in->j_begin;
@@ -128,7 +129,7 @@ static void evidence(const sfi_params *prm, const sfi_selector_input *in, int h,
         sfi_softmax(tmp, (size_t)nJ);
         if (in->n_win == 1) { /* f = p_1 exactly */
             memcpy(f, tmp, (size_t)nJ * sizeof *f);
-            return;
+            return 1.0f;
         }
         for (int i = 0; i < nJ; i++)
             mu[i] += sfi_powf_pos(tmp[i], a);
@@ -142,10 +143,11 @@ static void evidence(const sfi_params *prm, const sfi_selector_input *in, int h,
     }
     for (int i = 0; i < nJ; i++)
         f[i] = f[i] / G;
+    return G;
 }
 
-/* Step 4 for one head. */
-static void prior(const sfi_params *prm, const sfi_selector_input *in, int h, float *r)
+/* Step 4 for one head. Returns the normaliser (sum of w). */
+static float prior(const sfi_params *prm, const sfi_selector_input *in, int h, float *r)
 {
     const int nJ = in->j_end - in->j_begin;
     const float *kn = in->key_norms + (size_t)h * (size_t)in->n_pos + in->j_begin;
@@ -161,6 +163,7 @@ static void prior(const sfi_params *prm, const sfi_selector_input *in, int h, fl
     }
     for (int i = 0; i < nJ; i++)
         r[i] = r[i] / sum;
+    return sum;
 }
 
 float sfi_selector_fuse(const sfi_params *prm, int nJ, const float *f, const float *r, float *s)
@@ -221,7 +224,7 @@ void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_
         for (int g = 0; g < G; g++)
             for (int w = 0; w < W; w++) {
                 const float *src = tail + ((size_t)w * (size_t)n_heads + (size_t)(kv * G + g)) * (size_t)n_pos;
-                float *dst = out + ((size_t)kv * (size_t)(G * W) + (size_t)(g * W + w)) * (size_t)n_pos;
+                float *dst = out + ((size_t)kv * (size_t)(G * W) + (size_t)(w * G + g)) * (size_t)n_pos;
                 memcpy(dst, src, row);
             }
 }
@@ -352,8 +355,20 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
     const float eps = prm->eps;
 
     for (int h = 0; h < H; h++) {
-        evidence(prm, in, h, f, mu, tmp);
-        prior(prm, in, h, r);
+        float G = evidence(prm, in, h, f, mu, tmp);
+        float R = prior(prm, in, h, r);
+        /* Finite, valid inputs can still under/overflow here with extreme
+         * parameters (a tiny alpha, a large gamma with huge or tiny key
+         * norms): refuse rather than rank NaNs. */
+        if (!(G > 0.0f && G < INFINITY) || !(R > 0.0f && R < INFINITY)) {
+            st = sfi_error_set(err, SFI_ERANGE,
+                               "selector: kv head %d: %s normaliser is %g (under/overflow: alpha=%g, gamma=%g "
+                               "with these logits and key norms)",
+                               h, !(G > 0.0f && G < INFINITY) ? "evidence" : "prior",
+                               (double)(!(G > 0.0f && G < INFINITY) ? G : R), (double)prm->alpha,
+                               (double)prm->gamma);
+            break;
+        }
         float lam = sfi_selector_fuse(prm, nJ, f, r, s);
         float *zh = z + (size_t)h * (size_t)nJ;
         for (int i = 0; i < nJ; i++)
@@ -372,6 +387,13 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
                 memcpy(detail->z_log + off, zh, bytes);
         }
         sfi_selector_soft_nms(prm, nJ, zh, zn + (size_t)h * (size_t)nJ);
+    }
+    if (st != SFI_OK) {
+        free(z);
+        free(zn);
+        free(work);
+        free(top);
+        return st;
     }
     if (detail && detail->z_nms)
         memcpy(detail->z_nms, zn, HJ * sizeof *zn);

@@ -39,7 +39,8 @@ typedef struct {
  * selected. A -inf logit means "masked" (probability 0). Errors: NaN or
  * +inf logits in J, a head whose logits over J are all masked, negative or
  * non-finite key norms, K < 1, empty J, out-of-range parameters and
- * inconsistent sizes. selected must hold n_kv_heads * min(K, |J|) entries. */
+ * inconsistent sizes (SFI_EINVAL); an evidence or prior normaliser that
+ * under/overflows with extreme parameters and inputs (SFI_ERANGE). selected must hold n_kv_heads * min(K, |J|) entries. */
 sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
                             int32_t *selected, int *n_selected,
                             sfi_selector_detail *detail, sfi_error *err);
@@ -63,10 +64,10 @@ void sfi_key_norms(const float *k, int n_pos, int n_kv_heads, int head_dim, floa
  * [n_heads][n_pos], are already [n_kv_heads][G][n_pos] with G = n_heads /
  * n_kv_heads: use them directly with n_win = G (tau = g). Prefill: the tail
  * logits of sfi_attn_prefill, [W][n_heads][n_pos], are re-laid here into
- * out[n_kv_heads][G*W][n_pos], window query tau = g*W + w for query head
- * kv*G + g and tail query w (so that, per head, queries run in time order,
- * and the power mean sums over tau in this order). n_heads must be a
- * multiple of n_kv_heads. */
+ * out[n_kv_heads][W*G][n_pos], window query tau = w*G + g for tail query w
+ * and query head kv*G + g (time-major: the order ref/sfi_decode.c uses, and
+ * the decode layout when W = 1; the power mean sums over tau in this
+ * order). n_heads must be a multiple of n_kv_heads. */
 void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_pos,
                                       const float *tail, float *out);
 

@@ -40,7 +40,8 @@ static void usage(FILE *out)
             "with a GPU cost model, for every combination of the lists below. Without\n"
             "options: contexts 8K..128K, Qwen3 presets, B200, all policies, the bundled\n"
             "sample trace; prints a table and writes " DEFAULT_PNG ".\n\n"
-            "options (LIST = comma-separated values):\n"
+            "options (LIST = comma-separated values; --model, --gpu, --context and\n"
+            "--policy are the same as the plural forms):\n"
             "  --models LIST     Qwen3 presets or config.json paths [" DEFAULT_MODELS "]\n"
             "  --gpus LIST       B200, H200, H100-SXM or GPU JSON files [B200]\n"
             "  --tp LIST         tensor-parallel degrees, or auto: the smallest power of\n"
@@ -318,6 +319,13 @@ static sfi_trigger_kind trigger_of(sfi_sim_policy_kind k)
     case SFI_SIM_BOUNDARY: return SFI_TRIG_BOUNDARY;
     default: return SFI_TRIG_NEVER;
     }
+}
+
+/* Requests of a batch are spread over one period of the policy's refresh
+ * cycle (see sfi_replay.h), as they would be under continuous batching. */
+static int64_t stagger_of(const sfi_sim_policy *p, const sfi_params *prm)
+{
+    return p->kind == SFI_SIM_INTERVAL ? p->interval : prm->T_max;
 }
 
 static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *rp, row *r,
@@ -723,7 +731,11 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         {"weight-bytes", required_argument, NULL, 'w'}, {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, 'o'},   {"png", required_argument, NULL, 'G'},
         {"no-png", no_argument, NULL, 'N'},         {"timeline-png", required_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+        {"help", no_argument, NULL, 'h'},
+        /* Singular spellings of the list options. */
+        {"model", required_argument, NULL, 'm'},    {"gpu", required_argument, NULL, 'g'},
+        {"context", required_argument, NULL, 'c'},  {"policy", required_argument, NULL, 'P'},
+        {NULL, 0, NULL, 0}};
     const char *a_models = DEFAULT_MODELS, *a_gpus = "B200", *a_tp = "auto",
                *a_ctx = DEFAULT_CONTEXTS, *a_batch = "8", *a_pols = NULL, *a_trace = NULL,
                *a_tok = NULL, *a_prof = NULL, *a_fmt = "table", *a_out = NULL,
@@ -740,6 +752,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     row *rows = NULL;
     sfi_replay_result *replays = NULL;
     int n_replays = 0;
+    int drew = 0; /* a figure was drawn: release the font caches at the end */
 
     optind = 1;
     opterr = 0;
@@ -894,7 +907,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         for (int bi = 0; bi < s.n_batches; bi++)
             if (sfi_replay_run(&(sfi_replay_stream){s.tokens, s.n_tokens, s.is_trigger, s.n_vocab},
                                trigger_of(s.pols[pi].pol.kind), &s.prm, s.pols[pi].pol.interval,
-                               s.batches[bi], s.steps, a_tl ? TIMELINE_STEPS : 0,
+                               s.batches[bi], stagger_of(&s.pols[pi].pol, &s.prm), s.steps,
+                               a_tl ? TIMELINE_STEPS : 0,
                                &replays[pi * s.n_batches + bi], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                 goto out;
@@ -1008,6 +1022,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         goto out;
     }
     if (a_png && strcmp(a_png, "none")) {
+        drew = 1;
         if (write_figure(&s, rows, n_rows, a_png, &err) != SFI_OK) {
             fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
             goto out;
@@ -1021,46 +1036,79 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         for (int ci = 1; ci < s.n_contexts; ci++)
             if (s.contexts[ci] > s.contexts[ci_max])
                 ci_max = ci;
-        sfi_plot *p = sfi_plot_new(1400, 500, 1, 1);
+        /* One panel per replayed policy, full KV drawn in each as the
+         * reference; no replayed policy: full KV alone. */
+        int n_panels = 0;
+        for (int pi = 0; pi < s.n_pols; pi++)
+            n_panels += sfi_sim_policy_has_slow_steps(s.pols[pi].pol.kind);
+        if (n_panels == 0)
+            n_panels = 1;
+        if (n_panels > 16)
+            n_panels = 16;
+        sfi_plot *p = sfi_plot_new(1400, 80 + 240 * n_panels, n_panels, 1);
         if (!p)
             goto oom;
+        drew = 1;
         int tp = rows[0].tp;
-        char title[256];
-        snprintf(title, sizeof title, "%s on %s (TP %d, batch %d, context %d): per-step latency",
-                 model_label(&s, 0), s.gpus[0].name, tp, s.batches[0], s.contexts[ci_max]);
-        sfi_status st = sfi_plot_axes(p, 0, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
-        double *x = malloc(TIMELINE_STEPS * sizeof *x), *y = malloc(TIMELINE_STEPS * sizeof *y);
-        if (!x || !y)
+        sfi_status st = SFI_OK;
+        double *x = malloc(TIMELINE_STEPS * sizeof *x), *y = malloc(TIMELINE_STEPS * sizeof *y),
+               *yf = malloc(TIMELINE_STEPS * sizeof *yf);
+        if (!x || !y || !yf)
             st = sfi_error_set(&err, SFI_ENOMEM, "out of memory");
-        for (int pi = 0; pi < s.n_pols && !st; pi++) {
-            sfi_cost_setup cs;
-            sfi_cost_setup_init(&cs);
-            cs.model = &s.models[0];
-            cs.gpu = s.gpus[0];
-            cs.prof = s.prof;
-            cs.prm = s.prm;
-            cs.tp = tp;
-            cs.context = s.contexts[ci_max];
-            cs.batch = s.batches[0];
-            cs.weight_bytes = s.weight_bytes;
+        sfi_cost_setup cs;
+        sfi_cost_setup_init(&cs);
+        cs.model = &s.models[0];
+        cs.gpu = s.gpus[0];
+        cs.prof = s.prof;
+        cs.prm = s.prm;
+        cs.tp = tp;
+        cs.context = s.contexts[ci_max];
+        cs.batch = s.batches[0];
+        cs.weight_bytes = s.weight_bytes;
+        row tmp;
+        double full_t = 0;
+        sfi_sim_policy_default(&cs.pol, SFI_SIM_FULL);
+        if (!st)
+            st = price_cell(&cs, NULL, &tmp, NULL, &err);
+        full_t = tmp.mean_s;
+        for (int i = 0; i < TIMELINE_STEPS && !st; i++) {
+            x[i] = (double)i;
+            yf[i] = full_t * 1e3;
+        }
+        int panel = 0;
+        for (int pi = 0; pi < s.n_pols && !st && panel < n_panels; pi++) {
             cs.pol = s.pols[pi].pol;
-            const sfi_replay_result *rp =
-                sfi_sim_policy_has_slow_steps(cs.pol.kind) ? &replays[pi * s.n_batches] : NULL;
-            if (!rp && cs.pol.kind != SFI_SIM_FULL)
-                continue; /* flat lines: only full KV is drawn as the reference */
-            row tmp;
+            if (!sfi_sim_policy_has_slow_steps(cs.pol.kind))
+                continue;
+            const sfi_replay_result *rp = &replays[pi * s.n_batches];
             double *tt = NULL;
             st = price_cell(&cs, rp, &tmp, &tt, &err);
             if (st)
                 break;
-            int64_t nt = rp ? rp->n_timeline : TIMELINE_STEPS;
-            for (int64_t i = 0; i < nt; i++) {
-                x[i] = (double)i;
-                y[i] = (rp ? tt[rp->timeline[i]] : tt[0]) * 1e3;
-            }
+            int64_t nt = rp->n_timeline;
+            for (int64_t i = 0; i < nt; i++)
+                y[i] = tt[rp->timeline[i]] * 1e3;
             free(tt);
-            st = sfi_plot_line(p, 0, s.pols[pi].name, x, y, (size_t)nt, 0, &err);
+            char title[256];
+            snprintf(title, sizeof title,
+                     "%s: %s on %s (TP %d, batch %d, context %d), per-step latency", s.pols[pi].name,
+                     model_label(&s, 0), s.gpus[0].name, tp, s.batches[0], s.contexts[ci_max]);
+            st = sfi_plot_axes(p, panel, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
+            if (!st)
+                st = sfi_plot_line(p, panel, "full", x, yf, TIMELINE_STEPS, 0, &err);
+            if (!st)
+                st = sfi_plot_line(p, panel, s.pols[pi].name, x, y, (size_t)nt, 0, &err);
+            panel++;
         }
+        if (!st && panel == 0) {
+            char title[256];
+            snprintf(title, sizeof title, "%s on %s (TP %d, batch %d, context %d): per-step latency",
+                     model_label(&s, 0), s.gpus[0].name, tp, s.batches[0], s.contexts[ci_max]);
+            st = sfi_plot_axes(p, 0, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
+            if (!st)
+                st = sfi_plot_line(p, 0, "full", x, yf, TIMELINE_STEPS, 0, &err);
+        }
+        free(yf);
         free(x);
         free(y);
         if (!st)
@@ -1083,5 +1131,7 @@ out:
     free(replays);
     free(rows);
     sweep_free(&s);
+    if (drew)
+        sfi_plot_release_fonts();
     return rc;
 }

@@ -121,11 +121,19 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         double layers = m->layers > 0 ? m->layers : 1;
         double t_def, t_prof;
         s.prof = def;
-        sfi_status st = sfi_cost_kernel_predict(&s, m->kernel, &t_def, &err);
+        /* Multi-layer pipelines are predicted whole; single kernels are
+         * per layer, times the measurement's layer count. */
+        int pipeline = !strcmp(m->kernel, "attn_layers") || !strcmp(m->kernel, "slow_step_serial") ||
+                       !strcmp(m->kernel, "slow_step_overlap");
+        sfi_status st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_def, &err)
+                                 : sfi_cost_kernel_predict(&s, m->kernel, &t_def, &err);
         if (!st) {
             s.prof = prof;
-            st = sfi_cost_kernel_predict(&s, m->kernel, &t_prof, &err);
+            st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_prof, &err)
+                          : sfi_cost_kernel_predict(&s, m->kernel, &t_prof, &err);
         }
+        if (pipeline)
+            layers = 1;
         printf("%-18s %5d %7d %5d %4d %4d %5d %11.1f ", m->kernel, s.batch, m->context,
                mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.prm.K, m->time_s * 1e6);
         if (st) {

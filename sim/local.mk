@@ -11,3 +11,6 @@ sfi_sim_LDADD = libsfisim.la libsfi.la $(SFI_DEP_LIBS) -lm
 libsfisim_la_CPPFLAGS = $(AM_CPPFLAGS) -DSFI_SIM_SRCDIR='"$(abs_top_srcdir)"' \
 	-DSFI_SIM_PKGDATADIR='"$(pkgdatadir)"'
 dist_man_MANS += man/sfi-sim-sweep.1 man/sfi-sim-presets.1 man/sfi-sim-validate.1
+# The documented default calibration profile, installed next to the data.
+simprofilesdir = $(pkgdatadir)/profiles
+dist_simprofiles_DATA = sim/profiles/default.json

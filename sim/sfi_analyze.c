@@ -199,12 +199,28 @@ static int run_layer(shared *sh, int layer, sfi_error *err)
     int rc = -1;
     int stamp_id = 0;
     int want_lo = (opt->policies >> SFI_PEER_KASCADE) & 1;
+    int want_q = ((opt->policies >> SFI_PEER_SFI) & 1) && src->get_q && src->q_per_kv > 0 &&
+                 src->max_top_q > 0;
+    int GQ = want_q ? src->q_per_kv : 0;
+    sfi_peer_obs *qobs = NULL;
+    int32_t *qpos = NULL;
+    float *qprob = NULL;
     if (!sets || !obs || !pos || !prob || !prev || !n_prev || !stampv || !step_rec) {
         sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
         goto out;
     }
     for (int i = 0; i <= src->max_ctx; i++)
         stampv[i] = -1;
+    if (want_q) {
+        size_t nq = (size_t)H * GQ;
+        qobs = malloc(sizeof(sfi_peer_obs) * nq);
+        qpos = malloc(sizeof(int32_t) * nq * src->max_top_q);
+        qprob = malloc(sizeof(float) * nq * src->max_top_q);
+        if (!qobs || !qpos || !qprob) {
+            sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
+            goto out;
+        }
+    }
     if (want_lo) {
         size_t LH = (size_t)src->n_layers * H;
         lc.src = src;
@@ -261,6 +277,13 @@ static int run_layer(shared *sh, int layer, sfi_error *err)
                 if (check_obs(src, &obs[h], t, layer, h, n_ctx, err))
                     goto out;
             }
+            for (int i = 0; i < H * GQ; i++) {
+                if (src->get_q(src->ctx, t, layer, i, &qobs[i], qpos + (size_t)i * src->max_top_q,
+                               qprob + (size_t)i * src->max_top_q, err))
+                    goto out;
+                if (check_obs(src, &qobs[i], t, layer, i, n_ctx, err))
+                    goto out;
+            }
             lstat[0] += B < n_ctx ? B : n_ctx;
             lstat[1] += n_ctx;
             lstat[2] += 1;
@@ -307,7 +330,7 @@ static int run_layer(shared *sh, int layer, sfi_error *err)
             sfi_peer_step st = {
                 .step = t - src->seq_begin[r], .n_ctx = n_ctx, .prev_trigger = prev_trig,
                 .budget = B, .next_unused = src->trigger[t] || t + 1 == src->seq_begin[r + 1],
-                .obs = obs, .layer_obs = want_lo ? lo_get : NULL,
+                .obs = obs, .qobs = qobs, .q_per_kv = GQ, .layer_obs = want_lo ? lo_get : NULL,
                 .layer_obs_ctx = &lc, .q = q, .k = kk,
             };
             for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
@@ -397,6 +420,9 @@ out:
     free(n_prev);
     free(stampv);
     free(step_rec);
+    free(qobs);
+    free(qpos);
+    free(qprob);
     free(lc.stamp);
     free(lc.obs);
     free(lc.pos);

@@ -35,6 +35,13 @@ typedef struct {
      * Returns 0, or -1 with a message in err. */
     int (*get)(void *ctx, int step, int layer, int kvh, sfi_peer_obs *o, int32_t *pos_buf,
                float *prob_buf, sfi_error *err);
+    /* Optional (NULL = none): the record of query head qh (0..n_heads-1)
+     * when the trace keeps query-head records; q_per_kv = n_heads /
+     * n_kv_heads, max_top_q >= every such entry count. SFI's Selector then
+     * sees the group's query heads as its window queries. */
+    int (*get_q)(void *ctx, int step, int layer, int qh, sfi_peer_obs *o, int32_t *pos_buf,
+                 float *prob_buf, sfi_error *err);
+    int q_per_kv, max_top_q;
     /* Optional (NULL = no snapshots): the q/K/V of (step, layer) or 0 when
      * that step has none. q[n_heads][head_dim], k and v
      * [n_ctx][n_kv_heads][head_dim]. */

@@ -139,10 +139,13 @@ static int write_table(FILE *out, const sfi_analyze_report_info *info, sfi_analy
             w = summarize(r->jw ? r->jw[l] : NULL, r->jw_n[l], r->jw_sum[l]);
             a = summarize(r->ja ? r->ja[l] : NULL, r->ja_n[l], r->ja_sum[l]);
         }
-        char lb[16];
+        char lb[16], c[8][16];
         snprintf(lb, sizeof lb, l < 0 ? "all" : "%d", l);
-        fprintf(out, "%-6s %8ld %7.4f %7.4f %7.4f %7.4f | %8ld %7.4f %7.4f %7.4f %7.4f\n", lb,
-                w.n, w.mean, w.p10, w.p50, w.p90, a.n, a.mean, a.p10, a.p50, a.p90);
+        double v[8] = {w.mean, w.p10, w.p50, w.p90, a.mean, a.p10, a.p50, a.p90};
+        for (int i = 0; i < 8; i++)
+            fmt(c[i], sizeof c[i], v[i], "%.4f");
+        fprintf(out, "%-6s %8ld %7s %7s %7s %7s | %8ld %7s %7s %7s %7s\n", lb, w.n, c[0], c[1],
+                c[2], c[3], a.n, c[4], c[5], c[6], c[7]);
     }
     return ferror(out) ? -1 : 0;
 }
@@ -326,7 +329,7 @@ int sfi_analyze_report_write(FILE *out, sfi_analyze_format f, const sfi_analyze_
 sfi_status sfi_analyze_png_support(const char *path, const sfi_analyze_source *src, int layer,
                                    int kvh, sfi_error *err)
 {
-    int S = src->n_steps, NY = 200;
+    int S = src->n_steps, NY = src->max_ctx < 200 ? src->max_ctx : 200;
     if (S > 2000)
         S = 2000;  /* the picture shows the first 2000 steps */
     double *z = calloc((size_t)S * NY, sizeof(double));

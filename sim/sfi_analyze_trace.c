@@ -21,6 +21,11 @@ struct sfi_analyze_trace {
     int32_t *n;           /* [step][layer][kvh] */
     float *tail;
     float **snap;         /* [step][layer] -> q | k | v block, or NULL */
+    int Mq;               /* query-head records (0: the trace has KV-head ones) */
+    int32_t *qpos;        /* [step][layer][qhead][Mq] */
+    float *qprob;
+    int32_t *qn;
+    float *qtail;
     long n_snap;
 };
 
@@ -49,6 +54,10 @@ void sfi_analyze_trace_free(sfi_analyze_trace *t)
     free(t->prob);
     free(t->n);
     free(t->tail);
+    free(t->qpos);
+    free(t->qprob);
+    free(t->qn);
+    free(t->qtail);
     free(t);
 }
 
@@ -65,6 +74,22 @@ static int tr_get(void *ctx, int step, int layer, int kvh, sfi_peer_obs *o, int3
     o->pos = t->pos + i * t->M;
     o->prob = t->prob + i * t->M;
     o->tail = t->tail[i];
+    return 0;
+}
+
+static int tr_get_q(void *ctx, int step, int layer, int qh, sfi_peer_obs *o, int32_t *pb,
+                    float *qb, sfi_error *err)
+{
+    (void)pb;
+    (void)qb;
+    (void)err;
+    const sfi_analyze_trace *t = ctx;
+    size_t i = ((size_t)step * t->src.n_layers + layer) * t->src.n_heads + qh;
+    o->n_ctx = t->n_ctx[step];
+    o->n_top = t->qn[i];
+    o->pos = t->qpos + i * t->Mq;
+    o->prob = t->qprob + i * t->Mq;
+    o->tail = t->qtail[i];
     return 0;
 }
 
@@ -234,7 +259,8 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
     int pooled = m->topm_heads == SFI_TRACE_HEADS_QUERY;
     int M = pooled ? m->top_m * G : m->top_m;
     size_t nrec = (size_t)total * L * H;
-    if ((double)nrec * M * 8.0 > 8e9) {
+    size_t nqrec = pooled ? (size_t)total * L * m->n_heads : 0;
+    if (((double)nrec * M + (double)nqrec * m->top_m) * 8.0 > 8e9) {
         s = sfi_error_set(err, SFI_ERANGE, "%s: %zu records of %d entries would need %.1f GB; "
                           "analyze one request at a time (--request)", path, nrec, M,
                           (double)nrec * M * 8.0 / 1e9);
@@ -249,6 +275,17 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
     t->prob = malloc(sizeof(float) * nrec * M);
     t->n = malloc(sizeof(int32_t) * nrec);
     t->tail = malloc(sizeof(float) * nrec);
+    if (pooled) {
+        t->Mq = m->top_m;
+        t->qpos = malloc(sizeof(int32_t) * nqrec * t->Mq);
+        t->qprob = malloc(sizeof(float) * nqrec * t->Mq);
+        t->qn = malloc(sizeof(int32_t) * nqrec);
+        t->qtail = malloc(sizeof(float) * nqrec);
+        if (!t->qpos || !t->qprob || !t->qn || !t->qtail) {
+            s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %zu records", path, nqrec);
+            goto fail;
+        }
+    }
     tmp_pos = malloc(sizeof(int32_t) * (size_t)m->top_m);
     tmp_prob = malloc(sizeof(float) * (size_t)m->top_m);
     if (!t->n_ctx || !t->trigger || !reason || !token || !t->pos || !t->prob || !t->n ||
@@ -291,8 +328,17 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
                         int head = pooled ? h * G + qh : h;
                         int32_t mm = 0;
                         float tl = 0.0f;
-                        s = sfi_trace_read_topm(tr, r0 + r, i, l, head, pooled ? tmp_pos : P,
-                                                pooled ? tmp_prob : Q, &mm, &tl, err);
+                        size_t qi = ((size_t)g * L + l) * m->n_heads + head;
+                        s = sfi_trace_read_topm(tr, r0 + r, i, l, head,
+                                                pooled ? t->qpos + qi * t->Mq : P,
+                                                pooled ? t->qprob + qi * t->Mq : Q, &mm, &tl, err);
+                        if (s == SFI_OK && pooled) {
+                            memcpy(tmp_pos, t->qpos + qi * t->Mq, sizeof(int32_t) * (size_t)mm);
+                            memcpy(tmp_prob, t->qprob + qi * t->Mq, sizeof(float) * (size_t)mm);
+                            sort_entries(t->qpos + qi * t->Mq, t->qprob + qi * t->Mq, mm);
+                            t->qn[qi] = mm;
+                            t->qtail[qi] = tl < 0.0f ? 0.0f : tl;
+                        }
                         if (s == SFI_ENOTFOUND)
                             s = sfi_error_set(err, SFI_EFORMAT, "%s: request %d step %lld "
                                               "layer %d head %d: no top-M record (the analyzer "
@@ -389,6 +435,11 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
     t->src.max_top = M;
     t->src.get = tr_get;
     t->src.snapshot = t->n_snap ? tr_snap : NULL;
+    if (pooled) {
+        t->src.get_q = tr_get_q;
+        t->src.q_per_kv = G;
+        t->src.max_top_q = t->Mq;
+    }
     t->src.ctx = t;
     s = SFI_OK;
     *out = t;

@@ -118,13 +118,23 @@ double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double 
 double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes);
 
 /* Predicted time of one kernel of one layer for the setup's batch (all
- * requests of the batch in one launch): "attn_dense" (no logits),
- * "attn_dense_logits" (SFI's slow-step kernel, logits over J written),
- * "attn_sparse" (two-segment fast set of the setup's context and K),
- * "attn_sparse_n" (context = positions read), "selector", "topk", "reorg",
- * "selector_reorg" (the three, serially). SFI_ENOTFOUND for other names. */
+ * requests of the batch in one launch), as `sfi-sim validate` compares
+ * them with a profile's measurements: "attn_dense" (SFI's slow-step dense
+ * kernel, fp32 logits over J written), "attn_dense_nologits",
+ * "attn_sparse" (the setup's context = the positions read), "selector",
+ * "topk", "reorg", "selector_reorg" (the three, serially). SFI_ENOTFOUND
+ * for other names. */
 sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, double *time_s,
                                    sfi_error *err);
+
+/* Predicted time of `layers` layers of a slow step with attention only on
+ * the main stream (as the GPU benchmark's two-stream test runs it), the
+ * whole batch slow: "attn_layers" (the dense attention kernels alone),
+ * "slow_step_serial" (Selector + Top-K + reorg after each layer's attention
+ * on one stream), "slow_step_overlap" (on a second stream, the model's
+ * overlap with contention). SFI_ENOTFOUND for other names. */
+sfi_status sfi_cost_pipeline_predict(const sfi_cost_setup *s, const char *kind, int layers,
+                                     double *time_s, sfi_error *err);
 
 /* Memory on one GPU. */
 typedef struct {

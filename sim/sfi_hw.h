@@ -27,8 +27,12 @@
  * the fraction of side-stream (Selector + reorg) time that still slows the
  * main stream while overlapped (they share HBM). "measurements" is optional;
  * `sfi-sim validate` compares each with the model's prediction. Kernel names
- * there: attn_dense, attn_sparse (context = positions read), selector,
- * topk, reorg, selector_reorg, copy, step_fast, step_slow. */
+ * there: attn_dense (with fp32 logits written, as SFI's slow step runs it),
+ * attn_dense_nologits, attn_sparse (context = positions read), selector,
+ * topk, reorg, selector_reorg (per layer, times "layers"); attn_layers,
+ * slow_step_serial, slow_step_overlap ("layers" layers of the two-stream
+ * slow step: attention alone, side work serial, side work on a second
+ * stream); others are listed as not modelled. */
 #ifndef SFI_HW_H
 #define SFI_HW_H
 

@@ -11,8 +11,8 @@
 #define MAX_STEPS ((int64_t)1 << 40)
 
 sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
-                          const sfi_params *prm, int interval, int batch, int64_t steps,
-                          int64_t timeline, sfi_replay_result *out, sfi_error *err)
+                          const sfi_params *prm, int interval, int batch, int64_t stagger,
+                          int64_t steps, int64_t timeline, sfi_replay_result *out, sfi_error *err)
 {
     memset(out, 0, sizeof *out);
     if (!in || !in->tokens || in->n < 1)
@@ -21,6 +21,8 @@ sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
         return sfi_error_set(err, SFI_ERANGE, "replay: batch %d outside 1..2^20", batch);
     if (steps < 1 || steps > MAX_STEPS)
         return sfi_error_set(err, SFI_ERANGE, "replay: steps %lld outside 1..2^40", (long long)steps);
+    if (stagger < 0 || stagger > MAX_STEPS)
+        return sfi_error_set(err, SFI_ERANGE, "replay: stagger %lld outside 0..2^40", (long long)stagger);
     if (timeline < 0)
         timeline = 0;
     if (timeline > steps)
@@ -41,6 +43,15 @@ sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
         sfi_trigger_policy_init(&tp[r], kind, prm, in->is_trigger, in->n_vocab, interval);
         pos[r] = (int64_t)((double)r * (double)in->n / batch) % in->n;
         prev[r] = -1; /* ignored at step 0 */
+        /* Decode the warm-up steps from the tokens before the offset. */
+        int64_t warm = (int64_t)((double)r * (double)stagger / batch);
+        int64_t p = ((pos[r] - warm) % in->n + in->n) % in->n;
+        for (int64_t w = 0; w < warm; w++) {
+            (void)sfi_trigger_next(&tp[r], prev[r], NULL);
+            prev[r] = in->tokens[p];
+            if (++p == in->n)
+                p = 0;
+        }
     }
     const int32_t *tok = in->tokens;
     const int64_t n = in->n;

@@ -6,7 +6,13 @@
  *
  * Streams: the decode tokens of a trace's requests (or a synthetic stream),
  * concatenated into one ring of n tokens; request r of the batch starts at
- * offset r * n / B and wraps around, so B requests see different text. */
+ * offset r * n / B and wraps around, so B requests see different text.
+ *
+ * Stagger: under continuous batching the requests of a batch are at
+ * different points of their decode. Request r has already decoded
+ * r * stagger / B steps (the tokens before its offset, not counted) when
+ * the replayed window starts, so T_max and interval phases differ between
+ * requests. stagger = 0 starts every request at its step 0 together. */
 #ifndef SFI_REPLAY_H
 #define SFI_REPLAY_H
 
@@ -33,12 +39,13 @@ typedef struct {
 } sfi_replay_result;
 
 /* Replays `steps` batch steps of `batch` requests under trigger policy
- * `kind` (T_max from prm, interval for SFI_TRIG_INTERVAL). Keeps the
- * n_slow of the first `timeline` steps (0: none). */
+ * `kind` (T_max from prm, interval for SFI_TRIG_INTERVAL), requests
+ * staggered as above. Keeps the n_slow of the first `timeline` steps (0:
+ * none). */
 sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
                           const sfi_params *prm, int interval, int batch,
-                          int64_t steps, int64_t timeline, sfi_replay_result *out,
-                          sfi_error *err);
+                          int64_t stagger, int64_t steps, int64_t timeline,
+                          sfi_replay_result *out, sfi_error *err);
 void sfi_replay_result_free(sfi_replay_result *r);
 
 /* A deterministic synthetic stream for when no trace is at hand: tokens 0

@@ -111,6 +111,30 @@ static size_t put_utf8(uint8_t *o, uint32_t cp)
     return 4;
 }
 
+/* Stable sort of cps[r..e) by combining class in O(n + 256): a long run of
+ * marks (hostile or broken text) must not cost O(n^2) as insertion sort
+ * would. */
+static int counting_sort(sfi_nfc_buf *b, size_t r, size_t e)
+{
+    size_t n = e - r;
+    if (n > b->tmp_cap) {
+        uint32_t *t = realloc(b->tmp, n * sizeof *t);
+        if (!t)
+            return -1;
+        b->tmp = t;
+        b->tmp_cap = n;
+    }
+    size_t start[257] = {0};
+    for (size_t x = r; x < e; x++)
+        start[ccc_of(b->cps[x]) + 1]++;
+    for (int c = 1; c <= 256; c++)
+        start[c] += start[c - 1];
+    for (size_t x = r; x < e; x++)
+        b->tmp[start[ccc_of(b->cps[x])]++] = b->cps[x];
+    memcpy(b->cps + r, b->tmp, n * sizeof *b->tmp);
+    return 0;
+}
+
 int sfi_nfc(const uint8_t *s, size_t len, sfi_nfc_buf *b, const uint8_t **out, size_t *outlen)
 {
     size_t i = 0;
@@ -162,15 +186,19 @@ int sfi_nfc(const uint8_t *s, size_t len, sfi_nfc_buf *b, const uint8_t **out, s
         size_t e = r;
         while (e < n && ccc_of(b->cps[e]) != 0)
             e++;
-        for (size_t x = r + 1; x < e; x++) {
-            uint32_t c = b->cps[x];
-            int cc = ccc_of(c);
-            size_t y = x;
-            while (y > r && ccc_of(b->cps[y - 1]) > cc) {
-                b->cps[y] = b->cps[y - 1];
-                y--;
+        if (e - r <= 32) {
+            for (size_t x = r + 1; x < e; x++) {
+                uint32_t c = b->cps[x];
+                int cc = ccc_of(c);
+                size_t y = x;
+                while (y > r && ccc_of(b->cps[y - 1]) > cc) {
+                    b->cps[y] = b->cps[y - 1];
+                    y--;
+                }
+                b->cps[y] = c;
             }
-            b->cps[y] = c;
+        } else if (counting_sort(b, r, e)) {
+            return -1;
         }
         r = e;
     }
@@ -184,7 +212,8 @@ int sfi_nfc(const uint8_t *s, size_t len, sfi_nfc_buf *b, const uint8_t **out, s
         for (size_t x = 1; x < n; x++) {
             uint32_t c = b->cps[x];
             int cc = ccc_of(c);
-            uint32_t comp = compose(b->cps[starter], c);
+            /* Every second character of a composition is >= U+0300. */
+            uint32_t comp = c >= 0x300 ? compose(b->cps[starter], c) : 0;
             if (comp && (last < cc || last == 0)) {
                 b->cps[starter] = comp;
                 continue;
@@ -215,5 +244,6 @@ void sfi_nfc_buf_free(sfi_nfc_buf *b)
 {
     free(b->cps);
     free(b->out);
+    free(b->tmp);
     memset(b, 0, sizeof *b);
 }

@@ -13,6 +13,8 @@ typedef struct {
     size_t cap;
     uint8_t *out;
     size_t out_cap;
+    uint32_t *tmp; /* sorting scratch */
+    size_t tmp_cap;
 } sfi_nfc_buf;
 
 /* NFC of the valid UTF-8 s[0..len): *out points at s itself when nothing

@@ -4,6 +4,7 @@
 #include "sfi_plot.h"
 
 #include <cairo.h>
+#include <fontconfig/fontconfig.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -657,4 +658,10 @@ sfi_status sfi_plot_write_png(const sfi_plot *p, const char *path, sfi_error *er
     }
     free(tmp);
     return SFI_OK;
+}
+
+void sfi_plot_release_fonts(void)
+{
+    cairo_debug_reset_static_data();
+    FcFini();
 }

@@ -46,4 +46,9 @@ sfi_status sfi_plot_heatmap(sfi_plot *p, int panel, const double *z, int nx,
 /* Draws the figure and writes it as PNG to path (temp file + rename). */
 sfi_status sfi_plot_write_png(const sfi_plot *p, const char *path, sfi_error *err);
 
+/* Frees cairo's and fontconfig's process-wide font caches. Call once at
+ * the end of a program that drew figures, after the last one (no figure
+ * may be drawn afterwards), so leak checkers see a clean exit. */
+void sfi_plot_release_fonts(void);
+
 #endif

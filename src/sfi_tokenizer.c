@@ -306,10 +306,30 @@ typedef struct {
     int32_t rank, pos, id;
 } cand;
 
+/* Per-call cache of short pieces' ids: real text repeats its words, and
+ * BPE of a word costs far more than finding it again. Per call, not per
+ * tokenizer, so that encoding stays thread-safe without locks. */
+#define CACHE_SLOTS (1u << 16)
+#define CACHE_MAX_PIECE 48
+#define CACHE_MAX_USED (CACHE_SLOTS / 2)
+
+typedef struct {
+    uint64_t hash;       /* 0: empty */
+    uint32_t key_off;    /* piece bytes in keys */
+    uint32_t ids_off;    /* its ids in ids */
+    uint16_t key_len, n_ids;
+} cache_slot;
+
 typedef struct {
     symbol *sym;
     cand *heap;
     size_t cap, hn;
+    cache_slot *slots;   /* [CACHE_SLOTS], NULL until first use */
+    size_t used;
+    uint8_t *keys;
+    size_t keys_n, keys_cap;
+    int32_t *ids;
+    size_t ids_n, ids_cap;
 } bpe_scratch;
 
 static int cand_less(const cand *a, const cand *b)
@@ -364,7 +384,7 @@ static void push_pair(const sfi_tokenizer *t, bpe_scratch *s, int32_t pos)
 }
 
 /* BPE of one pre-tokenized piece's bytes, appended to out. */
-static int bpe_piece(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, size_t n,
+static int bpe_piece_uncached(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, size_t n,
                      idvec *out)
 {
     if (n == 1)
@@ -410,6 +430,76 @@ static int bpe_piece(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, s
     for (int32_t i = 0; i >= 0; i = s->sym[i].next)
         if (idvec_push(out, s->sym[i].id))
             return -1;
+    return 0;
+}
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    h = mix64(h);
+    return h ? h : 1;
+}
+
+static int grow_bytes(void **buf, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 4096;
+    while (c < need)
+        c *= 2;
+    void *nb = realloc(*buf, c * elem);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *cap = c;
+    return 0;
+}
+
+/* bpe_piece_uncached through the cache. */
+static int bpe_piece(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, size_t n,
+                     idvec *out)
+{
+    if (n == 1 || n > CACHE_MAX_PIECE)
+        return bpe_piece_uncached(t, s, p, n, out);
+    if (!s->slots && !(s->slots = calloc(CACHE_SLOTS, sizeof *s->slots)))
+        return -1;
+    uint64_t h = hash_bytes(p, n);
+    size_t mask = CACHE_SLOTS - 1, i = (size_t)h & mask;
+    for (; s->slots[i].hash; i = (i + 1) & mask) {
+        cache_slot *c = &s->slots[i];
+        if (c->hash == h && c->key_len == n && !memcmp(s->keys + c->key_off, p, n)) {
+            for (size_t k = 0; k < c->n_ids; k++)
+                if (idvec_push(out, s->ids[c->ids_off + k]))
+                    return -1;
+            return 0;
+        }
+    }
+    size_t before = out->n;
+    if (bpe_piece_uncached(t, s, p, n, out))
+        return -1;
+    size_t nids = out->n - before;
+    if (s->used >= CACHE_MAX_USED) {
+        /* Full: start over rather than evict (text this varied gains
+         * little from a cache anyway). */
+        memset(s->slots, 0, CACHE_SLOTS * sizeof *s->slots);
+        s->used = s->keys_n = s->ids_n = 0;
+        for (i = (size_t)h & mask; s->slots[i].hash; i = (i + 1) & mask)
+            ;
+    }
+    if (grow_bytes((void **)&s->keys, &s->keys_cap, s->keys_n + n, 1) ||
+        grow_bytes((void **)&s->ids, &s->ids_cap, s->ids_n + nids, sizeof *s->ids))
+        return -1;
+    memcpy(s->keys + s->keys_n, p, n);
+    memcpy(s->ids + s->ids_n, out->v + before, nids * sizeof *s->ids);
+    s->slots[i] = (cache_slot){h, (uint32_t)s->keys_n, (uint32_t)s->ids_n, (uint16_t)n,
+                               (uint16_t)nids};
+    s->keys_n += n;
+    s->ids_n += nids;
+    s->used++;
     return 0;
 }
 
@@ -530,6 +620,9 @@ sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t
     sfi_nfc_buf_free(&nb);
     free(s.sym);
     free(s.heap);
+    free(s.slots);
+    free(s.keys);
+    free(s.ids);
     if (!st && !out.v && !(out.v = malloc(sizeof *out.v)))
         st = sfi_error_set(err, SFI_ENOMEM, "tokenizer: out of memory");
     if (st) {
@@ -568,5 +661,48 @@ sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size
     o[k] = '\0';
     *text = o;
     *len = k;
+    return SFI_OK;
+}
+
+sfi_status sfi_token_ids_parse(const char *text, size_t len, const char *origin, int32_t **ids,
+                               size_t *n, sfi_error *err)
+{
+    *ids = NULL;
+    *n = 0;
+    idvec out = {0};
+    size_t i = 0, count = 0;
+    for (;;) {
+        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
+                           text[i] == '\r' || text[i] == '\v' || text[i] == '\f'))
+            i++;
+        if (i == len)
+            break;
+        size_t w = i;
+        while (i < len && !(text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
+                            text[i] == '\r' || text[i] == '\v' || text[i] == '\f'))
+            i++;
+        count++;
+        /* 9 digits at most: every id fits in int32_t, and a longer number
+         * cannot be a token of any vocabulary sfi loads. */
+        int ok = i - w <= 9;
+        long v = 0;
+        for (size_t k = w; k < i && ok; k++) {
+            ok = text[k] >= '0' && text[k] <= '9';
+            v = v * 10 + (text[k] - '0');
+        }
+        if (!ok) {
+            free(out.v);
+            return sfi_error_set(err, SFI_EFORMAT, "%s: id %zu: '%.*s' is not a decimal token id",
+                                 origin, count, (int)(i - w > 40 ? 40 : i - w), text + w);
+        }
+        if (idvec_push(&out, (int32_t)v)) {
+            free(out.v);
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", origin);
+        }
+    }
+    if (!out.v && !(out.v = malloc(sizeof *out.v)))
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", origin);
+    *ids = out.v;
+    *n = out.n;
     return SFI_OK;
 }

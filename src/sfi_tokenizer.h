@@ -41,6 +41,14 @@ sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t
 sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size_t n,
                                 char **text, size_t *len, sfi_error *err);
 
+/* Parses whitespace-separated decimal token ids (the output of sfi-ref
+ * encode; --prompt-ids files) from text[0..len) into a malloc'd *ids of *n
+ * (non-NULL even when empty; caller frees). origin names the input in
+ * messages, e.g. "prompt.ids" -> "prompt.ids: id 3: 'x1' is not a decimal
+ * token id". Ids are not checked against a vocabulary here (decode does). */
+sfi_status sfi_token_ids_parse(const char *text, size_t len, const char *origin, int32_t **ids,
+                               size_t *n, sfi_error *err);
+
 /* Qwen2/Qwen3's pre-tokenization pattern (Hugging Face's PRETOKENIZE_REGEX). */
 extern const char sfi_qwen_pretokenize_pattern[];
 

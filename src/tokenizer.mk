@@ -18,6 +18,13 @@ tests_test_tokenizer_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_tokenizer_LDADD = $(TEST_LDADD)
 TESTS += tests/test_tokenizer
 
+# The same files under ../shared (exits 77 without it).
+check_PROGRAMS += tests/test_vocab_shared
+tests_test_vocab_shared_SOURCES = tests/test_vocab_shared.c
+tests_test_vocab_shared_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_vocab_shared_LDADD = $(TEST_LDADD)
+TESTS += tests/test_vocab_shared
+
 dist_man_MANS += man/sfi-ref-trigger-set.1 man/sfi-ref-encode.1 man/sfi-ref-decode.1
 EXTRA_DIST += tests/fixtures/qwen3-tokenizer/vocab.json \
 	tests/fixtures/qwen3-tokenizer/merges.txt \

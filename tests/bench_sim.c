@@ -37,7 +37,7 @@ int main(void)
         int64_t steps = (int64_t)(8 << 20) / B;
         sfi_replay_result r;
         double t0 = now();
-        if (sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, B, steps, 0, &r, &e) != SFI_OK) {
+        if (sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, B, prm.T_max, steps, 0, &r, &e) != SFI_OK) {
             fprintf(stderr, "bench_sim: %s\n", e.msg);
             return 1;
         }

@@ -32,3 +32,9 @@ SFI_BENCHES += tests/bench_sim
 tests_bench_sim_SOURCES = tests/bench_sim.c
 tests_bench_sim_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_bench_sim_LDADD = $(SIM_TEST_LDADD)
+
+check_PROGRAMS += tests/test_sweep_plot
+tests_test_sweep_plot_SOURCES = tests/test_sweep_plot.c
+tests_test_sweep_plot_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_sweep_plot_LDADD = $(TEST_LDADD) -lm
+TESTS += tests/test_sweep_plot

@@ -94,6 +94,70 @@ START_TEST(kernel_roofline_and_allreduce)
 }
 END_TEST
 
+START_TEST(slow_step_terms)
+{
+    /* 32 q / 8 KV heads, head_dim 128 (Qwen3-4B), batch 16, 32K, K 2048 on
+     * H100: |J| = 32768 - 4 - 256 = 32508. */
+    sfi_cost_setup s;
+    sfi_error e;
+    setup(&s, &qwen4b, "H100", 32768, 16);
+    const double bw = 3.35e12, J = 32508, launch = 3e-6;
+    double t;
+    /* Dense attention writing fp32 logits over J. */
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense", &t, &e), SFI_OK);
+    ck_assert(close_rel(t, 16 * (32768.0 * 4096 + 32 * J * 4) / bw / 0.75 + launch, 1e-12));
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense_nologits", &t, &e), SFI_OK);
+    ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.75 + launch, 1e-12));
+    /* Selector: logits of 32 query heads + norms of 8 KV heads, read once,
+     * two launches. */
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "selector", &t, &e), SFI_OK);
+    ck_assert(close_rel(t, 16 * (32 + 8) * J * 4 / bw / 0.5 + 2 * launch, 1e-12));
+    /* Top-K: one read of the 8 x |J| scores, K indices out. */
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "topk", &t, &e), SFI_OK);
+    ck_assert(close_rel(t, 16 * (8 * J * 4 + 8 * 2048.0 * 4) / bw / 0.4 + launch, 1e-12));
+    /* Reorg: read + write sink + K positions of K and V. */
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "reorg", &t, &e), SFI_OK);
+    ck_assert(close_rel(t, 16 * 2.0 * (4 + 2048) * 4096 / bw / 0.7 + launch, 1e-12));
+    /* Sparse: positions read = context. */
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_sparse", &t, &e), SFI_OK);
+    ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.6 + launch, 1e-12));
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "step_fast", &t, &e), SFI_ENOTFOUND);
+    double sel, topk, reorg, all;
+    sfi_cost_kernel_predict(&s, "selector", &sel, &e);
+    sfi_cost_kernel_predict(&s, "topk", &topk, &e);
+    sfi_cost_kernel_predict(&s, "reorg", &reorg, &e);
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "selector_reorg", &all, &e), SFI_OK);
+    ck_assert(close_rel(all, sel + topk + reorg, 1e-12));
+    /* Two-stream pipeline of 28 layers: serial = 28 (attn + side); with
+     * overlap, between attention alone and serial. */
+    double dense, al, ser, ov;
+    sfi_cost_kernel_predict(&s, "attn_dense", &dense, &e);
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "attn_layers", 28, &al, &e), SFI_OK);
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "slow_step_serial", 28, &ser, &e), SFI_OK);
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "slow_step_overlap", 28, &ov, &e), SFI_OK);
+    ck_assert(close_rel(al, 28 * dense, 1e-12));
+    ck_assert(close_rel(ser, 28 * (dense + sel + topk + reorg), 1e-12));
+    ck_assert(ov > al && ov < ser);
+    /* side < attention: only the last layer's side work is exposed, plus
+     * contention (0.3) of the other 27 layers' side work. */
+    ck_assert(close_rel(ov, al + all + 0.3 * 27 * all, 1e-9));
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "step", 28, &ov, &e), SFI_ENOTFOUND);
+    ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "attn_layers", 0, &ov, &e), SFI_ERANGE);
+    /* The side stream of a slow step is 36 layers of the three; with no
+     * contention the exposed part is at most the last layer's plus what
+     * could not fit behind the main stream. */
+    sfi_step_cost slow;
+    s.prof.overlap_contention = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 16, &slow, &e), SFI_OK);
+    ck_assert(close_rel(slow.side_s, 36 * all, 1e-9));
+    ck_assert(slow.exposed_s <= slow.side_s);
+    /* The last layer's side work can only hide behind its MLP and the LM
+     * head; with 36 layers of main stream far longer than one layer's side
+     * work, little is exposed. */
+    ck_assert(slow.exposed_s < all);
+}
+END_TEST
+
 START_TEST(step_costs_add_up)
 {
     sfi_cost_setup s;
@@ -233,6 +297,7 @@ int main(void)
     tcase_add_test(tc, kv_bytes_of_qwen3_4b_at_32k);
     tcase_add_test(tc, weights_of_a_dense_and_a_moe_layer);
     tcase_add_test(tc, kernel_roofline_and_allreduce);
+    tcase_add_test(tc, slow_step_terms);
     tcase_add_test(tc, step_costs_add_up);
     tcase_add_test(tc, monotonicity);
     tcase_add_test(tc, memory_and_max_batch);

@@ -416,6 +416,32 @@ START_TEST(cli_run)
     ck_assert_ptr_nonnull(strstr(err, "no vocab.json"));
     free(out);
     free(err);
+    /* a trace: written complete; an unwritable one is refused before decoding */
+    f = fopen(ids_path, "w");
+    fprintf(f, "5 6 7 8 9 10 11 12\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 6 --param K=2 "
+             "--param n_recent=2 --param T_max=3 --trace %s/t.db --trace-level summary",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "test -s %s/t.db", dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 6 --trace "
+             "%s/no/such/dir/t.db", sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "no/such/dir/t.db"));
+    ck_assert_ptr_null(strstr(out, "digest"));
+    free(out);
+    free(err);
+    /* standard output that cannot be written */
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 2 > /dev/full",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "standard output"));
+    free(out);
+    free(err);
     free(ids);
     sfi_test_rmtree(dir);
     free(dir);

@@ -90,9 +90,9 @@ END_TEST
 START_TEST(sqrtf_correctly_rounded)
 {
     /* libm's sqrtf is IEEE correctly rounded (a hardware instruction), so
-     * ours must match it bit for bit: every 251st positive float. */
+     * ours must match it bit for bit: every 61st positive float. */
     unsigned long bad = 0;
-    for (uint32_t u = 1; u < 0x7f800000u; u += 251) {
+    for (uint32_t u = 1; u < 0x7f800000u; u += 61) {
         float x = u2f(u);
         float a = sfi_sqrtf(x), b = sqrtf(x);
         if (f2u(a) != f2u(b) && bad++ < 5)
@@ -160,6 +160,39 @@ START_TEST(reductions_are_ascending_single_accumulator)
 }
 END_TEST
 
+START_TEST(powf_general_path)
+{
+    /* exp(y log x): the log's error (< 1 ulp of log x) is scaled by y log x
+     * in the exponent, so the relative error grows like |y log x| 2^-24
+     * plus exp's own; bound it by (|y log x| + 2) 2^-23. */
+    const float ys[] = {0.3f, 1.0f / 3.0f, 1.7f, -0.25f, 4.0f, -3.0f};
+    for (size_t k = 0; k < sizeof ys / sizeof ys[0]; k++)
+        for (uint32_t u = 0x33800000u; u < 0x4b000000u; u += 99991u) { /* 6e-8 .. 8e6 */
+            float x = u2f(u);
+            double want = pow((double)x, (double)ys[k]);
+            if (want > 1e37 || want < 1e-37)
+                continue;
+            double tol = (fabs((double)ys[k] * log((double)x)) + 2.0) * 0x1p-23;
+            float got = sfi_powf_pos(x, ys[k]);
+            ck_assert_msg(fabs(got - want) <= tol * want, "pow(%a, %g) = %a, want %a", (double)x, (double)ys[k],
+                          (double)got, want);
+        }
+}
+END_TEST
+
+START_TEST(no_fma_contraction)
+{
+    /* a = b = 1 + 2^-23: a*b = 1 + 2^-22 + 2^-46 rounds to 1 + 2^-22 in
+     * float. sfi_dot([1, a], [c, b]) with c = -(1 + 2^-22) is c + a*b: 0
+     * with a separately rounded product, 2^-46 if the compiler fused the
+     * multiply-add (an FMA). ref/ is built with -ffp-contract=off; this
+     * catches a build that lost it (gcc contracts by default on arm64). */
+    const float a = 1.0f + 0x1p-23f, c = -(1.0f + 0x1p-22f);
+    const float x[2] = {1.0f, a}, y[2] = {c, a};
+    ck_assert(sfi_dot(x, y, 2) == 0.0f);
+}
+END_TEST
+
 START_TEST(softmax_hand_cases)
 {
     /* Equal logits: exp(0) = 1 each, sum 4, each exactly 1/4. */
@@ -222,6 +255,8 @@ int main(void)
     tcase_add_test(tc, special_values);
     tcase_add_test(tc, reductions_are_ascending_single_accumulator);
     tcase_add_test(tc, softmax_hand_cases);
+    tcase_add_test(tc, no_fma_contraction);
+    tcase_add_test(tc, powf_general_path);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

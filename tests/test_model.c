@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sfi_model.h"
+#include "sfi_safetensors.h"
 #include "sfi_test_util.h"
 
 static sfi_model_config must_preset(const char *name)
@@ -145,6 +146,32 @@ START_TEST(repo_copies_load_as_files)
         ck_assert_msg(sfi_model_resolve(path, &f, &e) == SFI_OK, "%s", e.msg);
         p = must_preset(sfi_model_preset_name(i));
         assert_same_model(&f, &p);
+    }
+}
+END_TEST
+
+
+/* The parameter count equals the number of weights the fixtures' real
+ * Hugging Face checkpoints store (dense, MoE with a dense layer, untied). */
+START_TEST(param_count_matches_checkpoints)
+{
+    static const char *models[] = {"tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-moe-nonorm"};
+    for (size_t i = 0; i < 3; i++) {
+        char rel[256], dir[4096];
+        snprintf(rel, sizeof rel, "tests/fixtures/hf/%s", models[i]);
+        snprintf(dir, sizeof dir, "%s", sfi_test_src(rel));
+        sfi_model_config c;
+        sfi_error e;
+        ck_assert_msg(sfi_model_resolve(dir, &c, &e) == SFI_OK, "%s", e.msg);
+        sfi_safetensors *st;
+        ck_assert_msg(sfi_st_open(dir, &st, &e) == SFI_OK, "%s", e.msg);
+        uint64_t stored = 0;
+        for (size_t t = 0; t < sfi_st_count(st); t++)
+            stored += sfi_st_tensor_at(st, t)->numel;
+        sfi_st_close(st);
+        ck_assert_msg(sfi_model_param_count(&c) == stored, "%s: %llu params, checkpoint %llu",
+                      models[i], (unsigned long long)sfi_model_param_count(&c),
+                      (unsigned long long)stored);
     }
 }
 END_TEST
@@ -434,6 +461,7 @@ int main(void)
     tcase_add_test(tc, param_counts_match_model_cards);
     tcase_add_test(tc, moe_presets);
     tcase_add_test(tc, repo_copies_load_as_files);
+    tcase_add_test(tc, param_count_matches_checkpoints);
     tcase_add_test(tc, hugging_face_variants);
     tcase_add_test(tc, malformed_and_wrong_typed);
     tcase_add_test(tc, inconsistent_shapes);

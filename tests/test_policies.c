@@ -430,6 +430,50 @@ START_TEST(fasa_calibration_finds_planted_chunks)
 }
 END_TEST
 
+START_TEST(sfi_set_is_sink_recent_selected)
+{
+    /* n_sink 4, n_recent 8, B = 15 -> K = 3 selected by the reference
+     * Selector at slow steps; T_max 3. Attention: 30 (0.4), 60 (0.3),
+     * 45 (0.1), 2 (sink, 0.1). */
+    sfi_peer_config c;
+    sfi_peer_config_default(&c);
+    c.prm.n_recent = 8;
+    c.prm.T_max = 3;
+    sfi_peer *p = mk(SFI_PEER_SFI, &c, 1, 200);
+    int32_t pos[] = {30, 60, 45, 2};
+    float prob[] = {0.4f, 0.3f, 0.1f, 0.1f};
+    sfi_peer_set s;
+    int kinds[8];
+    for (int t = 0; t < 8; t++) {
+        sfi_peer_obs o = mk_obs(100 + t, 4, pos, prob);
+        sfi_peer_step st = {.step = t, .n_ctx = 100 + t, .budget = 15, .obs = &o,
+                            .prev_trigger = t == 5};
+        int avail, slow;
+        sfi_error e;
+        ck_assert_msg(sfi_peer_step_run(p, &st, &s, &avail, &slow, &e) == SFI_OK, "%s", e.msg);
+        kinds[t] = slow;
+        if (slow) {
+            ck_assert(s.dense);
+            continue;
+        }
+        ck_assert_int_eq(s.size, 15);
+        ck_assert_int_eq(count_members(&s), 15);
+        for (int j = 0; j < 4; j++)
+            ck_assert(sfi_peer_set_contains(&s, j));
+        for (int j = 100 + t - 8; j < 100 + t; j++)
+            ck_assert(sfi_peer_set_contains(&s, j));
+        /* the three heavy positions of J */
+        ck_assert(sfi_peer_set_contains(&s, 30) && sfi_peer_set_contains(&s, 60) &&
+                  sfi_peer_set_contains(&s, 45));
+    }
+    /* slow: step 0, T_max at 3, trigger at 5 (x_4 ends a sentence) */
+    int want[8] = {1, 0, 0, 1, 0, 1, 0, 0};
+    for (int t = 0; t < 8; t++)
+        ck_assert_msg(kinds[t] == want[t], "step %d slow %d", t, kinds[t]);
+    sfi_peer_free(p);
+}
+END_TEST
+
 START_TEST(bad_inputs_are_errors)
 {
     sfi_peer_config c;
@@ -473,6 +517,7 @@ int main(void)
     tcase_add_test(tc, kascade_dp_picks_best_anchors);
     tcase_add_test(tc, kascade_plan_maps_heads);
     tcase_add_test(tc, fasa_calibration_finds_planted_chunks);
+    tcase_add_test(tc, sfi_set_is_sink_recent_selected);
     tcase_add_test(tc, bad_inputs_are_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

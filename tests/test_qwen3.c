@@ -208,6 +208,133 @@ START_TEST(step_rejects_bad_tokens)
 }
 END_TEST
 
+/* sfi-ref make-checkpoint: same seed same bytes, loadable, runnable;
+ * failures leave nothing behind. */
+START_TEST(make_checkpoint_cli)
+{
+    char sfi_ref[2048], cfg[2048], cmd[8192];
+    snprintf(sfi_ref, sizeof sfi_ref, "%s", sfi_test_build("sfi-ref"));
+    snprintf(cfg, sizeof cfg, "%s", hf_path("tiny-qwen3-moe/config.json"));
+    char *dir = sfi_test_tmpdir();
+    char *out = NULL, *err = NULL;
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c%d --seed 9 --layers 2",
+                 sfi_ref, cfg, dir, i);
+        ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+        ck_assert_ptr_nonnull(strstr(out, "2 layers"));
+        free(out);
+        free(err);
+    }
+    snprintf(cmd, sizeof cmd, "cmp %s/c0/model.safetensors %s/c1/model.safetensors && "
+             "cmp %s/c0/config.json %s/c1/config.json", dir, dir, dir, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/c0", dir);
+    sfi_qwen3 *m;
+    sfi_error e;
+    ck_assert_msg(sfi_qwen3_load(path, &m, &e) == SFI_OK, "%s", e.msg);
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    ck_assert_int_eq(c->num_hidden_layers, 2);
+    ck_assert_int_eq(c->arch, SFI_ARCH_QWEN3_MOE);
+    ck_assert_int_eq(c->n_mlp_only_layers, 1);
+    sfi_kv_cache kv;
+    ck_assert_int_eq(sfi_kv_cache_init(&kv, c, 2, &e), SFI_OK);
+    float *lg = malloc((size_t)c->vocab_size * 4);
+    ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, 5, NULL, NULL, lg, &e), SFI_OK);
+    for (int i = 0; i < c->vocab_size; i++)
+        ck_assert(isfinite(lg[i]));
+    free(lg);
+    sfi_kv_cache_free(&kv);
+    sfi_qwen3_free(m);
+    /* different seed, different weights */
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c2 --seed 10 --layers 2 "
+             "&& ! cmp -s %s/c0/model.safetensors %s/c2/model.safetensors", sfi_ref, cfg, dir, dir, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    /* errors */
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset NoSuchModel --out %s/c3", sfi_ref, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "NoSuchModel"));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out /proc/no/such/dir", sfi_ref, cfg);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "/proc/no/such/dir"));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c4 --layers 9", sfi_ref, cfg, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 2);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "test ! -e %s/c3 && test ! -e %s/c4 && ls -A %s/c0 | wc -l | grep -qx 2",
+             dir, dir, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    /* sfi-ref info shows the checkpoint's tensors; a corrupt one is an error */
+    snprintf(cmd, sizeof cmd, "%s info --model %s/c0", sfi_ref, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    ck_assert_ptr_nonnull(strstr(out, "checkpoint_tensors       34\n"));
+    ck_assert_ptr_nonnull(strstr(out, "checkpoint_bytes "));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "truncate -s 1000 %s/c0/model.safetensors && %s info --model %s/c0",
+             dir, sfi_ref, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_ptr_nonnull(strstr(err, "model.safetensors"));
+    free(out);
+    free(err);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* Block prefill (several blocks of 64) equals token-by-token steps: bit for
+ * bit with the scalar backend (logits and cache), closely with blas. */
+START_TEST(prefill_blocks_equal_steps)
+{
+    static const char *models[2] = {"tiny-qwen3", "tiny-qwen3-moe"};
+    for (int mi = 0; mi < 2; mi++)
+        for (int be = 0; be < 2; be++) {
+            if (be == 1 && !sfi_backend_available(SFI_BACKEND_BLAS))
+                continue;
+            sfi_qwen3 *m;
+            sfi_error e;
+            ck_assert_int_eq(sfi_qwen3_load(hf_path(models[mi]), &m, &e), SFI_OK);
+            const sfi_model_config *c = sfi_qwen3_config(m);
+            int n = 150, V = c->vocab_size;
+            int32_t ids[150];
+            for (int i = 0; i < n; i++)
+                ids[i] = (int32_t)((i * 37 + 11) % V);
+            sfi_kv_cache a, b;
+            ck_assert_int_eq(sfi_kv_cache_init(&a, c, n, &e), SFI_OK);
+            ck_assert_int_eq(sfi_kv_cache_init(&b, c, n, &e), SFI_OK);
+            float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
+            ck_assert_int_eq(sfi_qwen3_prefill(m, (sfi_backend)be, &a, ids, n, NULL, NULL, la, &e), SFI_OK);
+            for (int i = 0; i < n; i++)
+                ck_assert_int_eq(sfi_qwen3_step(m, (sfi_backend)be, &b, ids[i], NULL, NULL, lb, &e), SFI_OK);
+            ck_assert_int_eq(a.n, n);
+            if (be == 0) {
+                ck_assert(memcmp(la, lb, (size_t)V * 4) == 0);
+                size_t kvn = (size_t)c->num_hidden_layers * n * c->num_key_value_heads * c->head_dim;
+                ck_assert(memcmp(a.k, b.k, kvn * 4) == 0);
+                ck_assert(memcmp(a.v, b.v, kvn * 4) == 0);
+            } else {
+                double mx = 0, md = 0;
+                for (int i = 0; i < V; i++) {
+                    mx = fmax(mx, fabs(lb[i]));
+                    md = fmax(md, fabs(la[i] - lb[i]));
+                }
+                ck_assert_msg(md <= 1e-4 * mx, "blas block prefill: %g vs %g", md, mx);
+            }
+            /* a full cache is refused */
+            ck_assert_int_eq(sfi_qwen3_prefill(m, (sfi_backend)be, &a, ids, 1, NULL, NULL, NULL, &e), SFI_ERANGE);
+            free(la);
+            free(lb);
+            sfi_kv_cache_free(&a);
+            sfi_kv_cache_free(&b);
+            sfi_qwen3_free(m);
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("qwen3");
@@ -218,6 +345,8 @@ int main(void)
     tcase_add_test(tc, argmax_ties_to_smaller_id);
     tcase_add_test(tc, config_checkpoint_mismatch_refused);
     tcase_add_test(tc, step_rejects_bad_tokens);
+    tcase_add_test(tc, make_checkpoint_cli);
+    tcase_add_test(tc, prefill_blocks_equal_steps);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

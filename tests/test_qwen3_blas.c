@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sfi_hf_fixture.h"
+#include "sfi_decode.h"
 #include "sfi_qwen3.h"
 #include "sfi_test_util.h"
 
@@ -66,6 +67,47 @@ START_TEST(blas_close_to_scalar)
 }
 END_TEST
 
+/* The whole decode loop in SFI mode (small K: fast steps really sparse)
+ * gives the same tokens and step kinds with either backend. */
+START_TEST(blas_sfi_decode_same_tokens)
+{
+    static const char *models[3] = {"tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-moe-nonorm"};
+    json_t *r = hf_expected();
+    json_t *ms = json_object_get(r, "models");
+    for (int mi = 0; mi < 3; mi++) {
+        sfi_qwen3 *m;
+        sfi_error e;
+        ck_assert_int_eq(sfi_qwen3_load(hf_path(models[mi]), &m, &e), SFI_OK);
+        json_t *P = json_array_get(json_object_get(json_array_get(ms, (size_t)mi), "prompts"), 0);
+        int n;
+        int32_t *ids = hf_ids(json_object_get(P, "ids"), &n);
+        sfi_decode_result res[2];
+        for (int b = 0; b < 2; b++) {
+            sfi_decode_opts o;
+            sfi_decode_opts_default(&o);
+            o.max_new = 24;
+            o.backend = b ? SFI_BACKEND_BLAS : SFI_BACKEND_SCALAR;
+            ck_assert_int_eq(sfi_params_set(&o.params, "K=12", "t", &e), SFI_OK);
+            ck_assert_int_eq(sfi_params_set(&o.params, "n_recent=8", "t", &e), SFI_OK);
+            ck_assert_int_eq(sfi_params_set(&o.params, "T_max=6", "t", &e), SFI_OK);
+            ck_assert_msg(sfi_decode_run(m, &o, ids, n, NULL, &res[b], &e) == SFI_OK, "%s", e.msg);
+        }
+        ck_assert_int_eq(res[0].n_generated, res[1].n_generated);
+        for (int t = 0; t < res[0].n_generated; t++) {
+            ck_assert_int_eq(res[0].ids[t], res[1].ids[t]);
+            ck_assert_int_eq(res[0].kinds[t], res[1].kinds[t]);
+        }
+        printf("%s: SFI decode, blas and scalar: same %d tokens and step kinds\n", models[mi],
+               res[0].n_generated);
+        sfi_decode_result_free(&res[0]);
+        sfi_decode_result_free(&res[1]);
+        free(ids);
+        sfi_qwen3_free(m);
+    }
+    json_decref(r);
+}
+END_TEST
+
 int main(void)
 {
     if (!sfi_backend_available(SFI_BACKEND_BLAS)) {
@@ -76,6 +118,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, blas_close_to_scalar);
+    tcase_add_test(tc, blas_sfi_decode_same_tokens);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

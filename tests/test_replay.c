@@ -19,7 +19,7 @@ START_TEST(tmax_only_stream)
     sfi_replay_stream in = {tok, 1000, trig2, 2};
     sfi_replay_result r;
     sfi_error e;
-    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, 1, 200, 200, &r, &e), SFI_OK);
+    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, 1, 0, 200, 200, &r, &e), SFI_OK);
     ck_assert_int_eq(r.slow, 4); /* steps 0, 64, 128, 192 */
     ck_assert_int_eq(r.hist[1], 4);
     ck_assert_int_eq(r.hist[0], 196);
@@ -43,7 +43,7 @@ START_TEST(boundary_token_triggers_next_step)
     sfi_replay_stream in = {tok, 1000, trig2, 2};
     sfi_replay_result r;
     sfi_error e;
-    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, 1, 100, 100, &r, &e), SFI_OK);
+    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, 1, 0, 100, 100, &r, &e), SFI_OK);
     ck_assert_int_eq(r.timeline[10], 1);
     ck_assert_int_eq(r.timeline[64], 0);
     ck_assert_int_eq(r.timeline[74], 1);
@@ -51,12 +51,12 @@ START_TEST(boundary_token_triggers_next_step)
     ck_assert_int_eq(r.reasons[SFI_REASON_TRIGGER], 1);
     sfi_replay_result_free(&r);
     /* Boundary-only: never T_max. */
-    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_BOUNDARY, &prm, 0, 1, 100, 0, &r, &e), SFI_OK);
+    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_BOUNDARY, &prm, 0, 1, 0, 100, 0, &r, &e), SFI_OK);
     ck_assert_int_eq(r.slow, 2);
     ck_assert_ptr_null(r.timeline);
     sfi_replay_result_free(&r);
     /* Interval 16 over 100 steps: 0, 16, ..., 96. */
-    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_INTERVAL, &prm, 16, 1, 100, 0, &r, &e), SFI_OK);
+    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_INTERVAL, &prm, 16, 1, 0, 100, 0, &r, &e), SFI_OK);
     ck_assert_int_eq(r.slow, 7);
     sfi_replay_result_free(&r);
 }
@@ -74,7 +74,7 @@ START_TEST(batch_requests_start_at_spread_offsets)
     sfi_replay_stream in = {tok, 100, trig2, 2};
     sfi_replay_result r;
     sfi_error e;
-    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_BOUNDARY, &prm, 0, 4, 60, 60, &r, &e), SFI_OK);
+    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_BOUNDARY, &prm, 0, 4, 0, 60, 60, &r, &e), SFI_OK);
     ck_assert_int_eq(r.timeline[0], 4); /* all start slow */
     ck_assert_int_eq(r.timeline[1], 1); /* request 0 produced x_0 = boundary */
     ck_assert_int_eq(r.timeline[26], 1); /* request 3 (offset 75) at token 100 */
@@ -125,16 +125,41 @@ START_TEST(bad_arguments)
     sfi_replay_stream in = {tok, 4, trig2, 2}, empty = {tok, 0, trig2, 2};
     sfi_replay_result r;
     sfi_error e;
-    ck_assert_int_ne(sfi_replay_run(&empty, SFI_TRIG_SFI, &prm, 0, 1, 10, 0, &r, &e), SFI_OK);
-    ck_assert_int_ne(sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, 0, 10, 0, &r, &e), SFI_OK);
+    ck_assert_int_ne(sfi_replay_run(&empty, SFI_TRIG_SFI, &prm, 0, 1, 0, 10, 0, &r, &e), SFI_OK);
+    ck_assert_int_ne(sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, 0, 0, 10, 0, &r, &e), SFI_OK);
     ck_assert_ptr_nonnull(strstr(e.msg, "batch 0"));
-    ck_assert_int_ne(sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, 1, 0, 0, &r, &e), SFI_OK);
+    ck_assert_int_ne(sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, 1, 0, 0, 0, &r, &e), SFI_OK);
     /* Tokens outside the trigger table are simply not triggers. */
     int32_t odd[3] = {5, -1, 1};
     sfi_replay_stream o = {odd, 3, trig2, 2};
-    ck_assert_int_eq(sfi_replay_run(&o, SFI_TRIG_BOUNDARY, &prm, 0, 1, 4, 4, &r, &e), SFI_OK);
+    ck_assert_int_eq(sfi_replay_run(&o, SFI_TRIG_BOUNDARY, &prm, 0, 1, 0, 4, 4, &r, &e), SFI_OK);
     ck_assert_int_eq(r.slow, 2); /* step 0 and the step after token 1 */
     sfi_replay_result_free(&r);
+}
+END_TEST
+
+START_TEST(stagger_spreads_tmax_phases)
+{
+    /* No boundaries, T_max 64, 4 requests staggered by 64 steps: they have
+     * decoded 0, 16, 32, 48 steps, so T_max slow steps never coincide
+     * (after request 0's step 0). */
+    int32_t tok[1000] = {0};
+    sfi_params prm;
+    sfi_params_default(&prm);
+    sfi_replay_stream in = {tok, 1000, trig2, 2};
+    sfi_replay_result r;
+    sfi_error e;
+    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_TMAX, &prm, 0, 4, 64, 640, 640, &r, &e), SFI_OK);
+    ck_assert_int_eq(r.hist[2] + r.hist[3] + r.hist[4], 0);
+    ck_assert_int_eq(r.slow, 40); /* 10 periods x 4 requests */
+    ck_assert_int_eq(r.reasons[SFI_REASON_FIRST], 1);
+    ck_assert_int_eq(r.timeline[16], 1); /* request 3: 48 + 16 = 64 */
+    sfi_replay_result_free(&r);
+    /* Without stagger they all spike together. */
+    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_TMAX, &prm, 0, 4, 0, 640, 0, &r, &e), SFI_OK);
+    ck_assert_int_eq(r.hist[4], 10);
+    sfi_replay_result_free(&r);
+    ck_assert_int_ne(sfi_replay_run(&in, SFI_TRIG_TMAX, &prm, 0, 4, -1, 640, 0, &r, &e), SFI_OK);
 }
 END_TEST
 
@@ -147,6 +172,7 @@ int main(void)
     tcase_add_test(tc, batch_requests_start_at_spread_offsets);
     tcase_add_test(tc, synthetic_stream);
     tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, stagger_spreads_tmax_phases);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

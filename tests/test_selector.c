@@ -547,6 +547,54 @@ START_TEST(bad_input)
 }
 END_TEST
 
+START_TEST(extreme_finite_inputs_never_crash)
+{
+    /* Finite but extreme logits and key norms, random mixes: either a
+     * valid selection or an error with a message, never NaN rankings or a
+     * crash. */
+    sfi_params p = defaults();
+    p.K = 3;
+    const float vals[] = {-3e38f, 3e38f, 0.0f, 1e-40f, -1e30f, 1e30f, 88.0f, -104.0f};
+    const float nv[] = {0.0f, 3e38f, 1e-30f, 1.0f, 1e-45f};
+    int ok = 0, refused = 0;
+    for (int it = 0; it < 5000; it++) {
+        float lg[40], kn[20];
+        for (int i = 0; i < 40; i++)
+            lg[i] = vals[(int)(urand() * 8.0f)];
+        for (int i = 0; i < 20; i++)
+            kn[i] = nv[(int)(urand() * 5.0f)];
+        p.gamma = it % 3 == 0 ? 4.0f : 1.0f;
+        sfi_selector_input in = {2, 2, 10, 1, 9, lg, kn};
+        int32_t sel[6];
+        int n;
+        sfi_error e;
+        if (sfi_selector_run(&p, &in, sel, &n, NULL, &e) == SFI_OK) {
+            ok++;
+            ck_assert_int_eq(n, 3);
+            for (int i = 0; i < 6; i++)
+                ck_assert(sel[i] >= 1 && sel[i] < 9);
+        } else {
+            refused++;
+            ck_assert(e.msg[0] != '\0');
+        }
+    }
+    ck_assert_int_gt(ok, 4000);
+    /* Every key norm 3e38 with gamma 4: (3e38)^-4 underflows to 0 for all
+     * positions, the prior has no mass: a range error naming it. */
+    float lg[10] = {0}, kn[10];
+    for (int i = 0; i < 10; i++)
+        kn[i] = 3e38f;
+    p.gamma = 4.0f;
+    sfi_selector_input in = {1, 1, 10, 0, 10, lg, kn};
+    int32_t sel[3];
+    int n;
+    sfi_error e;
+    ck_assert_int_eq(sfi_selector_run(&p, &in, sel, &n, NULL, &e), SFI_ERANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "prior"));
+    (void)refused;
+}
+END_TEST
+
 START_TEST(inputs_from_attention)
 {
     /* Key norms: k = (3, 4) -> 5 exactly; layout out[kv][pos]. */
@@ -556,7 +604,7 @@ START_TEST(inputs_from_attention)
     ck_assert(kn[0] == 5.0f && kn[1] == 10.0f && kn[2] == 1.0f && kn[3] == 0.0f);
 
     /* Window layout: tail [W=2][heads=4][n=3], 2 kv heads (G = 2): entry
-     * value = 100 w + 10 h + j; out[kv][g*W + w][j]. */
+     * value = 100 w + 10 h + j; out[kv][w*G + g][j]. */
     float tail[2 * 4 * 3], win[2 * 4 * 3];
     for (int w = 0; w < 2; w++)
         for (int h = 0; h < 4; h++)
@@ -567,7 +615,7 @@ START_TEST(inputs_from_attention)
         for (int g = 0; g < 2; g++)
             for (int w = 0; w < 2; w++)
                 for (int j = 0; j < 3; j++)
-                    ck_assert(win[(kv * 4 + g * 2 + w) * 3 + j] == (float)(100 * w + 10 * (kv * 2 + g) + j));
+                    ck_assert(win[(kv * 4 + w * 2 + g) * 3 + j] == (float)(100 * w + 10 * (kv * 2 + g) + j));
 
     /* End to end: prefill of 40 tokens, tail W = 16, n_recent 8 (smaller
      * than W, so the early tail queries cannot see the end of J: masked
@@ -636,6 +684,7 @@ int main(void)
     tcase_add_test(tc, small_J_selects_everything);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, inputs_from_attention);
+    tcase_add_test(tc, extreme_finite_inputs_never_crash);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -269,13 +269,13 @@ START_TEST(presets_and_validate)
     char path[4200], args[9000];
     snprintf(path, sizeof path, "%s/prof.json", tmp);
     const char *p = "{\"sfi_profile\":1,\"name\":\"t\",\"gpu\":\"H100-SXM\",\"measurements\":["
-                    "{\"kernel\":\"attn_dense\",\"batch\":16,\"context\":32768,\"q_heads\":32,"
+                    "{\"kernel\":\"attn_dense_nologits\",\"batch\":16,\"context\":32768,\"q_heads\":32,"
                     "\"kv_heads\":8,\"head_dim\":128,\"time_us\":850}]}";
     ck_assert_int_eq(sfi_test_write_file(path, p, strlen(p)), 0);
     snprintf(args, sizeof args, "validate --profile '%s'", path);
     ck_assert_int_eq(run(args, &out, &err), 0);
     /* 16 x 32768 x 4096 B = 2 GiB at 3.35 TB/s / 0.75 + 3 us = 857.7 us. */
-    ck_assert_msg(strstr(out, "attn_dense") && strstr(out, "857.7"), "%s", out);
+    ck_assert_msg(strstr(out, "attn_dense_nologits") && strstr(out, "857.7"), "%s", out);
     free(out);
     free(err);
     expect_fail("validate --profile /nonexistent/p.json", 1, "/nonexistent/p.json");

@@ -113,6 +113,20 @@ START_TEST(nfc)
     nfc_is("\xCC\x81" "a", "\xCC\x81" "a");              /* leading mark stays */
     nfc_is("a\xCC\x96\xCC\x81", "\xC3\xA1\xCC\x96");     /* a + grave below + acute */
     ck_assert_str_eq(sfi_nfc_unicode_version(), "14.0.0");
+    /* A long run of marks (counting sort): a + (acute, grave below) x 40 ->
+     * á, 40 grave below, 39 acute. */
+    char in[1 + 160 + 1], want[2 + 80 + 78 + 1];
+    in[0] = 'a';
+    for (int i = 0; i < 40; i++)
+        memcpy(in + 1 + 4 * i, "\xCC\x81\xCC\x96", 4);
+    in[161] = '\0';
+    memcpy(want, "\xC3\xA1", 2);
+    for (int i = 0; i < 40; i++)
+        memcpy(want + 2 + 2 * i, "\xCC\x96", 2);
+    for (int i = 0; i < 39; i++)
+        memcpy(want + 82 + 2 * i, "\xCC\x81", 2);
+    want[160] = '\0';
+    nfc_is(in, want);
 }
 END_TEST
 
@@ -178,6 +192,75 @@ START_TEST(encode_edges_and_errors)
         free(text);
     }
     sfi_tokenizer_free(t);
+}
+END_TEST
+
+/* More distinct pieces than the per-call cache holds (it starts over):
+ * ids must equal those of each piece encoded on its own. */
+START_TEST(piece_cache_overflow)
+{
+    sfi_tokenizer *t = load_ok(qwen_dir);
+    enum { WORDS = 40000 };
+    char *text = malloc(WORDS * 8 + 1);
+    size_t len = 0;
+    int32_t *want = malloc(WORDS * 8 * sizeof *want);
+    size_t nwant = 0;
+    sfi_error err;
+    for (int i = 0; i < WORDS; i++) {
+        char w[8];
+        size_t wl = 0;
+        w[wl++] = ' ';
+        for (int x = i + 1; x > 0; x /= 26)
+            w[wl++] = (char)('a' + x % 26);
+        memcpy(text + len, w, wl);
+        len += wl;
+        int32_t *ids;
+        size_t n;
+        ck_assert_int_eq(sfi_tokenizer_encode(t, w, wl, &ids, &n, &err), SFI_OK);
+        memcpy(want + nwant, ids, n * sizeof *ids);
+        nwant += n;
+        free(ids);
+    }
+    int32_t *ids;
+    size_t n;
+    ck_assert_int_eq(sfi_tokenizer_encode(t, text, len, &ids, &n, &err), SFI_OK);
+    ck_assert_uint_eq(n, nwant);
+    ck_assert(!memcmp(ids, want, n * sizeof *ids));
+    free(ids);
+    free(want);
+    free(text);
+    sfi_tokenizer_free(t);
+}
+END_TEST
+
+START_TEST(ids_parse)
+{
+    int32_t *ids;
+    size_t n;
+    sfi_error err;
+    ck_assert_int_eq(sfi_token_ids_parse(" 1\t22\n333 \r\n", 12, "f", &ids, &n, &err), SFI_OK);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(ids[0], 1);
+    ck_assert_int_eq(ids[1], 22);
+    ck_assert_int_eq(ids[2], 333);
+    free(ids);
+    ck_assert_int_eq(sfi_token_ids_parse("", 0, "f", &ids, &n, &err), SFI_OK);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_nonnull(ids);
+    free(ids);
+    ck_assert_int_eq(sfi_token_ids_parse("999999999", 9, "f", &ids, &n, &err), SFI_OK);
+    ck_assert_int_eq(ids[0], 999999999);
+    free(ids);
+    ck_assert_int_eq(sfi_token_ids_parse("5 12a", 5, "p.ids", &ids, &n, &err), SFI_EFORMAT);
+    ck_assert_str_eq(err.msg, "p.ids: id 2: '12a' is not a decimal token id");
+    ck_assert_ptr_null(ids);
+    ck_assert_int_eq(sfi_token_ids_parse("1234567890", 10, "f", &ids, &n, &err), SFI_EFORMAT);
+    ck_assert_int_eq(sfi_token_ids_parse("-1", 2, "f", &ids, &n, &err), SFI_EFORMAT);
+    ck_assert_int_eq(sfi_token_ids_parse("1,2", 3, "f", &ids, &n, &err), SFI_EFORMAT);
+    /* Length, not NUL, ends the text. */
+    ck_assert_int_eq(sfi_token_ids_parse("7 8x", 2, "f", &ids, &n, &err), SFI_OK);
+    ck_assert_uint_eq(n, 1);
+    free(ids);
 }
 END_TEST
 
@@ -302,6 +385,8 @@ int main(void)
     tcase_add_test(tc, nfc);
     tcase_add_test(tc, encode_edges_and_errors);
     tcase_add_test(tc, malformed_merges);
+    tcase_add_test(tc, ids_parse);
+    tcase_add_test(tc, piece_cache_overflow);
     tcase_add_test(tc, cli_encode_decode);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

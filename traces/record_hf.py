@@ -22,7 +22,8 @@ positions and produces x_t.
 
   record_hf.py --model DIR --out OUT.db [--prompt-ids 1,2,3 | --prompt-ids-file F
                | --prompt-text F] [--max-new N] [--level tokens|full] [--top-m M]
-               [--policy sfi] [--param T_max=64] [--device cpu|cuda]
+               [--snapshot-layers 0,3 [--snapshot-every N]] [--policy sfi]
+               [--param T_max=64] [--device cpu|cuda] [--dtype float32|bfloat16]
   record_hf.py --compare A.db B.db [--top-m M] [--tol T]
 
 --compare checks that two traces agree: the same prompts, tokens, step kinds
@@ -362,8 +363,15 @@ def record(args):
         for prompt in prompts:
             rid = w.add_request(prompt)
             trig = Trigger(args.policy, prm["T_max"], args.interval, is_trig)
-            ids = torch.tensor([prompt], device=args.device)
-            out = model(input_ids=ids, use_cache=True, output_attentions=full)
+            # Prefill all but the last prompt token without attention
+            # outputs (they would take n_prompt^2 x heads x layers floats);
+            # the last prompt token is step 0's forward pass, as in sfi-ref.
+            past = None
+            if len(prompt) > 1:
+                ids = torch.tensor([prompt[:-1]], device=args.device)
+                past = model(input_ids=ids, use_cache=True).past_key_values
+            out = model(input_ids=torch.tensor([prompt[-1:]], device=args.device),
+                        past_key_values=past, use_cache=True, output_attentions=full)
             past = out.past_key_values
             prev = prompt[-1]
             n_ctx = len(prompt)
@@ -389,7 +397,9 @@ def record(args):
                             prob = a[h, order[h]].tolist()
                             tail = min(1.0, max(0.0, 1.0 - float(sum(prob))))
                             topm.append((l, h, pos, prob, tail))
-                    for l in snap_layers:
+                    snap_now = snap_layers and (t % args.snapshot_every == 0 or
+                                                t == args.max_new - 1)
+                    for l in (snap_layers if snap_now else []):
                         q = qcap[l]
                         snaps.append((l, "q", H, hd, f32(q.reshape(-1).tolist())))
                         kc, vc = past.layers[l].keys, past.layers[l].values
@@ -509,6 +519,8 @@ def main():
     ap.add_argument("--level", default="tokens", help="tokens (default) or full")
     ap.add_argument("--top-m", type=int, default=4096, help="M of the full level (default 4096)")
     ap.add_argument("--snapshot-layers", help="full level: layers whose q/k/v to store, e.g. 0,3")
+    ap.add_argument("--snapshot-every", type=int, default=1,
+                    help="snapshots on steps t with t %% N == 0 and the last step (default 1)")
     ap.add_argument("--policy", default="sfi",
                     choices=["sfi", "tmax", "boundary", "interval", "always", "never"])
     ap.add_argument("--interval", type=int, default=64, help="interval policy's period")
@@ -524,8 +536,8 @@ def main():
     if not args.model or not args.out:
         ap.print_usage(sys.stderr)
         fail("--model and --out are needed (or --compare A B)", 2)
-    if args.max_new < 1 or args.top_m < 1:
-        fail("--max-new and --top-m must be >= 1", 2)
+    if args.max_new < 1 or args.top_m < 1 or args.snapshot_every < 1:
+        fail("--max-new, --top-m and --snapshot-every must be >= 1", 2)
     # Written in place, one transaction per step: a run that dies leaves a
     # valid trace of the steps it finished, with complete = 0.
     sys.exit(record(args))

@@ -1,5 +1,9 @@
 /* libFuzzer harness: a .safetensors file -> sfi_st_open, then every
  * tensor's table entry and (when small) its data through sfi_st_to_f32.
+ * The first byte picks the layout: even -> the rest is one
+ * model.safetensors; odd -> the rest is model.safetensors.index.json and
+ * up to three shards model-0000N-of-00003.safetensors, separated by
+ * "\n---8<---\n" (weight_map naming other files, "..", absent shards).
  * Invariants: accepted tensors have nbytes == numel * dtype size and a
  * shape whose product is numel; refusals have messages. */
 #include <config.h>
@@ -15,7 +19,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *path = fuzz_file("model.safetensors", data, size);
+    if (size < 1)
+        return 0;
+    static const char *shards[3] = {"model-00001-of-00003.safetensors",
+                                    "model-00002-of-00003.safetensors",
+                                    "model-00003-of-00003.safetensors"};
+    char path[1024];
+    if (!(data[0] & 1)) {
+        fuzz_file("model.safetensors.index.json", NULL, 0);
+        snprintf(path, sizeof path, "%s", fuzz_file("model.safetensors", data + 1, size - 1));
+        for (int i = 0; i < 3; i++)
+            fuzz_file(shards[i], NULL, 0);
+    } else {
+        const uint8_t *part[4];
+        size_t len[4];
+        size_t n = fuzz_split(data + 1, size - 1, "\n---8<---\n", part, len, 4);
+        fuzz_file("model.safetensors", NULL, 0);
+        snprintf(path, sizeof path, "%s",
+                 fuzz_file("model.safetensors.index.json", part[0], len[0]));
+        for (size_t i = 0; i < 3; i++)
+            fuzz_file(shards[i], i + 1 < n ? part[i + 1] : NULL, i + 1 < n ? len[i + 1] : 0);
+    }
     sfi_safetensors *st = NULL;
     sfi_error err;
     sfi_error_clear(&err);
@@ -39,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (sfi_st_find(st, t->name) == NULL)
             abort();
-        /* The data must lie inside the file that was given. */
+        /* The data must lie inside the files that were given. */
         if (t->nbytes > size)
             abort();
         if (t->numel <= (1u << 16)) {
