@@ -24,7 +24,7 @@ import sys
 
 CLASS = {  # measurement kernel name -> efficiency class (sim/sfi_hw.h)
     "attn_dense": "attn_dense",
-    "attn_dense_logits": "attn_dense",
+    "attn_dense_nologits": "attn_dense",
     "attn_sparse": "attn_sparse",
     "selector": "selector",
     "topk": "topk",
