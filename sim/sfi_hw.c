@@ -329,7 +329,7 @@ static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
                     !strcmp(key, "head_dim") || !strcmp(key, "K") || !strcmp(key, "layers");
         if (!known) /* extra descriptive keys (notes, units) are allowed here */
             continue;
-        double d;
+        double d = 0;
         sfi_status st = get_num(v, origin, full, &d, err);
         if (st)
             return st;
@@ -406,7 +406,7 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
                     st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: unknown kernel class", origin, full);
                     break;
                 }
-                double d;
+                double d = 0;
                 if ((st = get_num(ev, origin, full, &d, err)))
                     break;
                 if (!(d > 0 && d <= 1)) {
@@ -445,7 +445,7 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
             }
         } else if (!strcmp(key, "launch_us") || !strcmp(key, "step_overhead_us") ||
                    !strcmp(key, "allreduce_latency_us")) {
-            double d;
+            double d = 0;
             if ((st = get_num(v, origin, key, &d, err)))
                 break;
             if (!(d >= 0 && d <= 1e6)) {
@@ -459,7 +459,7 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
             else
                 p.allreduce_latency_s = d * 1e-6;
         } else if (!strcmp(key, "overlap_contention")) {
-            double d;
+            double d = 0;
             if ((st = get_num(v, origin, key, &d, err)))
                 break;
             if (!(d >= 0 && d <= 1)) {
