@@ -5,10 +5,13 @@
 #include "sfi_sim_cli.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "sfi_cost.h"
 #include "sfi_hw.h"
@@ -18,7 +21,8 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: sfi-sim validate [--profile FILE] [--gpu NAME|FILE] [--tolerance PCT]\n\n"
+            "usage: sfi-sim validate [--profile FILE] [--gpu NAME|FILE] [--tolerance PCT]\n"
+            "                        [--fit OUT.json]\n\n"
             "Predicts every kernel time listed under \"measurements\" in a calibration\n"
             "profile, once with the built-in default calibration and once with the\n"
             "profile's own, and prints measured vs predicted with the relative error.\n\n"
@@ -26,8 +30,229 @@ static void usage(FILE *out)
             " in the source tree]\n"
             "  --gpu NAME|FILE  GPU the measurements ran on [the profile's \"gpu\", else H100-SXM]\n"
             "  --tolerance PCT  error counted as agreement [10]\n"
+            "  --fit OUT.json   fit efficiencies (and fixed costs where a kernel has\n"
+            "                   several sizes) to the measurements and write them, with\n"
+            "                   the measurements, as a new profile\n"
             "  -h, --help       this help\n\n"
             "Exit status: 0 report printed, 1 bad input, 2 usage error. See sfi-sim-validate(1).\n");
+}
+
+/* ---- --fit ---- */
+
+static void setup_for(const sfi_hw_measurement *m, const sfi_gpu *gpu, sfi_model_config *mc,
+                      sfi_cost_setup *s)
+{
+    memset(mc, 0, sizeof *mc);
+    snprintf(mc->name, sizeof mc->name, "measurement");
+    mc->arch = SFI_ARCH_QWEN3;
+    mc->num_attention_heads = m->q_heads ? m->q_heads : 32;
+    mc->num_key_value_heads = m->kv_heads ? m->kv_heads : 8;
+    mc->head_dim = m->head_dim ? m->head_dim : 128;
+    mc->hidden_size = mc->num_attention_heads * mc->head_dim;
+    mc->intermediate_size = 1;
+    mc->num_hidden_layers = 1;
+    mc->vocab_size = 1;
+    mc->weight_bytes = 2;
+    sfi_cost_setup_init(s);
+    s->model = mc;
+    s->gpu = *gpu;
+    s->batch = m->batch ? m->batch : 1;
+    s->context = m->context;
+    if (m->K)
+        s->prm.K = m->K;
+}
+
+/* Roofline time at efficiency 1 (x) and launch count of a measurement's
+ * kernel: predictions under a unit profile. */
+static int unit_terms(const sfi_hw_measurement *m, const sfi_gpu *gpu, const char *kernel,
+                      double *x, double *launches)
+{
+    sfi_model_config mc;
+    sfi_cost_setup s;
+    setup_for(m, gpu, &mc, &s);
+    for (int c = 0; c < SFI_KC_COUNT; c++) {
+        s.prof.efficiency[c] = 1;
+        s.prof.fixed_s[c] = 0;
+    }
+    s.prof.launch_s = 0;
+    double t0, t1;
+    if (sfi_cost_kernel_predict(&s, kernel, &t0, NULL) != SFI_OK)
+        return -1;
+    s.prof.launch_s = 1;
+    if (sfi_cost_kernel_predict(&s, kernel, &t1, NULL) != SFI_OK)
+        return -1;
+    *x = t0;
+    *launches = t1 - t0;
+    return 0;
+}
+
+/* Least squares t = a + b x over the measurements of one kernel name;
+ * with one size (or a non-positive slope), b from the mean with a = 0. */
+static int fit_class(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu,
+                     const char *kernel, const sfi_hw_profile *p, double *eff, double *fixed)
+{
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, n = 0, ratio = 0;
+    for (size_t i = 0; i < nm; i++) {
+        if (strcmp(ms[i].kernel, kernel))
+            continue;
+        double x, l;
+        if (unit_terms(&ms[i], gpu, kernel, &x, &l) != 0 || x <= 0)
+            continue;
+        double layers = ms[i].layers > 0 ? ms[i].layers : 1;
+        double y = ms[i].time_s / layers - l * p->launch_s;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+        ratio += x / y;
+        n++;
+    }
+    if (n == 0)
+        return 0;
+    double den = n * sxx - sx * sx, b = den > 0 ? (n * sxy - sx * sy) / den : 0;
+    double a = n > 1 && b > 0 ? (sy - b * sx) / n : 0;
+    if (n > 1 && b > 0 && a >= 0) {
+        *eff = 1 / b;
+        *fixed = a;
+    } else {
+        *eff = ratio / n;
+        *fixed = 0;
+    }
+    if (*eff > 1)
+        *eff = 1;
+    return *eff > 0;
+}
+
+static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_hw_measurement *ms,
+                       size_t nm, const char *out_path)
+{
+    sfi_hw_profile p = *in;
+    static const struct {
+        const char *kernel;
+        sfi_kernel_class c;
+    } map[] = {{"attn_dense_nologits", SFI_KC_ATTN_DENSE}, {"attn_sparse", SFI_KC_ATTN_SPARSE},
+               {"selector", SFI_KC_SELECTOR},            {"topk", SFI_KC_TOPK},
+               {"reorg", SFI_KC_REORG}};
+    printf("# fit (%s):\n", out_path);
+    for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
+        double eff, fixed;
+        if (fit_class(ms, nm, gpu, map[k].kernel, &p, &eff, &fixed)) {
+            p.efficiency[map[k].c] = eff;
+            p.fixed_s[map[k].c] = fixed;
+            printf("#   %-12s efficiency %.3f, fixed %.1f us (from %s)\n",
+                   sfi_kernel_class_name(map[k].c), eff, fixed * 1e6, map[k].kernel);
+        }
+    }
+    /* Logits: what attn_dense (with logits) takes beyond the dense kernel
+     * the profile now predicts, per logit byte. */
+    double lb = 0, lt = 0;
+    for (size_t i = 0; i < nm; i++) {
+        if (strcmp(ms[i].kernel, "attn_dense"))
+            continue;
+        sfi_model_config mc;
+        sfi_cost_setup s;
+        setup_for(&ms[i], gpu, &mc, &s);
+        s.prof = p;
+        double bare, xl, xb, l;
+        if (sfi_cost_kernel_predict(&s, "attn_dense_nologits", &bare, NULL) != SFI_OK ||
+            unit_terms(&ms[i], gpu, "attn_dense", &xl, &l) != 0 ||
+            unit_terms(&ms[i], gpu, "attn_dense_nologits", &xb, &l) != 0)
+            continue;
+        double layers = ms[i].layers > 0 ? ms[i].layers : 1;
+        double extra = ms[i].time_s / layers - bare;
+        if (extra > 0 && xl > xb) {
+            lb += xl - xb;
+            lt += extra;
+        }
+    }
+    if (lt > 0) {
+        p.efficiency[SFI_KC_LOGITS] = lb / lt > 1 ? 1 : lb / lt;
+        printf("#   %-12s efficiency %.3f (from attn_dense minus the dense kernel)\n", "logits",
+               p.efficiency[SFI_KC_LOGITS]);
+    }
+    /* Contention: the two-stream slow step between contention 0 and 1. */
+    for (size_t i = 0; i < nm; i++) {
+        if (strcmp(ms[i].kernel, "slow_step_overlap"))
+            continue;
+        sfi_model_config mc;
+        sfi_cost_setup s;
+        setup_for(&ms[i], gpu, &mc, &s);
+        s.prof = p;
+        double t0, t1;
+        s.prof.overlap_contention = 0;
+        int layers = ms[i].layers > 0 ? ms[i].layers : 1;
+        if (sfi_cost_pipeline_predict(&s, "slow_step_overlap", layers, &t0, NULL) != SFI_OK)
+            continue;
+        s.prof.overlap_contention = 1;
+        if (sfi_cost_pipeline_predict(&s, "slow_step_overlap", layers, &t1, NULL) != SFI_OK || t1 <= t0)
+            continue;
+        double c = (ms[i].time_s - t0) / (t1 - t0);
+        p.overlap_contention = c < 0 ? 0 : c > 1 ? 1 : c;
+        printf("#   %-12s %.3f (from slow_step_overlap)\n", "contention", p.overlap_contention);
+        break;
+    }
+    /* Write: temp file + rename. */
+    json_t *root = json_object(), *eff = json_object(), *fx = json_object(), *arr = json_array();
+    char name[SFI_HW_NAME_MAX + 8];
+    snprintf(name, sizeof name, "%.*s-fit", SFI_HW_NAME_MAX - 5, p.name);
+    json_object_set_new(root, "sfi_profile", json_integer(1));
+    json_object_set_new(root, "name", json_string(name));
+    json_object_set_new(root, "gpu", json_string(gpu->name));
+    json_object_set_new(root, "note", json_string("written by sfi-sim validate --fit"));
+    for (int c = 0; c < SFI_KC_COUNT; c++) {
+        json_object_set_new(eff, sfi_kernel_class_name((sfi_kernel_class)c),
+                            json_real(floor(p.efficiency[c] * 1e4 + 0.5) / 1e4));
+        if (p.fixed_s[c] > 0)
+            json_object_set_new(fx, sfi_kernel_class_name((sfi_kernel_class)c),
+                                json_real(floor(p.fixed_s[c] * 1e7 + 0.5) / 10));
+    }
+    json_object_set_new(root, "efficiency", eff);
+    json_object_set_new(root, "fixed_us", fx);
+    json_object_set_new(root, "launch_us", json_real(p.launch_s * 1e6));
+    json_object_set_new(root, "step_overhead_us", json_real(p.step_overhead_s * 1e6));
+    json_object_set_new(root, "allreduce_latency_us", json_real(p.allreduce_latency_s * 1e6));
+    json_object_set_new(root, "overlap_contention", json_real(floor(p.overlap_contention * 1e4 + 0.5) / 1e4));
+    for (size_t i = 0; i < nm; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "kernel", json_string(ms[i].kernel));
+        json_object_set_new(o, "batch", json_integer(ms[i].batch));
+        json_object_set_new(o, "context", json_integer(ms[i].context));
+        json_object_set_new(o, "q_heads", json_integer(ms[i].q_heads));
+        json_object_set_new(o, "kv_heads", json_integer(ms[i].kv_heads));
+        json_object_set_new(o, "head_dim", json_integer(ms[i].head_dim));
+        json_object_set_new(o, "K", json_integer(ms[i].K));
+        json_object_set_new(o, "layers", json_integer(ms[i].layers));
+        json_object_set_new(o, "time_us", json_real(ms[i].time_s * 1e6));
+        json_array_append_new(arr, o);
+    }
+    json_object_set_new(root, "measurements", arr);
+    size_t n = strlen(out_path) + 16;
+    char *tmp = malloc(n);
+    int rc = 1;
+    if (tmp) {
+        snprintf(tmp, n, "%s.tmpXXXXXX", out_path);
+        int fd = mkstemp(tmp);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (f) {
+            int bad = json_dumpf(root, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0;
+            bad |= fputc('\n', f) == EOF;
+            bad |= fclose(f) != 0;
+            if (!bad && chmod(tmp, 0644) == 0 && rename(tmp, out_path) == 0)
+                rc = 0;
+            else
+                unlink(tmp);
+        } else if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        free(tmp);
+    }
+    json_decref(root);
+    if (rc)
+        fprintf(stderr, "sfi-sim validate: %s: cannot write the fitted profile\n", out_path);
+    else
+        printf("# wrote %s; check it with: sfi-sim validate --profile %s\n", out_path, out_path);
+    return rc;
 }
 
 int sfi_sim_cmd_validate(int argc, char **argv)
@@ -35,9 +260,10 @@ int sfi_sim_cmd_validate(int argc, char **argv)
     static const struct option opts[] = {{"profile", required_argument, NULL, 'p'},
                                          {"gpu", required_argument, NULL, 'g'},
                                          {"tolerance", required_argument, NULL, 't'},
+                                         {"fit", required_argument, NULL, 'f'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE, *gpu_name = NULL;
+    const char *prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE, *gpu_name = NULL, *fit_path = NULL;
     double tol = 10;
     optind = 1;
     opterr = 0;
@@ -46,6 +272,7 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         switch (c) {
         case 'p': prof_path = optarg; break;
         case 'g': gpu_name = optarg; break;
+        case 'f': fit_path = optarg; break;
         case 't': {
             char *end;
             tol = strtod(optarg, &end);
@@ -152,6 +379,9 @@ int sfi_sim_cmd_validate(int argc, char **argv)
     }
     printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max |err| %.1f%%)\n",
            n_cmp, nm, tol, n_ok_def, max_def, n_ok_prof, max_prof);
+    int rc = 0;
+    if (fit_path)
+        rc = fit_profile(&prof, &gpu, ms, nm, fit_path);
     free(ms);
-    return 0;
+    return rc;
 }

@@ -293,6 +293,30 @@ START_TEST(presets_and_validate)
     free(out);
     free(err);
     expect_fail("validate --profile /nonexistent/p.json", 1, "/nonexistent/p.json");
+    /* --fit recovers efficiency 0.5 and 10 us fixed from two sparse sizes
+     * made with them: t = 16 P 4096 B / 3.35 TB/s / 0.5 + 2.2 + 10 us. */
+    char mp[4200], fp[4200];
+    snprintf(mp, sizeof mp, "%s/m.json", tmp);
+    snprintf(fp, sizeof fp, "%s/fit.json", tmp);
+    char body[1024];
+    double t1 = 16.0 * 1000 * 4096 / 3.35e12 / 0.5 * 1e6 + 12.2,
+           t2 = 16.0 * 4000 * 4096 / 3.35e12 / 0.5 * 1e6 + 12.2;
+    snprintf(body, sizeof body,
+             "{\"sfi_profile\":1,\"measurements\":["
+             "{\"kernel\":\"attn_sparse\",\"batch\":16,\"context\":1000,\"K\":700,\"time_us\":%.6f},"
+             "{\"kernel\":\"attn_sparse\",\"batch\":16,\"context\":4000,\"K\":3700,\"time_us\":%.6f}]}",
+             t1, t2);
+    ck_assert_int_eq(sfi_test_write_file(mp, body, strlen(body)), 0);
+    snprintf(args, sizeof args, "validate --profile '%s' --fit '%s'", mp, fp);
+    ck_assert_int_eq(run(args, &out, &err), 0);
+    ck_assert_msg(strstr(out, "attn_sparse  efficiency 0.500, fixed 10.0 us"), "%s", out);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "validate --profile '%s'", fp);
+    ck_assert_int_eq(run(args, &out, &err), 0);
+    ck_assert_msg(strstr(out, "profile 2 (max |err| 0.0%)"), "%s", out);
+    free(out);
+    free(err);
     ck_assert_int_eq(run("validate --help", &out, &err), 0);
     ck_assert_ptr_nonnull(strstr(out, "--profile"));
     free(out);
