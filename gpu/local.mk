@@ -6,7 +6,7 @@
 
 SFI_GPU_CU = gpu/sfi_gpu_attn.cu gpu/sfi_gpu_select.cu gpu/sfi_gpu_sched.cu
 SFI_GPU_HDRS = gpu/sfi_gpu.h gpu/sfi_gpu_cli.h gpu/sfi_gpu_math.cuh
-EXTRA_DIST += $(SFI_GPU_CU) $(SFI_GPU_HDRS) gpu/bench_torch.py \
+EXTRA_DIST += $(SFI_GPU_CU) $(SFI_GPU_HDRS) gpu/bench_torch.py gpu/calibrate_profile.py \
 	gpu/profiles/h100.json gpu/profiles/h100-bench.txt
 
 if HAVE_CUDA

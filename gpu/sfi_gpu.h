@@ -102,6 +102,9 @@ void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, i
  * (default 1; see launch_split in sfi_gpu_attn.cu). For the benchmark's
  * sweep; not thread-safe. */
 void sfi_gpu_attn_set_waves(int waves);
+/* Pipeline depth of the bf16, D = 128, G = 4 instance: 4 (default) or 6
+ * stages of 32-row tiles. Same purpose. */
+void sfi_gpu_attn_set_stages(int stages);
 
 /* Dense decode attention over the paged cache, positions 0..ctx_len-1 of
  * each request; writes out and, when logits != NULL, the scaled logits.

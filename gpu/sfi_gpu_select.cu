@@ -30,6 +30,21 @@ __device__ float block_sum(float v, float *sh) {
     return sh[32];
 }
 
+__device__ double block_sum_d(double v, double *sh) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) sh[32] = v;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
 __device__ float block_max(float v, float *sh) {
     for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -268,30 +283,32 @@ __device__ void block_ms(float &m, float &s, float *sh) {
     __syncthreads();
 }
 
-/* Selector steps 1-7, fast path (the default; same formulas as the exact
- * path, parallel sums). Launch: grid (n_kv, batch), block 1024. Thread t
- * owns groups of 4 consecutive positions (t*4 + k*4096), loaded as one
- * 16-byte vector when the rows are aligned. Passes over J: (A) all window
- * rows at once: online max and sum of exp per row (one read of the
+/* Selector steps 1-7, fast path (the default; the reference's formulas,
+ * parallel sums, fast exp/log). Launch: grid (n_kv, batch), block 1024.
+ * Thread t owns groups of 4 consecutive positions (t*4 + k*4096), loaded
+ * as one 16-byte vector when the rows are aligned. Passes over J: (A) all
+ * window rows at once: online max and sum of exp per row (one read of the
  * logits); (B) logits + norms -> g (or f = p) and the prior weight w into
- * ws.f / ws.r, their sums; (C) normalise in place, num/den of step 5;
- * (D) s and z = log(s + eps) into ws.z1 (and s_out); (E) Soft-NMS into
- * ws.z2. Between passes only block-wide reductions. */
+ * ws.f / ws.r, their sums and the float64 sums step 5 needs; (D) s (to
+ * s_out), z = log(s + eps) and Soft-NMS into ws.z2. Between passes only
+ * block-wide reductions. */
 __global__ void __launch_bounds__(kSelThreads)
 sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
                 const float *__restrict__ logits, const float *__restrict__ norms,
                 sfi_gpu_sel_ws ws, float *__restrict__ s_out) {
     __shared__ float sh[72];
+    __shared__ double shd[34];
     const int kvh = blockIdx.x, b = blockIdx.y;
     const sfi_gpu_req rq = d->req[b];
     const int j0 = rq.j_begin, n = rq.j_end - rq.j_begin;
     if (n <= 0) return;
     const int G = d->n_heads / d->n_kv, nwin = G;
     const size_t row = ((size_t)b * d->n_kv + kvh) * d->max_J;
-    float *f = ws.f + row, *r = ws.r + row, *z1 = ws.z1 + row, *z2 = ws.z2 + row;
-    float *so = s_out ? s_out + row : nullptr;
-    const float *nrm = norms + ((size_t)b * d->n_kv + kvh) * d->ld_logits + j0;
-    const float *lrow = logits + ((size_t)b * d->n_heads + kvh * G) * d->ld_logits + j0;
+    float *__restrict__ f = ws.f + row, *__restrict__ r = ws.r + row;
+    float *__restrict__ z1 = ws.z1 + row, *__restrict__ z2 = ws.z2 + row;
+    float *__restrict__ so = s_out ? s_out + row : nullptr;
+    const float *__restrict__ nrm = norms + ((size_t)b * d->n_kv + kvh) * d->ld_logits + j0;
+    const float *__restrict__ lrow = logits + ((size_t)b * d->n_heads + kvh * G) * d->ld_logits + j0;
     const size_t lds = d->ld_logits;
     const bool vec = al16(f) && al16(r) && al16(z1) && al16(nrm) && al16(lrow) && (lds % 4 == 0) &&
                      (!so || al16(so));
@@ -301,6 +318,7 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     float mw[8], sw[8];
 #pragma unroll
     for (int w = 0; w < 8; w++) { mw[w] = -INFINITY; sw[w] = 0.f; }
+#pragma unroll 2
     for (int i = threadIdx.x * 4; i < n; i += step) {
         const int cnt = min(4, n - i);
 #pragma unroll
@@ -329,6 +347,8 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     const float inv_alpha = 1.0f / prm.alpha;
     const float span = (float)(n - 1) + prm.eps;
     float Sf = 0.f, Sr = 0.f;
+    double A1 = 0, A2 = 0, A3 = 0; /* sums of g*g, g*w, w*w (step 5, below) */
+#pragma unroll 2
     for (int i = threadIdx.x * 4; i < n; i += step) {
         const int cnt = min(4, n - i);
         float fu[4], ru[4], nr[4];
@@ -370,7 +390,13 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
             const float tail = (1.0f - u) + prm.eps;
             const float te = prm.eta == 0.5f ? sqrtf(tail) : fexp(prm.eta * flog(tail));
             ru[k] = kn * (fexp(-prm.beta * up) * te);
-            if (k < cnt) { Sf += fu[k]; Sr += ru[k]; }
+            if (k < cnt) {
+                Sf += fu[k];
+                Sr += ru[k];
+                A1 = fma((double)fu[k], (double)fu[k], A1);
+                A2 = fma((double)fu[k], (double)ru[k], A2);
+                A3 = fma((double)ru[k], (double)ru[k], A3);
+            }
         }
         st4(f, i, cnt, vec, fu);
         st4(r, i, cnt, vec, ru);
@@ -379,25 +405,17 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     Sr = block_sum(Sr, sh);
     const float inv_Sf = 1.0f / Sf, inv_Sr = 1.0f / Sr;
 
-    /* (C) */
-    float num = 0.f, den = 0.f;
-    for (int i = threadIdx.x * 4; i < n; i += step) {
-        const int cnt = min(4, n - i);
-        float fx[4], rx[4];
-        ld4(f, i, cnt, vec, fx);
-        ld4(r, i, cnt, vec, rx);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (nwin != 1) fx[k] = fx[k] * inv_Sf;
-            rx[k] = rx[k] * inv_Sr;
-            const float dd = fx[k] - rx[k];
-            if (k < cnt) { num = fmaf(fx[k], dd, num); den = fmaf(dd, dd, den); }
-        }
-        st4(f, i, cnt, vec, fx);
-        st4(r, i, cnt, vec, rx);
-    }
-    num = block_sum(num, sh);
-    den = block_sum(den, sh);
+    /* Step 5 without another pass: with f = g/Sf, r = w/Sr,
+     *   num = sum f (f - r) = A1/Sf^2 - A2/(Sf Sr),
+     *   den = sum (f - r)^2 = A1/Sf^2 - 2 A2/(Sf Sr) + A3/Sr^2,
+     * from float64 sums, so the cancellation when f is close to r costs
+     * nothing visible in float32. */
+    A1 = block_sum_d(A1, shd);
+    A2 = block_sum_d(A2, shd);
+    A3 = block_sum_d(A3, shd);
+    const double sf = nwin == 1 ? 1.0 : (double)Sf, sr = (double)Sr;
+    const double t1 = A1 / (sf * sf), t2 = A2 / (sf * sr), t3 = A3 / (sr * sr);
+    const float num = (float)(t1 - t2), den = (float)(t1 - 2 * t2 + t3);
     float lam = 0.0f;
     if (den != 0.0f) {
         lam = num / den;
@@ -406,30 +424,57 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     }
     if (threadIdx.x == 0) ws.lambda[(size_t)b * d->n_kv + kvh] = lam;
 
-    /* (D) */
+    /* (D): s, z = log(s + eps) and Soft-NMS in one pass: a thread computes
+     * z for its 4 positions and for up to 4 neighbours on each side (the
+     * radius' halo; z is elementwise in f and r), so no z row is written
+     * and read back and no barrier is needed. Radius > 4: two passes. */
     const float oml = 1.0f - lam;
+    const int R = prm.nms_radius;
+    auto s_at = [&](float fu, float rv) -> float {
+        const float fx = nwin != 1 ? fu * inv_Sf : fu;
+        return __fadd_rn(__fmul_rn(oml, fx), __fmul_rn(lam, rv * inv_Sr));
+    };
     for (int i = threadIdx.x * 4; i < n; i += step) {
         const int cnt = min(4, n - i);
-        float fx[4], rx[4], sx[4], zx[4];
+        float fx[4], rx[4], sx[4], w[12];
         ld4(f, i, cnt, vec, fx);
         ld4(r, i, cnt, vec, rx);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            sx[k] = __fadd_rn(__fmul_rn(oml, fx[k]), __fmul_rn(lam, rx[k]));
-            zx[k] = flog(sx[k] + prm.eps);
+            sx[k] = s_at(fx[k], rx[k]);
+            w[4 + k] = k < cnt ? flog(sx[k] + prm.eps) : -INFINITY;
         }
         if (so) st4(so, i, cnt, vec, sx);
-        st4(z1, i, cnt, vec, zx);
+        if (R <= 4) {
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                const int jl = i - 1 - h, jr = i + 4 + h;
+                w[3 - h] = (h < R && jl >= 0) ? flog(s_at(f[jl], r[jl]) + prm.eps) : -INFINITY;
+                w[8 + h] = (h < R && jr < n) ? flog(s_at(f[jr], r[jr]) + prm.eps) : -INFINITY;
+            }
+            float zo[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float m = -INFINITY;
+#pragma unroll
+                for (int t = 0; t < 12; t++)
+                    if (t >= 4 + k - R && t <= 4 + k + R) m = fmaxf(m, w[t]);
+                zo[k] = w[4 + k] - prm.alpha_soft * (m - w[4 + k]);
+            }
+            st4(z2, i, cnt, vec, zo);
+        } else {
+            st4(z1, i, cnt, vec, w + 4);
+        }
     }
-    __syncthreads();
-    /* (E) */
-    const int R = prm.nms_radius;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float z = z1[i];
-        const int lo = max(0, i - R), hi = min(n - 1, i + R);
-        float m = z1[lo];
-        for (int k = lo + 1; k <= hi; k++) m = z1[k] > m ? z1[k] : m;
-        z2[i] = z - prm.alpha_soft * (m - z);
+    if (R > 4) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const float z = z1[i];
+            const int lo = max(0, i - R), hi = min(n - 1, i + R);
+            float m = z1[lo];
+            for (int k = lo + 1; k <= hi; k++) m = z1[k] > m ? z1[k] : m;
+            z2[i] = z - prm.alpha_soft * (m - z);
+        }
     }
 }
 

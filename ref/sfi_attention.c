@@ -57,7 +57,26 @@ static void attend_group(const sfi_attn_shape *s, const float *q, int kvh,
     for (int i = 0; i < n; i++) {
         size_t j = pos ? (size_t)pos[i] : (size_t)i;
         const float *kj = k + j * row + (size_t)kvh * d;
-        for (int g = 0; g < G; g++)
+        int g = 0;
+        /* Four heads' dot products side by side: each is still its own
+         * single accumulator over dims in ascending order (exactly
+         * sfi_dot), but the four independent chains overlap in the CPU. */
+        for (; g + 4 <= G; g += 4) {
+            const float *q0 = q + (size_t)(h0 + g) * d, *q1 = q0 + d, *q2 = q1 + d, *q3 = q2 + d;
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            for (size_t c = 0; c < d; c++) {
+                const float kc = kj[c];
+                a0 += q0[c] * kc;
+                a1 += q1[c] * kc;
+                a2 += q2[c] * kc;
+                a3 += q3[c] * kc;
+            }
+            buf[(size_t)(g + 0) * (size_t)n + (size_t)i] = a0 * scale;
+            buf[(size_t)(g + 1) * (size_t)n + (size_t)i] = a1 * scale;
+            buf[(size_t)(g + 2) * (size_t)n + (size_t)i] = a2 * scale;
+            buf[(size_t)(g + 3) * (size_t)n + (size_t)i] = a3 * scale;
+        }
+        for (; g < G; g++)
             buf[(size_t)g * (size_t)n + (size_t)i] = sfi_dot(q + (size_t)(h0 + g) * d, kj, d) * scale;
     }
     for (int g = 0; g < G; g++) {

@@ -146,7 +146,29 @@ static sfi_status load_trigger_set(const char *dir, uint8_t **is_trigger, int32_
 }
 
 /* Appends every request's decode tokens of a trace. */
-static sfi_status load_trace_tokens(const char *path, int32_t **tokens, int64_t *n,
+/* 1 when a trace's recorded step reasons tell, for every decode token but
+ * the last of a request, whether it is in the trigger set that `prm`
+ * defines: recorded under the sfi or boundary policy (whose step t >= 1 is
+ * slow with reason "trigger" exactly when x_{t-1} is a trigger token, see
+ * sfi_trigger_next) with the same trigger characters. */
+static int reasons_reveal_triggers(const sfi_trace_meta *m, const sfi_params *prm)
+{
+    if (!m->policy || (strcmp(m->policy, "sfi") && strcmp(m->policy, "boundary")))
+        return 0;
+    sfi_params def;
+    sfi_params_default(&def);
+    const char *chars = def.trigger_chars;
+    json_t *pj = m->params_json ? json_loads(m->params_json, 0, NULL) : NULL;
+    json_t *tc = pj ? json_object_get(pj, "trigger_chars") : NULL;
+    if (tc && json_is_string(tc))
+        chars = json_string_value(tc);
+    int same = !strcmp(chars, prm->trigger_chars);
+    json_decref(pj);
+    return same;
+}
+
+static sfi_status load_trace_tokens(const char *path, int32_t **tokens, uint8_t **flags,
+                                    int *all_reveal, const sfi_params *prm, int64_t *n,
                                     int64_t *n_req, char *tok_id, size_t tok_cap, int *skipped,
                                     sfi_error *err)
 {
@@ -173,11 +195,16 @@ static sfi_status load_trace_tokens(const char *path, int32_t **tokens, int64_t 
         return sfi_error_set(err, SFI_EFORMAT, "%s: trace has no decode steps to replay", path);
     }
     int32_t *buf = realloc(*tokens, (size_t)(*n + total) * sizeof *buf);
-    if (!buf) {
+    if (buf)
+        *tokens = buf;
+    uint8_t *fl = buf ? realloc(*flags, (size_t)(*n + total)) : NULL;
+    if (!buf || !fl) {
         sfi_trace_close(t);
         return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
     }
-    *tokens = buf;
+    *flags = fl;
+    if (!reasons_reveal_triggers(sfi_trace_get_meta(t), prm))
+        *all_reveal = 0;
     int64_t got = 0;
     for (int64_t r = 0; r < nr && !st; r++) {
         sfi_trace_steps s;
@@ -188,6 +215,10 @@ static sfi_status load_trace_tokens(const char *path, int32_t **tokens, int64_t 
             st = sfi_error_set(err, SFI_EFORMAT, "%s: more steps than the trace's count", path);
         } else {
             memcpy(buf + *n + got, s.token, (size_t)s.n * sizeof *buf);
+            /* Token i is a trigger iff step i+1 was slow for a trigger; the
+             * request's last token is taken as none. */
+            for (int64_t i = 0; i < s.n; i++)
+                fl[*n + got + i] = i + 1 < s.n && s.reason[i + 1] == SFI_REASON_TRIGGER;
             got += s.n;
         }
         sfi_trace_steps_free(&s);
@@ -247,28 +278,47 @@ static sfi_status setup_stream(sweep *s, const char *trace_opt, const char *tok_
     sfi_status st = SFI_OK;
     if (n_paths) {
         int64_t n_req = 0;
-        int skipped = 0, used = 0;
+        int skipped = 0, used = 0, reveal = 1;
+        uint8_t *flags = NULL;
         char tok_id[256] = "";
         for (int i = 0; i < n_paths && !st; i++) {
             int before = skipped;
             /* An explicit --trace or $SFI_TRACE is one file: no skipping. */
-            st = load_trace_tokens(paths[i], &s->tokens, &s->n_tokens, &n_req, tok_id,
-                                   sizeof tok_id, n_paths > 1 ? &skipped : NULL, err);
+            st = load_trace_tokens(paths[i], &s->tokens, &flags, &reveal, &s->prm, &s->n_tokens,
+                                   &n_req, tok_id, sizeof tok_id, n_paths > 1 ? &skipped : NULL,
+                                   err);
             used += !st && skipped == before;
         }
-        if (!st) {
+        const char *how = "";
+        if (!st && reveal && !tok_dir) {
+            /* The recorded decisions already say which tokens are
+             * triggers: replay a 0/1 stream and skip loading the 4 MB
+             * vocabulary (same decisions through sfi_trigger_next). */
+            for (int64_t i = 0; i < s->n_tokens; i++)
+                s->tokens[i] = flags[i];
+            s->is_trigger = malloc(2);
+            if (!s->is_trigger) {
+                st = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            } else {
+                s->is_trigger[0] = 0;
+                s->is_trigger[1] = 1;
+                s->n_vocab = 2;
+                how = "; trigger tokens from its recorded decisions";
+            }
+        } else if (!st) {
             const char *dir = tok_dir ? tok_dir : SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
             st = load_trigger_set(dir, &s->is_trigger, &s->n_vocab, &s->prm, err);
             if (st)
                 sfi_error_prefix(err, "trigger set (--tokenizer)");
         }
+        free(flags);
         if (!st) {
             char more[32] = "";
             if (used > 1)
                 snprintf(more, sizeof more, " + %d more", used - 1);
             snprintf(s->stream_label, sizeof s->stream_label,
-                     "trace %s%s (%lld requests, %lld decode tokens)", paths[0], more,
-                     (long long)n_req, (long long)s->n_tokens);
+                     "trace %s%s (%lld requests, %lld decode tokens%s)", paths[0], more,
+                     (long long)n_req, (long long)s->n_tokens, how);
         }
         if (have_glob)
             globfree(&g);

@@ -109,6 +109,11 @@ static int info_text(sfi_trace *t, const stats *s)
     if (m->level >= SFI_TRACE_SUMMARY)
         printf("summary:       %lld selections, %lld fast-mass records\n",
                (long long)sfi_trace_n_selections(t), (long long)sfi_trace_n_fast_mass(t));
+    char *layers = NULL;
+    if (m->level >= SFI_TRACE_SUMMARY &&
+        sfi_trace_get_meta_value(t, "layers_recorded", &layers, NULL) == SFI_OK)
+        printf("layers:        %s recorded (of %d)\n", layers, m->n_layers);
+    free(layers);
     if (m->level >= SFI_TRACE_FULL)
         printf("full:          %lld top-M records (M = %d, %s heads), %lld snapshots\n",
                (long long)sfi_trace_n_topm(t), m->top_m,
@@ -174,6 +179,10 @@ static int info_json(sfi_trace *t, const stats *s)
     json_object_set_new(o, "fast_mass", json_integer(sfi_trace_n_fast_mass(t)));
     json_object_set_new(o, "topm", json_integer(sfi_trace_n_topm(t)));
     json_object_set_new(o, "snapshots", json_integer(sfi_trace_n_snapshots(t)));
+    char *layers = NULL;
+    if (sfi_trace_get_meta_value(t, "layers_recorded", &layers, NULL) == SFI_OK)
+        json_object_set_new(o, "layers_recorded", json_string(layers));
+    free(layers);
     int rc = json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (rc != 0) {

@@ -297,7 +297,13 @@ double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double 
     if (c == SFI_KC_SELECTOR || c == SFI_KC_TOPK || c == SFI_KC_OTHER)
         peak = s->gpu.bf16_flops * FP32_OF_BF16;
     double t = fmax(bytes / s->gpu.hbm_bandwidth, flops / peak);
-    return t / s->prof.efficiency[c] + s->prof.launch_s;
+    return t / s->prof.efficiency[c] + s->prof.launch_s + s->prof.fixed_s[c];
+}
+
+/* Extra time of a dense kernel that also writes `bytes` of fp32 logits. */
+static double logits_time(const sfi_cost_setup *s, double bytes)
+{
+    return bytes / (s->gpu.hbm_bandwidth * s->prof.efficiency[SFI_KC_LOGITS]);
 }
 
 double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes)
@@ -330,6 +336,16 @@ static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, doub
     a->launches++;
 }
 
+/* A dense attention kernel reading kv bytes and writing logit bytes. */
+static void add_dense_logits(const sfi_cost_setup *s, acc *a, double kv, double logit_bytes,
+                             double flops)
+{
+    add_kernel(s, a, SFI_KC_ATTN_DENSE, kv, flops, 1);
+    a->t += logits_time(s, logit_bytes);
+    a->bytes += logit_bytes;
+    a->kvb += logit_bytes;
+}
+
 /* Attention (main stream) of one layer for the whole batch, by policy. */
 static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc *a)
 {
@@ -351,8 +367,8 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
     case SFI_SIM_BOUNDARY: {
         int n_fast = B - n_slow;
         if (n_slow > 0) /* dense, writing fp32 logits over J for the Selector */
-            add_kernel(s, a, SFI_KC_ATTN_DENSE, n_slow * (dense_b + hq * n_candidates(s) * 4.0),
-                       n_slow * fl_pos * L, 1);
+            add_dense_logits(s, a, n_slow * dense_b, n_slow * hq * n_candidates(s) * 4.0,
+                             n_slow * fl_pos * L);
         if (n_fast > 0) {
             int P = sfi_cost_fast_positions(s);
             add_kernel(s, a, SFI_KC_ATTN_SPARSE, n_fast * P * pos_b, n_fast * fl_pos * P, 1);
@@ -362,8 +378,7 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
     case SFI_SIM_ORACLE:
         /* QK over all keys (K half of the cache), logits out, top-k per KV
          * head, then attention over the k positions. */
-        add_kernel(s, a, SFI_KC_ATTN_DENSE, B * (dense_b / 2 + hq * L * 4.0),
-                   B * fl_pos / 2 * L, 1);
+        add_dense_logits(s, a, B * dense_b / 2, B * hq * L * 4.0, B * fl_pos / 2 * L);
         add_kernel(s, a, SFI_KC_TOPK, B * (hq * L * 4.0 + TOPK_PASSES * hkv * L * 4.0), 0, 1);
         add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
         break;
@@ -399,8 +414,7 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
         if (kk > L)
             kk = L;
         if (layer < s->pol.kascade_anchors) {
-            add_kernel(s, a, SFI_KC_ATTN_DENSE, B * (dense_b / 2 + hq * L * 4.0),
-                       B * fl_pos / 2 * L, 1);
+            add_dense_logits(s, a, B * dense_b / 2, B * hq * L * 4.0, B * fl_pos / 2 * L);
             add_kernel(s, a, SFI_KC_TOPK, B * (hq * L * 4.0 + TOPK_PASSES * hkv * L * 4.0), 0, 1);
         }
         add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * (double)kk * pos_b, B * fl_pos * kk, 1);
@@ -450,8 +464,8 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
     if (!strcmp(kernel, "attn_dense_nologits")) {
         add_kernel(s, &a, SFI_KC_ATTN_DENSE, B * sfi_cost_kv_bytes_dense(s), B * fl_pos * L, 1);
     } else if (!strcmp(kernel, "attn_dense")) {
-        add_kernel(s, &a, SFI_KC_ATTN_DENSE,
-                   B * (sfi_cost_kv_bytes_dense(s) + hq * n_candidates(s) * 4.0), B * fl_pos * L, 1);
+        add_dense_logits(s, &a, B * sfi_cost_kv_bytes_dense(s), B * hq * n_candidates(s) * 4.0,
+                         B * fl_pos * L);
     } else if (!strcmp(kernel, "attn_sparse")) {
         /* The measurement's context is the number of positions read. */
         add_kernel(s, &a, SFI_KC_ATTN_SPARSE, B * (double)L * pos_b, B * fl_pos * L, 1);

@@ -14,16 +14,19 @@
  *   { "sfi_profile": 1, "name": "default", "gpu": "H100-SXM",
  *     "efficiency": { "gemm": 0.80, "attn_dense": 0.75, "attn_sparse": 0.60,
  *                     "selector": 0.50, "topk": 0.40, "reorg": 0.70,
- *                     "allreduce": 0.70, "other": 0.50 },
- *     "launch_us": 3.0, "step_overhead_us": 40.0, "allreduce_latency_us": 8.0,
+ *                     "allreduce": 0.70, "other": 0.50, "logits": 0.17 },
+ *     "fixed_us": { "attn_sparse": 5.8 },
+ *     "launch_us": 2.2, "step_overhead_us": 40.0, "allreduce_latency_us": 8.0,
  *     "overlap_contention": 0.30,
  *     "measurements": [
  *       { "kernel": "attn_dense", "batch": 16, "context": 32768,
  *         "q_heads": 32, "kv_heads": 8, "head_dim": 128, "K": 2048,
  *         "layers": 1, "time_us": 812.0 } ] }
  * efficiency[c] is the achieved fraction of the binding roofline (HBM
- * bandwidth or tensor FLOP/s) of kernel class c; every class is optional
- * (missing ones keep the default profile's value). overlap_contention is
+ * bandwidth or tensor FLOP/s) of kernel class c; fixed_us[c] a fixed cost
+ * per kernel of the class on top of launch_us; every class is optional
+ * (missing ones keep the default profile's value, except that a class
+ * whose efficiency is given without a fixed_us has no fixed cost). overlap_contention is
  * the fraction of side-stream (Selector + reorg) time that still slows the
  * main stream while overlapped (they share HBM). "measurements" is optional;
  * `sfi-sim validate` compares each with the model's prediction. Kernel names
@@ -63,6 +66,8 @@ typedef enum {
     SFI_KC_REORG,        /* packing sink + selected K/V */
     SFI_KC_ALLREDUCE,    /* tensor-parallel all-reduce over NVLink */
     SFI_KC_OTHER,        /* norms, RoPE, sampling, peer-method scoring */
+    SFI_KC_LOGITS,       /* fp32 logits a dense kernel writes for the Selector
+                            (the extra time of the kernel, per logit byte) */
     SFI_KC_COUNT
 } sfi_kernel_class;
 
@@ -72,6 +77,7 @@ typedef struct {
     char name[SFI_HW_NAME_MAX];
     char gpu[SFI_HW_NAME_MAX];      /* GPU it was measured on ("" = any) */
     double efficiency[SFI_KC_COUNT]; /* (0,1] */
+    double fixed_s[SFI_KC_COUNT];    /* extra fixed cost per kernel of a class */
     double launch_s;                 /* fixed cost per kernel */
     double step_overhead_s;          /* fixed cost per decode step */
     double allreduce_latency_s;      /* fixed cost per all-reduce */

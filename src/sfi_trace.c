@@ -871,13 +871,14 @@ static sfi_status read_meta(sfi_trace *t, sfi_error *err)
                 if (!(t->strs[i] = strdup(v)))
                     st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", t->path);
             }
-        int x;
+        int x = 0;
         if (!strcmp(k, "level")) {
-            sfi_trace_level l;
+            sfi_trace_level l = SFI_TRACE_TOKENS;
             if (sfi_trace_level_parse(v, &l, NULL) != SFI_OK)
                 st = sfi_error_set(err, SFI_EFORMAT, "%s: meta level '%.40s' is not tokens, summary or full",
                                    t->path, v);
-            t->meta.level = l;
+            else
+                t->meta.level = l;
         } else if (!strcmp(k, "complete")) {
             st = meta_int(t, k, v, 0, 1, &t->complete, err);
         } else if (!strcmp(k, "created")) {

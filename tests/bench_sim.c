@@ -4,6 +4,7 @@
 #include <config.h>
 
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -56,7 +57,14 @@ int main(void)
     /* The default run, as `make demo` runs it, in a scratch directory. */
     char *dir = sfi_test_tmpdir();
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s'", dir, sfi_test_build("sfi-sim"));
+    /* Absolute: the command runs in the scratch directory. */
+    char *prog = realpath(sfi_test_build("sfi-sim"), NULL);
+    if (!prog) {
+        fprintf(stderr, "bench_sim: %s: not built\n", sfi_test_build("sfi-sim"));
+        return 1;
+    }
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s'", dir, prog);
+    free(prog);
     char *out = NULL, *err = NULL;
     double best = 1e9;
     for (int rep = 0; rep < 3; rep++) {

@@ -28,6 +28,24 @@ static void setup(sfi_cost_setup *s, const sfi_model_config *m, const char *gpu,
     s->batch = b;
 }
 
+/* A profile with round numbers, so hand computations do not follow the
+ * default profile's calibration. */
+static void round_profile(sfi_cost_setup *s)
+{
+    static const double eff[SFI_KC_COUNT] = {
+        [SFI_KC_GEMM] = 0.8,   [SFI_KC_ATTN_DENSE] = 0.75, [SFI_KC_ATTN_SPARSE] = 0.6,
+        [SFI_KC_SELECTOR] = 0.5, [SFI_KC_TOPK] = 0.4,      [SFI_KC_REORG] = 0.7,
+        [SFI_KC_ALLREDUCE] = 0.7, [SFI_KC_OTHER] = 0.5,    [SFI_KC_LOGITS] = 0.2,
+    };
+    for (int c = 0; c < SFI_KC_COUNT; c++) {
+        s->prof.efficiency[c] = eff[c];
+        s->prof.fixed_s[c] = 0;
+    }
+    s->prof.launch_s = 3e-6;
+    s->prof.allreduce_latency_s = 8e-6;
+    s->prof.overlap_contention = 0.3;
+}
+
 static int close_rel(double a, double b, double tol)
 {
     return fabs(a - b) <= tol * fmax(fabs(a), fabs(b));
@@ -83,6 +101,7 @@ START_TEST(kernel_roofline_and_allreduce)
 {
     sfi_cost_setup s;
     setup(&s, &qwen4b, "H100", 8192, 1);
+    round_profile(&s);
     /* 3.35 GB at 3.35 TB/s = 1 ms, over gemm efficiency 0.8, + 3 us. */
     ck_assert(close_rel(sfi_cost_kernel_time(&s, SFI_KC_GEMM, 3.35e9, 0), 1e-3 / 0.8 + 3e-6, 1e-12));
     /* Compute bound: 989.4 TFLOP at 989.4 TFLOP/s = 1 s. */
@@ -101,11 +120,13 @@ START_TEST(slow_step_terms)
     sfi_cost_setup s;
     sfi_error e;
     setup(&s, &qwen4b, "H100", 32768, 16);
+    round_profile(&s);
     const double bw = 3.35e12, J = 32508, launch = 3e-6;
     double t;
-    /* Dense attention writing fp32 logits over J. */
+    /* Dense attention writing fp32 logits over J (at the logits class's
+     * efficiency). */
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense", &t, &e), SFI_OK);
-    ck_assert(close_rel(t, 16 * (32768.0 * 4096 + 32 * J * 4) / bw / 0.75 + launch, 1e-12));
+    ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.75 + launch + 16 * 32 * J * 4 / bw / 0.2, 1e-12));
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense_nologits", &t, &e), SFI_OK);
     ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.75 + launch, 1e-12));
     /* Selector: logits of 32 query heads + norms of 8 KV heads, read once,
@@ -121,6 +142,11 @@ START_TEST(slow_step_terms)
     /* Sparse: positions read = context. */
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_sparse", &t, &e), SFI_OK);
     ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.6 + launch, 1e-12));
+    /* A class's fixed cost adds to each of its kernels. */
+    s.prof.fixed_s[SFI_KC_ATTN_SPARSE] = 5e-6;
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_sparse", &t, &e), SFI_OK);
+    ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.6 + launch + 5e-6, 1e-12));
+    s.prof.fixed_s[SFI_KC_ATTN_SPARSE] = 0;
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "step_fast", &t, &e), SFI_ENOTFOUND);
     double sel, topk, reorg, all;
     sfi_cost_kernel_predict(&s, "selector", &sel, &e);

@@ -108,9 +108,12 @@ START_TEST(default_profile_file_matches_builtin)
     ck_assert_msg(sfi_hw_profile_load(path, &file, &m, &nm, &e) == SFI_OK, "%s", e.msg);
     ck_assert_uint_eq(nm, 0);
     ck_assert_ptr_null(m);
-    for (int c = 0; c < SFI_KC_COUNT; c++)
+    for (int c = 0; c < SFI_KC_COUNT; c++) {
         ck_assert_msg(def.efficiency[c] == file.efficiency[c], "efficiency.%s differs",
                       sfi_kernel_class_name((sfi_kernel_class)c));
+        ck_assert_msg(fabs(def.fixed_s[c] - file.fixed_s[c]) < 1e-15, "fixed_us.%s differs",
+                      sfi_kernel_class_name((sfi_kernel_class)c));
+    }
     /* The file says microseconds: equal up to the rounding of * 1e-6. */
     ck_assert(fabs(def.launch_s - file.launch_s) < 1e-15);
     ck_assert(fabs(def.step_overhead_s - file.step_overhead_s) < 1e-15);
@@ -135,6 +138,13 @@ START_TEST(profile_parse_partial_measurements_and_errors)
     ck_assert(p.efficiency[SFI_KC_ATTN_DENSE] == 0.9);
     ck_assert(p.efficiency[SFI_KC_GEMM] == def.efficiency[SFI_KC_GEMM]);
     ck_assert(fabs(p.launch_s - 2.5e-6) < 1e-15);
+    /* attn_sparse keeps its default fixed cost; a class given only an
+     * efficiency has none. */
+    ck_assert(p.fixed_s[SFI_KC_ATTN_SPARSE] == def.fixed_s[SFI_KC_ATTN_SPARSE]);
+    const char *j2 = "{\"sfi_profile\":1,\"efficiency\":{\"attn_sparse\":0.6}}";
+    sfi_hw_profile p2;
+    ck_assert_int_eq(sfi_hw_profile_parse(j2, strlen(j2), "p2.json", &p2, NULL, NULL, &e), SFI_OK);
+    ck_assert(p2.fixed_s[SFI_KC_ATTN_SPARSE] == 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_str_eq(m[0].kernel, "attn_dense");
     ck_assert_int_eq(m[0].context, 32768);
@@ -147,6 +157,7 @@ START_TEST(profile_parse_partial_measurements_and_errors)
         {"{\"sfi_profile\":1,\"launch_us\":-1}", "launch_us"},
         {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"x\"}]}", "measurements[0]"},
         {"{\"sfi_profile\":1,\"bogus\":1}", "bogus: unknown key"},
+        {"{\"sfi_profile\":1,\"fixed_us\":{\"topk\":-1}}", "fixed_us.topk"},
         {"{\"sfi_gpu\":1}", "sfi_profile: missing"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -188,6 +188,18 @@ START_TEST(trace_drives_the_trigger_stream)
     ck_assert_msg(v[5] > 0.0999 && v[5] < 0.1001, "slow fraction %g", v[5]);
     free(out);
     free(err);
+    /* Without --tokenizer, the trigger tokens come from the trace's
+     * recorded sfi decisions: the same slow fraction. */
+    snprintf(args, sizeof args,
+             "--trace '%s' --no-png --models Qwen3-4B --contexts 32K --batch 1 "
+             "--policies boundary,sfi --steps 1000 --format json",
+             path);
+    rc = run(args, &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_ptr_nonnull(strstr(out, "recorded decisions"));
+    ck_assert_msg(strstr(out, "\"slow_fraction\": 0.1,") != NULL, "%s", out);
+    free(out);
+    free(err);
     /* The same through $SFI_TRACE, table format names the trace. */
     char cmd[16000];
     snprintf(cmd, sizeof cmd,
@@ -268,14 +280,16 @@ START_TEST(presets_and_validate)
     free(err);
     char path[4200], args[9000];
     snprintf(path, sizeof path, "%s/prof.json", tmp);
-    const char *p = "{\"sfi_profile\":1,\"name\":\"t\",\"gpu\":\"H100-SXM\",\"measurements\":["
+    const char *p = "{\"sfi_profile\":1,\"name\":\"t\",\"gpu\":\"H100-SXM\","
+                    "\"efficiency\":{\"attn_dense\":0.5},\"launch_us\":1,\"measurements\":["
                     "{\"kernel\":\"attn_dense_nologits\",\"batch\":16,\"context\":32768,\"q_heads\":32,"
                     "\"kv_heads\":8,\"head_dim\":128,\"time_us\":850}]}";
     ck_assert_int_eq(sfi_test_write_file(path, p, strlen(p)), 0);
     snprintf(args, sizeof args, "validate --profile '%s'", path);
     ck_assert_int_eq(run(args, &out, &err), 0);
-    /* 16 x 32768 x 4096 B = 2 GiB at 3.35 TB/s / 0.75 + 3 us = 857.7 us. */
-    ck_assert_msg(strstr(out, "attn_dense_nologits") && strstr(out, "857.7"), "%s", out);
+    /* The profile's column: 16 x 32768 x 4096 B = 2 GiB at 3.35 TB/s / 0.5
+     * + 1 us = 1283.1 us. */
+    ck_assert_msg(strstr(out, "attn_dense_nologits") && strstr(out, "1283.1"), "%s", out);
     free(out);
     free(err);
     expect_fail("validate --profile /nonexistent/p.json", 1, "/nonexistent/p.json");

@@ -41,8 +41,9 @@ static const char *text_a =
 
 static int run_tc(const char *args, char **err)
 {
-    char cmd[16384];
+    /* Sized for the worst case of its parts so the command is never cut. */
     char tok[4096];
+    char cmd[3 * 4096 + 16384 + 64];
     snprintf(tok, sizeof tok, "%s", sfi_test_src("tests/fixtures/qwen3-tokenizer"));
     snprintf(cmd, sizeof cmd, "'%s' --tokenizer '%s' %s", sfi_test_build("traces/tokenize_corpus"),
              tok, args);

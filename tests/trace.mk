@@ -26,3 +26,5 @@ tests_test_trace_recorder_LDADD = $(TEST_LDADD)
 TESTS += tests/test_trace_recorder
 TESTS += tests/test_trace_hf.sh
 EXTRA_DIST += tests/test_trace_hf.sh
+TESTS += tests/test_trace_kill.sh
+EXTRA_DIST += tests/test_trace_kill.sh
