@@ -340,14 +340,16 @@ int sfi_ref_cmd_run(int argc, char **argv)
         }
         free(s);
     } else {
-        size_t len;
+        size_t len = 0;
         char *s = prompt ? strdup(prompt) : read_all(prompt_file, &len, &e);
         if (!s) {
             fprintf(stderr, "sfi-ref run: %s\n", prompt ? "out of memory" : e.msg);
             goto out;
         }
+        if (prompt)
+            len = strlen(s);
         size_t n;
-        sfi_status st = sfi_tokenizer_encode(tk, s, strlen(s), &ids, &n, &e);
+        sfi_status st = sfi_tokenizer_encode(tk, s, len, &ids, &n, &e);
         free(s);
         if (st) {
             fprintf(stderr, "sfi-ref run: %s: %s\n", prompt ? "--prompt" : prompt_file, e.msg);

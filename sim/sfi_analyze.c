@@ -137,17 +137,85 @@ static int check_obs(const sfi_analyze_source *s, const sfi_peer_obs *o, int ste
 }
 
 /* Relative output error of sets vs dense attention for one layer-step. */
+/* Per KV head, positions by the step's dense attention (mean over the
+ * group's query heads of the softmax of logits[n_heads][n_ctx]),
+ * descending; rank[h][0..n_ctx). */
+static int cmp_rank(const void *a, const void *b)
+{
+    const double *x = a, *y = b;  /* (score, position) pairs */
+    if (x[0] > y[0]) return -1;
+    if (x[0] < y[0]) return 1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+static int dense_ranking(const sfi_analyze_source *s, const float *logits, int n_ctx,
+                         int32_t **rank, sfi_error *err)
+{
+    int H = s->n_kv_heads, G = s->n_heads / s->n_kv_heads;
+    double *pr = malloc(sizeof(double) * 2 * (size_t)n_ctx);
+    if (!pr)
+        return sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory"), -1;
+    for (int h = 0; h < H; h++) {
+        for (int j = 0; j < n_ctx; j++)
+            pr[2 * j] = 0.0, pr[2 * j + 1] = j;
+        for (int g = 0; g < G; g++) {
+            const float *l = logits + (size_t)(h * G + g) * n_ctx;
+            double mx = l[0], z = 0.0;
+            for (int j = 1; j < n_ctx; j++)
+                if (l[j] > mx)
+                    mx = l[j];
+            for (int j = 0; j < n_ctx; j++)
+                z += exp(l[j] - mx);
+            for (int j = 0; j < n_ctx; j++)
+                pr[2 * j] += exp(l[j] - mx) / z / G;
+        }
+        qsort(pr, (size_t)n_ctx, 2 * sizeof(double), cmp_rank);
+        for (int j = 0; j < n_ctx; j++)
+            rank[h][j] = (int32_t)pr[2 * j + 1];
+    }
+    free(pr);
+    return 0;
+}
+
+/* Relative output error of one policy's sets against dense attention for
+ * one layer-step. A set's n_virtual unnamed members (positions past the
+ * trace's top-M) become, for the oracle, the next positions of the exact
+ * dense ranking (what its definition picks); for other policies
+ * pseudo-random positions outside the set (the even spread the recall
+ * estimate assumes). */
 static int output_error(const sfi_analyze_source *s, const float *q, const float *k,
-                        const float *v, int n_ctx, const sfi_peer_set *sets, int32_t **idx,
-                        int *n_idx, float *o_dense, float *o_set, double *out, sfi_error *err)
+                        const float *v, int n_ctx, const sfi_peer_set *sets, int is_oracle,
+                        int32_t *const *rank, uint8_t *mark, int32_t **idx, int *n_idx,
+                        float *o_dense, float *o_set, double *out, sfi_error *err)
 {
     sfi_attn_shape sh = {s->n_heads, s->n_kv_heads, s->head_dim};
     int H = s->n_kv_heads, G = s->n_heads / s->n_kv_heads, d = s->head_dim;
     for (int h = 0; h < H; h++) {
         int n = 0;
-        for (int32_t j = 0; j < n_ctx; j++)
-            if (sfi_peer_set_contains(&sets[h], j))
+        for (int32_t j = 0; j < n_ctx; j++) {
+            mark[j] = (uint8_t)sfi_peer_set_contains(&sets[h], j);
+            if (mark[j])
                 idx[h][n++] = j;
+        }
+        int want = sets[h].n_virtual;
+        if (want > n_ctx - n)
+            want = n_ctx - n;
+        if (is_oracle) {
+            for (int r = 0; r < n_ctx && want > 0; r++)
+                if (!mark[rank[h][r]])
+                    mark[rank[h][r]] = 1, idx[h][n++] = rank[h][r], want--;
+        } else {
+            uint32_t x = 2463534242u ^ (uint32_t)(h * 7919 + n_ctx);
+            for (int tries = 0; want > 0 && tries < 8 * n_ctx; tries++) {
+                x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+                int32_t j = (int32_t)(x % (uint32_t)n_ctx);
+                if (!mark[j])
+                    mark[j] = 1, idx[h][n++] = j, want--;
+            }
+            for (int32_t j = 0; j < n_ctx && want > 0; j++)
+                if (!mark[j])
+                    mark[j] = 1, idx[h][n++] = j, want--;
+        }
         if (n == 0)
             idx[h][n++] = n_ctx - 1;  /* an empty set attends to itself */
         n_idx[h] = n;
@@ -195,7 +263,9 @@ static int run_layer(shared *sh, int layer, sfi_error *err)
     lo_cache lc = {0};
     int32_t **idx = NULL;
     int *n_idx = NULL;
-    float *o_dense = NULL, *o_set = NULL;
+    float *o_dense = NULL, *o_set = NULL, *dlog = NULL;
+    int32_t **rank = NULL;
+    uint8_t *mark = NULL;
     int rc = -1;
     int stamp_id = 0;
     int want_lo = (opt->policies >> SFI_PEER_KASCADE) & 1;
@@ -240,12 +310,16 @@ static int run_layer(shared *sh, int layer, sfi_error *err)
         n_idx = calloc((size_t)H, sizeof *n_idx);
         o_dense = malloc(sizeof(float) * (size_t)src->n_heads * src->head_dim);
         o_set = malloc(sizeof(float) * (size_t)src->n_heads * src->head_dim);
-        if (!idx || !n_idx || !o_dense || !o_set) {
+        dlog = malloc(sizeof(float) * (size_t)src->n_heads * ((size_t)src->max_ctx + 1));
+        rank = calloc((size_t)H, sizeof *rank);
+        mark = malloc((size_t)src->max_ctx + 1);
+        if (!idx || !n_idx || !o_dense || !o_set || !dlog || !rank || !mark) {
             sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
             goto out;
         }
         for (int h = 0; h < H; h++)
-            if (!(idx[h] = malloc(sizeof(int32_t) * ((size_t)src->max_ctx + 1)))) {
+            if (!(idx[h] = malloc(sizeof(int32_t) * ((size_t)src->max_ctx + 1))) ||
+                !(rank[h] = malloc(sizeof(int32_t) * ((size_t)src->max_ctx + 1)))) {
                 sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
                 goto out;
             }
@@ -323,7 +397,9 @@ static int run_layer(shared *sh, int layer, sfi_error *err)
             int have_err = q && kk && vv;
             if (have_err) {
                 sfi_attn_shape shp = {src->n_heads, src->n_kv_heads, src->head_dim};
-                if (sfi_attn_dense_decode(&shp, q, kk, vv, n_ctx, o_dense, NULL, err))
+                if (sfi_attn_dense_decode(&shp, q, kk, vv, n_ctx, o_dense, dlog, err))
+                    goto out;
+                if (dense_ranking(src, dlog, n_ctx, rank, err))
                     goto out;
             }
             lc.step = t;
@@ -368,8 +444,8 @@ static int run_layer(shared *sh, int layer, sfi_error *err)
                 double rmean = rsum / H;
                 if (have_err) {
                     double e;
-                    if (output_error(src, q, kk, vv, n_ctx, ks, idx, n_idx, o_dense, o_set, &e,
-                                     err))
+                    if (output_error(src, q, kk, vv, n_ctx, ks, k == SFI_PEER_ORACLE, rank,
+                                     mark, idx, n_idx, o_dense, o_set, &e, err))
                         goto out;
                     P->n_err += 1;
                     P->out_err += e;
@@ -430,6 +506,12 @@ out:
     if (idx)
         for (int h = 0; h < H; h++)
             free(idx[h]);
+    if (rank)
+        for (int h = 0; h < H; h++)
+            free(rank[h]);
+    free(rank);
+    free(mark);
+    free(dlog);
     free(idx);
     free(n_idx);
     free(o_dense);

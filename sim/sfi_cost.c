@@ -104,7 +104,9 @@ sfi_status sfi_sim_policy_parse(const char *spec, sfi_sim_policy *out, sfi_error
         double v = strtod(eq + 1, &end);
         if (end == eq + 1 || *end || !isfinite(v))
             return sfi_error_set(err, SFI_EINVAL, "policy '%s': %s: bad number '%s'", spec, kv, eq + 1);
-        int iv = (int)v, is_int = v == floor(v) && v >= 1 && v <= 1e8;
+        /* Convert only in range: (int) of 1e300 is undefined behaviour. */
+        int is_int = v == floor(v) && v >= 1 && v <= 1e8;
+        int iv = is_int ? (int)v : 0;
         if (!strcmp(kv, "interval") && is_int)
             p.interval = iv;
         else if (!strcmp(kv, "page") && is_int)

@@ -5,13 +5,13 @@
 #  * `make check` replays every seed (tests/fuzz/corpus/NAME/) and every
 #    regression input (tests/fuzz/regressions/NAME/) through the same entry
 #    point, built with the ordinary compiler and tests/fuzz/replay_main.c.
-FUZZ_HARNESSES = config params tokenizer safetensors trace hw
+FUZZ_HARNESSES = config params tokenizer safetensors trace hw names
 FUZZ_SECONDS = 60
 FUZZ_CC = clang
 
 FUZZ_REPLAYS = tests/fuzz/replay_config tests/fuzz/replay_params \
 	tests/fuzz/replay_tokenizer tests/fuzz/replay_safetensors \
-	tests/fuzz/replay_trace tests/fuzz/replay_hw
+	tests/fuzz/replay_trace tests/fuzz/replay_hw tests/fuzz/replay_names
 check_PROGRAMS += $(FUZZ_REPLAYS)
 TESTS += $(FUZZ_REPLAYS)
 tests_fuzz_replay_config_SOURCES = tests/fuzz/fuzz_config.c tests/fuzz/replay_main.c
@@ -36,11 +36,14 @@ tests_fuzz_replay_hw_SOURCES = tests/fuzz/fuzz_hw.c tests/fuzz/replay_main.c
 tests_fuzz_replay_hw_CPPFLAGS = $(TEST_CPPFLAGS) -DSFI_FUZZ_NAME='"hw"'
 # The hardware files are parsed in sfi-sim's library.
 tests_fuzz_replay_hw_LDADD = libsfisim.la $(TEST_LDADD)
+tests_fuzz_replay_names_SOURCES = tests/fuzz/fuzz_names.c tests/fuzz/replay_main.c
+tests_fuzz_replay_names_CPPFLAGS = $(TEST_CPPFLAGS) -DSFI_FUZZ_NAME='"names"'
+tests_fuzz_replay_names_LDADD = libsfisim.la $(TEST_LDADD)
 
 EXTRA_DIST += tests/fuzz/README.md tests/fuzz/run-fuzz.sh tests/fuzz/corpus \
 	tests/fuzz/regressions tests/fuzz/config.dict tests/fuzz/params.dict \
 	tests/fuzz/tokenizer.dict tests/fuzz/safetensors.dict tests/fuzz/trace.dict \
-	tests/fuzz/hw.dict
+	tests/fuzz/hw.dict tests/fuzz/names.dict
 
 fuzz: $(BUILT_SOURCES)
 	FUZZ_CC='$(FUZZ_CC)' \

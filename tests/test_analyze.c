@@ -235,11 +235,42 @@ START_TEST(output_error_on_snapshots)
         m->v[i] = (float)((s >> 16) & 1023) / 512.0f - 1.0f;
     }
     for (int i = 0; i < 8; i++)
-        m->q[i] = 0.5f * (float)(i % 3) - 0.4f;
+        m->q[i] = 4.0f * (0.5f * (float)(i % 3) - 0.4f); /* peaked attention */
+    /* Step 0's record: the true top 3 of the snapshot's attention (mean
+     * over the two query heads), so that the oracle is the real one. */
+    {
+        double pr[50] = {0};
+        for (int g = 0; g < 2; g++) {
+            double l[50], mx = -1e30, z = 0;
+            for (int j = 0; j < 50; j++) {
+                l[j] = 0;
+                for (int x = 0; x < 4; x++)
+                    l[j] += (double)m->q[g * 4 + x] * m->k[j * 4 + x];
+                l[j] /= 2.0; /* sqrt(head_dim) */
+                if (l[j] > mx)
+                    mx = l[j];
+            }
+            for (int j = 0; j < 50; j++)
+                z += exp(l[j] - mx);
+            for (int j = 0; j < 50; j++)
+                pr[j] += exp(l[j] - mx) / z / 2;
+        }
+        int32_t top[3];
+        float tp[3];
+        for (int r = 0; r < 3; r++) {
+            int b = -1;
+            for (int j = 0; j < 50; j++)
+                if ((b < 0 || pr[j] > pr[b]) && (r < 1 || j != top[0]) && (r < 2 || j != top[1]))
+                    b = j;
+            top[r] = b;
+            tp[r] = (float)pr[b];
+        }
+        set_obs(m, 0, 0, 0, 3, top, tp);
+    }
     sfi_analyze_source src;
     mem_source(m, &src);
     sfi_analyze_opts o = opts((1u << SFI_PEER_FULL) | (1u << SFI_PEER_STREAMING) |
-                              (1u << SFI_PEER_FASA), 10);
+                              (1u << SFI_PEER_FASA) | (1u << SFI_PEER_ORACLE), 10);
     o.cfg.fasa_tip = 1;
     o.cfg.fasa_calib_k = 5;
     sfi_analyze_result r;
@@ -248,6 +279,12 @@ START_TEST(output_error_on_snapshots)
     ck_assert_double_eq_tol(r.pol[SFI_PEER_FULL].n_err, 1, 1e-9);
     ck_assert_double_eq_tol(r.pol[SFI_PEER_FULL].out_err, 0.0, 1e-6);
     ck_assert(r.pol[SFI_PEER_STREAMING].out_err > 1e-3);
+    /* the oracle's 7 unnamed members are the next positions of the exact
+     * dense ranking: its error is below the streaming window's */
+    ck_assert_double_eq_tol(r.pol[SFI_PEER_ORACLE].n_err, 1, 1e-9);
+    ck_assert_msg(r.pol[SFI_PEER_ORACLE].out_err < r.pol[SFI_PEER_STREAMING].out_err,
+                  "oracle %g streaming %g", r.pol[SFI_PEER_ORACLE].out_err,
+                  r.pol[SFI_PEER_STREAMING].out_err);
     /* FASA acts only on the snapshot step */
     ck_assert(r.pol[SFI_PEER_FASA].available);
     ck_assert_double_eq_tol(r.pol[SFI_PEER_FASA].n, 1, 1e-9);

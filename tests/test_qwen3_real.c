@@ -52,6 +52,44 @@ START_TEST(real_model_greedy_matches_transformers)
 }
 END_TEST
 
+/* End to end from text: sfi-ref run --prompt TEXT encodes with the model's
+ * own tokenizer files and must give transformers' greedy tokens. */
+START_TEST(real_model_cli_text_prompt)
+{
+    json_t *r = hf_expected();
+    json_t *P = json_array_get(json_object_get(json_object_get(r, "real_model"), "prompts"), 0);
+    const char *text = json_string_value(json_object_get(P, "text"));
+    int ng;
+    int32_t *greedy = hf_ids(json_object_get(P, "greedy"), &ng);
+    char *dir = sfi_test_tmpdir();
+    char pf[2048], cmd[8192];
+    snprintf(pf, sizeof pf, "%s/prompt.txt", dir);
+    ck_assert_int_eq(sfi_test_write_file(pf, text, strlen(text)), 0);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-file %s --max-new %d --mode dense --json",
+             sfi_test_build("sfi-ref"), model_dir, pf, ng);
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    ck_assert_ptr_nonnull(j);
+    json_t *g = json_object_get(j, "generated_ids");
+    ck_assert_uint_eq(json_array_size(g), (size_t)ng);
+    for (int t = 0; t < ng; t++)
+        ck_assert_int_eq(json_integer_value(json_array_get(g, (size_t)t)), greedy[t]);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "prompt_tokens")),
+                     (json_int_t)json_array_size(json_object_get(P, "ids")));
+    ck_assert_ptr_nonnull(json_string_value(json_object_get(j, "text")));
+    printf("sfi-ref run --prompt-file: %d greedy tokens identical to transformers\n", ng);
+    json_decref(j);
+    free(out);
+    free(err);
+    free(greedy);
+    sfi_test_rmtree(dir);
+    free(dir);
+    json_decref(r);
+}
+END_TEST
+
 int main(void)
 {
     const char *p = sfi_test_shared("models/sfi-small-qwen3/model.safetensors");
@@ -67,6 +105,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, real_model_greedy_matches_transformers);
+    tcase_add_test(tc, real_model_cli_text_prompt);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -5,4 +5,4 @@ traces_tokenize_corpus_SOURCES = traces/tokenize_corpus.c
 traces_tokenize_corpus_LDADD = libsfi.la $(SFI_DEP_LIBS)
 EXTRA_DIST += traces/README.md traces/record_hf.py traces/hf_gpu_check.sh
 EXTRA_DIST += traces/kjv-8k.db traces/kjv-32k.db traces/kjv-128k.db traces/licenses-8k.db
-EXTRA_DIST += traces/full/sfi-small-qwen3-8k.db
+EXTRA_DIST += traces/full/sfi-small-qwen3-8k.db traces/full/sfi-small-qwen3-8k-hf.db
