@@ -148,6 +148,9 @@ static sfi_status parse_root(const char *json, size_t len, const char *origin, j
 static sfi_status get_num(json_t *v, const char *origin, const char *key, double *out,
                           sfi_error *err)
 {
+    /* Written on every path: callers test only the status, and the
+     * compiler cannot see that sfi_error_set never returns SFI_OK. */
+    *out = 0;
     if (!json_is_number(v))
         return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not a number", origin, key);
     double d = json_number_value(v);
