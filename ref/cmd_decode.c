@@ -1,7 +1,6 @@
 /* sfi-ref decode: token ids on standard input -> text. */
 #include <config.h>
 
-#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,55 +24,19 @@ static void usage(FILE *out)
 
 int sfi_ref_cmd_decode(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"tokenizer", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *dir = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 't': dir = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "sfi-ref decode: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (!dir) {
-        fprintf(stderr, "sfi-ref decode: --tokenizer DIR is required\n");
-        usage(stderr);
-        return 2;
-    }
+    sfi_tokenizer *t;
+    int rc0 = sfi_ref_tokenizer_cli("decode", argc, argv, usage, &t);
+    if (rc0 >= 0)
+        return rc0;
     sfi_error err;
     sfi_error_clear(&err);
-    sfi_tokenizer *t;
-    if (sfi_tokenizer_load(dir, &t, &err)) {
-        fprintf(stderr, "sfi-ref decode: %s\n", err.msg);
-        return 1;
-    }
     /* Read all of standard input, then parse: nothing is written unless
      * every id is valid. */
-    size_t cap = 1 << 16, got = 0;
-    char *in = malloc(cap);
+    size_t got = 0;
+    char *in = sfi_ref_read_all(stdin, &got);
     int rc = 0;
-    while (in) {
-        got += fread(in + got, 1, cap - got, stdin);
-        if (got < cap)
-            break;
-        char *nb = realloc(in, cap * 2);
-        if (!nb)
-            free(in);
-        in = nb;
-        cap *= 2;
-    }
-    if (!in || ferror(stdin)) {
+    if (!in) {
         fprintf(stderr, "sfi-ref decode: reading standard input failed\n");
-        free(in);
         sfi_tokenizer_free(t);
         return 1;
     }

@@ -1,7 +1,6 @@
 /* sfi-ref encode: standard input's text -> token ids. */
 #include <config.h>
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,66 +21,16 @@ static void usage(FILE *out)
             "  --help           this text\n");
 }
 
-/* Reads all of f; NULL when reading fails or memory runs out. */
-static char *slurp(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            if (ferror(f)) {
-                free(buf);
-                return NULL;
-            }
-            break;
-        }
-        char *nb = realloc(buf, cap * 2);
-        if (!nb)
-            free(buf);
-        buf = nb;
-        cap *= 2;
-    }
-    *len = n;
-    return buf;
-}
-
 int sfi_ref_cmd_encode(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"tokenizer", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *dir = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 't': dir = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "sfi-ref encode: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (!dir) {
-        fprintf(stderr, "sfi-ref encode: --tokenizer DIR is required\n");
-        usage(stderr);
-        return 2;
-    }
+    sfi_tokenizer *t;
+    int rc0 = sfi_ref_tokenizer_cli("encode", argc, argv, usage, &t);
+    if (rc0 >= 0)
+        return rc0;
     sfi_error err;
     sfi_error_clear(&err);
-    sfi_tokenizer *t;
-    if (sfi_tokenizer_load(dir, &t, &err)) {
-        fprintf(stderr, "sfi-ref encode: %s\n", err.msg);
-        return 1;
-    }
     size_t len;
-    char *text = slurp(stdin, &len);
+    char *text = sfi_ref_read_all(stdin, &len);
     if (!text) {
         fprintf(stderr, "sfi-ref encode: reading standard input failed\n");
         sfi_tokenizer_free(t);

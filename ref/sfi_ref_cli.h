@@ -11,4 +11,17 @@ int sfi_ref_cmd_info(int argc, char **argv);
 int sfi_ref_cmd_digest(int argc, char **argv);
 int sfi_ref_cmd_make_checkpoint(int argc, char **argv);
 
+#include <stddef.h>
+#include <stdio.h>
+#include "sfi_tokenizer.h"
+
+/* encode/decode: parses --tokenizer DIR and --help, and loads the
+ * tokenizer into *out. Returns -1 when *out is ready, else the exit
+ * status the command should return (messages already printed). */
+int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
+                          void (*usage)(FILE *), sfi_tokenizer **out);
+/* All of f (malloc'd, *len bytes); NULL when reading fails or memory
+ * runs out. */
+char *sfi_ref_read_all(FILE *f, size_t *len);
+
 #endif

@@ -1,0 +1,70 @@
+/* What sfi-ref encode and decode share: the --tokenizer option and reading
+ * all of standard input, so both commands accept and refuse the same
+ * things with the same messages. */
+#include <config.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "sfi_ref_cli.h"
+
+int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
+                          void (*usage)(FILE *), sfi_tokenizer **out)
+{
+    static const struct option opts[] = {
+        {"tokenizer", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *dir = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': dir = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sfi-ref %s: unexpected argument '%s'\n", cmd, argv[optind]);
+        return 2;
+    }
+    if (!dir) {
+        fprintf(stderr, "sfi-ref %s: --tokenizer DIR is required\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    sfi_error err;
+    sfi_error_clear(&err);
+    if (sfi_tokenizer_load(dir, out, &err)) {
+        fprintf(stderr, "sfi-ref %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    return -1;
+}
+
+char *sfi_ref_read_all(FILE *f, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) {
+            if (ferror(f)) {
+                free(buf);
+                return NULL;
+            }
+            break;
+        }
+        char *nb = realloc(buf, cap * 2);
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    *len = n;
+    return buf;
+}
