@@ -13,33 +13,8 @@
 #include "sfi_attention.h"
 #include "sfi_math.h"
 #include "sfi_selector.h"
+#include "sfi_test_util.h"
 
-/* method.md's defaults, written out so this test pins them independently
- * of src/sfi_params.c. */
-static sfi_params defaults(void)
-{
-    sfi_params p;
-    memset(&p, 0, sizeof p);
-    p.n_sink = 4;
-    p.n_recent = 256;
-    p.K = 2048;
-    p.T_max = 64;
-    p.W_decode = 1;
-    p.W_prefill = 16;
-    p.alpha = 0.5f;
-    p.gamma = 1.0f;
-    p.beta = 1.0f;
-    p.p = 2.0f;
-    p.eta = 0.5f;
-    p.lambda_clip = 0.02f;
-    p.nms_radius = 2;
-    p.alpha_soft = 0.5f;
-    p.T = 1.0f;
-    p.alpha_cross = 0.35f;
-    p.eps = 1e-8f;
-    strcpy(p.trigger_chars, ".?!;\n");
-    return p;
-}
 
 static uint64_t rng = 12345;
 static float urand(void) /* [0, 1), 24 bits */
@@ -50,7 +25,7 @@ static float urand(void) /* [0, 1), 24 bits */
 
 START_TEST(hand_fusion_step5)
 {
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     float s[2];
     /* f = (3/4, 1/4), r = (1/4, 3/4): num = sum f (f - r) = 0.75*0.5 +
      * 0.25*(-0.5) = 0.25; den = sum (f - r)^2 = 0.5; lambda = 0.5 (all
@@ -83,7 +58,7 @@ END_TEST
 
 START_TEST(hand_soft_nms_step7)
 {
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     /* radius 1, alpha_soft 0.5, z = (-1, -3, -2, -2.5):
      * m = (max(-1,-3), max(-1,-3,-2), max(-3,-2,-2.5), max(-2,-2.5))
      *   = (-1, -1, -2, -2);
@@ -108,7 +83,7 @@ END_TEST
 
 START_TEST(hand_cross_head_step8)
 {
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     /* Two heads, two positions, T = 1, alpha_cross = 0.35.
      * Position 0: z = (ln 3, 0): softmax (3/4, 1/4);
      *   z_0 = ln 3 + 0.35 ln 0.75 = 1.0986123 - 0.1006887 = 0.9979236,
@@ -144,7 +119,7 @@ START_TEST(hand_whole_selector)
      * Step 6: z = (ln 0.74, ln 0.26) = (-0.3011051, -1.3470736).
      * Step 7, radius 2: m = (z0, z0): z1 -= 0.5 (z0 - z1) -> -1.8700579.
      * Step 8, one head: unchanged. Step 9, K = 1: position 1. */
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     p.beta = 0.0f;
     p.eta = 0.0f;
     p.K = 1;
@@ -179,7 +154,7 @@ START_TEST(hand_prior_step4)
      * pos = (e^0 * 1^0.5, e^-0.25 * 0.5^0.5, e^-1 * (1e-8)^0.5)
      *     = (1, 0.5506953, 3.6787944e-5); r = pos / sum
      *     = (0.6447763, 0.3550766, 2.3719e-5) with sum = 1.5507321. */
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     const float logits[3] = {0, 0, 0}, norms[3] = {1, 1, 1};
     sfi_selector_input in = {1, 1, 3, 0, 3, logits, norms};
     float r[3];
@@ -203,7 +178,7 @@ START_TEST(hand_power_mean_steps2_3)
      * underflows exp to exactly 0), p_2 = (0, 1).
      * mu = ((1 + 0)/2, (0 + 1)/2) = (0.5, 0.5); mu^2 = (0.25, 0.25);
      * f = (0.5, 0.5). With alpha = 1 (arithmetic mean) also (0.5, 0.5). */
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     const float logits[4] = {0.0f, -200.0f, -200.0f, 0.0f};
     const float norms[2] = {1, 1};
     sfi_selector_input in = {1, 2, 2, 0, 2, logits, norms};
@@ -286,7 +261,7 @@ START_TEST(properties_on_random_inputs)
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         problem pr = make_problem(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], 6.0f);
         const int H = pr.H, nJ = pr.je - pr.jb;
-        sfi_params p = defaults();
+        sfi_params p = sfi_test_method_defaults();
         p.K = nJ / 5;
         if (c == 2)
             p.lambda_clip = 1.0f; /* exercise the unclipped closed form too */
@@ -388,7 +363,7 @@ START_TEST(matches_double_precision)
 {
     /* Steps 1-5 in double from the method.md formulas (no shortcuts). */
     problem pr = make_problem(3, 8, 400, 10, 390, 4.0f);
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     p.K = 50;
     p.lambda_clip = 1.0f;
     const int H = pr.H, W = pr.n_win, nJ = pr.je - pr.jb;
@@ -454,7 +429,7 @@ END_TEST
 START_TEST(small_J_selects_everything)
 {
     problem pr = make_problem(2, 1, 20, 4, 9, 3.0f);
-    sfi_params p = defaults(); /* K = 2048 > |J| = 5 */
+    sfi_params p = sfi_test_method_defaults(); /* K = 2048 > |J| = 5 */
     sfi_selector_input in = {2, 1, 20, 4, 9, pr.logits, pr.norms};
     int32_t sel[10];
     int n = 0;
@@ -482,7 +457,7 @@ END_TEST
 
 START_TEST(bad_input)
 {
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     float logits[8] = {0, 1, 2, 3, 4, 5, 6, 7}, norms[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     sfi_selector_input in = {1, 1, 8, 0, 8, logits, norms};
     int32_t sel[8];
@@ -535,13 +510,13 @@ START_TEST(bad_input)
     p.alpha = 0.0f;
     ck_assert_int_eq(sfi_selector_run(&p, &in, sel, &n, NULL, &e), SFI_EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "alpha"));
-    p = defaults();
+    p = sfi_test_method_defaults();
     p.T = 0.0f;
     ck_assert_int_eq(sfi_selector_run(&p, &in, sel, &n, NULL, &e), SFI_EINVAL);
-    p = defaults();
+    p = sfi_test_method_defaults();
     p.eps = NAN;
     ck_assert_int_eq(sfi_selector_run(&p, &in, sel, &n, NULL, &e), SFI_EINVAL);
-    p = defaults();
+    p = sfi_test_method_defaults();
     ck_assert_int_eq(sfi_selector_run(&p, NULL, sel, &n, NULL, &e), SFI_EINVAL);
     ck_assert_int_eq(sfi_selector_run(NULL, &in, sel, &n, NULL, &e), SFI_EINVAL);
 }
@@ -552,7 +527,7 @@ START_TEST(extreme_finite_inputs_never_crash)
     /* Finite but extreme logits and key norms, random mixes: either a
      * valid selection or an error with a message, never NaN rankings or a
      * crash. */
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     p.K = 3;
     const float vals[] = {-3e38f, 3e38f, 0.0f, 1e-40f, -1e30f, 1e30f, 88.0f, -104.0f};
     const float nv[] = {0.0f, 3e38f, 1e-30f, 1.0f, 1e-45f};
@@ -635,7 +610,7 @@ START_TEST(inputs_from_attention)
     ck_assert_int_eq(sfi_attn_prefill(&sh, q, T, 0, k, v, out, W, tl, NULL), SFI_OK);
     sfi_selector_window_from_prefill(4, 2, W, T, tl, wl);
     sfi_key_norms(k, T, 2, 16, norms);
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     p.n_recent = 8;
     p.K = 6;
     /* J = [4, 32): tail query w sits at 24 + w and sees j <= 24 + w. */

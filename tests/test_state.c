@@ -10,31 +10,8 @@
 #include <string.h>
 
 #include "sfi_state.h"
+#include "sfi_test_util.h"
 
-static sfi_params defaults(void)
-{
-    sfi_params p;
-    memset(&p, 0, sizeof p);
-    p.n_sink = 4;
-    p.n_recent = 256;
-    p.K = 2048;
-    p.T_max = 64;
-    p.W_decode = 1;
-    p.W_prefill = 16;
-    p.alpha = 0.5f;
-    p.gamma = 1.0f;
-    p.beta = 1.0f;
-    p.p = 2.0f;
-    p.eta = 0.5f;
-    p.lambda_clip = 0.02f;
-    p.nms_radius = 2;
-    p.alpha_soft = 0.5f;
-    p.T = 1.0f;
-    p.alpha_cross = 0.35f;
-    p.eps = 1e-8f;
-    strcpy(p.trigger_chars, ".?!;\n");
-    return p;
-}
 
 /* Vocabulary of 10 ids; 3 and 7 end a sentence. The stream x_0..x_12; step
  * t sees x_{t-1}. One letter per step: F fast, else the reason's initial
@@ -44,7 +21,7 @@ static const int32_t stream[13] = {1, 2, 3, 5, 5, 5, 5, 5, 7, 7, 1, -1, 99};
 
 static void run_policy(sfi_trigger_kind kind, int T_max, int interval, char *out)
 {
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     p.T_max = T_max;
     sfi_trigger_policy tp;
     sfi_trigger_policy_init(&tp, kind, &p, trig, 10, interval);
@@ -136,7 +113,7 @@ END_TEST
 
 START_TEST(trigger_no_table_and_names)
 {
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     sfi_trigger_policy tp;
     sfi_trigger_policy_init(&tp, SFI_TRIG_SFI, &p, NULL, 0, 0);
     sfi_step_reason why;
@@ -166,7 +143,7 @@ END_TEST
 
 START_TEST(candidates_J)
 {
-    sfi_params p = defaults(); /* sink 4, recent 256 */
+    sfi_params p = sfi_test_method_defaults(); /* sink 4, recent 256 */
     int b, e;
     /* J = [n_sink, n_ctx - n_recent) */
     sfi_state_candidates(&p, 1000, &b, &e);
@@ -187,7 +164,7 @@ END_TEST
 
 START_TEST(fast_set)
 {
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     p.n_sink = 2;
     p.n_recent = 3;
     p.K = 4;
@@ -233,7 +210,7 @@ END_TEST
 
 START_TEST(slow_update_stores_selector_result)
 {
-    sfi_params p = defaults();
+    sfi_params p = sfi_test_method_defaults();
     p.K = 3;
     sfi_state st;
     ck_assert_int_eq(sfi_state_init(&st, 3, 2, 8, NULL), SFI_OK);
