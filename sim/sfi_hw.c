@@ -360,6 +360,38 @@ static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
     return SFI_OK;
 }
 
+/* A profile object keyed by kernel class ("efficiency", "fixed_us"): each
+ * value must lie in [0, hi] ((0, hi] when lo_closed is 0; range is that
+ * interval as the message prints it) and is stored times scale; the
+ * classes given are marked in *set. */
+static sfi_status get_class_map(json_t *v, const char *origin, const char *key, int lo_closed,
+                                double hi, const char *range, double scale, double *out,
+                                unsigned *set, sfi_error *err)
+{
+    if (!json_is_object(v))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not an object", origin, key);
+    const char *ek;
+    json_t *ev;
+    json_object_foreach(v, ek, ev) {
+        int c = 0;
+        while (c < SFI_KC_COUNT && strcmp(ek, kc_names[c]))
+            c++;
+        char full[96];
+        snprintf(full, sizeof full, "%s.%s", key, ek);
+        if (c == SFI_KC_COUNT)
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: unknown kernel class", origin, full);
+        double d;
+        sfi_status st = get_num(ev, origin, full, &d, err);
+        if (st)
+            return st;
+        if (!((lo_closed ? d >= 0 : d > 0) && d <= hi))
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in %s", origin, full, range);
+        out[c] = d * scale;
+        *set |= 1u << c;
+    }
+    return SFI_OK;
+}
+
 sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin,
                                 sfi_hw_profile *out, sfi_hw_measurement **meas, size_t *n_meas,
                                 sfi_error *err)
@@ -393,59 +425,9 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
             if (!json_is_string(v))
                 st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: not a string", origin, key);
         } else if (!strcmp(key, "efficiency")) {
-            if (!json_is_object(v)) {
-                st = sfi_error_set(err, SFI_EFORMAT, "%s: efficiency: not an object", origin);
-                break;
-            }
-            const char *ek;
-            json_t *ev;
-            json_object_foreach(v, ek, ev) {
-                int c = 0;
-                while (c < SFI_KC_COUNT && strcmp(ek, kc_names[c]))
-                    c++;
-                char full[96];
-                snprintf(full, sizeof full, "efficiency.%s", ek);
-                if (c == SFI_KC_COUNT) {
-                    st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: unknown kernel class", origin, full);
-                    break;
-                }
-                double d = 0;
-                if ((st = get_num(ev, origin, full, &d, err)))
-                    break;
-                if (!(d > 0 && d <= 1)) {
-                    st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in (0, 1]", origin, full);
-                    break;
-                }
-                p.efficiency[c] = d;
-                eff_set |= 1u << c;
-            }
+            st = get_class_map(v, origin, key, 0, 1, "(0, 1]", 1, p.efficiency, &eff_set, err);
         } else if (!strcmp(key, "fixed_us")) {
-            if (!json_is_object(v)) {
-                st = sfi_error_set(err, SFI_EFORMAT, "%s: fixed_us: not an object", origin);
-                break;
-            }
-            const char *ek;
-            json_t *ev;
-            json_object_foreach(v, ek, ev) {
-                int c = 0;
-                while (c < SFI_KC_COUNT && strcmp(ek, kc_names[c]))
-                    c++;
-                char full[96];
-                snprintf(full, sizeof full, "fixed_us.%s", ek);
-                if (c == SFI_KC_COUNT) {
-                    st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: unknown kernel class", origin, full);
-                    break;
-                }
-                double d;
-                if ((st = get_num(ev, origin, full, &d, err)))
-                    break;
-                if (!(d >= 0 && d <= 1e6)) {
-                    st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e6]", origin, full);
-                    break;
-                }
-                p.fixed_s[c] = d * 1e-6;
-                fixed_set |= 1u << c;
-            }
+            st = get_class_map(v, origin, key, 1, 1e6, "[0, 1e6]", 1e-6, p.fixed_s, &fixed_set, err);
         } else if (!strcmp(key, "launch_us") || !strcmp(key, "step_overhead_us") ||
                    !strcmp(key, "allreduce_latency_us")) {
             double d = 0;
