@@ -98,12 +98,12 @@ int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st);
 size_t sfi_gpu_sel_ws_bytes(int batch, int n_kv, int max_J);
 void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, int max_J);
 
-/* Grid size of the split attention kernels in waves of resident CTAs
+/* Grid size of the split attention kernels in waves of one CTA per SM
  * (default 1; see launch_split in sfi_gpu_attn.cu). For the benchmark's
  * sweep; not thread-safe. */
 void sfi_gpu_attn_set_waves(int waves);
-/* Pipeline depth of the bf16, D = 128, G = 4 instance: 4 (default) or 6
- * stages of 32-row tiles. Same purpose. */
+/* Pipeline depth of the bf16, D = 128, G = 4 instance: 2, 3 (default) or
+ * 4 stages of 64-row tiles. Same purpose. */
 void sfi_gpu_attn_set_stages(int stages);
 
 /* Dense decode attention over the paged cache, positions 0..ctx_len-1 of

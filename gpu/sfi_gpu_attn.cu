@@ -58,62 +58,186 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    const int n = valid ? 16 : 0; /* 0: zero-fill, nothing read */
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+/* End of a split CTA: merges the warps' (m, l, acc) through shared memory
+ * (smem: the pipeline buffers, free now; the caller synchronises first),
+ * writes the output (one split) or this split's partial, and lets the
+ * last CTA of the (request, KV head) merge all splits (ascending) into the
+ * output: no separate combine launch. The counter is reset by that CTA, so
+ * the workspace stays reusable. */
+template <int G, int D, int VEC, int W = kWarps>
+__device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, int li, const float (&m)[G],
+                                               const float (&l)[G], const float (&acc)[G][VEC], int b,
+                                               int kvh, int H, int n_kv, int split, int ns,
+                                               float *__restrict__ part_ml, float *__restrict__ part_acc,
+                                               int *__restrict__ counters, float *__restrict__ out) {
+    float *sm_acc = smem; /* [W][G][D] */
+    float *sm_m = sm_acc + W * G * D, *sm_l = sm_m + W * G;
+    if (rg == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            if (li == 0) { sm_m[warp * G + g] = m[g]; sm_l[warp * G + g] = l[g]; }
+#pragma unroll
+            for (int i = 0; i < VEC; i++) sm_acc[(warp * G + g) * D + li * VEC + i] = acc[g][i];
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * D; idx += W * 32) {
+        const int g = idx / D, dd = idx % D;
+        float mx = kNegBig;
+        for (int w = 0; w < W; w++) mx = fmaxf(mx, sm_m[w * G + g]);
+        float L = 0.f, A = 0.f;
+        for (int w = 0; w < W; w++) {
+            const float c = exp2f(sm_m[w * G + g] - mx);
+            L += sm_l[w * G + g] * c;
+            A += sm_acc[(w * G + g) * D + dd] * c;
+        }
+        if (ns == 1) { /* the only split: the output directly */
+            out[((size_t)b * H + kvh * G + g) * D + dd] = A / L;
+            continue;
+        }
+        const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS + split;
+        part_acc[ph * D + dd] = A;
+        if (dd == 0) { part_ml[ph * 2] = mx; part_ml[ph * 2 + 1] = L; }
+    }
+    if (ns == 1 || !counters) return;
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&counters[b * n_kv + kvh], 1) == ns - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < G * D; idx += W * 32) {
+        const int g = idx / D, dd = idx % D;
+        const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS;
+        float mx = kNegBig;
+        for (int s = 0; s < ns; s++) mx = fmaxf(mx, __ldcg(part_ml + (ph + s) * 2));
+        float L = 0.f, A = 0.f;
+        for (int s = 0; s < ns; s++) {
+            const float c = exp2f(__ldcg(part_ml + (ph + s) * 2) - mx);
+            L += __ldcg(part_ml + (ph + s) * 2 + 1) * c;
+            A += __ldcg(part_acc + (ph + s) * D + dd) * c;
+        }
+        out[((size_t)b * H + kvh * G + g) * D + dd] = A / L;
+    }
+    if (threadIdx.x == 0) counters[b * n_kv + kvh] = 0;
 }
 
-constexpr int kTileRows = 32;
+/* ---- TMA bulk-copy pipeline (the default fast path) ----
+ * mbarrier and cp.async.bulk wrappers (sm_90). A stage's "full" barrier
+ * completes when its bytes have landed (one arrive.expect_tx by the issuing
+ * thread + the copies' complete_tx); its "empty" barrier when every warp
+ * has finished reading it (one arrive per warp). */
+__device__ __forceinline__ unsigned smem_u32(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    asm volatile("{\n\t.reg .pred P1;\n"
+                 "LAB_WAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+                 "@P1 bra DONE;\n\t"
+                 "bra LAB_WAIT;\n"
+                 "DONE:\n\t}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
 
-template <typename T, int D, int G, int kStages> struct SplitCfg {
-    static constexpr int VEC = 16 / (int)sizeof(T);        /* elements per lane */
+/* Transposed reduction of N = 2*O partial sums over 2*O lanes (xor
+ * offsets O, O/2, ..., 1): at offset o a lane keeps the half of its values
+ * selected by its bit o and sends the other half, so after log2(2*O)
+ * steps lane i holds the full sum of value i, with 2*O-1 shuffles in all. */
+template <int O, int N>
+__device__ __forceinline__ void butterfly(float (&v)[N], int li) {
+    if constexpr (O >= 1) {
+        const bool up = (li & O) != 0;
+#pragma unroll
+        for (int k = 0; k < O; k++) {
+            const float lo = v[k], hi = v[k + O];
+            const float recv = __shfl_xor_sync(0xffffffffu, up ? lo : hi, O);
+            v[k] = (up ? hi : lo) + recv;
+        }
+        butterfly<O / 2>(v, li);
+    }
+}
+
+template <typename T, int D, int G, int kStages, int W> struct BulkCfg {
+    static constexpr int RB = D * (int)sizeof(T);            /* bytes per row */
+    static constexpr int ROWS = 2048 * W / RB;               /* rows per tile: 2 KiB per warp per tensor */
+    static constexpr int VEC = 16 / (int)sizeof(T);
     static constexpr int LPR = D / VEC;                      /* lanes per row */
     static constexpr int RPW = 32 / LPR;                     /* rows per warp step */
-    static constexpr int NSUB = kWarps * RPW;                /* row slots per CTA */
-    static constexpr int U = kTileRows / NSUB;               /* rows per slot per tile */
-    static constexpr int W16 = D * (int)sizeof(T) / 16;      /* 16-byte words per row */
-    static constexpr int TILE_WORDS = kTileRows * W16;       /* per tensor */
-    static constexpr size_t PIPE_BYTES = (size_t)kStages * 2 * TILE_WORDS * 16;
-    static constexpr size_t MERGE_BYTES = (size_t)kWarps * G * (D + 2) * 4;
+    static constexpr int RW = ROWS / W;                      /* rows per warp per tile */
+    static constexpr int U = RW / RPW;                       /* warp steps per tile */
+    /* transposed (butterfly) reduction of the U*G partial dot products
+     * when they fill the lanes of a row exactly */
+    static constexpr bool BFLY = U * G == LPR;
+    static constexpr int TILE_BYTES = ROWS * RB;
+    static constexpr size_t PIPE_BYTES = (size_t)kStages * 2 * TILE_BYTES;
+    static constexpr size_t MERGE_BYTES = (size_t)W * G * (D + 2) * 4;
     static constexpr size_t SMEM = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
+    static_assert(RW % RPW == 0 && U >= 1, "tile rows must cover the warps");
 };
 
-/* Split kernel (flash-decoding partition with a cp.async pipeline).
- * Launch: grid (n_splits, n_kv, batch), block 256 = 8 warps, dynamic shared
- * memory SplitCfg::SMEM (2 CTAs per SM for bf16, D 128). A CTA owns about
- * n_rows/n_splits rows of one (request, KV head) and all G query heads of
- * the group, so K/V are read from HBM once per group. It streams its rows in
- * tiles of 32 through a kStages-deep ring of shared-memory buffers
- * (cp.async, 16 bytes per thread per copy; rows past the end are
- * zero-filled and masked), so about (kStages-1) tiles of K and V per CTA
- * are in flight while the warps compute on the oldest one. Compute: LPR =
- * D*sizeof(T)/16 lanes share a row (each lane its 16-byte slice), a warp
- * covers RPW rows at a time; per head a lane keeps an online softmax in
- * base 2 (max m, sum l, acc of its slice), rescaling only when the max
- * grows. At the end the row groups merge by shuffles, the warps through
- * shared memory, and the CTA writes one partial per head: part_ml
- * [b][h][split] = (m in log2 units, l), part_acc [b][h][split][D]; the
- * last CTA of the (request, KV head) merges them into out (one split:
- * out directly). A CTA's tiles are split, split + ns, ... (strided; see
- * below). Rows: dense = positions; sparse = compact rows 0..n_compact-1,
- * then the recent window in place (block ids from the table, L1/L2-hot).
- * The logits (slow steps) go through shared memory, one tile late. */
-template <typename T, int D, int G, int kStages>
-__global__ void __launch_bounds__(kWarps * 32, 2)
-attn_split_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ q,
-                  const T *__restrict__ kp, const T *__restrict__ vp,
-                  const T *__restrict__ ck, const T *__restrict__ cv, int sparse, int chunk,
-                  float *__restrict__ logits, float *__restrict__ part_ml,
-                  float *__restrict__ part_acc, int *__restrict__ counters,
-                  float *__restrict__ out) {
-    using C = SplitCfg<T, D, G, kStages>;
+/* Split kernel (flash-decoding partition) with a TMA bulk-copy pipeline.
+ * Launch: grid (n_splits, n_kv, batch), block W*32 (W = 8 warps),
+ * dynamic shared memory BulkCfg::SMEM: kStages stages, each a tile of K
+ * and one of V of 2 KiB per warp (bf16, D 128: 64 rows, 16 KiB each; 3
+ * stages = 96 KiB). A CTA owns about n_rows/n_splits rows of one
+ * (request, KV head) and all G query heads of the group, so K/V are read
+ * from HBM once per group. Its tiles are split, split + ns, ... (strided,
+ * so the CTAs running at one time read neighbouring tiles rather than all
+ * streaming from the same offsets), and each (request, KV head) starts its
+ * walk at a different tile: the compact buffers of all pairs have the
+ * same size, so without this rotation every pair would read the same
+ * offset of its buffer at the same time. Rows: dense = positions; sparse
+ * = compact rows 0..n_compact-1, then the recent window in place.
+ * Loads: thread 0 issues, per tile and tensor, one cp.async.bulk per
+ * contiguous run of rows (the compact segment; each page of the paged
+ * segment: a dense tile of 64 bf16 rows is one page, one copy), so no
+ * thread spends instructions on addresses and there is no block-wide
+ * barrier in the loop: warps wait on the stage's full barrier and release
+ * it through its empty barrier; thread 0 refills a stage one tile after
+ * it was released. Rows past the end are never copied (stale shared
+ * memory): their scores are -inf and their V is skipped.
+ * Compute: warp w owns rows [w*RW, (w+1)*RW) of a tile, RPW at a time, LPR
+ * lanes per row (16 bytes each). With BFLY the U*G partial dot products
+ * of a lane are reduced by a transposed butterfly (LPR-1 shuffles instead
+ * of U*G*log2(LPR)), leaving lane li with the score of (step li/G, head
+ * li%G): one exp per lane, the probabilities broadcast by shuffles for
+ * P.V. Otherwise every dot product is reduced across its LPR lanes. The
+ * online softmax (base 2, rescaling only when the max grows) keeps a
+ * warp-uniform max per head; at the end the row groups, the warps and the
+ * splits merge (split_epilogue). Logits (slow steps) are staged per warp
+ * and written as G runs of RW consecutive floats. */
+template <typename T, int D, int G, int kStages, int W>
+__global__ void __launch_bounds__(W * 32, W <= 8 ? 2 : 1)
+attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ q,
+                 const T *__restrict__ kp, const T *__restrict__ vp,
+                 const T *__restrict__ ck, const T *__restrict__ cv, int sparse, int chunk,
+                 float *__restrict__ logits, float *__restrict__ part_ml,
+                 float *__restrict__ part_acc, int *__restrict__ counters,
+                 float *__restrict__ out) {
+    using C = BulkCfg<T, D, G, kStages, W>;
     extern __shared__ __align__(16) unsigned char smem[];
-    uint4 *pipe = reinterpret_cast<uint4 *>(smem);
+    __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+    __shared__ float s_lg[W][G][C::RW];
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const sfi_gpu_req rq = d->req[b];
     const int n_kv = d->n_kv, page = d->page, H = d->n_heads, ld = d->ld_logits;
@@ -122,79 +246,54 @@ attn_split_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restri
     const int n_compact = sparse ? rq.n_compact : 0;
     const int rb = sparse ? rq.recent_begin : 0;
     const int n_rows = sparse ? n_compact + (rq.ctx_len - rq.recent_begin) : rq.ctx_len;
-    /* this CTA's tiles: split, split + ns, split + 2 ns, ... (strided, so
-     * the CTAs running at one time read neighbouring tiles: a long
-     * contiguous stream per CTA would have every CTA hit the same DRAM
-     * channels at once) */
     const int ns = (n_rows + chunk - 1) / chunk;
     if (split >= ns) return;
-    const int n_all_tiles = (n_rows + kTileRows - 1) / kTileRows;
+    const int n_all_tiles = (n_rows + C::ROWS - 1) / C::ROWS;
     const int n_tiles = (n_all_tiles - split + ns - 1) / ns;
     const int end = n_rows;
-    /* Each (request, KV head) starts its walk at a different tile: the
-     * compact buffers of all pairs have the same size, so without this
-     * rotation every pair would read the same offset of its buffer at the
-     * same time, addresses a multiple of the buffer size apart. */
     const int rot = n_tiles > 0 ? (int)(((unsigned)(b * n_kv + kvh) * 2654435761u) % (unsigned)n_tiles) : 0;
     auto tile_row0 = [&](int tile) {
         const int tt = tile + rot < n_tiles ? tile + rot : tile + rot - n_tiles;
-        return (split + tt * ns) * kTileRows;
+        return (split + tt * ns) * C::ROWS;
     };
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int rg = lane / C::LPR, li = lane % C::LPR;
-    const int sub = warp * C::RPW + rg;
     const float scale = rsqrtf((float)D);
     const float scale2 = scale * kLog2e;
 
-    auto load_tile = [&](int tile, int stage) {
-        uint4 *sk = pipe + (size_t)stage * 2 * C::TILE_WORDS;
-        uint4 *sv = sk + C::TILE_WORDS;
-        const int r0 = tile_row0(tile);
-#pragma unroll
-        for (int i = 0; i < (C::TILE_WORDS + kWarps * 32 - 1) / (kWarps * 32); i++) {
-            const int w = threadIdx.x + i * kWarps * 32;
-            if (w < C::TILE_WORDS) {
-                const int rr = w / C::W16, cw = w % C::W16, r = r0 + rr;
-                const bool ok = r < end;
-                size_t off;
-                const T *kb, *vb;
-                if (!ok) { /* zero-filled: any valid address, nothing is read */
-                    off = 0;
-                    kb = kp; vb = vp;
-                } else if (r < n_compact) {
-                    off = (((size_t)b * n_kv + kvh) * cap + r) * D;
-                    kb = ck; vb = cv;
-                } else {
-                    const int pos = rb + (r - n_compact);
-                    const int blk = __ldg(bt + pos / page);
-                    off = (((size_t)blk * n_kv + kvh) * page + pos % page) * D;
-                    kb = kp; vb = vp;
-                }
-                cp_async16(sk + w, reinterpret_cast<const uint4 *>(kb + off) + cw, ok);
-                cp_async16(sv + w, reinterpret_cast<const uint4 *>(vb + off) + cw, ok);
-            }
+    auto issue = [&](int tile, int stage) {
+        unsigned char *sk = smem + (size_t)stage * 2 * C::TILE_BYTES;
+        unsigned char *sv = sk + C::TILE_BYTES;
+        const int r0 = tile_row0(tile), r1 = min(r0 + C::ROWS, end);
+        mbar_expect_tx(&full_bar[stage], 2u * (unsigned)(r1 - r0) * C::RB);
+        int r = r0;
+        if (r < n_compact) {
+            const int e = min(r1, n_compact);
+            const size_t off = (((size_t)b * n_kv + kvh) * cap + r) * D;
+            bulk_g2s(sk, ck + off, (unsigned)(e - r) * C::RB, &full_bar[stage]);
+            bulk_g2s(sv, cv + off, (unsigned)(e - r) * C::RB, &full_bar[stage]);
+            r = e;
+        }
+        while (r < r1) {
+            const int pos = rb + (r - n_compact), pg = pos / page, o = pos - pg * page;
+            const int n = min(r1 - r, page - o);
+            const size_t off = (((size_t)__ldg(bt + pg) * n_kv + kvh) * page + o) * D;
+            bulk_g2s(sk + (size_t)(r - r0) * C::RB, kp + off, (unsigned)n * C::RB, &full_bar[stage]);
+            bulk_g2s(sv + (size_t)(r - r0) * C::RB, vp + off, (unsigned)n * C::RB, &full_bar[stage]);
+            r += n;
         }
     };
-
-    /* Logits of a tile are staged in shared memory (lane li == g writes
-     * head g's) and written one tile later, after the barrier, as G rows of
-     * 32 consecutive floats: coalesced, instead of G scattered 4-byte
-     * stores per row. Two buffers by tile parity. */
-    __shared__ float s_lg[2][G][kTileRows];
-    auto flush_logits = [&](int tile) {
-        const int r0 = tile_row0(tile);
-        for (int i = threadIdx.x; i < G * kTileRows; i += kWarps * 32) {
-            const int g = i / kTileRows, rr = i % kTileRows, r = r0 + rr;
-            if (r < end && r >= n_compact)
-                logits[((size_t)b * H + kvh * G + g) * ld + rb + (r - n_compact)] = s_lg[tile & 1][g][rr];
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(&full_bar[s], 1);
+            mbar_init(&empty_bar[s], W);
         }
-    };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; s++) {
-        if (s < n_tiles) load_tile(s, s);
-        cp_async_commit();
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    /* q after the first tiles are on their way: its latency overlaps theirs */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int s = 0; s < kStages && s < n_tiles; s++) issue(s, s);
+
     float qr[G][C::VEC];
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -209,140 +308,165 @@ attn_split_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restri
 #pragma unroll
         for (int i = 0; i < C::VEC; i++) acc[g][i] = 0.f;
     }
+    /* BFLY: this lane's (step, head) after the butterfly, and its partial
+     * softmax sum (combined over the lanes of that head at the end) */
+    const int my_u = li / G, my_g = li % G;
+    float l_own = 0.f;
+    (void)my_u; (void)my_g; (void)l_own;
 
     for (int t = 0; t < n_tiles; t++) {
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
-        if (t + kStages - 1 < n_tiles) load_tile(t + kStages - 1, (t + kStages - 1) % kStages);
-        cp_async_commit();
-        if (logits && t > 0) flush_logits(t - 1);
-        const uint4 *sk = pipe + (size_t)(t % kStages) * 2 * C::TILE_WORDS;
-        const uint4 *sv = sk + C::TILE_WORDS;
+        const int stage = t % kStages;
+        if (threadIdx.x == 0 && t >= 1 && t - 1 + kStages < n_tiles) {
+            const int ps = (t - 1) % kStages;
+            mbar_wait(&empty_bar[ps], (unsigned)(((t - 1) / kStages) & 1));
+            issue(t - 1 + kStages, ps);
+        }
+        mbar_wait(&full_bar[stage], (unsigned)((t / kStages) & 1));
+        const uint4 *sk = reinterpret_cast<const uint4 *>(smem + (size_t)stage * 2 * C::TILE_BYTES);
+        const uint4 *sv = sk + C::TILE_BYTES / 16;
         const int r0 = tile_row0(t);
-        float s2[C::U][G];
+        const int nvalid = min(C::ROWS, end - r0);
+        const int wrow0 = warp * C::RW;
+        if constexpr (C::BFLY) {
+            float v[C::U * G];
 #pragma unroll
-        for (int u = 0; u < C::U; u++) {
-            const int rr = u * C::NSUB + sub, r = r0 + rr;
-            float kx[C::VEC];
-            cvt16(sk[rr * C::W16 + li], kx, T());
+            for (int u = 0; u < C::U; u++) {
+                const int rr = wrow0 + u * C::RPW + rg;
+                float kx[C::VEC];
+                cvt16(sk[rr * (C::RB / 16) + li], kx, T());
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float a = 0.f;
+#pragma unroll
+                    for (int i = 0; i < C::VEC; i++) a = fmaf(qr[g][i], kx[i], a);
+                    v[u * G + g] = a;
+                }
+            }
+            /* butterfly: at offset o, lanes with bit o keep the upper half */
+            butterfly<C::LPR / 2>(v, li);
+            const int my_rr = wrow0 + my_u * C::RPW + rg;
+            const bool my_ok = my_rr < nvalid;
+            const float sc = my_ok ? v[0] * scale2 : -INFINITY;
+            if (logits) s_lg[warp][my_g][my_u * C::RPW + rg] = v[0] * scale;
+            /* tile max per head: over the lanes of that head (offsets that
+             * are multiples of G, and the other row groups) */
+            float tm = sc;
+#pragma unroll
+            for (int o = G; o < 32; o <<= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
 #pragma unroll
             for (int g = 0; g < G; g++) {
-                float a = 0.f;
+                const float mx = __shfl_sync(0xffffffffu, tm, g);
+                if (mx > m[g]) {
+                    const float corr = fast_exp2(m[g] - mx);
 #pragma unroll
-                for (int i = 0; i < C::VEC; i++) a = fmaf(qr[g][i], kx[i], a);
-#pragma unroll
-                for (int off = C::LPR / 2; off > 0; off >>= 1)
-                    a += __shfl_xor_sync(0xffffffffu, a, off);
-                s2[u][g] = r < end ? a * scale2 : -INFINITY;
-                if (logits && li == g) s_lg[t & 1][g][rr] = a * scale;
+                    for (int i = 0; i < C::VEC; i++) acc[g][i] *= corr;
+                    if (g == my_g) l_own *= corr;
+                    m[g] = mx;
+                }
             }
-        }
+            float mine = 0.f;
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float mx = m[g];
+            for (int g = 0; g < G; g++)
+                if (g == my_g) mine = m[g];
+            const float p_own = my_ok ? fast_exp2(sc - mine) : 0.f;
+            l_own += p_own;
 #pragma unroll
-            for (int u = 0; u < C::U; u++) mx = fmaxf(mx, s2[u][g]);
-            if (mx > m[g]) { /* rescale only when the running max grows */
-                const float corr = fast_exp2(m[g] - mx);
-                l[g] *= corr;
+            for (int u = 0; u < C::U; u++) {
+                const int rr = wrow0 + u * C::RPW + rg;
+                float pu[G];
 #pragma unroll
-                for (int i = 0; i < C::VEC; i++) acc[g][i] *= corr;
-                m[g] = mx;
+                for (int g = 0; g < G; g++) pu[g] = __shfl_sync(0xffffffffu, p_own, rg * C::LPR + u * G + g);
+                if (rr < nvalid) {
+                    float vx[C::VEC];
+                    cvt16(sv[rr * (C::RB / 16) + li], vx, T());
+#pragma unroll
+                    for (int g = 0; g < G; g++)
+#pragma unroll
+                        for (int i = 0; i < C::VEC; i++) acc[g][i] = fmaf(pu[g], vx[i], acc[g][i]);
+                }
             }
-        }
+        } else {
+            float s2[C::U][G];
 #pragma unroll
-        for (int u = 0; u < C::U; u++) {
-            const int rr = u * C::NSUB + sub;
-            float vx[C::VEC];
-            cvt16(sv[rr * C::W16 + li], vx, T());
+            for (int u = 0; u < C::U; u++) {
+                const int rr = wrow0 + u * C::RPW + rg;
+                float kx[C::VEC];
+                cvt16(sk[rr * (C::RB / 16) + li], kx, T());
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float a = 0.f;
+#pragma unroll
+                    for (int i = 0; i < C::VEC; i++) a = fmaf(qr[g][i], kx[i], a);
+#pragma unroll
+                    for (int off = C::LPR / 2; off > 0; off >>= 1)
+                        a += __shfl_xor_sync(0xffffffffu, a, off);
+                    s2[u][g] = rr < nvalid ? a * scale2 : -INFINITY;
+                    if (logits && li == g) s_lg[warp][g][u * C::RPW + rg] = a * scale;
+                }
+            }
 #pragma unroll
             for (int g = 0; g < G; g++) {
-                const float p = fast_exp2(s2[u][g] - m[g]);
-                l[g] += p;
+                float mx = m[g];
 #pragma unroll
-                for (int i = 0; i < C::VEC; i++) acc[g][i] = fmaf(p, vx[i], acc[g][i]);
+                for (int u = 0; u < C::U; u++) mx = fmaxf(mx, s2[u][g]);
+#pragma unroll
+                for (int off = C::LPR; off < 32; off <<= 1)
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+                if (mx > m[g]) {
+                    const float corr = fast_exp2(m[g] - mx);
+                    l[g] *= corr;
+#pragma unroll
+                    for (int i = 0; i < C::VEC; i++) acc[g][i] *= corr;
+                    m[g] = mx;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < C::U; u++) {
+                const int rr = wrow0 + u * C::RPW + rg;
+                if (rr < nvalid) {
+                    float vx[C::VEC];
+                    cvt16(sv[rr * (C::RB / 16) + li], vx, T());
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        const float p = fast_exp2(s2[u][g] - m[g]);
+                        l[g] += p;
+#pragma unroll
+                        for (int i = 0; i < C::VEC; i++) acc[g][i] = fmaf(p, vx[i], acc[g][i]);
+                    }
+                }
             }
         }
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) mbar_arrive(&empty_bar[stage]);
+        if (logits) {
+            for (int i = lane; i < G * C::RW; i += 32) {
+                const int g = i / C::RW, rr = i % C::RW, r = r0 + wrow0 + rr;
+                if (r < end && r >= n_compact)
+                    logits[((size_t)b * H + kvh * G + g) * ld + rb + (r - n_compact)] = s_lg[warp][g][rr];
+            }
+            __syncwarp();
+        }
     }
-    cp_async_wait<0>();
-    if (logits && n_tiles > 0) {
-        __syncthreads();
-        flush_logits(n_tiles - 1);
+    if constexpr (C::BFLY) {
+        /* l of head g, row group rg: the sum over the lanes li = u*G + g */
+#pragma unroll
+        for (int o = G; o < C::LPR; o <<= 1) l_own += __shfl_xor_sync(0xffffffffu, l_own, o);
+#pragma unroll
+        for (int g = 0; g < G; g++) l[g] = __shfl_sync(0xffffffffu, l_own, rg * C::LPR + g);
     }
-
-    /* merge the RPW row groups of the warp (lanes li, li+LPR, ...) */
+    /* m is warp-uniform here, so merging the row groups is a plain sum */
 #pragma unroll
     for (int off = C::LPR; off < 32; off <<= 1) {
 #pragma unroll
         for (int g = 0; g < G; g++) {
-            const float mo = __shfl_xor_sync(0xffffffffu, m[g], off);
-            const float lo = __shfl_xor_sync(0xffffffffu, l[g], off);
-            const float mx = fmaxf(m[g], mo);
-            const float a = exp2f(m[g] - mx), c = exp2f(mo - mx);
-            l[g] = l[g] * a + lo * c;
+            l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
 #pragma unroll
-            for (int i = 0; i < C::VEC; i++) {
-                const float ao = __shfl_xor_sync(0xffffffffu, acc[g][i], off);
-                acc[g][i] = acc[g][i] * a + ao * c;
-            }
-            m[g] = mx;
+            for (int i = 0; i < C::VEC; i++) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], off);
         }
     }
     __syncthreads(); /* the pipeline buffers become the merge buffers */
-    float *sm_acc = reinterpret_cast<float *>(smem);           /* [kWarps][G][D] */
-    float *sm_m = sm_acc + kWarps * G * D, *sm_l = sm_m + kWarps * G;
-    if (rg == 0) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            if (li == 0) { sm_m[warp * G + g] = m[g]; sm_l[warp * G + g] = l[g]; }
-#pragma unroll
-            for (int i = 0; i < C::VEC; i++) sm_acc[(warp * G + g) * D + li * C::VEC + i] = acc[g][i];
-        }
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
-        const int g = idx / D, dd = idx % D;
-        float mx = kNegBig;
-        for (int w = 0; w < kWarps; w++) mx = fmaxf(mx, sm_m[w * G + g]);
-        float L = 0.f, A = 0.f;
-        for (int w = 0; w < kWarps; w++) {
-            const float c = exp2f(sm_m[w * G + g] - mx);
-            L += sm_l[w * G + g] * c;
-            A += sm_acc[(w * G + g) * D + dd] * c;
-        }
-        if (ns == 1) { /* the only split: the output directly */
-            out[((size_t)b * H + kvh * G + g) * D + dd] = A / L;
-            continue;
-        }
-        const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS + split;
-        part_acc[ph * D + dd] = A;
-        if (dd == 0) { part_ml[ph * 2] = mx; part_ml[ph * 2 + 1] = L; }
-    }
-    if (ns == 1) return;
-    /* The last CTA of this (request, KV head) to finish merges all splits
-     * (ascending) and writes the output: no separate combine launch. The
-     * counter is reset by that CTA, so the workspace stays reusable. */
-    __shared__ int s_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&counters[b * n_kv + kvh], 1) == ns - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
-        const int g = idx / D, dd = idx % D;
-        const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS;
-        float mx = kNegBig;
-        for (int s = 0; s < ns; s++) mx = fmaxf(mx, __ldcg(part_ml + (ph + s) * 2));
-        float L = 0.f, A = 0.f;
-        for (int s = 0; s < ns; s++) {
-            const float c = exp2f(__ldcg(part_ml + (ph + s) * 2) - mx);
-            L += __ldcg(part_ml + (ph + s) * 2 + 1) * c;
-            A += __ldcg(part_acc + (ph + s) * D + dd) * c;
-        }
-        out[((size_t)b * H + kvh * G + g) * D + dd] = A / L;
-    }
-    if (threadIdx.x == 0) counters[b * n_kv + kvh] = 0;
+    split_epilogue<G, D, C::VEC, W>(reinterpret_cast<float *>(smem), warp, rg, li, m, l, acc, b, kvh,
+                                 H, n_kv, split, ns, part_ml, part_acc, counters, out);
 }
 
 /* ---- bit-exact f32 path (checker) ----
@@ -454,53 +578,53 @@ __global__ void key_norms_kernel(const sfi_gpu_step_desc *__restrict__ d,
 }
 
 int g_waves = 1;
-int g_stages = 4;
+int g_stages = 3;
+constexpr int kMinSplitRows = 1024;
 
-/* Split size: the grid is sized to g_waves waves of resident CTAs
- * (occupancy x SM count), split evenly over the (request, KV head) pairs;
- * one wave by default, because each CTA's start (block ids, first tiles)
- * costs a few microseconds that later waves would pay again, and equal
- * chunks finish together. Rounded to whole tiles, at most MAX_SPLITS. */
+/* Split size: one CTA per SM and wave (g_waves, default 1), the SMs shared
+ * evenly by the (request, KV head) pairs. With batch 16 x 8 KV heads that
+ * is one split per pair: measured on the H100, one CTA per SM streaming a
+ * whole pair beat two per SM with two splits (the second CTA and the
+ * split merge cost 10-20 us per launch: sfi-gpu bench's rows-per-split
+ * and grid-size sweeps), while small batches still spread each pair over
+ * many SMs. Short rows (fast steps) keep at least kMinSplitRows rows
+ * per split, since a split costs a start-up and the last one a merge; one
+ * split writes the output directly. At most MAX_SPLITS. */
 template <typename T, int D, int G, int S>
 cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const float *q,
                          const void *kp, const void *vp, const void *ck, const void *cv,
                          int sparse, int max_rows, float *logits, float *out,
                          const sfi_gpu_attn_ws *ws, cudaStream_t st) {
-    using C = SplitCfg<T, D, G, S>;
-    const size_t smem = C::SMEM;
-    /* opt in to more than 48 KiB of dynamic shared memory and read the
-     * occupancy (once per instantiation; no allocation) */
-    static int occ = 0, sms = 0;
-    if (!occ) {
-        cudaError_t e = cudaFuncSetAttribute(attn_split_kernel<T, D, G, S>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    using C = BulkCfg<T, D, G, S, kWarps>;
+    auto kern = attn_bulk_kernel<T, D, G, S, kWarps>;
+    /* opt in to more than 48 KiB of dynamic shared memory and read the SM
+     * count (once per instantiation; no allocation) */
+    static int sms = 0;
+    if (!sms) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e != cudaSuccess) return e;
         int dev = 0;
         if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
         if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
             return e;
-        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_split_kernel<T, D, G, S>,
-                                                               kWarps * 32, smem)) != cudaSuccess)
-            return e;
-        if (occ < 1) occ = 1;
     }
     const long pairs = (long)h->batch * h->n_kv;
-    long splits = (long)g_waves * occ * sms / pairs;
-    /* short rows (fast steps): at least ~1024 rows per split, since a
-     * split costs a start-up and the last one a merge; one split writes
-     * the output directly */
-    if (splits > max_rows / 1024) splits = max_rows / 1024;
+    long splits = (long)g_waves * sms / pairs;
+    if (splits > max_rows / kMinSplitRows) splits = max_rows / kMinSplitRows;
     if (splits < 1) splits = 1;
     long chunk = (max_rows + splits - 1) / splits;
-    chunk = (chunk + kTileRows - 1) / kTileRows * kTileRows;
-    while ((max_rows + chunk - 1) / chunk > SFI_GPU_MAX_SPLITS) chunk += kTileRows;
+    chunk = (chunk + C::ROWS - 1) / C::ROWS * C::ROWS;
+    while ((max_rows + chunk - 1) / chunk > SFI_GPU_MAX_SPLITS) chunk += C::ROWS;
     const int ns = (int)((max_rows + chunk - 1) / chunk);
     dim3 grid(ns, h->n_kv, h->batch);
-    attn_split_kernel<T, D, G, S><<<grid, kWarps * 32, smem, st>>>(
-        d, q, (const T *)kp, (const T *)vp, (const T *)ck, (const T *)cv, sparse, (int)chunk,
-        logits, ws->part_ml, ws->part_acc, ws->counters, out);
+    kern<<<grid, kWarps * 32, C::SMEM, st>>>(d, q, (const T *)kp, (const T *)vp, (const T *)ck,
+                                             (const T *)cv, sparse, (int)chunk, logits, ws->part_ml,
+                                             ws->part_acc, ws->counters, out);
     return cudaGetLastError();
 }
+
+#define SFI_LAUNCH(G_, S_) \
+    launch_split<T, D, G_, S_>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st)
 
 template <typename T, int D>
 cudaError_t dispatch_g(int G, const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
@@ -508,18 +632,18 @@ cudaError_t dispatch_g(int G, const sfi_gpu_step_desc *h, const sfi_gpu_step_des
                        const void *cv, int sparse, int rows, float *logits, float *out,
                        const sfi_gpu_attn_ws *ws, cudaStream_t st) {
     switch (G) {
-    case 1: return launch_split<T, D, 1, 4>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
-    case 2: return launch_split<T, D, 2, 4>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
+    case 1: return SFI_LAUNCH(1, 3);
+    case 2: return SFI_LAUNCH(2, 3);
     case 4:
-        /* the benchmarked shape may use a deeper pipeline (see the bench's
-         * sweep); 4 stages elsewhere */
-        if (g_stages == 6 && sizeof(T) == 2 && D == 128)
-            return launch_split<T, D, 4, 6>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
-        return launch_split<T, D, 4, 4>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
-    case 8: return launch_split<T, D, 8, 4>(h, d, q, kp, vp, ck, cv, sparse, rows, logits, out, ws, st);
+        /* the benchmarked shape: the bench's sweep may pick another depth */
+        if (sizeof(T) == 2 && D == 128 && g_stages == 2) return SFI_LAUNCH(4, 2);
+        if (sizeof(T) == 2 && D == 128 && g_stages == 4) return SFI_LAUNCH(4, 4);
+        return SFI_LAUNCH(4, 3);
+    case 8: return SFI_LAUNCH(8, 3);
     default: return cudaErrorInvalidValue;
     }
 }
+#undef SFI_LAUNCH
 
 int attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
                 const float *q, const void *kp, const void *vp, const void *ck,
@@ -619,7 +743,7 @@ int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {
 }
 
 void sfi_gpu_attn_set_waves(int waves) { g_waves = waves > 0 ? waves : 1; }
-void sfi_gpu_attn_set_stages(int stages) { g_stages = stages == 6 ? 6 : 4; }
+void sfi_gpu_attn_set_stages(int stages) { g_stages = stages == 2 || stages == 4 ? stages : 3; }
 
 int sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
                        const float *q, const void *k_pool, const void *v_pool, float *out,
