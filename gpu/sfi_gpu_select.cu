@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include "sfi_gpu.h"
 #include "sfi_gpu_math.cuh"
+#include <cooperative_groups.h>
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -232,16 +235,22 @@ __device__ __forceinline__ bool al16(const void *p) { return ((uintptr_t)p & 15)
 
 /* Fast-path transcendental functions (the exact path uses the ported
  * reference ones). exp: 2^(x log2 e) with the product carried in two parts
- * (an FMA keeps x*log2e to about 2^-40 relative), then ex2.approx (2^-22
- * relative), so the error stays near 2^-22 however large |x| is. log:
- * lg2.approx has an absolute error below 2^-22 in log2 units, about
- * 1.7e-7 in z = log(s + eps) for any s. */
+ * (an FMA keeps x*log2e to about 2^-40 relative); the integer part k is
+ * split off before ex2.approx sees the argument, because rounding the
+ * whole product to one float would cost |x| * 2^-24 relative (6e-7 at
+ * x = -20, most of the checker's 1e-6 on s). ex2.approx (2^-22 relative)
+ * then gets |f| <= 1/2 and 2^k is applied exactly in two halves (no
+ * overflow of the exponent field for k in [-252, 254]; beyond, the
+ * result is 0 or inf anyway). log: lg2.approx has an absolute error below
+ * 2^-22 in log2 units, about 1.7e-7 in z = log(s + eps) for any s. */
 __device__ __forceinline__ float fexp(float x) {
     const float hi = x * 1.44269502f;
     const float lo = fmaf(x, 1.44269502f, -hi) + x * 1.9259629e-8f;
+    const float k = rintf(hi);
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(hi + lo));
-    return y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"((hi - k) + lo));
+    const int ki = (int)fminf(fmaxf(k, -252.f), 254.f), k1 = ki >> 1;
+    return y * __int_as_float((k1 + 127) << 23) * __int_as_float((ki - k1 + 127) << 23);
 }
 __device__ __forceinline__ float flog(float x) {
     float y;
@@ -478,6 +487,342 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     }
 }
 
+/* Steps 1-7 on a thread-block cluster (fast path for 1, 2, 4 or 8 window
+ * queries when |J| and the Soft-NMS radius fit; sel_fast_kernel
+ * otherwise). Why: with one CTA per (request, KV head) too few bytes are
+ * in flight to stream the logits at DRAM speed, they are read twice (once
+ * for the softmax statistics, once for p), and f and r make a round trip
+ * through global memory. Here a cluster of kClC CTAs shares the row and
+ * every thread keeps its positions' logits, key norms, g and w in
+ * registers from the one read to the end; only reductions cross CTAs.
+ * Launch: grid (n_kv * kClC, batch), cluster (kClC, 1, 1), block kClT.
+ * CTA rank c owns the chunk [c*cs, c*cs + cs) of J, cs = ceil(|J| / kClC)
+ * rounded up to 4 (the last chunks may be short or empty); thread t owns
+ * the groups of 4 consecutive positions 4*(t + g*kClT), g < NG, loaded as
+ * 16-byte vectors when aligned. Three reduction rounds, each a block
+ * reduction whose result warp 0 pushes into slot c of every CTA's shared
+ * memory, then one cluster barrier, after which each CTA merges the kClC
+ * slots in rank order (so every CTA gets the same bits, run to run):
+ * (A) per window row max and sum of exp (softmax statistics, step 1);
+ * (B) sums of g (or f = p) and of the prior weight w (steps 2-4);
+ * (C) sum f (f - r) and sum (f - r)^2 of step 5, in float as the reference
+ * does. Then (D) s and z = log(s + eps) (step 6) into shared memory, the
+ * nms_radius positions beyond each chunk end computed by this CTA too
+ * (their raw inputs read at the start), and Soft-NMS (step 7) into
+ * ws.z2. No CTA reads another's memory after the last barrier, so none
+ * has to wait for the others before it exits. */
+constexpr int kClC = 8;
+constexpr int kClT = 512;
+constexpr int kClHalo = 4; /* largest Soft-NMS radius of the cluster path */
+template <int NW> struct ClShape {
+    static constexpr int NG = 8 / NW < 4 ? 8 / NW : 4; /* NW*NG*4 <= 32 logits in registers */
+    static constexpr int cap = kClC * 4 * kClT * NG;   /* longest J */
+};
+
+__device__ __forceinline__ float ex2a(float a) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(a));
+    return y;
+}
+/* exp(d * sc) for sc = 1 or 1/2 (a power of two: the scaled constants
+ * stay exact). The argument's rounding to one float would cost |d| 2^-24
+ * relative (as in fexp), so its residual lo is applied as 1 + lo ln2
+ * after ex2.approx: 6 instructions, about 2^-22 relative for any d. */
+__device__ __forceinline__ float fexp_s(float d, float sc) {
+    const float c = 1.44269502f * sc, hi = d * c;
+    const float lo = fmaf(d, 1.9259629e-8f * sc, fmaf(d, c, -hi));
+    const float y = ex2a(hi);
+    return fmaf(y, lo * 0.693147181f, y);
+}
+__device__ __forceinline__ float rcpa(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float sqrta(float x) {
+    float y;
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* g (fu) and the prior weight w (ru) of one position (steps 2-4): the
+ * reference's formulas, with p^(1/2) taken as exp(d/2) / sqrt(S) for the
+ * default alpha = 1/2. u stays an IEEE division because 1 - u cancels near
+ * the end of J. M: row maxima; cw: 1/sqrt(S) (alpha = 1/2) or 1/S. */
+template <int NW>
+__device__ __forceinline__ void cl_pos(const float *x, float nr, int pos, const float *M,
+                                       const float *cw, const sfi_gpu_sel_params &prm,
+                                       float inv_alpha, float span, float &fu, float &ru) {
+    if (NW == 1) {
+        fu = fexp_s(x[0] - M[0], 1.0f) * cw[0];
+    } else if (prm.alpha == 0.5f) {
+        float mu = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) mu = fmaf(fexp_s(x[w] - M[w], 0.5f), cw[w], mu);
+        const float m_ = mu * (1.0f / (float)NW);
+        fu = m_ * m_;
+    } else {
+        float mu = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+            const float p = fexp_s(x[w] - M[w], 1.0f) * cw[w];
+            mu += p > 0.f ? fexp(prm.alpha * flog(p)) : 0.f;
+        }
+        const float m_ = mu * (1.0f / (float)NW);
+        fu = m_ > 0.f ? fexp(inv_alpha * flog(m_)) : 0.f;
+    }
+    const float kn = prm.gamma == 1.0f ? rcpa(nr + prm.eps) : fexp(-prm.gamma * flog(nr + prm.eps));
+    const float u = __fdiv_rn((float)pos, span);
+    const float up = prm.p == 2.0f ? u * u : (u > 0.f ? fexp(prm.p * flog(u)) : 0.f);
+    const float tail = (1.0f - u) + prm.eps;
+    const float te = prm.eta == 0.5f ? sqrta(tail) : fexp(prm.eta * flog(tail));
+    ru = kn * (fexp_s(-prm.beta * up, 1.0f) * te);
+}
+
+/* One reduction round: v (N values per thread) reduced over the block by
+ * op (fixed shuffle tree, then warp 0 over the warps in order) and pushed
+ * by warp 0's lanes q < kClC into slot [c][.] of rank q's `gat`. The
+ * caller's cluster barrier then publishes it. sh: (blockDim/32) * N. */
+template <int N, typename Op>
+__device__ __forceinline__ void cl_push(float (&v)[N], float idn, float *sh, float *gat,
+                                        cg::cluster_group &cl, int c, Op op) {
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        for (int off = 16; off > 0; off >>= 1) v[k] = op(v[k], __shfl_xor_sync(0xffffffffu, v[k], off));
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < N; k++) sh[w * N + k] = v[k];
+    }
+    __syncthreads();
+    if (w == 0) {
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            float a = lane < nw ? sh[lane * N + k] : idn;
+            for (int off = 16; off > 0; off >>= 1) a = op(a, __shfl_xor_sync(0xffffffffu, a, off));
+            if (lane < kClC) cl.map_shared_rank(gat, lane)[c * N + k] = a;
+        }
+    }
+}
+
+struct OpAdd { __device__ float operator()(float a, float b) const { return a + b; } };
+
+template <int NW>
+__global__ void __cluster_dims__(kClC, 1, 1) __launch_bounds__(kClT, 2)
+sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
+                   const float *__restrict__ logits, const float *__restrict__ norms,
+                   sfi_gpu_sel_ws ws, float *__restrict__ s_out) {
+    constexpr int NG = ClShape<NW>::NG;
+    __shared__ __align__(16) float zx[kClHalo + 4 * kClT * NG + kClHalo]; /* z, halo both sides */
+    __shared__ float sh[(kClT / 32) * (NW > 2 ? NW : 2)];
+    __shared__ float gat_m[kClC * NW], gat_s[kClC * NW], gat_b[kClC * 2], gat_c[kClC * 2];
+    __shared__ float st_m[NW], st_c[NW];
+    __shared__ float hraw[2 * kClHalo][NW + 1];
+    float *const sz = zx + kClHalo;
+    cg::cluster_group cl = cg::this_cluster();
+    /* DSMEM may be written only once every CTA of the cluster runs: arrive
+     * now, wait just before the first push */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    const int c = (int)cl.block_rank();
+    const int kvh = blockIdx.x / kClC, b = blockIdx.y;
+    const sfi_gpu_req rq = d->req[b];
+    const int j0 = rq.j_begin, n = rq.j_end - rq.j_begin;
+    if (n <= 0) { /* the whole cluster (one request) leaves; match the arrive */
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        return;
+    }
+    const int cs = ((n + kClC - 1) / kClC + 3) & ~3;
+    const int cb = c * cs, cn = max(0, min(cs, n - cb));
+    const int R = prm.nms_radius;
+    const size_t row = ((size_t)b * d->n_kv + kvh) * d->max_J + cb;
+    const size_t lds = d->ld_logits;
+    const float *__restrict__ nrm = norms + ((size_t)b * d->n_kv + kvh) * lds + j0 + cb;
+    const float *__restrict__ lrow = logits + ((size_t)b * d->n_heads + kvh * NW) * lds + j0 + cb;
+
+    /* every load first: all of the CTA's bytes in flight at once */
+    float x[NG][NW][4], nr[NG][4];
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        const int i = 4 * ((int)threadIdx.x + g * kClT), cnt = max(0, min(4, cn - i));
+#pragma unroll
+        for (int w = 0; w < NW; w++) ld4(lrow + w * lds, i, cnt, true, x[g][w]);
+        ld4(nrm, i, cnt, true, nr[g]);
+    }
+    /* raw inputs of the halo: R positions before and after the chunk */
+    const int hq = (int)threadIdx.x < R ? (int)threadIdx.x - R : cn + (int)threadIdx.x - R;
+    const bool hin = (int)threadIdx.x < 2 * R && cb + hq >= 0 && cb + hq < n;
+    if (hin) {
+#pragma unroll
+        for (int w = 0; w < NW; w++) hraw[threadIdx.x][w] = lrow[w * lds + hq];
+        hraw[threadIdx.x][NW] = nrm[hq];
+    }
+
+    /* (A) */
+    float mx[NW], sm[NW];
+#pragma unroll
+    for (int w = 0; w < NW; w++) {
+        mx[w] = -INFINITY;
+#pragma unroll
+        for (int g = 0; g < NG; g++) {
+            const int i = 4 * ((int)threadIdx.x + g * kClT);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (i + k < cn) mx[w] = fmaxf(mx[w], x[g][w][k]);
+        }
+    }
+    /* block max, to every thread (the sums below are relative to it) */
+#pragma unroll
+    for (int w = 0; w < NW; w++)
+        for (int off = 16; off > 0; off >>= 1) mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], off));
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int w = 0; w < NW; w++) sh[(threadIdx.x >> 5) * NW + w] = mx[w];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < NW; w++) {
+        float m = -INFINITY;
+        for (int j = 0; j < kClT / 32; j++) m = fmaxf(m, sh[j * NW + w]);
+        mx[w] = m;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < NW; w++) {
+        /* the sum's own exp: the large-|d| terms whose argument it rounds
+         * are the small ones, so no residual correction is needed here */
+        const float m0 = mx[w] == -INFINITY ? 0.f : mx[w];
+        sm[w] = 0.f;
+#pragma unroll
+        for (int g = 0; g < NG; g++) {
+            const int i = 4 * ((int)threadIdx.x + g * kClT);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (i + k < cn) sm[w] += ex2a((x[g][w][k] - m0) * 1.44269502f);
+        }
+    }
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    if (threadIdx.x < 32 && (int)threadIdx.x < kClC) {
+#pragma unroll
+        for (int w = 0; w < NW; w++) cl.map_shared_rank(gat_m, threadIdx.x)[c * NW + w] = mx[w];
+    }
+    cl_push<NW>(sm, 0.f, sh, gat_s, cl, c, OpAdd());
+    cl.sync();
+    if ((int)threadIdx.x < NW) {
+        const int w = threadIdx.x;
+        float m = -INFINITY, s = 0.f;
+        for (int q = 0; q < kClC; q++) m = fmaxf(m, gat_m[q * NW + w]);
+        for (int q = 0; q < kClC; q++) {
+            const float mq = gat_m[q * NW + w];
+            if (mq != -INFINITY) s += gat_s[q * NW + w] * fexp(mq - m);
+        }
+        st_m[w] = m;
+        st_c[w] = NW != 1 && prm.alpha == 0.5f ? 1.0f / sqrtf(s) : 1.0f / s;
+    }
+    __syncthreads();
+    float M[NW], cw[NW];
+#pragma unroll
+    for (int w = 0; w < NW; w++) { M[w] = st_m[w]; cw[w] = st_c[w]; }
+
+    /* (B) */
+    const float inv_alpha = 1.0f / prm.alpha;
+    const float span = (float)(n - 1) + prm.eps;
+    float fu[NG][4], ru[NG][4];
+    float sums[2] = {0.f, 0.f};
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        const int i = 4 * ((int)threadIdx.x + g * kClT);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float xv[NW];
+#pragma unroll
+            for (int w = 0; w < NW; w++) xv[w] = x[g][w][k];
+            cl_pos<NW>(xv, nr[g][k], cb + i + k, M, cw, prm, inv_alpha, span, fu[g][k], ru[g][k]);
+            if (i + k < cn) { sums[0] += fu[g][k]; sums[1] += ru[g][k]; }
+        }
+    }
+    cl_push<2>(sums, 0.f, sh, gat_b, cl, c, OpAdd());
+    cl.sync();
+    float Sf = 0.f, Sr = 0.f;
+    for (int q = 0; q < kClC; q++) { Sf += gat_b[2 * q]; Sr += gat_b[2 * q + 1]; }
+    if (NW == 1) Sf = 1.0f;
+    const float inv_Sf = 1.0f / Sf, inv_Sr = 1.0f / Sr;
+
+    /* (C) */
+    float nd[2] = {0.f, 0.f};
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        const int i = 4 * ((int)threadIdx.x + g * kClT);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float fx = NW != 1 ? fu[g][k] * inv_Sf : fu[g][k], rx = ru[g][k] * inv_Sr;
+            const float dd = fx - rx;
+            if (i + k < cn) { nd[0] = fmaf(fx, dd, nd[0]); nd[1] = fmaf(dd, dd, nd[1]); }
+        }
+    }
+    cl_push<2>(nd, 0.f, sh, gat_c, cl, c, OpAdd());
+    cl.sync(); /* the last access to another CTA's memory is before this */
+    float num = 0.f, den = 0.f;
+    for (int q = 0; q < kClC; q++) { num += gat_c[2 * q]; den += gat_c[2 * q + 1]; }
+    float lam = 0.0f;
+    if (den != 0.0f) {
+        lam = num / den;
+        if (!(lam > 0.0f)) lam = 0.0f;
+        if (lam > prm.lambda_clip) lam = prm.lambda_clip;
+    }
+    if (c == 0 && threadIdx.x == 0) ws.lambda[(size_t)b * d->n_kv + kvh] = lam;
+
+    /* (D) */
+    const float oml = 1.0f - lam;
+    auto s_of = [&](float fuv, float ruv) -> float {
+        const float fx = NW != 1 ? fuv * inv_Sf : fuv;
+        return __fadd_rn(__fmul_rn(oml, fx), __fmul_rn(lam, ruv * inv_Sr));
+    };
+    float *__restrict__ so = s_out ? s_out + row : nullptr;
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        const int i = 4 * ((int)threadIdx.x + g * kClT);
+        float sx[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            sx[k] = s_of(fu[g][k], ru[g][k]);
+            if (i + k < cn) sz[i + k] = flog(sx[k] + prm.eps);
+        }
+        if (so && i < cn) st4(so, i, min(4, cn - i), true, sx);
+    }
+    if ((int)threadIdx.x < 2 * R) {
+        float z = -INFINITY;
+        if (hin) {
+            float hf, hr;
+            cl_pos<NW>(hraw[threadIdx.x], hraw[threadIdx.x][NW], cb + hq, M, cw, prm, inv_alpha,
+                       span, hf, hr);
+            z = flog(s_of(hf, hr) + prm.eps);
+        }
+        sz[hq] = z;
+    }
+    __syncthreads();
+    float *__restrict__ z2 = ws.z2 + row;
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        const int i = 4 * ((int)threadIdx.x + g * kClT);
+        if (i >= cn) continue;
+        /* wv[t] = z at position i - kClHalo + t */
+        float wv[4 + 2 * kClHalo];
+#pragma unroll
+        for (int t = 0; t < 4 + 2 * kClHalo; t++)
+            wv[t] = t >= kClHalo - R && t < kClHalo + 4 + R ? sz[i - kClHalo + t] : -INFINITY;
+        float zo[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float m = -INFINITY;
+#pragma unroll
+            for (int t = 0; t < 4 + 2 * kClHalo; t++)
+                if (t >= kClHalo + k - R && t <= kClHalo + k + R) m = fmaxf(m, wv[t]);
+            zo[k] = wv[kClHalo + k] - prm.alpha_soft * (m - wv[kClHalo + k]);
+        }
+        st4(z2, i, min(4, cn - i), true, zo);
+    }
+}
+
 /* Step 8, cross-head exclusivity. Launch: grid (ceil(max_J/256), batch),
  * block 256; thread = one position j, loops over the n_kv heads in order
  * (softmax over heads: max, exp, ascending sum, divide, as sfi_softmax),
@@ -507,6 +852,59 @@ __global__ void sel_cross_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gp
         float rh = __fdiv_rn(t[h], sum);
         rh = rh > prm.eps ? rh : prm.eps;
         ws.z1[o] = __fadd_rn(ws.z2[o], __fmul_rn(prm.alpha_cross, EXACT ? sfi_dev_logf(rh) : flog(rh)));
+    }
+}
+
+/* Step 8, fast path. Launch: grid (ceil(max_J/1024), batch), block 256;
+ * a thread takes 4 consecutive positions (16-byte loads and stores when
+ * aligned) and keeps all heads' z2 in registers (HM >= n_kv, loops
+ * unrolled so no array lands in local memory); the heads are combined in
+ * order, as in sel_cross_kernel. Writes z3 into ws.z1. */
+template <int HM>
+__global__ void __launch_bounds__(256)
+sel_cross_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
+                      sfi_gpu_sel_ws ws) {
+    const int b = blockIdx.y, i = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+    const sfi_gpu_req rq = d->req[b];
+    const int n = rq.j_end - rq.j_begin;
+    if (i >= n) return;
+    const int cnt = min(4, n - i), H = d->n_kv;
+    const size_t ld = d->max_J, base = (size_t)b * H * ld;
+    float t[HM][4], mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, sum[4];
+#pragma unroll
+    for (int h = 0; h < HM; h++) {
+        if (h >= H) break;
+        ld4(ws.z2 + base + h * ld, i, cnt, true, t[h]);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            t[h][k] = prm.T == 1.0f ? t[h][k] : __fdiv_rn(t[h][k], prm.T);
+            mx[k] = (h == 0 || t[h][k] > mx[k]) ? t[h][k] : mx[k];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) sum[k] = 0.f;
+#pragma unroll
+    for (int h = 0; h < HM; h++) {
+        if (h >= H) break;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float e = fexp_s(t[h][k] - mx[k], 1.0f);
+            sum[k] = __fadd_rn(sum[k], e);
+            t[h][k] = e;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < HM; h++) {
+        if (h >= H) break;
+        float z[4], o[4];
+        ld4(ws.z2 + base + h * ld, i, cnt, true, z);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float rh = __fdiv_rn(t[h][k], sum[k]);
+            rh = rh > prm.eps ? rh : prm.eps;
+            o[k] = __fadd_rn(z[k], __fmul_rn(prm.alpha_cross, flog(rh)));
+        }
+        st4(ws.z1 + base + h * ld, i, cnt, true, o);
     }
 }
 
@@ -755,14 +1153,28 @@ int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                      cudaStream_t st) {
     if (h->n_kv > 16 || h->n_heads / h->n_kv > 8) return (int)cudaErrorInvalidValue;
     dim3 g(h->n_kv, h->batch);
+    const int G = h->n_heads / h->n_kv;
+    dim3 gc(h->n_kv * kClC, h->batch);
     if (exact)
         sel_main_kernel<true><<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    else if (prm->nms_radius > kClHalo || prm->nms_radius < 0)
+        sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    else if (G == 1 && h->max_J <= ClShape<1>::cap)
+        sel_cluster_kernel<1><<<gc, kClT, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    else if (G == 2 && h->max_J <= ClShape<2>::cap)
+        sel_cluster_kernel<2><<<gc, kClT, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    else if (G == 4 && h->max_J <= ClShape<4>::cap)
+        sel_cluster_kernel<4><<<gc, kClT, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    else if (G == 8 && h->max_J <= ClShape<8>::cap)
+        sel_cluster_kernel<8><<<gc, kClT, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     else
         sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     if (exact)
         sel_cross_kernel<true><<<dim3((h->max_J + 255) / 256, h->batch), 256, 0, st>>>(d, *prm, *ws);
+    else if (h->n_kv <= 8)
+        sel_cross_fast_kernel<8><<<dim3((h->max_J + 1023) / 1024, h->batch), 256, 0, st>>>(d, *prm, *ws);
     else
-        sel_cross_kernel<false><<<dim3((h->max_J + 255) / 256, h->batch), 256, 0, st>>>(d, *prm, *ws);
+        sel_cross_fast_kernel<16><<<dim3((h->max_J + 1023) / 1024, h->batch), 256, 0, st>>>(d, *prm, *ws);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
     return (int)launch_topk(h, d, ws->z1, h->max_J, selected, st);
