@@ -82,6 +82,11 @@ typedef struct {
     float *part_acc;  /* [batch][n_heads][MAX_SPLITS][D] */
     int *counters;    /* [batch][n_kv] (sized batch * n_heads) */
     int n_counters;
+    /* grid size of calls with this workspace, in waves of one CTA per SM
+     * (0 = the default, 1). A slow step overlapped with the Selector may
+     * want 2: smaller CTAs, so a pair whose SM is shared with Selector
+     * CTAs does not hold up the whole layer. */
+    int waves;
 } sfi_gpu_attn_ws;
 
 /* Device scratch of one Selector call (one ring slot). Each [batch][n_kv]

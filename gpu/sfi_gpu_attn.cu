@@ -609,7 +609,7 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
             return e;
     }
     const long pairs = (long)h->batch * h->n_kv;
-    long splits = (long)g_waves * sms / pairs;
+    long splits = (long)(ws->waves > 0 ? ws->waves : g_waves) * sms / pairs;
     if (splits > max_rows / kMinSplitRows) splits = max_rows / kMinSplitRows;
     if (splits < 1) splits = 1;
     long chunk = (max_rows + splits - 1) / splits;
@@ -736,6 +736,7 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
     ws->part_acc = ws->part_ml + (size_t)batch * n_heads * SFI_GPU_MAX_SPLITS * 2;
     ws->counters = (int *)(ws->part_acc + (size_t)batch * n_heads * SFI_GPU_MAX_SPLITS * head_dim);
     ws->n_counters = batch * n_heads;
+    ws->waves = 0;
 }
 
 int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {

@@ -18,13 +18,18 @@ extern "C" int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step
                                  const sfi_gpu_step_desc *d, int dtype,
                                  const sfi_gpu_sel_params *prm, int overlap) {
     int e;
+    /* overlapped: the attention grid at 2 waves unless the caller chose
+     * (measured on the H100: one CTA per pair and SM lets Selector CTAs
+     * push a pair onto a shared SM for the whole layer) */
+    sfi_gpu_attn_ws aws = pl->attn_ws;
+    if (overlap && aws.waves == 0) aws.waves = 2;
     for (int i = 0; i < pl->n_layers; i++) {
         const int slot = i % SFI_GPU_RING;
         cudaStream_t side = overlap ? pl->side_st : pl->main_st;
         if (overlap && (e = (int)cudaStreamWaitEvent(pl->main_st, pl->ev_free[slot], 0)))
             return e;
         e = sfi_gpu_attn_dense(h, d, dtype, pl->q, pl->k_pool[i], pl->v_pool[i], pl->out,
-                               pl->logits[slot], &pl->attn_ws, 0, pl->main_st);
+                               pl->logits[slot], &aws, 0, pl->main_st);
         if (e) return e;
         if (overlap) {
             if ((e = (int)cudaEventRecord(pl->ev_attn[slot], pl->main_st))) return e;
