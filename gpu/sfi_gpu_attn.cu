@@ -212,9 +212,9 @@ template <typename T, int D, int G, int kStages, int W> struct BulkCfg {
  * contiguous run of rows (the compact segment; each page of the paged
  * segment: a dense tile of 64 bf16 rows is one page, one copy), so no
  * thread spends instructions on addresses and there is no block-wide
- * barrier in the loop: warps wait on the stage's full barrier and release
- * it through its empty barrier; thread 0 refills a stage one tile after
- * it was released. Rows past the end are never copied (stale shared
+ * barrier in the loop: threads wait on the stage's full barrier and
+ * release it through its empty barrier (one arrive per thread); thread 0
+ * refills a stage one tile after it was released. Rows past the end are never copied (stale shared
  * memory): their scores are -inf and their V is skipped.
  * Compute: warp w owns rows [w*RW, (w+1)*RW) of a tile, RPW at a time, LPR
  * lanes per row (16 bytes each). With BFLY the U*G partial dot products
@@ -286,7 +286,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
             mbar_init(&full_bar[s], 1);
-            mbar_init(&empty_bar[s], W);
+            mbar_init(&empty_bar[s], W * 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -436,9 +436,13 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
                 }
             }
         }
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(&empty_bar[stage]);
+        /* every thread releases the stage itself (not one lane per warp
+         * after a __syncwarp): then each read is ordered before the refill
+         * by the barrier alone, which compute-sanitizer's racecheck can
+         * follow */
+        mbar_arrive(&empty_bar[stage]);
         if (logits) {
+            __syncwarp();
             for (int i = lane; i < G * C::RW; i += 32) {
                 const int g = i / C::RW, rr = i % C::RW, r = r0 + wrow0 + rr;
                 if (r < end && r >= n_compact)
