@@ -222,6 +222,18 @@ __device__ __forceinline__ void ld4(const float *p, int i, int cnt, bool vec, fl
         for (int k = 0; k < 4; k++) x[k] = k < cnt ? p[i + k] : 0.f;
     }
 }
+/* ld4 for data read exactly once (the Selector's logits and key norms):
+ * evict-first in L2, so streaming 84 MB through it does not push out the
+ * score rows the next kernels read back. */
+__device__ __forceinline__ void ld4_once(const float *p, int i, int cnt, float x[4]) {
+    if (cnt == 4 && al16(p + i)) {
+        const float4 v = __ldcs(reinterpret_cast<const float4 *>(p + i));
+        x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) x[k] = k < cnt ? __ldcs(p + i + k) : 0.f;
+    }
+}
 __device__ __forceinline__ void st4(float *p, int i, int cnt, bool vec, const float x[4]) {
     if (vec && cnt == 4 && al16(p + i)) {
         *reinterpret_cast<float4 *>(p + i) = make_float4(x[0], x[1], x[2], x[3]);
@@ -511,8 +523,10 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
  * (their raw inputs read at the start), and Soft-NMS (step 7) into
  * ws.z2. No CTA reads another's memory after the last barrier, so none
  * has to wait for the others before it exits. */
+/* 8 CTAs of 512 threads measured faster than 16 of 256 on the H100
+ * bench (118 vs 127 us for the Selector). */
 constexpr int kClC = 8;
-constexpr int kClT = 512;
+constexpr int kClT = 4096 / kClC;
 constexpr int kClHalo = 4; /* largest Soft-NMS radius of the cluster path */
 template <int NW> struct ClShape {
     static constexpr int NG = 8 / NW < 4 ? 8 / NW : 4; /* NW*NG*4 <= 32 logits in registers */
@@ -545,27 +559,29 @@ __device__ __forceinline__ float sqrta(float x) {
     return y;
 }
 
-/* g (fu) and the prior weight w (ru) of one position (steps 2-4): the
- * reference's formulas, with p^(1/2) taken as exp(d/2) / sqrt(S) for the
- * default alpha = 1/2. u stays an IEEE division because 1 - u cancels near
- * the end of J. M: row maxima; cw: 1/sqrt(S) (alpha = 1/2) or 1/S. */
+/* g (fu) and the prior weight w (ru) of one position (steps 2-4), the
+ * reference's formulas. e[w] = exp(sc (l_w - m_w)) for some reference
+ * m_w, cw[w] the factor that makes it p_w^sc: with the default alpha = 1/2
+ * (HALF) sc = 1/2 and p^(1/2) = e * cw needs no pow; else sc = 1 and
+ * p = e * cw. u stays an IEEE division because 1 - u cancels near the end
+ * of J. */
 template <int NW>
-__device__ __forceinline__ void cl_pos(const float *x, float nr, int pos, const float *M,
-                                       const float *cw, const sfi_gpu_sel_params &prm,
-                                       float inv_alpha, float span, float &fu, float &ru) {
+__device__ __forceinline__ void cl_pos(const float *e, float nr, int pos, const float *cw, bool half,
+                                       const sfi_gpu_sel_params &prm, float inv_alpha, float span,
+                                       float &fu, float &ru) {
     if (NW == 1) {
-        fu = fexp_s(x[0] - M[0], 1.0f) * cw[0];
-    } else if (prm.alpha == 0.5f) {
+        fu = e[0] * cw[0];
+    } else if (half) {
         float mu = 0.f;
 #pragma unroll
-        for (int w = 0; w < NW; w++) mu = fmaf(fexp_s(x[w] - M[w], 0.5f), cw[w], mu);
+        for (int w = 0; w < NW; w++) mu = fmaf(e[w], cw[w], mu);
         const float m_ = mu * (1.0f / (float)NW);
         fu = m_ * m_;
     } else {
         float mu = 0.f;
 #pragma unroll
         for (int w = 0; w < NW; w++) {
-            const float p = fexp_s(x[w] - M[w], 1.0f) * cw[w];
+            const float p = e[w] * cw[w];
             mu += p > 0.f ? fexp(prm.alpha * flog(p)) : 0.f;
         }
         const float m_ = mu * (1.0f / (float)NW);
@@ -577,6 +593,27 @@ __device__ __forceinline__ void cl_pos(const float *x, float nr, int pos, const 
     const float tail = (1.0f - u) + prm.eps;
     const float te = prm.eta == 0.5f ? sqrta(tail) : fexp(prm.eta * flog(tail));
     ru = kn * (fexp_s(-prm.beta * up, 1.0f) * te);
+}
+
+/* Soft-NMS of the 4 positions i..i+3 from z in sz (valid from i - R to
+ * i + 3 + R); H >= R is the window the code is unrolled for, FIXED: R ==
+ * H (the default radius 2 gets a branch-free window). */
+template <int H, bool FIXED>
+__device__ __forceinline__ void cl_nms4(const float *sz, int i, int R, float alpha_soft,
+                                        float (&zo)[4]) {
+    if (FIXED) R = H;
+    float wv[4 + 2 * H]; /* z at position i - H + t */
+#pragma unroll
+    for (int t = 0; t < 4 + 2 * H; t++)
+        wv[t] = t >= H - R && t < H + 4 + R ? sz[i - H + t] : -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float m = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < 4 + 2 * H; t++)
+            if (t >= H + k - R && t <= H + k + R) m = fmaxf(m, wv[t]);
+        zo[k] = wv[H + k] - alpha_soft * (m - wv[H + k]);
+    }
 }
 
 /* One reduction round: v (N values per thread) reduced over the block by
@@ -608,7 +645,7 @@ __device__ __forceinline__ void cl_push(float (&v)[N], float idn, float *sh, flo
 struct OpAdd { __device__ float operator()(float a, float b) const { return a + b; } };
 
 template <int NW>
-__global__ void __cluster_dims__(kClC, 1, 1) __launch_bounds__(kClT, 2)
+__global__ void __launch_bounds__(kClT, 1024 / kClT)
 sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
                    const float *__restrict__ logits, const float *__restrict__ norms,
                    sfi_gpu_sel_ws ws, float *__restrict__ s_out) {
@@ -645,8 +682,8 @@ sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params p
     for (int g = 0; g < NG; g++) {
         const int i = 4 * ((int)threadIdx.x + g * kClT), cnt = max(0, min(4, cn - i));
 #pragma unroll
-        for (int w = 0; w < NW; w++) ld4(lrow + w * lds, i, cnt, true, x[g][w]);
-        ld4(nrm, i, cnt, true, nr[g]);
+        for (int w = 0; w < NW; w++) ld4_once(lrow + w * lds, i, cnt, x[g][w]);
+        ld4_once(nrm, i, cnt, nr[g]);
     }
     /* raw inputs of the halo: R positions before and after the chunk */
     const int hq = (int)threadIdx.x < R ? (int)threadIdx.x - R : cn + (int)threadIdx.x - R;
@@ -657,7 +694,13 @@ sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params p
         hraw[threadIdx.x][NW] = nrm[hq];
     }
 
-    /* (A) */
+    /* (A): block max m_c per row, then the sum of exp(l - m_c); the
+     * cluster merge rescales by exp(m_c - M). p itself is taken in (B)
+     * from l - M, the reference's own rounding of the argument (taking it
+     * from l - m_c instead rounds differently and costs up to half the
+     * checker's tolerance on s). */
+    const bool half = NW != 1 && prm.alpha == 0.5f;
+    const float sc = half ? 0.5f : 1.0f;
     float mx[NW], sm[NW];
 #pragma unroll
     for (int w = 0; w < NW; w++) {
@@ -669,28 +712,28 @@ sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params p
             for (int k = 0; k < 4; k++)
                 if (i + k < cn) mx[w] = fmaxf(mx[w], x[g][w][k]);
         }
-    }
-    /* block max, to every thread (the sums below are relative to it) */
-#pragma unroll
-    for (int w = 0; w < NW; w++)
         for (int off = 16; off > 0; off >>= 1) mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], off));
+    }
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
         for (int w = 0; w < NW; w++) sh[(threadIdx.x >> 5) * NW + w] = mx[w];
     }
     __syncthreads();
+    if (threadIdx.x < 32) {
 #pragma unroll
-    for (int w = 0; w < NW; w++) {
-        float m = -INFINITY;
-        for (int j = 0; j < kClT / 32; j++) m = fmaxf(m, sh[j * NW + w]);
-        mx[w] = m;
+        for (int w = 0; w < NW; w++) {
+            float m = (int)threadIdx.x < kClT / 32 ? sh[threadIdx.x * NW + w] : -INFINITY;
+            for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+            if (threadIdx.x == 0) st_m[w] = m;
+        }
     }
     __syncthreads();
 #pragma unroll
     for (int w = 0; w < NW; w++) {
-        /* the sum's own exp: the large-|d| terms whose argument it rounds
-         * are the small ones, so no residual correction is needed here */
-        const float m0 = mx[w] == -INFINITY ? 0.f : mx[w];
+        mx[w] = st_m[w];
+        /* the large-|d| terms whose argument ex2 rounds are the small
+         * ones: no residual correction needed in this sum */
+        const float m0 = mx[w] == -INFINITY ? 0.f : mx[w]; /* empty chunk: nothing to scale */
         sm[w] = 0.f;
 #pragma unroll
         for (int g = 0; g < NG; g++) {
@@ -708,15 +751,17 @@ sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params p
     cl_push<NW>(sm, 0.f, sh, gat_s, cl, c, OpAdd());
     cl.sync();
     if ((int)threadIdx.x < NW) {
+        /* row max M and sum S = sum_q S_q exp(m_q - M) in rank order, and
+         * the factor cw that makes exp(sc (l - M)) p^sc */
         const int w = threadIdx.x;
         float m = -INFINITY, s = 0.f;
         for (int q = 0; q < kClC; q++) m = fmaxf(m, gat_m[q * NW + w]);
         for (int q = 0; q < kClC; q++) {
             const float mq = gat_m[q * NW + w];
-            if (mq != -INFINITY) s += gat_s[q * NW + w] * fexp(mq - m);
+            if (mq != -INFINITY) s += gat_s[q * NW + w] * fexp_s(mq - m, 1.0f);
         }
         st_m[w] = m;
-        st_c[w] = NW != 1 && prm.alpha == 0.5f ? 1.0f / sqrtf(s) : 1.0f / s;
+        st_c[w] = half ? 1.0f / sqrtf(s) : 1.0f / s;
     }
     __syncthreads();
     float M[NW], cw[NW];
@@ -733,10 +778,10 @@ sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params p
         const int i = 4 * ((int)threadIdx.x + g * kClT);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            float xv[NW];
+            float ev[NW];
 #pragma unroll
-            for (int w = 0; w < NW; w++) xv[w] = x[g][w][k];
-            cl_pos<NW>(xv, nr[g][k], cb + i + k, M, cw, prm, inv_alpha, span, fu[g][k], ru[g][k]);
+            for (int w = 0; w < NW; w++) ev[w] = fexp_s(x[g][w][k] - M[w], sc);
+            cl_pos<NW>(ev, nr[g][k], cb + i + k, cw, half, prm, inv_alpha, span, fu[g][k], ru[g][k]);
             if (i + k < cn) { sums[0] += fu[g][k]; sums[1] += ru[g][k]; }
         }
     }
@@ -792,9 +837,10 @@ sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params p
     if ((int)threadIdx.x < 2 * R) {
         float z = -INFINITY;
         if (hin) {
-            float hf, hr;
-            cl_pos<NW>(hraw[threadIdx.x], hraw[threadIdx.x][NW], cb + hq, M, cw, prm, inv_alpha,
-                       span, hf, hr);
+            float he[NW], hc[NW], hf, hr;
+#pragma unroll
+            for (int w = 0; w < NW; w++) { he[w] = fexp_s(hraw[threadIdx.x][w] - M[w], sc); hc[w] = cw[w]; }
+            cl_pos<NW>(he, hraw[threadIdx.x][NW], cb + hq, hc, half, prm, inv_alpha, span, hf, hr);
             z = flog(s_of(hf, hr) + prm.eps);
         }
         sz[hq] = z;
@@ -805,20 +851,11 @@ sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params p
     for (int g = 0; g < NG; g++) {
         const int i = 4 * ((int)threadIdx.x + g * kClT);
         if (i >= cn) continue;
-        /* wv[t] = z at position i - kClHalo + t */
-        float wv[4 + 2 * kClHalo];
-#pragma unroll
-        for (int t = 0; t < 4 + 2 * kClHalo; t++)
-            wv[t] = t >= kClHalo - R && t < kClHalo + 4 + R ? sz[i - kClHalo + t] : -INFINITY;
         float zo[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float m = -INFINITY;
-#pragma unroll
-            for (int t = 0; t < 4 + 2 * kClHalo; t++)
-                if (t >= kClHalo + k - R && t <= kClHalo + k + R) m = fmaxf(m, wv[t]);
-            zo[k] = wv[kClHalo + k] - prm.alpha_soft * (m - wv[kClHalo + k]);
-        }
+        if (R == 2)
+            cl_nms4<2, true>(sz, i, R, prm.alpha_soft, zo);
+        else
+            cl_nms4<kClHalo, false>(sz, i, R, prm.alpha_soft, zo);
         st4(z2, i, min(4, cn - i), true, zo);
     }
 }
@@ -870,6 +907,8 @@ sel_cross_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_param
     if (i >= n) return;
     const int cnt = min(4, n - i), H = d->n_kv;
     const size_t ld = d->max_J, base = (size_t)b * H * ld;
+    /* t: z2 / T, then its exp; z2 is read again for the output (an L1/L2
+     * hit) rather than kept: 32 fewer registers, twice the occupancy */
     float t[HM][4], mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, sum[4];
 #pragma unroll
     for (int h = 0; h < HM; h++) {
@@ -1125,6 +1164,36 @@ __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_wo
         if (ok[j]) { ck[dst[j]] = kx[j]; cv[dst[j]] = vx[j]; }
 }
 
+/* Launches sel_cluster_kernel<NW> with the cluster shape as a launch
+ * attribute (clusters of more than 8 CTAs need the non-portable opt-in). */
+template <int NW>
+cudaError_t launch_cluster(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                           const sfi_gpu_sel_params *prm, const float *logits,
+                           const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
+                           cudaStream_t st) {
+    if (kClC > 8) {
+        static bool opted = false; /* benign race: both writers store true */
+        if (!opted) {
+            cudaError_t e = cudaFuncSetAttribute(sel_cluster_kernel<NW>,
+                                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+            if (e != cudaSuccess) return e;
+            opted = true;
+        }
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(h->n_kv * kClC, h->batch);
+    cfg.blockDim = dim3(kClT);
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = kClC;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, sel_cluster_kernel<NW>, d, *prm, logits, key_norms, *ws, s_out);
+}
+
 } // namespace
 
 extern "C" {
@@ -1154,28 +1223,29 @@ int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     if (h->n_kv > 16 || h->n_heads / h->n_kv > 8) return (int)cudaErrorInvalidValue;
     dim3 g(h->n_kv, h->batch);
     const int G = h->n_heads / h->n_kv;
-    dim3 gc(h->n_kv * kClC, h->batch);
+    cudaError_t e = cudaSuccess;
     if (exact)
         sel_main_kernel<true><<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     else if (prm->nms_radius > kClHalo || prm->nms_radius < 0)
         sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     else if (G == 1 && h->max_J <= ClShape<1>::cap)
-        sel_cluster_kernel<1><<<gc, kClT, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+        e = launch_cluster<1>(h, d, prm, logits, key_norms, ws, s_out, st);
     else if (G == 2 && h->max_J <= ClShape<2>::cap)
-        sel_cluster_kernel<2><<<gc, kClT, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+        e = launch_cluster<2>(h, d, prm, logits, key_norms, ws, s_out, st);
     else if (G == 4 && h->max_J <= ClShape<4>::cap)
-        sel_cluster_kernel<4><<<gc, kClT, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+        e = launch_cluster<4>(h, d, prm, logits, key_norms, ws, s_out, st);
     else if (G == 8 && h->max_J <= ClShape<8>::cap)
-        sel_cluster_kernel<8><<<gc, kClT, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+        e = launch_cluster<8>(h, d, prm, logits, key_norms, ws, s_out, st);
     else
         sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    if (e != cudaSuccess) return (int)e;
     if (exact)
         sel_cross_kernel<true><<<dim3((h->max_J + 255) / 256, h->batch), 256, 0, st>>>(d, *prm, *ws);
     else if (h->n_kv <= 8)
         sel_cross_fast_kernel<8><<<dim3((h->max_J + 1023) / 1024, h->batch), 256, 0, st>>>(d, *prm, *ws);
     else
         sel_cross_fast_kernel<16><<<dim3((h->max_J + 1023) / 1024, h->batch), 256, 0, st>>>(d, *prm, *ws);
-    cudaError_t e = cudaGetLastError();
+    e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
     return (int)launch_topk(h, d, ws->z1, h->max_J, selected, st);
 }
