@@ -14,4 +14,4 @@ dist_man_MANS += man/sfi-sim-sweep.1 man/sfi-sim-presets.1 man/sfi-sim-validate.
 # The documented default calibration profile, installed next to the data.
 simprofilesdir = $(pkgdatadir)/profiles
 dist_simprofiles_DATA = sim/profiles/default.json
-EXTRA_DIST += sim/profiles/h100-two-stream.json sim/profiles/VALIDATION.md
+EXTRA_DIST += sim/profiles/VALIDATION.md

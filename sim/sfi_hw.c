@@ -272,15 +272,15 @@ sfi_status sfi_gpu_resolve(const char *name_or_path, sfi_gpu *out, sfi_error *er
     return sfi_gpu_load(name_or_path, out, err);
 }
 
-/* Default calibration. Kernel classes that sfi-gpu bench measures take its
- * H100-SXM run of 2026-11-23 (gpu/profiles/h100-bench.txt: batch 16,
- * 32 q / 8 KV heads, bf16): dense decode attention at 82% of peak HBM
- * bandwidth; sparse (two-segment) attention 72% plus 5.8 us fixed per
- * kernel (the straight-line fit through its 1K..8K-position runs); the
- * Selector 12.7%, Top-K 25% and reorg 83% of peak for the bytes
- * sfi_cost.c counts; logits writes add one byte per 0.17 bytes of peak
+/* Default calibration. Kernel classes that sfi-gpu bench measures take the
+ * straight-line fit (sfi-sim validate --fit, rounded) through its H100-SXM
+ * run of 2026-11-23 (gpu/profiles/h100-bench.txt: batch 16, 32 q / 8 KV
+ * heads, bf16): dense decode attention at 88.7% of peak HBM bandwidth plus
+ * 9.5 us per kernel; sparse (two-segment) attention 87.2% plus 4.5 us; the
+ * Selector 28%, Top-K 27.1% and reorg 84.5% of peak for the bytes
+ * sfi_cost.c counts; logits writes add one byte per 0.315 bytes of peak
  * bandwidth; an empty kernel 2.2 us; overlapped side-stream work still
- * costs the main stream 87.5% of itself (the measured two-stream test).
+ * costs the main stream 93.9% of itself (the measured two-stream test).
  * Unmeasured classes keep public figures for tuned bf16 decode on Hopper:
  * weight GEMV ~80% of bandwidth, all-reduce ~70% of one NVLink direction
  * + 8 us, 40 us per step of sampling and scheduling. Keep
@@ -290,19 +290,20 @@ void sfi_hw_profile_default(sfi_hw_profile *p)
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "default");
     p->efficiency[SFI_KC_GEMM] = 0.80;
-    p->efficiency[SFI_KC_ATTN_DENSE] = 0.82;
-    p->efficiency[SFI_KC_ATTN_SPARSE] = 0.72;
-    p->efficiency[SFI_KC_SELECTOR] = 0.127;
-    p->efficiency[SFI_KC_TOPK] = 0.25;
-    p->efficiency[SFI_KC_REORG] = 0.83;
+    p->efficiency[SFI_KC_ATTN_DENSE] = 0.887;
+    p->efficiency[SFI_KC_ATTN_SPARSE] = 0.872;
+    p->efficiency[SFI_KC_SELECTOR] = 0.28;
+    p->efficiency[SFI_KC_TOPK] = 0.271;
+    p->efficiency[SFI_KC_REORG] = 0.845;
     p->efficiency[SFI_KC_ALLREDUCE] = 0.70;
     p->efficiency[SFI_KC_OTHER] = 0.50;
-    p->efficiency[SFI_KC_LOGITS] = 0.17;
-    p->fixed_s[SFI_KC_ATTN_SPARSE] = 5.8e-6;
+    p->efficiency[SFI_KC_LOGITS] = 0.315;
+    p->fixed_s[SFI_KC_ATTN_DENSE] = 9.5e-6;
+    p->fixed_s[SFI_KC_ATTN_SPARSE] = 4.5e-6;
     p->launch_s = 2.2e-6;
     p->step_overhead_s = 40.0e-6;
     p->allreduce_latency_s = 8.0e-6;
-    p->overlap_contention = 0.875;
+    p->overlap_contention = 0.939;
 }
 
 static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
