@@ -17,51 +17,32 @@ constexpr int kSelThreads = 1024;
 constexpr int kTopkThreads = 1024;
 
 /* Block-wide reductions over 1024 threads (warp shuffles, then warp 0).
- * The shuffle tree is fixed, so results are deterministic run to run. */
-__device__ float block_sum(float v, float *sh) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+ * The shuffle tree is fixed, so results are deterministic run to run.
+ * identity fills the slots of warps the block does not have. */
+struct AddOp {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+template <typename T, typename Op>
+__device__ T block_reduce(T v, T *sh, T identity, Op op) {
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads();
     if (lane == 0) sh[w] = v;
     __syncthreads();
     if (w == 0) {
-        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.f;
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : identity;
+        for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
         if (lane == 0) sh[32] = v;
     }
     __syncthreads();
     return sh[32];
 }
-
-__device__ double block_sum_d(double v, double *sh) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0) sh[32] = v;
-    }
-    __syncthreads();
-    return sh[32];
-}
-
-__device__ float block_max(float v, float *sh) {
-    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : -INFINITY;
-        for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-        if (lane == 0) sh[32] = v;
-    }
-    __syncthreads();
-    return sh[32];
-}
+__device__ float block_sum(float v, float *sh) { return block_reduce(v, sh, 0.f, AddOp()); }
+__device__ double block_sum_d(double v, double *sh) { return block_reduce(v, sh, 0.0, AddOp()); }
+__device__ float block_max(float v, float *sh) { return block_reduce(v, sh, -INFINITY, MaxOp()); }
 
 /* Sum of x[0..n) in the reference's order (ascending, one float) when
  * EXACT, by thread 0; else a parallel deterministic tree. x is written by
