@@ -21,15 +21,7 @@
 #include "sfi_gpu.h"
 #include "sfi_gpu_cli.h"
 
-#define CK(x)                                                                           \
-    do {                                                                                \
-        int e_ = (int)(x);                                                              \
-        if (e_) {                                                                       \
-            fprintf(stderr, "sfi-gpu bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #x,   \
-                    cudaGetErrorString((cudaError_t)e_));                               \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#define CK(x) SFI_GPU_CK("bench", x, #x)
 
 /* Shapes of the issue: Qwen3-like heads, batch 16, bf16 KV. */
 enum { B = 16, HQ = 32, HKV = 8, D = 128, PAGE = 64, N_SINK = 4, N_RECENT = 256 };
@@ -108,6 +100,18 @@ static uint32_t rng(void)
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;
     return (uint32_t)(rng_state >> 16);
+}
+
+/* Fisher-Yates shuffle of a block table (a serving engine's blocks are
+ * scattered). */
+static void shuffle_blocks(int32_t *bt, size_t n)
+{
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = rng() % (i + 1);
+        int32_t x = bt[i];
+        bt[i] = bt[j];
+        bt[j] = x;
+    }
 }
 
 /* Peak HBM bandwidth from the device attributes (bytes/s; 0 if unknown). */
@@ -232,12 +236,7 @@ int sfi_gpu_cmd_bench(int argc, char **argv)
     }
     for (size_t i = 0; i < n_blocks; i++)
         bt[i] = (int32_t)i;
-    for (size_t i = n_blocks - 1; i > 0; i--) {
-        size_t j = rng() % (i + 1);
-        int32_t x = bt[i];
-        bt[i] = bt[j];
-        bt[j] = x;
-    }
+    shuffle_blocks(bt, n_blocks);
     int32_t *d_bt;
     CK(cudaMalloc((void **)&d_bt, n_blocks * sizeof *bt));
     CK(cudaMemcpy(d_bt, bt, n_blocks * sizeof *bt, cudaMemcpyHostToDevice));
@@ -393,12 +392,7 @@ int sfi_gpu_cmd_bench(int argc, char **argv)
         CK(cudaMalloc(&ckc[c], comp_bytes));
         CK(cudaMalloc(&cvc[c], comp_bytes));
         CK(cudaMalloc((void **)&d_descc[c], sizeof h));
-        for (size_t i = n_blocks - 1; i > 0; i--) {
-            size_t j = rng() % (i + 1);
-            int32_t x = bt[i];
-            bt[i] = bt[j];
-            bt[j] = x;
-        }
+        shuffle_blocks(bt, n_blocks);
         CK(cudaMalloc((void **)&d_btc[c], n_blocks * sizeof *bt));
         CK(cudaMemcpy(d_btc[c], bt, n_blocks * sizeof *bt, cudaMemcpyHostToDevice));
     }

@@ -30,15 +30,7 @@
 #include "sfi_params.h"
 #include "sfi_selector.h"
 
-#define CK(x)                                                                           \
-    do {                                                                                \
-        int e_ = (int)(x);                                                              \
-        if (e_) {                                                                       \
-            fprintf(stderr, "sfi-gpu check: %s:%d: %s: %s\n", __FILE__, __LINE__, #x,   \
-                    cudaGetErrorString((cudaError_t)e_));                               \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#define CK(x) SFI_GPU_CK("check", x, #x)
 
 typedef struct {
     int batch, n_kv, G, D, ctx, page, K, n_recent, dtype;
