@@ -64,14 +64,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
  * last CTA of the (request, KV head) merge all splits (ascending) into the
  * output: no separate combine launch. The counter is reset by that CTA, so
  * the workspace stays reusable. */
-template <int G, int D, int VEC, int W = kWarps>
+template <int G, int D, int VEC>
 __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, int li, const float (&m)[G],
                                                const float (&l)[G], const float (&acc)[G][VEC], int b,
                                                int kvh, int H, int n_kv, int split, int ns,
                                                float *__restrict__ part_ml, float *__restrict__ part_acc,
                                                int *__restrict__ counters, float *__restrict__ out) {
-    float *sm_acc = smem; /* [W][G][D] */
-    float *sm_m = sm_acc + W * G * D, *sm_l = sm_m + W * G;
+    float *sm_acc = smem; /* [kWarps][G][D] */
+    float *sm_m = sm_acc + kWarps * G * D, *sm_l = sm_m + kWarps * G;
     if (rg == 0) {
 #pragma unroll
         for (int g = 0; g < G; g++) {
@@ -81,12 +81,12 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
         }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < G * D; idx += W * 32) {
+    for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
         const int g = idx / D, dd = idx % D;
         float mx = kNegBig;
-        for (int w = 0; w < W; w++) mx = fmaxf(mx, sm_m[w * G + g]);
+        for (int w = 0; w < kWarps; w++) mx = fmaxf(mx, sm_m[w * G + g]);
         float L = 0.f, A = 0.f;
-        for (int w = 0; w < W; w++) {
+        for (int w = 0; w < kWarps; w++) {
             const float c = exp2f(sm_m[w * G + g] - mx);
             L += sm_l[w * G + g] * c;
             A += sm_acc[(w * G + g) * D + dd] * c;
@@ -107,7 +107,7 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int idx = threadIdx.x; idx < G * D; idx += W * 32) {
+    for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
         const int g = idx / D, dd = idx % D;
         const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS;
         float mx = kNegBig;
@@ -177,26 +177,26 @@ __device__ __forceinline__ void butterfly(float (&v)[N], int li) {
     }
 }
 
-template <typename T, int D, int G, int kStages, int W> struct BulkCfg {
+template <typename T, int D, int G, int kStages> struct BulkCfg {
     static constexpr int RB = D * (int)sizeof(T);            /* bytes per row */
-    static constexpr int ROWS = 2048 * W / RB;               /* rows per tile: 2 KiB per warp per tensor */
+    static constexpr int ROWS = 2048 * kWarps / RB;          /* rows per tile: 2 KiB per warp per tensor */
     static constexpr int VEC = 16 / (int)sizeof(T);
     static constexpr int LPR = D / VEC;                      /* lanes per row */
     static constexpr int RPW = 32 / LPR;                     /* rows per warp step */
-    static constexpr int RW = ROWS / W;                      /* rows per warp per tile */
+    static constexpr int RW = ROWS / kWarps;                 /* rows per warp per tile */
     static constexpr int U = RW / RPW;                       /* warp steps per tile */
     /* transposed (butterfly) reduction of the U*G partial dot products
      * when they fill the lanes of a row exactly */
     static constexpr bool BFLY = U * G == LPR;
     static constexpr int TILE_BYTES = ROWS * RB;
     static constexpr size_t PIPE_BYTES = (size_t)kStages * 2 * TILE_BYTES;
-    static constexpr size_t MERGE_BYTES = (size_t)W * G * (D + 2) * 4;
+    static constexpr size_t MERGE_BYTES = (size_t)kWarps * G * (D + 2) * 4;
     static constexpr size_t SMEM = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
     static_assert(RW % RPW == 0 && U >= 1, "tile rows must cover the warps");
 };
 
 /* Split kernel (flash-decoding partition) with a TMA bulk-copy pipeline.
- * Launch: grid (n_splits, n_kv, batch), block W*32 (W = 8 warps),
+ * Launch: grid (n_splits, n_kv, batch), block kWarps*32 = 256,
  * dynamic shared memory BulkCfg::SMEM: kStages stages, each a tile of K
  * and one of V of 2 KiB per warp (bf16, D 128: 64 rows, 16 KiB each; 3
  * stages = 96 KiB). A CTA owns about n_rows/n_splits rows of one
@@ -226,18 +226,18 @@ template <typename T, int D, int G, int kStages, int W> struct BulkCfg {
  * warp-uniform max per head; at the end the row groups, the warps and the
  * splits merge (split_epilogue). Logits (slow steps) are staged per warp
  * and written as G runs of RW consecutive floats. */
-template <typename T, int D, int G, int kStages, int W>
-__global__ void __launch_bounds__(W * 32, W <= 8 ? 2 : 1)
+template <typename T, int D, int G, int kStages>
+__global__ void __launch_bounds__(kWarps * 32, 2)
 attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ q,
                  const T *__restrict__ kp, const T *__restrict__ vp,
                  const T *__restrict__ ck, const T *__restrict__ cv, int sparse, int chunk,
                  float *__restrict__ logits, float *__restrict__ part_ml,
                  float *__restrict__ part_acc, int *__restrict__ counters,
                  float *__restrict__ out) {
-    using C = BulkCfg<T, D, G, kStages, W>;
+    using C = BulkCfg<T, D, G, kStages>;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
-    __shared__ float s_lg[W][G][C::RW];
+    __shared__ float s_lg[kWarps][G][C::RW];
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const sfi_gpu_req rq = d->req[b];
     const int n_kv = d->n_kv, page = d->page, H = d->n_heads, ld = d->ld_logits;
@@ -286,7 +286,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; s++) {
             mbar_init(&full_bar[s], 1);
-            mbar_init(&empty_bar[s], W * 32);
+            mbar_init(&empty_bar[s], kWarps * 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -469,7 +469,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
         }
     }
     __syncthreads(); /* the pipeline buffers become the merge buffers */
-    split_epilogue<G, D, C::VEC, W>(reinterpret_cast<float *>(smem), warp, rg, li, m, l, acc, b, kvh,
+    split_epilogue<G, D, C::VEC>(reinterpret_cast<float *>(smem), warp, rg, li, m, l, acc, b, kvh,
                                  H, n_kv, split, ns, part_ml, part_acc, counters, out);
 }
 
@@ -599,8 +599,8 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                          const void *kp, const void *vp, const void *ck, const void *cv,
                          int sparse, int max_rows, float *logits, float *out,
                          const sfi_gpu_attn_ws *ws, cudaStream_t st) {
-    using C = BulkCfg<T, D, G, S, kWarps>;
-    auto kern = attn_bulk_kernel<T, D, G, S, kWarps>;
+    using C = BulkCfg<T, D, G, S>;
+    auto kern = attn_bulk_kernel<T, D, G, S>;
     /* opt in to more than 48 KiB of dynamic shared memory and read the SM
      * count (once per instantiation; no allocation) */
     static int sms = 0;
