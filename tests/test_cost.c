@@ -36,6 +36,7 @@ static void round_profile(sfi_cost_setup *s)
         [SFI_KC_GEMM] = 0.8,   [SFI_KC_ATTN_DENSE] = 0.75, [SFI_KC_ATTN_SPARSE] = 0.6,
         [SFI_KC_SELECTOR] = 0.5, [SFI_KC_TOPK] = 0.4,      [SFI_KC_REORG] = 0.7,
         [SFI_KC_ALLREDUCE] = 0.7, [SFI_KC_OTHER] = 0.5,    [SFI_KC_LOGITS] = 0.2,
+        [SFI_KC_ATTN_PREFILL] = 0.6,
     };
     for (int c = 0; c < SFI_KC_COUNT; c++) {
         s->prof.efficiency[c] = eff[c];
