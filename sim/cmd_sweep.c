@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sfi_cost.h"
+#include "sfi_io.h"
 #include "sfi_model.h"
 #include "sfi_plot.h"
 #include "sfi_replay.h"
@@ -807,22 +808,10 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     /* Table. */
     {
         FILE *f = stdout;
-        char *tmp = NULL;
-        if (a_out) {
-            size_t len = strlen(a_out) + 16;
-            tmp = malloc(len);
-            if (!tmp)
-                goto oom;
-            snprintf(tmp, len, "%s.tmpXXXXXX", a_out);
-            int fd = mkstemp(tmp);
-            f = fd >= 0 ? fdopen(fd, "w") : NULL;
-            if (!f) {
-                fprintf(stderr, "sfi-sim sweep: %s: cannot write: %s\n", a_out, strerror(errno));
-                if (fd >= 0)
-                    close(fd);
-                free(tmp);
-                goto out;
-            }
+        sfi_out *o = NULL;
+        if (a_out && sfi_out_open(a_out, &o, &f, &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+            goto out;
         }
         if (!strcmp(a_fmt, "csv"))
             print_csv(f, &s, rows, n_rows);
@@ -830,16 +819,13 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             print_json(f, &s, rows, n_rows);
         else
             print_table(f, &s, rows, n_rows);
-        if (a_out) {
-            int bad = ferror(f) | (fclose(f) != 0);
-            if (bad || rename(tmp, a_out) != 0) {
-                fprintf(stderr, "sfi-sim sweep: %s: cannot write\n", a_out);
-                unlink(tmp);
-                free(tmp);
+        if (o) {
+            if (sfi_out_commit(o, 0, &err) != SFI_OK) {
+                fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                 goto out;
             }
-            free(tmp);
-        } else if (fflush(stdout) != 0) {
+        } else if (fflush(stdout) != 0 || ferror(stdout)) {
+            fprintf(stderr, "sfi-sim sweep: standard output: %s\n", strerror(errno));
             goto out;
         }
     }
