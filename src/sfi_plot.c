@@ -2,6 +2,7 @@
 #include <config.h>
 
 #include "sfi_plot.h"
+#include "sfi_io.h"
 
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
@@ -1013,48 +1014,25 @@ sfi_status sfi_plot_write_png(const sfi_plot *p, const char *path, sfi_error *er
                              cairo_status_to_string(cst));
     }
 
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp) {
+    sfi_out *o;
+    FILE *f;
+    sfi_status st = sfi_out_open(path, &o, &f, err);
+    if (st) {
         cairo_surface_destroy(sf);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+        return st;
     }
-    snprintf(tmp, n + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        cairo_surface_destroy(sf);
-        return sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path, strerror(e));
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        cairo_surface_destroy(sf);
-        return sfi_error_set(err, SFI_EIO, "%s: cannot write", path);
-    }
+    errno = 0;
     cst = cairo_surface_write_to_png_stream(sf, write_stream, f);
+    int e = errno;
     cairo_surface_destroy(sf);
-    int bad = cst != CAIRO_STATUS_SUCCESS;
-    bad |= fflush(f) != 0;
-    bad |= fclose(f) != 0;
-    /* mkstemp makes 0600; a picture is for everyone to read. */
-    if (!bad)
-        bad |= chmod(tmp, 0644) != 0;
-    if (!bad && rename(tmp, path) != 0)
-        bad = 1;
-    if (bad) {
-        int e = errno;
-        unlink(tmp);
-        free(tmp);
+    if (cst != CAIRO_STATUS_SUCCESS) {
+        sfi_out_abort(o);
+        /* write_stream reports a failed fwrite as a write error. */
         return sfi_error_set(err, SFI_EIO, "%s: cannot write PNG: %s", path,
-                             cst != CAIRO_STATUS_SUCCESS ? cairo_status_to_string(cst)
-                                                         : strerror(e));
+                             cst == CAIRO_STATUS_WRITE_ERROR && e ? strerror(e)
+                                                                  : cairo_status_to_string(cst));
     }
-    free(tmp);
-    return SFI_OK;
+    return sfi_out_commit(o, 0, err);
 }
 
 void sfi_plot_release_fonts(void)
