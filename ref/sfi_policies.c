@@ -1,4 +1,4 @@
-/* Comparison policies of method.md section 8 (see sfi_policies.h for what
+/* Comparison policies of sfi(7) PEER METHODS (see sfi_policies.h for what
  * each does with a budget and what it sees of a trace). */
 #include <config.h>
 
@@ -1222,7 +1222,7 @@ static sfi_status step_sfi(sfi_peer *p, const sfi_peer_step *st, int n_ctx, int 
             /* The trace's top-M probabilities as logits (log p); positions
              * outside the entries share the tail evenly. With the group's
              * query-head records (qobs) each query head is one window query
-             * (method.md section 4: W*G window queries, W = 1 at decode);
+             * (sfi(7) SELECTOR: W*G window queries, W = 1 at decode);
              * otherwise the pooled record is the one window query, and the
              * Selector's f is then the recorded distribution on J. */
             int G = st->qobs && st->q_per_kv > 0 ? st->q_per_kv : 1;

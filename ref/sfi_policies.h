@@ -1,4 +1,4 @@
-/* Comparison policies of method.md section 8 for the trace analyzer: oracle
+/* Comparison policies of sfi(7) PEER METHODS for the trace analyzer: oracle
  * top-K, full KV, StreamingLLM, H2O, SnapKV, Quest, LFPS, Kascade, FASA and
  * SFI (whose selection is ref/sfi_selector.h's Selector, not a copy).
  *
@@ -73,7 +73,7 @@ typedef struct {
     float tail;           /* mass outside the entries, >= 0 */
 } sfi_peer_obs;
 
-/* Parameters of every policy; sfi_peer_config_default gives method.md's
+/* Parameters of every policy; sfi_peer_config_default gives sfi(7)'s
  * defaults (in brackets there) and ours. */
 typedef struct {
     sfi_params prm;           /* n_sink, n_recent, T_max, Selector knobs */

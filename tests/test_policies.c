@@ -1,5 +1,5 @@
 /* Comparison policies on small hand-made steps whose right answer is known
- * (method.md section 8). */
+ * (sfi(7) PEER METHODS). */
 #include <config.h>
 
 #include <check.h>
@@ -267,7 +267,7 @@ START_TEST(lfps_tables_after_scripted_sequence)
     /* Step 1 (11 positions): candidates 1..10 from both tables (values
      * above a*mean/kurtosis, expanded by -1,+1,+2 where above the mean);
      * all of the attention on 3. Expected values computed by hand from
-     * method.md's updates (decay 0.95, base 1/20). */
+     * sfi(7)'s updates (decay 0.95, base 1/20). */
     int32_t p1[] = {3};
     float q1[] = {1.0f};
     o = mk_obs(11, 1, p1, q1);
