@@ -479,6 +479,26 @@ void sfi_kv_cache_free(sfi_kv_cache *c)
     memset(c, 0, sizeof *c);
 }
 
+sfi_status sfi_kv_cache_copy(sfi_kv_cache *dst, const sfi_kv_cache *src, sfi_error *err)
+{
+    if (dst->n_layers != src->n_layers || dst->n_kv_heads != src->n_kv_heads ||
+        dst->head_dim != src->head_dim || dst->capacity < src->n)
+        return sfi_error_set(err, SFI_EINVAL,
+                             "KV cache copy: shapes differ or %d positions do not fit in %d",
+                             src->n, dst->capacity);
+    size_t row = (size_t)src->n_kv_heads * src->head_dim;
+    for (int l = 0; l < src->n_layers; l++) {
+        memcpy(sfi_kv_k(dst, l), sfi_kv_k(src, l), (size_t)src->n * row * sizeof(float));
+        memcpy(sfi_kv_v(dst, l), sfi_kv_v(src, l), (size_t)src->n * row * sizeof(float));
+        for (int h = 0; h < src->n_kv_heads; h++)
+            memcpy(dst->key_norms + ((size_t)l * dst->n_kv_heads + h) * dst->capacity,
+                   src->key_norms + ((size_t)l * src->n_kv_heads + h) * src->capacity,
+                   (size_t)src->n * sizeof(float));
+    }
+    dst->n = src->n;
+    return SFI_OK;
+}
+
 float *sfi_kv_k(const sfi_kv_cache *c, int layer)
 {
     return c->k + (size_t)layer * c->capacity * c->n_kv_heads * c->head_dim;

@@ -47,6 +47,10 @@ typedef struct {
 sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,
                              sfi_error *err);
 void sfi_kv_cache_free(sfi_kv_cache *c);
+/* Copies src's first src->n positions (keys, values, key norms) into dst,
+ * a cache of the same model shape with capacity >= src->n; dst->n becomes
+ * src->n. Lets several runs start from one prefilled prompt. */
+sfi_status sfi_kv_cache_copy(sfi_kv_cache *dst, const sfi_kv_cache *src, sfi_error *err);
 /* Start of layer l's keys / values. */
 float *sfi_kv_k(const sfi_kv_cache *c, int layer);
 float *sfi_kv_v(const sfi_kv_cache *c, int layer);
