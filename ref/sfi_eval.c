@@ -308,45 +308,119 @@ static int cmp_pv_desc(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
-static int kind_reads_attention(sfi_peer_kind k)
+int sfi_eval_kind_reads_attention(sfi_peer_kind k)
 {
     return k == SFI_PEER_ORACLE || k == SFI_PEER_H2O || k == SFI_PEER_SNAPKV ||
            k == SFI_PEER_LFPS || k == SFI_PEER_KASCADE;
 }
 
-typedef struct {
-    ectx *e;
+struct sfi_eval_policy {
     sfi_peer_kind kind;
+    int nl, nh, nkv, hd, cap;
+    int n_sink;
     sfi_peer **peers;       /* [nl] */
-    int budget, step, prev_trigger;
     sfi_peer_obs *obs;      /* [nl][nkv] of the current step */
     int32_t *obs_pos;       /* [nl][nkv][cap] */
     float *obs_prob;
     pv *sortbuf;            /* [cap] */
-    float *logits_l;        /* [nh][cap] */
-    float *dense_out;       /* [nh*hd] */
     int32_t *idx;           /* [nkv][cap] */
-    int *n_idx;
+    int *n_idx;             /* [nkv] */
+    uint8_t *mean_v;        /* [nkv] */
     sfi_peer_set *sets;     /* [nkv] */
-} pctx;
+};
 
-/* The pooled, ranked attention of one KV head from probabilities
- * probs[nh][n] (rows of length ld). */
-static void make_obs(pctx *p, int h, const float *probs, size_t ld, int n, sfi_peer_obs *o,
-                     int32_t *pos, float *prob)
+void sfi_eval_policy_free(sfi_eval_policy *p)
 {
-    int G = p->e->nh / p->e->nkv;
+    if (!p)
+        return;
+    if (p->peers)
+        for (int l = 0; l < p->nl; l++)
+            sfi_peer_free(p->peers[l]);
+    free(p->peers);
+    free(p->obs);
+    free(p->obs_pos);
+    free(p->obs_prob);
+    free(p->sortbuf);
+    free(p->idx);
+    free(p->n_idx);
+    free(p->mean_v);
+    free(p->sets);
+    free(p);
+}
+
+sfi_status sfi_eval_policy_create(sfi_peer_kind kind, const sfi_peer_config *cfg, int n_layers,
+                                  int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                                  const sfi_peer_kascade_plan *plan, sfi_eval_policy **out,
+                                  sfi_error *err)
+{
+    *out = NULL;
+    if (kind == SFI_PEER_SFI || kind == SFI_PEER_FULL || (unsigned)kind >= SFI_PEER_N_KINDS)
+        return sfi_error_set(err, SFI_EINVAL, "eval policy: %s is not a peer policy",
+                             sfi_peer_kind_name(kind));
+    if (n_layers < 1 || n_kv_heads < 1 || n_kv_heads > EVAL_MAX_KV_HEADS || n_heads < 1 ||
+        n_heads % n_kv_heads || head_dim < 1 || max_ctx < 1)
+        return sfi_error_set(err, SFI_EINVAL, "eval policy: bad shape (%d layers, %d/%d heads, "
+                             "head_dim %d, context %d)", n_layers, n_heads, n_kv_heads,
+                             head_dim, max_ctx);
+    sfi_eval_policy *p = calloc(1, sizeof *p);
+    if (!p)
+        return sfi_error_set(err, SFI_ENOMEM, "eval policy: out of memory");
+    p->kind = kind;
+    p->nl = n_layers;
+    p->nh = n_heads;
+    p->nkv = n_kv_heads;
+    p->hd = head_dim;
+    p->cap = max_ctx;
+    p->n_sink = cfg->prm.n_sink;
+    size_t cap = (size_t)max_ctx;
+    p->peers = calloc((size_t)n_layers, sizeof *p->peers);
+    p->obs = calloc((size_t)n_layers * n_kv_heads, sizeof *p->obs);
+    p->sortbuf = malloc(sizeof(pv) * cap);
+    p->idx = malloc(sizeof(int32_t) * (size_t)n_kv_heads * cap);
+    p->n_idx = calloc((size_t)n_kv_heads, sizeof(int));
+    p->mean_v = calloc((size_t)n_kv_heads, 1);
+    p->sets = calloc((size_t)n_kv_heads, sizeof *p->sets);
+    int ok = p->peers && p->obs && p->sortbuf && p->idx && p->n_idx && p->mean_v && p->sets;
+    if (ok && sfi_eval_kind_reads_attention(kind)) {
+        p->obs_pos = malloc(sizeof(int32_t) * (size_t)n_layers * n_kv_heads * cap);
+        p->obs_prob = malloc(sizeof(float) * (size_t)n_layers * n_kv_heads * cap);
+        ok = p->obs_pos && p->obs_prob;
+    }
+    if (!ok) {
+        sfi_eval_policy_free(p);
+        return sfi_error_set(err, SFI_ENOMEM, "eval policy %s: out of memory",
+                             sfi_peer_kind_name(kind));
+    }
+    for (int l = 0; l < n_layers; l++) {
+        sfi_status rc = sfi_peer_create(kind, cfg, l, n_layers, n_kv_heads, n_heads, head_dim,
+                                        max_ctx, kind == SFI_PEER_KASCADE ? plan : NULL,
+                                        &p->peers[l], err);
+        if (rc) {
+            sfi_eval_policy_free(p);
+            return rc;
+        }
+    }
+    *out = p;
+    return SFI_OK;
+}
+
+/* The pooled (mean over the KV head's query heads), ranked attention of
+ * one KV head from probabilities probs[nh][n] (rows of length ld). */
+static void make_obs(pv *buf, int nh, int nkv, int h, const float *probs, size_t ld, int n,
+                     sfi_peer_obs *o, int32_t *pos, float *prob)
+{
+    int G = nh / nkv;
     for (int j = 0; j < n; j++) {
         float s = 0.0f;
         for (int g = 0; g < G; g++)
             s += probs[(size_t)(h * G + g) * ld + j];
-        p->sortbuf[j].p = s / (float)G;
-        p->sortbuf[j].i = j;
+        buf[j].p = s / (float)G;
+        buf[j].i = j;
     }
-    qsort(p->sortbuf, (size_t)n, sizeof(pv), cmp_pv_desc);
+    qsort(buf, (size_t)n, sizeof(pv), cmp_pv_desc);
     for (int j = 0; j < n; j++) {
-        pos[j] = p->sortbuf[j].i;
-        prob[j] = p->sortbuf[j].p;
+        pos[j] = buf[j].i;
+        prob[j] = buf[j].p;
     }
     o->n_ctx = n;
     o->n_top = n;
@@ -357,10 +431,10 @@ static void make_obs(pctx *p, int h, const float *probs, size_t ld, int n, sfi_p
 
 static const sfi_peer_obs *layer_obs(void *ctx, int layer, int kv_head)
 {
-    pctx *p = ctx;
-    if (layer < 0 || layer >= p->e->nl || kv_head < 0 || kv_head >= p->e->nkv)
+    sfi_eval_policy *p = ctx;
+    if (layer < 0 || layer >= p->nl || kv_head < 0 || kv_head >= p->nkv)
         return NULL;
-    return &p->obs[(size_t)layer * p->e->nkv + kv_head];
+    return &p->obs[(size_t)layer * p->nkv + kv_head];
 }
 
 static void set_dense(sfi_peer_set *s, int n_ctx)
@@ -388,7 +462,7 @@ static int set_positions(const sfi_peer_set *s, int n_ctx, int32_t *idx)
     for (int j = 0; j < se; j++)
         idx[n++] = j;
     if (s->bits)
-        for (int w = se >> 6; w <= (rb - 1) >> 6 && rb > se; w++) {
+        for (int w = se >> 6; rb > se && w <= (rb - 1) >> 6; w++) {
             uint64_t b = s->bits[w];
             while (b) {
                 int j = (w << 6) + __builtin_ctzll(b);
@@ -402,49 +476,42 @@ static int set_positions(const sfi_peer_set *s, int n_ctx, int32_t *idx)
     return n;
 }
 
-static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_kv_cache *kv,
-                              int n_ctx, float *out, sfi_error *err)
+sfi_status sfi_eval_policy_sets(sfi_eval_policy *p, const sfi_eval_layer_step *ls,
+                                const int32_t **idx, const int **n_idx, const uint8_t **mean_v,
+                                sfi_error *err)
 {
-    pctx *p = user;
-    ectx *e = p->e;
-    int nkv = e->nkv, G = e->nh / nkv, hd = e->hd;
-    sfi_status rc;
-    int have_dense = 0;
-    if (kind_reads_attention(p->kind)) {
-        rc = sfi_qwen3_attn_dense(e->m, e->o->backend, layer, q, kv, n_ctx, p->dense_out,
-                                  p->logits_l, err);
-        if (rc)
-            return rc;
-        have_dense = 1;
-        for (int h = 0; h < e->nh; h++)
-            sfi_softmax(p->logits_l + (size_t)h * n_ctx, (size_t)n_ctx);
+    int layer = ls->layer, n_ctx = ls->n_ctx, nkv = p->nkv;
+    if (layer < 0 || layer >= p->nl || n_ctx < 1 || n_ctx > p->cap || ls->budget < 1 ||
+        !ls->q || !ls->k || (sfi_eval_kind_reads_attention(p->kind) && !ls->probs))
+        return sfi_error_set(err, SFI_EINVAL, "eval policy %s: bad step (layer %d, context %d, "
+                             "budget %d)", sfi_peer_kind_name(p->kind), layer, n_ctx,
+                             ls->budget);
+    if (ls->probs)
         for (int h = 0; h < nkv; h++) {
             size_t i = (size_t)layer * nkv + h;
-            make_obs(p, h, p->logits_l, (size_t)n_ctx, n_ctx, &p->obs[i],
-                     p->obs_pos + i * e->cap, p->obs_prob + i * e->cap);
+            make_obs(p->sortbuf, p->nh, nkv, h, ls->probs, (size_t)n_ctx, n_ctx, &p->obs[i],
+                     p->obs_pos + i * p->cap, p->obs_prob + i * p->cap);
         }
-    }
     sfi_peer_step st;
     memset(&st, 0, sizeof st);
-    st.step = p->step;
+    st.step = ls->step;
     st.n_ctx = n_ctx;
-    st.prev_trigger = p->prev_trigger;
-    st.budget = p->budget;
-    st.obs = have_dense ? &p->obs[(size_t)layer * nkv] : NULL;
+    st.prev_trigger = ls->prev_trigger;
+    st.budget = ls->budget;
+    st.obs = ls->probs ? &p->obs[(size_t)layer * nkv] : NULL;
     st.layer_obs = layer_obs;
     st.layer_obs_ctx = p;
-    st.q = q;
-    st.k = sfi_kv_k(kv, layer);
+    st.q = ls->q;
+    st.k = ls->k;
     int avail = 1;
-    if ((rc = sfi_peer_step_run(p->peers[layer], &st, p->sets, &avail, NULL, err)))
-        return sfi_error_prefix(err, "policy %s, layer %d, step %d",
-                                sfi_peer_kind_name(p->kind), layer, p->step);
+    sfi_status rc = sfi_peer_step_run(p->peers[layer], &st, p->sets, &avail, NULL, err);
+    if (rc)
+        return sfi_error_prefix(err, "policy %s, layer %d, step %d", sfi_peer_kind_name(p->kind),
+                                layer, ls->step);
     if (!avail)
         return sfi_error_set(err, SFI_EINVAL, "policy %s: no set at layer %d, step %d",
-                             sfi_peer_kind_name(p->kind), layer, p->step);
-    int all = 1;
-    const int32_t *ix[EVAL_MAX_KV_HEADS];
-    if (p->budget >= n_ctx)
+                             sfi_peer_kind_name(p->kind), layer, ls->step);
+    if (ls->budget >= n_ctx)
         for (int h = 0; h < nkv; h++)
             set_dense(&p->sets[h], n_ctx);
     for (int h = 0; h < nkv; h++) {
@@ -453,11 +520,61 @@ static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_k
             return sfi_error_set(err, SFI_EINVAL,
                                  "policy %s: %d positions of unknown identity at layer %d",
                                  sfi_peer_kind_name(p->kind), s->n_virtual, layer);
-        int32_t *id = p->idx + (size_t)h * e->cap;
-        p->n_idx[h] = set_positions(s, n_ctx, id);
-        e->attended += p->n_idx[h];
-        all = all && p->n_idx[h] == n_ctx && !s->mean_v;
-        ix[h] = id;
+        p->n_idx[h] = set_positions(s, n_ctx, p->idx + (size_t)h * p->cap);
+        p->mean_v[h] = (uint8_t)(s->mean_v != 0);
+    }
+    *idx = p->idx;
+    *n_idx = p->n_idx;
+    *mean_v = p->mean_v;
+    return SFI_OK;
+}
+
+/* The harness's side of a peer run. */
+typedef struct {
+    ectx *e;
+    sfi_eval_policy *pol;
+    int budget, step, prev_trigger;
+    float *logits_l;        /* [nh][cap] */
+    float *dense_out;       /* [nh*hd] */
+} pctx;
+
+static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_kv_cache *kv,
+                              int n_ctx, float *out, sfi_error *err)
+{
+    pctx *p = user;
+    ectx *e = p->e;
+    int nkv = e->nkv, G = e->nh / nkv, hd = e->hd;
+    sfi_status rc;
+    int have_dense = 0;
+    if (sfi_eval_kind_reads_attention(p->pol->kind)) {
+        rc = sfi_qwen3_attn_dense(e->m, e->o->backend, layer, q, kv, n_ctx, p->dense_out,
+                                  p->logits_l, err);
+        if (rc)
+            return rc;
+        have_dense = 1;
+        for (int h = 0; h < e->nh; h++)
+            sfi_softmax(p->logits_l + (size_t)h * n_ctx, (size_t)n_ctx);
+    }
+    sfi_eval_layer_step ls = {.layer = layer, .step = p->step, .n_ctx = n_ctx,
+                              .budget = p->budget, .prev_trigger = p->prev_trigger, .q = q,
+                              .k = sfi_kv_k(kv, layer), .probs = have_dense ? p->logits_l : NULL};
+    const int32_t *idx;
+    const int *n_idx;
+    const uint8_t *mean_v;
+    if ((rc = sfi_eval_policy_sets(p->pol, &ls, &idx, &n_idx, &mean_v, err)))
+        return rc;
+    int all = 1;
+    const int32_t *ix[EVAL_MAX_KV_HEADS];
+    int nn[EVAL_MAX_KV_HEADS];
+    static const int32_t zero = 0;
+    for (int h = 0; h < nkv; h++) {
+        e->attended += n_idx[h];
+        all = all && n_idx[h] == n_ctx && !mean_v[h];
+        /* An empty set attends to nothing: its heads' output is zero (a
+         * dummy position keeps the sparse call well formed; its output is
+         * dropped below). */
+        ix[h] = n_idx[h] ? idx + (size_t)h * e->cap : &zero;
+        nn[h] = n_idx[h] ? n_idx[h] : 1;
     }
     e->attend_den += (int64_t)n_ctx * nkv;
     if (all) {
@@ -467,29 +584,20 @@ static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_k
         }
         return sfi_qwen3_attn_dense(e->m, e->o->backend, layer, q, kv, n_ctx, out, NULL, err);
     }
-    /* An empty set attends to nothing: its heads' output is zero (a dummy
-     * position keeps the sparse call well formed; its output is dropped). */
-    int nn[EVAL_MAX_KV_HEADS];
-    static const int32_t zero = 0;
-    for (int h = 0; h < nkv; h++) {
-        nn[h] = p->n_idx[h] > 0 ? p->n_idx[h] : 1;
-        if (!p->n_idx[h])
-            ix[h] = &zero;
-    }
     if ((rc = sfi_qwen3_attn_sparse(e->m, e->o->backend, layer, q, kv, n_ctx, ix, nn, out, err)))
         return rc;
     const float *V = sfi_kv_v(kv, layer);
     for (int h = 0; h < nkv; h++) {
         float *og = out + (size_t)h * G * hd;
-        if (!p->n_idx[h]) {
+        if (!n_idx[h]) {
             memset(og, 0, (size_t)G * hd * sizeof(float));
-        } else if (p->sets[h].mean_v) {
+        } else if (mean_v[h]) {
             /* LFPS sink head: the mean value vector over its set */
             for (int c = 0; c < hd; c++) {
                 float s = 0.0f;
-                for (int i = 0; i < p->n_idx[h]; i++)
+                for (int i = 0; i < n_idx[h]; i++)
                     s += V[((size_t)ix[h][i] * nkv + h) * hd + c];
-                s /= (float)p->n_idx[h];
+                s /= (float)n_idx[h];
                 for (int g = 0; g < G; g++)
                     og[(size_t)g * hd + c] = s;
             }
@@ -500,7 +608,7 @@ static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_k
 
 /* Kascade's plan at budget B from the last prompt queries' dense
  * attention (top_k = B). */
-static sfi_status kascade_plan(ectx *e, pctx *p, int B, sfi_peer_kascade_plan *plan)
+static sfi_status kascade_plan(ectx *e, int B, sfi_peer_kascade_plan *plan)
 {
     int S = e->pre.n_queries < KASCADE_CALIB ? e->pre.n_queries : KASCADE_CALIB;
     int L = e->nl, H = e->nkv;
@@ -509,8 +617,10 @@ static sfi_status kascade_plan(ectx *e, pctx *p, int B, sfi_peer_kascade_plan *p
     int32_t *pos = malloc(sizeof(int32_t) * n * e->L);
     float *prob = malloc(sizeof(float) * n * e->L);
     float *probs = malloc(sizeof(float) * (size_t)e->nh * e->L);
+    float *out = malloc(sizeof(float) * (size_t)e->nh * e->hd);
+    pv *buf = malloc(sizeof(pv) * (size_t)e->L);
     sfi_status rc = SFI_OK;
-    if (!cal || !pos || !prob || !probs) {
+    if (!cal || !pos || !prob || !probs || !out || !buf) {
         rc = sfi_error_set(e->err, SFI_ENOMEM, "kascade: out of memory for calibration");
         goto out;
     }
@@ -520,14 +630,14 @@ static sfi_status kascade_plan(ectx *e, pctx *p, int B, sfi_peer_kascade_plan *p
         for (int l = 0; l < L && !rc; l++) {
             const float *q = e->pre.qhist + ((size_t)l * e->pre.n_queries +
                                              (size_t)(qp % e->pre.n_queries)) * qd;
-            rc = sfi_qwen3_attn_dense(e->m, e->o->backend, l, q, &e->pre.kv, qp + 1,
-                                      p->dense_out, probs, e->err);
+            rc = sfi_qwen3_attn_dense(e->m, e->o->backend, l, q, &e->pre.kv, qp + 1, out, probs,
+                                      e->err);
             for (int h = 0; h < e->nh && !rc; h++)
                 sfi_softmax(probs + (size_t)h * (qp + 1), (size_t)(qp + 1));
             for (int h = 0; h < H && !rc; h++) {
                 size_t i = ((size_t)s * L + l) * H + h;
-                make_obs(p, h, probs, (size_t)(qp + 1), qp + 1, &cal[i], pos + i * e->L,
-                         prob + i * e->L);
+                make_obs(buf, e->nh, H, h, probs, (size_t)(qp + 1), qp + 1, &cal[i],
+                         pos + i * e->L, prob + i * e->L);
             }
         }
     }
@@ -539,6 +649,8 @@ out:
     free(pos);
     free(prob);
     free(probs);
+    free(out);
+    free(buf);
     return rc;
 }
 
@@ -547,47 +659,27 @@ static sfi_status run_peer(ectx *e, sfi_peer_kind kind, int B, sfi_eval_result *
     pctx p;
     memset(&p, 0, sizeof p);
     p.e = e;
-    p.kind = kind;
     p.budget = B;
-    size_t cap = (size_t)e->cap;
-    p.peers = calloc((size_t)e->nl, sizeof *p.peers);
-    p.obs = calloc((size_t)e->nl * e->nkv, sizeof *p.obs);
-    p.sortbuf = malloc(sizeof(pv) * cap);
-    p.logits_l = malloc(sizeof(float) * (size_t)e->nh * cap);
+    p.logits_l = malloc(sizeof(float) * (size_t)e->nh * e->cap);
     p.dense_out = malloc(sizeof(float) * (size_t)e->nh * e->hd);
-    p.idx = malloc(sizeof(int32_t) * (size_t)e->nkv * cap);
-    p.n_idx = calloc((size_t)e->nkv, sizeof(int));
-    p.sets = calloc((size_t)e->nkv, sizeof *p.sets);
     sfi_peer_kascade_plan plan;
     memset(&plan, 0, sizeof plan);
     sfi_status rc = SFI_OK;
-    if (!p.peers || !p.obs || !p.sortbuf || !p.logits_l || !p.dense_out || !p.idx || !p.n_idx ||
-        !p.sets) {
+    if (!p.logits_l || !p.dense_out) {
         rc = sfi_error_set(e->err, SFI_ENOMEM, "policy %s: out of memory",
                            sfi_peer_kind_name(kind));
         goto out;
     }
-    if (kind_reads_attention(kind)) {
-        p.obs_pos = malloc(sizeof(int32_t) * (size_t)e->nl * e->nkv * cap);
-        p.obs_prob = malloc(sizeof(float) * (size_t)e->nl * e->nkv * cap);
-        if (!p.obs_pos || !p.obs_prob) {
-            rc = sfi_error_set(e->err, SFI_ENOMEM, "policy %s: out of memory",
-                               sfi_peer_kind_name(kind));
-            goto out;
-        }
-    }
     if (kind == SFI_PEER_KASCADE) {
-        if ((rc = kascade_plan(e, &p, B, &plan)))
+        if ((rc = kascade_plan(e, B, &plan)))
             goto out;
         res->n_kascade_anchors = 0;
         for (int l = 0; l < e->nl && res->n_kascade_anchors < 64; l++)
             if (plan.is_anchor[l])
                 res->kascade_anchors[res->n_kascade_anchors++] = l;
     }
-    for (int l = 0; l < e->nl && !rc; l++)
-        rc = sfi_peer_create(kind, &e->o->cfg, l, e->nl, e->nkv, e->nh, e->hd, e->cap,
-                             kind == SFI_PEER_KASCADE ? &plan : NULL, &p.peers[l], e->err);
-    if (rc)
+    if ((rc = sfi_eval_policy_create(kind, &e->o->cfg, e->nl, e->nh, e->nkv, e->hd, e->cap,
+                                     &plan, &p.pol, e->err)))
         goto out;
     if ((rc = sfi_kv_cache_copy(&e->work, &e->pre.kv, e->err)))
         goto out;
@@ -602,22 +694,14 @@ static sfi_status run_peer(ectx *e, sfi_peer_kind kind, int B, sfi_eval_result *
             score(e, s, e->logits);
     }
 out:
-    if (p.peers)
-        for (int l = 0; l < e->nl; l++)
-            sfi_peer_free(p.peers[l]);
+    sfi_eval_policy_free(p.pol);
     sfi_peer_kascade_plan_free(&plan);
-    free(p.peers);
-    free(p.obs);
-    free(p.obs_pos);
-    free(p.obs_prob);
-    free(p.sortbuf);
     free(p.logits_l);
     free(p.dense_out);
-    free(p.idx);
-    free(p.n_idx);
-    free(p.sets);
     return rc;
 }
+
+/* ---------------------------------------------------------------- */
 
 /* ---------------------------------------------------------------- */
 

@@ -104,6 +104,47 @@ typedef struct {
     int kascade_anchors[64];
 } sfi_eval_result;
 
+/* A peer policy as the harness runs it, one instance for all layers of a
+ * model (exposed for tests: hand-made steps in, positions out). What it
+ * hands the sfi_peer of a layer at a step: the real query, the layer's
+ * cached keys, and, for the kinds that read attention weights
+ * (sfi_eval_kind_reads_attention: oracle, H2O, SnapKV, LFPS, Kascade), the
+ * step's dense attention pooled over each KV head's query heads (mean),
+ * every position ranked. */
+typedef struct sfi_eval_policy sfi_eval_policy;
+
+int sfi_eval_kind_reads_attention(sfi_peer_kind k);
+
+/* kind: a peer (not full KV or SFI, which the harness runs itself). plan:
+ * Kascade's (must outlive the policy), else ignored. */
+sfi_status sfi_eval_policy_create(sfi_peer_kind kind, const sfi_peer_config *cfg, int n_layers,
+                                  int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                                  const sfi_peer_kascade_plan *plan, sfi_eval_policy **out,
+                                  sfi_error *err);
+void sfi_eval_policy_free(sfi_eval_policy *p);
+
+/* One layer of one step. Layers of a step go in order (Kascade's reuse
+ * layers read the anchor layer's attention of the same step). */
+typedef struct {
+    int layer, step;          /* step: 0, 1, ... within the run */
+    int n_ctx;                /* cached positions, the current token's included */
+    int budget;               /* B */
+    int prev_trigger;         /* the fed token ends a sentence */
+    const float *q;           /* [n_heads][head_dim], roped */
+    const float *k;           /* the layer's cache [n_ctx][n_kv_heads][head_dim] */
+    const float *probs;       /* [n_heads][n_ctx] dense attention, or NULL when the
+                                 kind does not read it */
+} sfi_eval_layer_step;
+
+/* Writes, per KV head h, the ascending positions attended at
+ * (*idx)[h * max_ctx ..], their count (*n_idx)[h] (0: the head attends to
+ * nothing, its output is zero) and (*mean_v)[h] (the head outputs the mean
+ * value vector of its set instead: LFPS's sink heads); valid until the
+ * next call. When budget >= n_ctx every position is attended (see above). */
+sfi_status sfi_eval_policy_sets(sfi_eval_policy *p, const sfi_eval_layer_step *ls,
+                                const int32_t **idx, const int **n_idx, const uint8_t **mean_v,
+                                sfi_error *err);
+
 /* tokens: the text's ids, n_text >= n_prefix + n_tokens + 1. */
 sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_t *tokens,
                         int n_text, sfi_eval_result *res, sfi_error *err);
