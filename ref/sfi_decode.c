@@ -397,8 +397,14 @@ sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int
     }
     prefix_ctx pc = {.m = m, .be = be, .qhist = out->qhist, .n_queries = n_queries, .qdim = qd};
     double t0 = now_s(), c0 = cpu_s();
-    rc = sfi_qwen3_prefill(m, be, &out->kv, prompt, n_prompt, prefix_attend, &pc, out->logits,
-                           err);
+    /* the queries of all but the last n_queries positions are not kept:
+     * no attend hook there, so the blas backend attends a block at once */
+    int head = n_prompt - n_queries;
+    rc = head > 0 ? sfi_qwen3_prefill(m, be, &out->kv, prompt, head, NULL, NULL, NULL, err)
+                  : SFI_OK;
+    if (!rc)
+        rc = sfi_qwen3_prefill(m, be, &out->kv, prompt + head, n_queries, prefix_attend, &pc,
+                               out->logits, err);
     out->seconds = now_s() - t0;
     out->cpu_seconds = cpu_s() - c0;
     if (rc)
