@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <glob.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,15 +21,12 @@
 #include "sfi_model.h"
 #include "sfi_plot.h"
 #include "sfi_replay.h"
+#include "sfi_sim_stream.h"
 #include "sfi_sim_util.h"
-#include "sfi_trace.h"
-#include "sfi_vocab.h"
 
 #define DEFAULT_MODELS "Qwen3-0.6B,Qwen3-4B,Qwen3-30B-A3B,Qwen3-235B-A22B"
 #define DEFAULT_CONTEXTS "8K,16K,32K,64K,128K"
 #define DEFAULT_PNG "sfi-sim-sweep.png"
-#define SYNTH_TOKENS 65536
-#define SYNTH_MEAN_SENTENCE 24.0
 #define TIMELINE_STEPS 512
 
 static void usage(FILE *out)
@@ -101,12 +97,7 @@ typedef struct {
     sfi_params prm;
     int weight_bytes;
     int64_t steps;
-    /* stream */
-    int32_t *tokens;
-    int64_t n_tokens;
-    uint8_t *is_trigger;
-    int32_t n_vocab;
-    char stream_label[512];
+    sfi_sim_stream stream;
 } sweep;
 
 static void sweep_free(sweep *s)
@@ -122,220 +113,7 @@ static void sweep_free(sweep *s)
     for (int i = 0; i < s->n_pols; i++)
         free(s->pols[i].name);
     free(s->pols);
-    free(s->tokens);
-    free(s->is_trigger);
-}
-
-/* ---- the token stream ---- */
-
-static sfi_status load_trigger_set(const char *dir, uint8_t **is_trigger, int32_t *n_vocab,
-                                   const sfi_params *prm, sfi_error *err)
-{
-    sfi_vocab *v;
-    sfi_status st = sfi_vocab_load(dir, &v, err);
-    if (st)
-        return st;
-    sfi_trigger_set ts;
-    st = sfi_trigger_set_build(v, prm->trigger_chars, &ts, err);
-    sfi_vocab_free(v);
-    if (st)
-        return st;
-    *is_trigger = ts.is_trigger;
-    *n_vocab = ts.n_vocab;
-    ts.is_trigger = NULL;
-    sfi_trigger_set_free(&ts);
-    return SFI_OK;
-}
-
-/* Appends every request's decode tokens of a trace. */
-/* 1 when a trace's recorded step reasons tell, for every decode token but
- * the last of a request, whether it is in the trigger set that `prm`
- * defines: recorded under the sfi or boundary policy (whose step t >= 1 is
- * slow with reason "trigger" exactly when x_{t-1} is a trigger token, see
- * sfi_trigger_next) with the same trigger characters. */
-static int reasons_reveal_triggers(const sfi_trace_meta *m, const sfi_params *prm)
-{
-    if (!m->policy || (strcmp(m->policy, "sfi") && strcmp(m->policy, "boundary")))
-        return 0;
-    sfi_params def;
-    sfi_params_default(&def);
-    const char *chars = def.trigger_chars;
-    json_t *pj = m->params_json ? json_loads(m->params_json, 0, NULL) : NULL;
-    json_t *tc = pj ? json_object_get(pj, "trigger_chars") : NULL;
-    if (tc && json_is_string(tc))
-        chars = json_string_value(tc);
-    int same = !strcmp(chars, prm->trigger_chars);
-    json_decref(pj);
-    return same;
-}
-
-static sfi_status load_trace_tokens(const char *path, int32_t **tokens, uint8_t **flags,
-                                    int *all_reveal, const sfi_params *prm, int64_t *n,
-                                    int64_t *n_req, char *tok_id, size_t tok_cap, int *skipped,
-                                    sfi_error *err)
-{
-    sfi_trace *t;
-    sfi_status st = sfi_trace_open(path, &t, err);
-    if (st)
-        return st;
-    /* Joined traces must share one vocabulary: the trigger set is one. */
-    const char *tk = sfi_trace_get_meta(t)->tokenizer;
-    if (!tk)
-        tk = "";
-    if (skipped && *n > 0 && strcmp(tk, tok_id)) {
-        fprintf(stderr, "sfi-sim: %s: recorded with another tokenizer than the first trace; skipped\n",
-                path);
-        sfi_trace_close(t);
-        (*skipped)++;
-        return SFI_OK;
-    }
-    if (*n == 0)
-        snprintf(tok_id, tok_cap, "%s", tk);
-    int64_t nr = sfi_trace_n_requests(t), total = sfi_trace_n_steps(t);
-    if (total < 1) {
-        sfi_trace_close(t);
-        return sfi_error_set(err, SFI_EFORMAT, "%s: trace has no decode steps to replay", path);
-    }
-    int32_t *buf = realloc(*tokens, (size_t)(*n + total) * sizeof *buf);
-    if (buf)
-        *tokens = buf;
-    uint8_t *fl = buf ? realloc(*flags, (size_t)(*n + total)) : NULL;
-    if (!buf || !fl) {
-        sfi_trace_close(t);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    }
-    *flags = fl;
-    if (!reasons_reveal_triggers(sfi_trace_get_meta(t), prm))
-        *all_reveal = 0;
-    int64_t got = 0;
-    for (int64_t r = 0; r < nr && !st; r++) {
-        sfi_trace_steps s;
-        st = sfi_trace_read_steps(t, r, &s, err);
-        if (st)
-            break;
-        if (got + s.n > total) {
-            st = sfi_error_set(err, SFI_EFORMAT, "%s: more steps than the trace's count", path);
-        } else {
-            memcpy(buf + *n + got, s.token, (size_t)s.n * sizeof *buf);
-            /* Token i is a trigger iff step i+1 was slow for a trigger; the
-             * request's last token is taken as none. */
-            for (int64_t i = 0; i < s.n; i++)
-                fl[*n + got + i] = i + 1 < s.n && s.reason[i + 1] == SFI_REASON_TRIGGER;
-            got += s.n;
-        }
-        sfi_trace_steps_free(&s);
-    }
-    sfi_trace_close(t);
-    if (st)
-        return st;
-    *n += got;
-    *n_req += nr;
-    return SFI_OK;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static sfi_status setup_stream(sweep *s, const char *trace_opt, const char *tok_dir, int synthetic,
-                               sfi_error *err)
-{
-    char *paths[64];
-    int n_paths = 0;
-    glob_t g;
-    int have_glob = 0;
-    const char *env = getenv("SFI_TRACE");
-    if (trace_opt) {
-        paths[n_paths++] = (char *)trace_opt;
-    } else if (!synthetic && env && env[0]) {
-        paths[n_paths++] = (char *)env;
-    } else if (!synthetic) {
-        /* The bundled samples: sample-*.db if present, else every *.db of
-         * traces/ (kjv-8k.db, ...). Only traces recorded with the same
-         * tokenizer as the first one are joined (checked when loading). */
-        const char *dirs[] = {SFI_SIM_SRCDIR "/traces", SFI_SIM_PKGDATADIR "/traces"};
-        const char *pats[] = {"sample-*.db", "*.db"};
-        for (int d = 0; d < 2 && !n_paths; d++)
-            for (int k = 0; k < 2 && !n_paths; k++) {
-                char pat[4096];
-                snprintf(pat, sizeof pat, "%s/%s", dirs[d], pats[k]);
-                if (have_glob)
-                    globfree(&g);
-                have_glob = 0;
-                if (glob(pat, 0, NULL, &g) == 0) {
-                    have_glob = 1;
-                    for (size_t i = 0; i < g.gl_pathc && n_paths < 64; i++)
-                        paths[n_paths++] = g.gl_pathv[i];
-                    qsort(paths, (size_t)n_paths, sizeof *paths, cmp_str);
-                }
-            }
-        if (!n_paths)
-            fprintf(stderr,
-                    "sfi-sim: no sample trace found (looked for *.db in %s/traces and "
-                    "%s/traces; set SFI_TRACE or pass --trace): using a SYNTHETIC trigger "
-                    "stream\n",
-                    SFI_SIM_SRCDIR, SFI_SIM_PKGDATADIR);
-    }
-    sfi_status st = SFI_OK;
-    if (n_paths) {
-        int64_t n_req = 0;
-        int skipped = 0, used = 0, reveal = 1;
-        uint8_t *flags = NULL;
-        char tok_id[256] = "";
-        for (int i = 0; i < n_paths && !st; i++) {
-            int before = skipped;
-            /* An explicit --trace or $SFI_TRACE is one file: no skipping. */
-            st = load_trace_tokens(paths[i], &s->tokens, &flags, &reveal, &s->prm, &s->n_tokens,
-                                   &n_req, tok_id, sizeof tok_id, n_paths > 1 ? &skipped : NULL,
-                                   err);
-            used += !st && skipped == before;
-        }
-        const char *how = "";
-        if (!st && reveal && !tok_dir) {
-            /* The recorded decisions already say which tokens are
-             * triggers: replay a 0/1 stream and skip loading the 4 MB
-             * vocabulary (same decisions through sfi_trigger_next). */
-            for (int64_t i = 0; i < s->n_tokens; i++)
-                s->tokens[i] = flags[i];
-            s->is_trigger = malloc(2);
-            if (!s->is_trigger) {
-                st = sfi_error_set(err, SFI_ENOMEM, "out of memory");
-            } else {
-                s->is_trigger[0] = 0;
-                s->is_trigger[1] = 1;
-                s->n_vocab = 2;
-                how = "; trigger tokens from its recorded decisions";
-            }
-        } else if (!st) {
-            const char *dir = tok_dir ? tok_dir : SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
-            st = load_trigger_set(dir, &s->is_trigger, &s->n_vocab, &s->prm, err);
-            if (st)
-                sfi_error_prefix(err, "trigger set (--tokenizer)");
-        }
-        free(flags);
-        if (!st) {
-            char more[32] = "";
-            if (used > 1)
-                snprintf(more, sizeof more, " + %d more", used - 1);
-            snprintf(s->stream_label, sizeof s->stream_label,
-                     "trace %s%s (%lld requests, %lld decode tokens%s)", paths[0], more,
-                     (long long)n_req, (long long)s->n_tokens, how);
-        }
-        if (have_glob)
-            globfree(&g);
-        return st;
-    }
-    if (have_glob)
-        globfree(&g);
-    st = sfi_replay_synthetic(SYNTH_TOKENS, SYNTH_MEAN_SENTENCE, 1, &s->tokens, &s->is_trigger, err);
-    if (st)
-        return st;
-    s->n_tokens = SYNTH_TOKENS;
-    s->n_vocab = 2;
-    snprintf(s->stream_label, sizeof s->stream_label,
-             "SYNTHETIC trigger stream (mean sentence %.0f tokens; no trace)", SYNTH_MEAN_SENTENCE);
-    return SFI_OK;
+    sfi_sim_stream_free(&s->stream);
 }
 
 /* ---- statistics of one cell ---- */
@@ -561,7 +339,7 @@ static const char *model_label(const sweep *s, int i)
 static void print_table(FILE *f, const sweep *s, const row *rows, int n)
 {
     fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; K=%d n_sink=%d n_recent=%d T_max=%d\n",
-            s->stream_label, (long long)s->steps, s->prof.name, s->prm.K, s->prm.n_sink,
+            s->stream.label, (long long)s->steps, s->prof.name, s->prm.K, s->prm.n_sink,
             s->prm.n_recent, s->prm.T_max);
     fprintf(f, "%-16s %-9s %3s %7s %5s %-10s %10s %7s %8s %8s %8s %6s %10s %9s %9s\n", "model",
             "gpu", "tp", "context", "batch", "policy", "tok/s", "speedup", "mean_ms", "p50_ms",
@@ -621,7 +399,7 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
     json_t *root = json_object(), *arr = json_array();
     if (!root || !arr)
         return -1;
-    json_object_set_new(root, "stream", json_string(s->stream_label));
+    json_object_set_new(root, "stream", json_string(s->stream.label));
     json_object_set_new(root, "steps_per_cell", json_integer(s->steps));
     json_object_set_new(root, "profile", json_string(s->prof.name));
     json_object_set_new(root, "K", json_integer(s->prm.K));
@@ -942,7 +720,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                 goto out;
             }
     }
-    if (setup_stream(&s, a_trace, a_tok, synthetic, &err) != SFI_OK) {
+    if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.prm, &s.stream, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         goto out;
     }
@@ -957,7 +735,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         if (!sfi_sim_policy_has_slow_steps(s.pols[pi].pol.kind))
             continue;
         for (int bi = 0; bi < s.n_batches; bi++)
-            if (sfi_replay_run(&(sfi_replay_stream){s.tokens, s.n_tokens, s.is_trigger, s.n_vocab},
+            if (sfi_replay_run(&(sfi_replay_stream){s.stream.tokens, s.stream.n_tokens,
+                                                   s.stream.is_trigger, s.stream.n_vocab},
                                trigger_of(s.pols[pi].pol.kind), &s.prm, s.pols[pi].pol.interval,
                                s.batches[bi], stagger_of(&s.pols[pi].pol, &s.prm), s.steps,
                                a_tl ? TIMELINE_STEPS : 0,
