@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sfi_ref_cli.h"
+#include "sfi_io.h"
 
 typedef struct {
     const char *name;
@@ -37,6 +38,8 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* Interrupted outputs leave no temporary files; ulimit -f is an error. */
+    sfi_io_cleanup_on_signals();
     if (argc < 2) {
         usage(stderr);
         return 2;

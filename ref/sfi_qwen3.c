@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "sfi_attention.h"
+#include "sfi_io.h"
 #include "sfi_math.h"
 #include "sfi_safetensors.h"
 
@@ -982,27 +983,21 @@ static sfi_status write_config(const sfi_model_config *c, const char *dir, sfi_s
     json_decref(o);
     if (!s)
         return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-    char path[4096], tmp[4200];
+    char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    snprintf(tmp, sizeof tmp, "%s/.config.json.tmp.XXXXXX", dir);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        free(s);
-        return sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path, strerror(errno));
+    sfi_out *out;
+    FILE *f;
+    sfi_status st = sfi_out_open(path, &out, &f, err);
+    if (!st) {
+        if (fputs(s, f) < 0 || fputc('\n', f) == EOF) {
+            st = sfi_error_set(err, SFI_EIO, "%s: cannot write: %s", path, strerror(errno));
+            sfi_out_abort(out);
+        } else {
+            st = sfi_out_commit(out, 0, err);
+        }
     }
-    (void)fchmod(fd, 0644);
-    FILE *f = fdopen(fd, "w");
-    int ok = f && fputs(s, f) >= 0 && fputc('\n', f) != EOF;
-    ok = f && (fclose(f) == 0) && ok;
-    if (!f)
-        close(fd);
     free(s);
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return sfi_error_set(err, SFI_EIO, "%s: write failed: %s", path, strerror(e));
-    }
-    return SFI_OK;
+    return st;
 }
 
 sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, uint64_t seed,
