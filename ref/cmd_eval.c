@@ -14,12 +14,17 @@
 #include <sys/stat.h>
 
 #include "sfi_eval.h"
+#include "sfi_io.h"
 #include "sfi_plot.h"
 #include "sfi_qwen3.h"
 #include "sfi_ref_cli.h"
 #include "sfi_tokenizer.h"
 #include "sfi_trace.h"
 #include "sfi_vocab.h"
+
+/* The largest text or id list read (a text of this size is far more than
+ * any model's context). */
+#define EVAL_MAX_INPUT ((size_t)1 << 30)
 
 static void usage(FILE *out)
 {
@@ -489,34 +494,24 @@ int sfi_ref_cmd_eval(int argc, char **argv)
     }
     if (text || idsf) {
         const char *path = text ? text : idsf;
-        FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-        if (!f) {
-            fprintf(stderr, "sfi-ref eval: %s: cannot open: %s\n", path, strerror(errno));
-            goto out;
-        }
         size_t len = 0;
-        char *s = sfi_ref_read_all(f, &len);
-        if (f != stdin)
-            fclose(f);
-        if (!s) {
-            fprintf(stderr, "sfi-ref eval: %s: read error or out of memory\n", path);
+        char *s = NULL;
+        sfi_status st = strcmp(path, "-")
+                            ? sfi_io_read(path, EVAL_MAX_INPUT, text ? "text" : "list of ids",
+                                          &s, &len, &e)
+                            : sfi_io_read_stream(stdin, "standard input", EVAL_MAX_INPUT,
+                                                 "list of ids", &s, &len, &e);
+        if (st) {
+            fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
             goto out;
         }
         if (idsf) {
-            char *z = realloc(s, len + 1);
-            if (!z) {
-                free(s);
-                fprintf(stderr, "sfi-ref eval: out of memory\n");
-                goto out;
-            }
-            s = z;
-            s[len] = 0;
             if (memchr(s, 0, len)) {
                 free(s);
                 fprintf(stderr, "sfi-ref eval: %s: a NUL byte: not a list of token ids\n", path);
                 goto out;
             }
-            sfi_status st = sfi_ref_parse_ids(path, s, &ids, &n_ids, &e);
+            st = sfi_ref_parse_ids(path, s, &ids, &n_ids, &e);
             free(s);
             if (st) {
                 fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
@@ -524,7 +519,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
             }
         } else {
             size_t n = 0;
-            sfi_status st = sfi_tokenizer_encode(tk, s, len, &ids, &n, &e);
+            st = sfi_tokenizer_encode(tk, s, len, &ids, &n, &e);
             free(s);
             if (st) {
                 fprintf(stderr, "sfi-ref eval: %s: %s\n", text, e.msg);
