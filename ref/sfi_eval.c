@@ -14,7 +14,7 @@
  * layer pooled over each KV head's query heads (mean), every position
  * ranked (an sfi_peer_obs with n_top = n_ctx and no tail). Kascade's plan
  * is built per budget from the last KASCADE_CALIB prompt queries (the
- * minimum over them, as method.md section 8 says).
+ * minimum over them, as sfi(7) PEER METHODS says).
  *
  * Metrics use sfi_math's exp/log (no libm): log-softmax in float with a
  * double sum, KL and means accumulated in double. */
