@@ -435,6 +435,29 @@ START_TEST(cli_run)
     ck_assert_ptr_null(strstr(out, "digest"));
     free(out);
     free(err);
+    /* --trace never replaces an input of the run or any file that is not
+     * an sfi trace (issue 20.3); it does replace a finished trace. */
+    snprintf(cmd, sizeof cmd, "cp -r %s %s/m && cp %s %s/p.copy", hf_path("tiny-qwen3"), dir,
+             ids_path, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    static const char *const inputs[] = {"m/model.safetensors", "m/config.json", "p.ids"};
+    for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++) {
+        snprintf(cmd, sizeof cmd, "%s run --model %s/m --prompt-ids %s --max-new 2 --trace %s/%s",
+                 sfi_ref, dir, ids_path, dir, inputs[i]);
+        ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+        ck_assert_msg(strstr(err, "is not an sfi trace; not replacing it"), "%s", err);
+        free(out);
+        free(err);
+    }
+    snprintf(cmd, sizeof cmd, "cmp %s/m/model.safetensors %s/model.safetensors && "
+             "cmp %s/m/config.json %s/config.json && cmp %s %s/p.copy", dir,
+             hf_path("tiny-qwen3"), dir, hf_path("tiny-qwen3"), ids_path, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --trace %s/t.db",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    free(out);
+    free(err);
     /* standard output that cannot be written */
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 2 > /dev/full",
              sfi_ref, hf_path("tiny-qwen3"), ids_path);
