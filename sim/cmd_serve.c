@@ -295,22 +295,35 @@ static void print_table(FILE *f, const serve_cli *s, const run_row *rows, int n)
 {
     print_header(f, s);
     int slo = s->slo_tpot > 0 || s->slo_ttft > 0;
+    fprintf(f, "# tok/s = generated tokens / elapsed (first arrival to last token); TTFT mean and "
+               "p99 (s); TPOT mean, p50, p99 (ms); run_pk/run_mean = requests running at once; "
+               "per GPU, GB = 1e9 bytes: mem_GB peak memory in use (weights + activations + "
+               "reserved + KV), KVcap_GB the KV budget%s\n",
+            slo ? "; goodput = tokens/s of the requests meeting the SLO" : "");
     fprintf(f, "%-22s %-10s %9s %7s %9s %9s %9s %8s %8s %8s", "prompt", "policy", "tok/s",
             "speedup", "elapsed_s", "TTFT_s", "TTFTp99_s", "TPOT_ms", "TPOTp50", "TPOTp99");
     if (slo)
         fprintf(f, " %9s %5s", "goodput", "SLO%");
-    fprintf(f, " %6s %6s %7s %6s %8s %8s\n", "peak_r", "mean_r", "preempt", "slow%", "peak_GB",
-            "KV_GB");
+    fprintf(f, " %6s %8s %7s %6s %8s %8s\n", "run_pk", "run_mean", "preempt", "slow%", "mem_GB",
+            "KVcap_GB");
     for (int i = 0; i < n; i++) {
         const run_row *r = &rows[i];
         const sfi_serve_summary *m = &r->sum;
-        fprintf(f, "%-22s %-10s %9.1f %7.2f %9.2f %9.3f %9.3f %8.2f %8.2f %8.2f",
-                s->prompt_specs[r->prompt_i], s->pols[r->policy].name, m->tok_s, r->speedup,
-                m->elapsed, m->ttft_mean, m->ttft_p99, m->tpot_mean * 1e3, m->tpot_p50 * 1e3,
-                m->tpot_p99 * 1e3);
+        fprintf(f, "%-22s %-10s %9.1f ", s->prompt_specs[r->prompt_i], s->pols[r->policy].name,
+                m->tok_s);
+        if (isfinite(r->speedup))
+            fprintf(f, "%7.2f", r->speedup);
+        else /* no full-KV run to compare with */
+            fprintf(f, "%7s", "-");
+        fprintf(f, " %9.2f %9.3f %9.3f", m->elapsed, m->ttft_mean, m->ttft_p99);
+        if (isfinite(m->tpot_mean))
+            fprintf(f, " %8.2f %8.2f %8.2f", m->tpot_mean * 1e3, m->tpot_p50 * 1e3,
+                    m->tpot_p99 * 1e3);
+        else /* every request generated one token */
+            fprintf(f, " %8s %8s %8s", "-", "-", "-");
         if (slo)
             fprintf(f, " %9.1f %5.1f", m->goodput_tok_s, m->slo_met * 100);
-        fprintf(f, " %6d %6.1f %7lld %6.2f %8.2f %8.2f\n", r->res.peak_running,
+        fprintf(f, " %6d %8.1f %7lld %6.2f %8.2f %8.2f\n", r->res.peak_running,
                 r->res.mean_running, (long long)r->res.preemptions, m->slow_frac * 100,
                 r->res.peak_mem / 1e9, r->res.kv_budget / 1e9);
     }
@@ -337,15 +350,22 @@ static void print_csv(FILE *f, const serve_cli *s, const run_row *rows, int n)
         sfi_sim_csv_str(f, s->gen_spec);
         fputc(',', f);
         sfi_sim_csv_str(f, s->pols[r->policy].name);
-        fprintf(f,
-                ",%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%d,%.6g,%lld,"
-                "%lld,%lld,%.6g,%lld,%.6g,%.6g,%.6g,%.6g\n",
-                m->tok_s, r->speedup, m->elapsed, m->ttft_mean, m->ttft_p50, m->ttft_p99,
-                m->tpot_mean * 1e3, m->tpot_p50 * 1e3, m->tpot_p99 * 1e3, m->e2e_mean, m->e2e_p99,
-                m->goodput_tok_s, m->slo_met, r->res.peak_running, r->res.mean_running,
-                (long long)r->res.preemptions, (long long)r->res.recomputed_tokens,
-                (long long)r->res.cached_tokens, m->slow_frac, (long long)r->res.n_steps,
-                r->res.peak_mem, r->res.kv_budget, r->res.peak_kv, r->res.weights);
+        const double v[] = {m->tok_s,        r->speedup,        m->elapsed,
+                            m->ttft_mean,    m->ttft_p50,       m->ttft_p99,
+                            m->tpot_mean * 1e3, m->tpot_p50 * 1e3, m->tpot_p99 * 1e3,
+                            m->e2e_mean,     m->e2e_p99,        m->goodput_tok_s,
+                            m->slo_met};
+        /* Empty where undefined (no full-KV run; no request with a TPOT). */
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+            if (isfinite(v[k]))
+                fprintf(f, ",%.6g", v[k]);
+            else
+                fputc(',', f);
+        fprintf(f, ",%d,%.6g,%lld,%lld,%lld,%.6g,%lld,%.6g,%.6g,%.6g,%.6g\n", r->res.peak_running,
+                r->res.mean_running, (long long)r->res.preemptions,
+                (long long)r->res.recomputed_tokens, (long long)r->res.cached_tokens, m->slow_frac,
+                (long long)r->res.n_steps, r->res.peak_mem, r->res.kv_budget, r->res.peak_kv,
+                r->res.weights);
     }
 }
 

@@ -515,6 +515,10 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
             st = sfi_error_set(err, SFI_EINVAL, "serve: the scheduler stalled at t = %g s", t);
             goto done;
         }
+        /* Memory held during the step (finished requests free theirs after). */
+        double in_use = e.used;
+        if (in_use > out->peak_kv)
+            out->peak_kv = in_use;
         /* Price it. */
         int ng = 0, n_slow = 0, pf_tok = 0;
         for (int i = 0; i < nw; i++) {
@@ -580,14 +584,12 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
         for (int i = 0; i < e.n_running; i++)
             if (e.running[i]->state == ST_RUNNING)
                 e.running[k++] = e.running[i];
-        if (e.used > out->peak_kv)
-            out->peak_kv = e.used;
         if (nw > out->peak_running)
             out->peak_running = nw;
         run_time += nw * sc.time_s;
         out->busy_s += sc.time_s;
         if (c->timeline) {
-            sfi_serve_step s1 = {t, sc.time_s, e.used, nw, e.wq_len, pf_tok, n_slow};
+            sfi_serve_step s1 = {t, sc.time_s, in_use, nw, e.wq_len, pf_tok, n_slow};
             if ((st = push_step(out, &s1, &cap, err)))
                 goto done;
         }

@@ -78,7 +78,7 @@ typedef struct {
 typedef struct {
     double t;           /* start of the step, s */
     double latency;     /* s */
-    double kv_used;     /* bytes per GPU in use after the step (KV + policy buffers) */
+    double kv_used;     /* bytes per GPU held during the step (KV + policy buffers) */
     int running;        /* requests in the step */
     int waiting;        /* arrived, not running, after the step's admissions */
     int prefill_tokens; /* prefill tokens computed in the step */
