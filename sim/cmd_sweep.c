@@ -1103,7 +1103,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         }
     }
     if (n_fit < n_rows)
-        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch)\n",
+        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch; "
+                        "'sfi-sim serve' admits what fits and queues the rest)\n",
                 n_rows - n_fit, n_rows);
     if (n_fit == 0) {
         fprintf(stderr, "sfi-sim sweep: nothing fits: the batch does not fit at any context "

@@ -248,6 +248,42 @@ START_TEST(trace_lengths)
 }
 END_TEST
 
+/* Every option --help names is in the man page, and the other way round. */
+START_TEST(help_matches_man_page)
+{
+    char *out, *err;
+    ck_assert_int_eq(run("serve --help", &out, &err), 0);
+    char *man = sfi_test_read_file(sfi_test_src("man/sfi-sim-serve.1"), NULL);
+    ck_assert_ptr_nonnull(man);
+    /* roff writes '-' as "\-"; drop the backslashes to compare. */
+    char *w = man;
+    for (char *r = man; *r; r++)
+        if (!(r[0] == '\\' && r[1] == '-'))
+            *w++ = *r;
+    *w = '\0';
+    int n = 0;
+    for (const char *p = strstr(out, "--"); p; p = strstr(p + 2, "--")) {
+        char opt[64];
+        size_t len = strspn(p, "-abcdefghijklmnopqrstuvwxyz");
+        if (len < 4 || len >= sizeof opt)
+            continue;
+        memcpy(opt, p, len);
+        opt[len] = 0;
+        ck_assert_msg(strstr(man, opt) != NULL, "man page lacks %s", opt);
+        n++;
+    }
+    ck_assert_int_ge(n, 30);
+    static const char *in_man[] = {"--shared-prefix", "--no-chunked-prefill", "--requests-csv",
+                                   "--timeline-png", "--slo-ttft", "--kv-dtype", "--profile"};
+    for (size_t i = 0; i < sizeof in_man / sizeof in_man[0]; i++)
+        ck_assert_msg(strstr(out, in_man[i]) != NULL, "--help lacks %s", in_man[i]);
+    ck_assert_ptr_nonnull(strstr(out, "sfi-sim-serve(1)"));
+    free(man);
+    free(out);
+    free(err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("serve_cli");
@@ -260,6 +296,7 @@ int main(void)
     tcase_add_test(tc, auto_tp_and_queueing_note);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, trace_lengths);
+    tcase_add_test(tc, help_matches_man_page);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
