@@ -52,7 +52,8 @@ static void usage(FILE *out)
             "  --gpu NAME|FILE       B200, H200, H100-SXM or a GPU JSON file [B200]\n"
             "  --tp N|auto           tensor-parallel degree; auto: the smallest power of\n"
             "                        two at which every request fits alone [auto]\n"
-            "  --policies LIST       policies, NAME or NAME:key=value,... [full,sfi]\n"
+            "  --policies LIST       policies, NAME or NAME:key=value,... (sfi:K=1024)\n"
+            "                        [full,sfi]\n"
             "  --engine NAME|FILE    engine profile: default, a name in sim/profiles\n"
             "                        (vllm-triton-b200) or a profile JSON [default]\n"
             "  --profile FILE        the same as --engine FILE\n"
@@ -83,8 +84,9 @@ static void usage(FILE *out)
 }
 
 typedef struct {
-    char *name;
+    char *name;          /* as given */
     sfi_sim_policy pol;
+    sfi_params prm;      /* --param's, with the spec's K, n_sink, n_recent, T_max */
 } policy_spec;
 
 typedef struct {
@@ -202,7 +204,7 @@ static void config_of(const serve_cli *s, int pol, int tp, sfi_serve_config *c)
 {
     *c = s->base;
     c->cost.prof = s->prof;
-    c->cost.prm = s->prm;
+    c->cost.prm = s->pols[pol].prm;
     c->cost.tp = tp;
     c->cost.kv_bytes = s->kv_bytes;
     c->cost.weight_bytes = s->weight_bytes;
@@ -867,7 +869,8 @@ int sfi_sim_cmd_serve(int argc, char **argv)
             s.pols[i].name = v[i];
         free(v);
         for (int i = 0; i < n; i++)
-            if (sfi_sim_policy_parse(s.pols[i].name, &s.pols[i].pol, &err) != SFI_OK) {
+            if (sfi_sim_policy_spec_parse(s.pols[i].name, &s.prm, &s.pols[i].pol, &s.pols[i].prm,
+                                          &err) != SFI_OK) {
                 fprintf(stderr, ME ": --policies: %s\n", err.msg);
                 goto out;
             }

@@ -231,80 +231,6 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
 
 /* ---- option parsing ---- */
 
-/* SFI parameters a policy spec may set for itself: the ones the cost
- * model and the replay read (the Selector's own knobs do not change what a
- * step costs). */
-static int is_policy_sfi_key(const char *key)
-{
-    return !strcmp(key, "K") || !strcmp(key, "n_sink") || !strcmp(key, "n_recent") ||
-           !strcmp(key, "T_max");
-}
-
-static int is_sfi_key(const char *key)
-{
-    for (size_t i = 0; i < sfi_params_key_count(); i++)
-        if (!strcmp(key, sfi_params_key_name(i)))
-            return 1;
-    return 0;
-}
-
-/* "NAME[:key=value,...]": K, n_sink, n_recent and T_max go to the policy's
- * own copy of the SFI parameters (starting from --param's), the other keys
- * to the policy's parameters (sfi_sim_policy_parse). */
-static sfi_status parse_policy_spec(const char *spec, const sfi_params *global, policy_spec *out,
-                                    sfi_error *err)
-{
-    out->prm = *global;
-    const char *colon = strchr(spec, ':');
-    if (!colon)
-        return sfi_sim_policy_parse(spec, &out->pol, err);
-    size_t nlen = (size_t)(colon - spec), len = strlen(spec);
-    char *peer = malloc(len + 1), *items = malloc(len + 1);
-    if (!peer || !items) {
-        free(peer);
-        free(items);
-        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-    }
-    memcpy(peer, spec, nlen);
-    peer[nlen] = 0;
-    size_t plen = nlen;
-    int n_peer = 0, has_tmax = 0;
-    strcpy(items, colon + 1);
-    sfi_status st = SFI_OK;
-    for (char *it = items; it && !st;) {
-        char *comma = strchr(it, ',');
-        if (comma)
-            *comma = 0;
-        size_t klen = strcspn(it, "=");
-        char key[64];
-        snprintf(key, sizeof key, "%.*s", (int)(klen < sizeof key ? klen : sizeof key - 1), it);
-        if (it[klen] == '=' && is_policy_sfi_key(key)) {
-            st = sfi_params_set(&out->prm, it, spec, err);
-            has_tmax |= !strcmp(key, "T_max");
-        } else if (it[klen] == '=' && is_sfi_key(key)) {
-            st = sfi_error_set(err, SFI_EINVAL,
-                               "policy '%s': %s does not change what a step costs; a policy may "
-                               "set K, n_sink, n_recent and T_max (the others: --param)",
-                               spec, key);
-        } else {
-            peer[plen++] = n_peer++ ? ',' : ':';
-            strcpy(peer + plen, it);
-            plen += strlen(it);
-        }
-        it = comma ? comma + 1 : NULL;
-    }
-    if (!st)
-        st = sfi_sim_policy_parse(peer, &out->pol, err);
-    if (!st && has_tmax && out->pol.kind != SFI_SIM_SFI && out->pol.kind != SFI_SIM_TMAX)
-        st = sfi_error_set(err, SFI_EINVAL, "policy '%s': T_max applies to sfi and tmax only",
-                           spec);
-    if (!st && (st = sfi_params_validate(&out->prm, err)) != SFI_OK)
-        sfi_error_prefix(err, "policy '%s'", spec);
-    free(peer);
-    free(items);
-    return st;
-}
-
 /* Set from two places (the policy list and the defaults). */
 static int all_policies(const sfi_params *prm, policy_spec **out)
 {
@@ -999,7 +925,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         if (!s.pols)
             goto oom;
         for (int i = 0; i < n; i++)
-            if (parse_policy_spec(s.pols[i].name, &s.prm, &s.pols[i], &err) != SFI_OK) {
+            if (sfi_sim_policy_spec_parse(s.pols[i].name, &s.prm, &s.pols[i].pol,
+                                          &s.pols[i].prm, &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: --policies: %s\n", err.msg);
                 goto out;
             }

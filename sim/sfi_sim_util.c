@@ -111,3 +111,75 @@ void sfi_sim_csv_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+
+/* SFI parameters a policy spec may set for itself: the ones the cost
+ * model and the replay read (the Selector's own knobs do not change what a
+ * step costs). */
+static int is_policy_sfi_key(const char *key)
+{
+    return !strcmp(key, "K") || !strcmp(key, "n_sink") || !strcmp(key, "n_recent") ||
+           !strcmp(key, "T_max");
+}
+
+static int is_sfi_key(const char *key)
+{
+    for (size_t i = 0; i < sfi_params_key_count(); i++)
+        if (!strcmp(key, sfi_params_key_name(i)))
+            return 1;
+    return 0;
+}
+
+sfi_status sfi_sim_policy_spec_parse(const char *spec, const sfi_params *global,
+                                     sfi_sim_policy *pol, sfi_params *prm, sfi_error *err)
+{
+    *prm = *global;
+    const char *colon = strchr(spec, ':');
+    if (!colon)
+        return sfi_sim_policy_parse(spec, pol, err);
+    size_t nlen = (size_t)(colon - spec), len = strlen(spec);
+    char *peer = malloc(len + 1), *items = malloc(len + 1);
+    if (!peer || !items) {
+        free(peer);
+        free(items);
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    }
+    memcpy(peer, spec, nlen);
+    peer[nlen] = 0;
+    size_t plen = nlen;
+    int n_peer = 0, has_tmax = 0;
+    strcpy(items, colon + 1);
+    sfi_status st = SFI_OK;
+    for (char *it = items; it && !st;) {
+        char *comma = strchr(it, ',');
+        if (comma)
+            *comma = 0;
+        size_t klen = strcspn(it, "=");
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(klen < sizeof key ? klen : sizeof key - 1), it);
+        if (it[klen] == '=' && is_policy_sfi_key(key)) {
+            st = sfi_params_set(prm, it, spec, err);
+            has_tmax |= !strcmp(key, "T_max");
+        } else if (it[klen] == '=' && is_sfi_key(key)) {
+            st = sfi_error_set(err, SFI_EINVAL,
+                               "policy '%s': %s does not change what a step costs; a policy may "
+                               "set K, n_sink, n_recent and T_max (the others: --param)",
+                               spec, key);
+        } else {
+            peer[plen++] = n_peer++ ? ',' : ':';
+            strcpy(peer + plen, it);
+            plen += strlen(it);
+        }
+        it = comma ? comma + 1 : NULL;
+    }
+    if (!st)
+        st = sfi_sim_policy_parse(peer, pol, err);
+    if (!st && has_tmax && pol->kind != SFI_SIM_SFI && pol->kind != SFI_SIM_TMAX)
+        st = sfi_error_set(err, SFI_EINVAL, "policy '%s': T_max applies to sfi and tmax only",
+                           spec);
+    if (!st && (st = sfi_params_validate(prm, err)) != SFI_OK)
+        sfi_error_prefix(err, "policy '%s'", spec);
+    free(peer);
+    free(items);
+    return st;
+}
+
