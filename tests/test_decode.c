@@ -482,7 +482,20 @@ START_TEST(cli_run)
     fprintf(f, "1 2 x3\n");
     fclose(f);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
-    ck_assert_ptr_nonnull(strstr(err, "p.ids: byte 4"));
+    ck_assert_ptr_nonnull(strstr(err, "p.ids: id 3: 'x3' is not a decimal token id"));
+    free(out);
+    free(err);
+    /* A NUL byte once ended the list silently (issue 20.6: prompt_tokens 2,
+     * exit 0); an endless file is refused at the limit. */
+    ck_assert_int_eq(sfi_test_write_file(ids_path, "5 6\0 7 8\n", 9), 0);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "p.ids: byte 3 is a NUL byte"), "%s", err);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids /dev/zero --max-new 1", sfi_ref,
+             hf_path("tiny-qwen3"));
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "/dev/zero: more than 268435456 bytes is too large"), "%s", err);
     free(out);
     free(err);
     snprintf(cmd, sizeof cmd, "%s run --model %s/none --prompt-ids %s --max-new 1",
