@@ -37,7 +37,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: sfi-sim [sweep] [OPTIONS]\n\n"
             "Replays a trace's token stream through trigger policies and prices each step\n"
-            "with a GPU cost model, for every combination of the lists below. Without\n"
+            "of every policy at one budget with a GPU cost model, for every combination\n"
+            "of the lists below. Without\n"
             "options: contexts 8K..128K, Qwen3 presets, B200, all policies, the bundled\n"
             "sample trace; prints a table and writes " DEFAULT_PNG ".\n\n"
             "options (LIST = comma-separated values; --model, --gpu, --context and\n"
@@ -50,6 +51,9 @@ static void usage(FILE *out)
             "  --batch LIST      requests decoded together [8]\n"
             "  --policies LIST   policies, NAME or NAME:key=value,... [all]\n"
             "                    (see 'sfi-sim presets')\n"
+            "  --budget B        positions per KV head per step, sink and recent\n"
+            "                    included, for every policy: a share (6%%, 0.06), a\n"
+            "                    count, or sfi = n_sink + K + n_recent [sfi]\n"
             "  --trace FILE      tokens-level trace (default: $SFI_TRACE, else the\n"
             "                    bundled traces/sample-*.db, else traces/*.db)\n"
             "  --tokenizer DIR   vocabulary for the trigger set [the trace's recorded\n"
@@ -57,7 +61,8 @@ static void usage(FILE *out)
             "  --synthetic       use a synthetic trigger stream instead of a trace\n"
             "  --steps N         batch steps replayed per cell [2048]\n"
             "  --profile FILE    calibration profile JSON [built-in default]\n"
-            "  --param KEY=VAL   SFI parameter (K, n_sink, n_recent, T_max, ...); repeatable\n"
+            "  --param KEY=VAL   SFI or policy parameter (K, n_sink, n_recent, T_max,\n"
+            "                    quest_page, lfps_cand, ...); repeatable\n"
             "  --weight-bytes N  bytes per weight: 2 (bf16) or 1 (fp8) [2]\n"
             "  --format F        table, csv or json [table]\n"
             "  -o, --output FILE write the table there instead of stdout\n"
@@ -79,7 +84,8 @@ typedef struct {
 
 typedef struct {
     char *name; /* policy spec as given */
-    sfi_sim_policy pol;
+    sfi_policy_kind kind;
+    sfi_policy_config cfg;
 } policy_spec;
 
 typedef struct {
@@ -97,7 +103,8 @@ typedef struct {
     policy_spec *pols;
     int n_pols;
     sfi_hw_profile prof;
-    sfi_params prm;
+    sfi_policy_config cfg;   /* --param: SFI and policy parameters */
+    sfi_budget budget;
     int weight_bytes;
     int64_t steps;
     /* stream */
@@ -285,7 +292,7 @@ static sfi_status setup_stream(sweep *s, const char *trace_opt, const char *tok_
         for (int i = 0; i < n_paths && !st; i++) {
             int before = skipped;
             /* An explicit --trace or $SFI_TRACE is one file: no skipping. */
-            st = load_trace_tokens(paths[i], &s->tokens, &flags, &reveal, &s->prm, &s->n_tokens,
+            st = load_trace_tokens(paths[i], &s->tokens, &flags, &reveal, &s->cfg.prm, &s->n_tokens,
                                    &n_req, tok_id, sizeof tok_id, n_paths > 1 ? &skipped : NULL,
                                    err);
             used += !st && skipped == before;
@@ -308,7 +315,7 @@ static sfi_status setup_stream(sweep *s, const char *trace_opt, const char *tok_
             }
         } else if (!st) {
             const char *dir = tok_dir ? tok_dir : SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
-            st = load_trigger_set(dir, &s->is_trigger, &s->n_vocab, &s->prm, err);
+            st = load_trigger_set(dir, &s->is_trigger, &s->n_vocab, &s->cfg.prm, err);
             if (st)
                 sfi_error_prefix(err, "trigger set (--tokenizer)");
         }
@@ -361,22 +368,11 @@ static double quantile(tn *v, int m, double total, double q)
     return m ? v[m - 1].t : 0;
 }
 
-static sfi_trigger_kind trigger_of(sfi_sim_policy_kind k)
-{
-    switch (k) {
-    case SFI_SIM_SFI: return SFI_TRIG_SFI;
-    case SFI_SIM_TMAX: return SFI_TRIG_TMAX;
-    case SFI_SIM_INTERVAL: return SFI_TRIG_INTERVAL;
-    case SFI_SIM_BOUNDARY: return SFI_TRIG_BOUNDARY;
-    default: return SFI_TRIG_NEVER;
-    }
-}
-
 /* Requests of a batch are spread over one period of the policy's refresh
  * cycle (see sfi_replay.h), as they would be under continuous batching. */
-static int64_t stagger_of(const sfi_sim_policy *p, const sfi_params *prm)
+static int64_t stagger_of(const policy_spec *p)
 {
-    return p->kind == SFI_SIM_INTERVAL ? p->interval : prm->T_max;
+    return p->kind == SFI_POLICY_INTERVAL ? p->cfg.interval : p->cfg.prm.T_max;
 }
 
 static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *rp, row *r,
@@ -427,7 +423,7 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
     r->bytes_per_tok = sum_b / total / B;
     r->exposed_s = sum_x / total;
     r->slow_frac = rp ? (double)rp->slow / ((double)rp->steps * B)
-                      : (cs->pol.kind == SFI_SIM_FULL || cs->pol.kind == SFI_SIM_ORACLE ? 1.0 : 0.0);
+                      : (cs->kind == SFI_POLICY_FULL ? 1.0 : 0.0);
     free(v);
     if (step_time)
         *step_time = tt;
@@ -504,18 +500,19 @@ static int split_policies(const char *arg, char ***out)
     return k;
 }
 
-/* Set from two places (the policy list and the defaults). */
-static int all_policies(policy_spec **out)
+/* Every policy of ref/sfi_policies.h with the sweep's parameters. */
+static int all_policies(const sfi_policy_config *cfg, policy_spec **out)
 {
-    policy_spec *p = calloc(SFI_SIM_POLICY_COUNT, sizeof *p);
+    policy_spec *p = calloc(SFI_POLICY_N_KINDS, sizeof *p);
     if (!p)
         return -1;
-    for (int k = 0; k < SFI_SIM_POLICY_COUNT; k++) {
-        sfi_sim_policy_default(&p[k].pol, (sfi_sim_policy_kind)k);
-        p[k].name = strdup(sfi_sim_policy_name((sfi_sim_policy_kind)k));
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
+        p[k].kind = (sfi_policy_kind)k;
+        p[k].cfg = *cfg;
+        p[k].name = strdup(sfi_policy_kind_name((sfi_policy_kind)k));
     }
     *out = p;
-    return SFI_SIM_POLICY_COUNT;
+    return SFI_POLICY_N_KINDS;
 }
 
 static int parse_int_list(const char *what, const char *arg, int allow_auto, int kilo, int lo,
@@ -559,9 +556,11 @@ static const char *model_label(const sweep *s, int i)
 
 static void print_table(FILE *f, const sweep *s, const row *rows, int n)
 {
-    fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; K=%d n_sink=%d n_recent=%d T_max=%d\n",
-            s->stream_label, (long long)s->steps, s->prof.name, s->prm.K, s->prm.n_sink,
-            s->prm.n_recent, s->prm.T_max);
+    char bud[32];
+    sfi_budget_format(&s->budget, bud, sizeof bud);
+    fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; budget %s; K=%d n_sink=%d "
+            "n_recent=%d T_max=%d\n", s->stream_label, (long long)s->steps, s->prof.name, bud,
+            s->cfg.prm.K, s->cfg.prm.n_sink, s->cfg.prm.n_recent, s->cfg.prm.T_max);
     fprintf(f, "%-16s %-9s %3s %7s %5s %-10s %10s %7s %8s %8s %8s %6s %10s %9s %9s\n", "model",
             "gpu", "tp", "context", "batch", "policy", "tok/s", "speedup", "mean_ms", "p50_ms",
             "p99_ms", "slow%", "HBM_MB/tok", "KV_GB/req", "max_batch");
@@ -623,10 +622,13 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
     json_object_set_new(root, "stream", json_string(s->stream_label));
     json_object_set_new(root, "steps_per_cell", json_integer(s->steps));
     json_object_set_new(root, "profile", json_string(s->prof.name));
-    json_object_set_new(root, "K", json_integer(s->prm.K));
-    json_object_set_new(root, "n_sink", json_integer(s->prm.n_sink));
-    json_object_set_new(root, "n_recent", json_integer(s->prm.n_recent));
-    json_object_set_new(root, "T_max", json_integer(s->prm.T_max));
+    char bud[32];
+    sfi_budget_format(&s->budget, bud, sizeof bud);
+    json_object_set_new(root, "budget", json_string(bud));
+    json_object_set_new(root, "K", json_integer(s->cfg.prm.K));
+    json_object_set_new(root, "n_sink", json_integer(s->cfg.prm.n_sink));
+    json_object_set_new(root, "n_recent", json_integer(s->cfg.prm.n_recent));
+    json_object_set_new(root, "T_max", json_integer(s->cfg.prm.T_max));
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         json_t *o = json_object();
@@ -740,12 +742,13 @@ static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int *
         cs.tp = t;
         cs.context = ctx_max;
         cs.batch = batch;
-        cs.prm = s->prm;
+        cs.budget = s->budget;
         cs.prof = s->prof;
         cs.weight_bytes = s->weight_bytes;
         int all_fit = 1, valid = 1;
         for (int pi = 0; pi < s->n_pols && valid; pi++) {
-            cs.pol = s->pols[pi].pol;
+            cs.kind = s->pols[pi].kind;
+            cs.pol = s->pols[pi].cfg;
             sfi_cost_memory mem;
             sfi_error e2;
             if (sfi_cost_memory_of(&cs, &mem, &e2) != SFI_OK) {
@@ -782,7 +785,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         {"weight-bytes", required_argument, NULL, 'w'}, {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, 'o'},   {"png", required_argument, NULL, 'G'},
         {"no-png", no_argument, NULL, 'N'},         {"timeline-png", required_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},
+        {"budget", required_argument, NULL, 'B'},   {"help", no_argument, NULL, 'h'},
         /* Singular spellings of the list options. */
         {"model", required_argument, NULL, 'm'},    {"gpu", required_argument, NULL, 'g'},
         {"context", required_argument, NULL, 'c'},  {"policy", required_argument, NULL, 'P'},
@@ -796,7 +799,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     int wbytes = 2;
     sweep s;
     memset(&s, 0, sizeof s);
-    sfi_params_default(&s.prm);
+    sfi_policy_config_default(&s.cfg);
     sfi_hw_profile_default(&s.prof);
     sfi_error err;
     int rc = 1;
@@ -829,8 +832,14 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             break;
         }
         case 'p': a_prof = optarg; break;
+        case 'B':
+            if (sfi_budget_parse(optarg, &s.budget, &err) != SFI_OK) {
+                fprintf(stderr, "sfi-sim sweep: --budget: %s\n", err.msg);
+                return 2;
+            }
+            break;
         case 'x':
-            if (sfi_params_set(&s.prm, optarg, "--param", &err) != SFI_OK) {
+            if (sfi_policy_config_set(&s.cfg, optarg, &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                 return 1;
             }
@@ -863,7 +872,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         fprintf(stderr, "sfi-sim sweep: --format: '%s' is not table, csv or json\n", a_fmt);
         return 2;
     }
-    if (sfi_params_validate(&s.prm, &err) != SFI_OK) {
+    if (sfi_params_validate(&s.cfg.prm, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         return 1;
     }
@@ -917,7 +926,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     }
     /* Policies. */
     if (!a_pols || !strcasecmp(a_pols, "all")) {
-        if ((s.n_pols = all_policies(&s.pols)) < 0)
+        if ((s.n_pols = all_policies(&s.cfg, &s.pols)) < 0)
             goto oom;
     } else {
         char **v;
@@ -935,11 +944,14 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         free(v);
         if (!s.pols)
             goto oom;
-        for (int i = 0; i < n; i++)
-            if (sfi_sim_policy_parse(s.pols[i].name, &s.pols[i].pol, &err) != SFI_OK) {
+        for (int i = 0; i < n; i++) {
+            s.pols[i].cfg = s.cfg;
+            if (sfi_policy_spec_parse(s.pols[i].name, &s.pols[i].kind, &s.pols[i].cfg, &err) ||
+                sfi_params_validate(&s.pols[i].cfg.prm, &err)) {
                 fprintf(stderr, "sfi-sim sweep: --policies: %s\n", err.msg);
                 goto out;
             }
+        }
     }
     if (setup_stream(&s, a_trace, a_tok, synthetic, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
@@ -953,12 +965,13 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     if (!replays)
         goto oom;
     for (int pi = 0; pi < s.n_pols; pi++) {
-        if (!sfi_sim_policy_has_slow_steps(s.pols[pi].pol.kind))
+        const policy_spec *ps = &s.pols[pi];
+        if (!sfi_policy_has_slow_steps(ps->kind))
             continue;
         for (int bi = 0; bi < s.n_batches; bi++)
             if (sfi_replay_run(&(sfi_replay_stream){s.tokens, s.n_tokens, s.is_trigger, s.n_vocab},
-                               trigger_of(s.pols[pi].pol.kind), &s.prm, s.pols[pi].pol.interval,
-                               s.batches[bi], stagger_of(&s.pols[pi].pol, &s.prm), s.steps,
+                               sfi_policy_trigger_kind(ps->kind), &ps->cfg.prm, ps->cfg.interval,
+                               s.batches[bi], stagger_of(ps), s.steps,
                                a_tl ? TIMELINE_STEPS : 0,
                                &replays[pi * s.n_batches + bi], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
@@ -986,7 +999,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                         cs.model = &s.models[m];
                         cs.gpu = s.gpus[g];
                         cs.prof = s.prof;
-                        cs.prm = s.prm;
+                        cs.budget = s.budget;
                         cs.tp = tp;
                         cs.context = s.contexts[ci];
                         cs.batch = s.batches[bi];
@@ -994,17 +1007,19 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                         /* Full-KV baseline of the speedup column. */
                         row base;
                         memset(&base, 0, sizeof base);
-                        sfi_sim_policy_default(&cs.pol, SFI_SIM_FULL);
+                        cs.kind = SFI_POLICY_FULL;
+                        cs.pol = s.cfg;
                         if (price_cell(&cs, NULL, &base, NULL, &err) != SFI_OK) {
                             fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                             goto out;
                         }
                         for (int pi = 0; pi < s.n_pols; pi++) {
                             row *r = &rows[n_rows];
-                            cs.pol = s.pols[pi].pol;
+                            cs.kind = s.pols[pi].kind;
+                            cs.pol = s.pols[pi].cfg;
                             const sfi_replay_result *rp =
-                                sfi_sim_policy_has_slow_steps(cs.pol.kind) ? &replays[pi * s.n_batches + bi]
-                                                                           : NULL;
+                                sfi_policy_has_slow_steps(cs.kind) ? &replays[pi * s.n_batches + bi]
+                                                                   : NULL;
                             if (price_cell(&cs, rp, r, NULL, &err) != SFI_OK) {
                                 fprintf(stderr, "sfi-sim sweep: %s (model %s, context %d, policy %s)\n",
                                         err.msg, model_label(&s, m), cs.context, s.pols[pi].name);
@@ -1091,7 +1106,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
          * reference; no replayed policy: full KV alone. */
         int n_panels = 0;
         for (int pi = 0; pi < s.n_pols; pi++)
-            n_panels += sfi_sim_policy_has_slow_steps(s.pols[pi].pol.kind);
+            n_panels += sfi_policy_has_slow_steps(s.pols[pi].kind);
         if (n_panels == 0)
             n_panels = 1;
         if (n_panels > 16)
@@ -1111,14 +1126,15 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         cs.model = &s.models[0];
         cs.gpu = s.gpus[0];
         cs.prof = s.prof;
-        cs.prm = s.prm;
+        cs.budget = s.budget;
         cs.tp = tp;
         cs.context = s.contexts[ci_max];
         cs.batch = s.batches[0];
         cs.weight_bytes = s.weight_bytes;
         row tmp;
         double full_t = 0;
-        sfi_sim_policy_default(&cs.pol, SFI_SIM_FULL);
+        cs.kind = SFI_POLICY_FULL;
+        cs.pol = s.cfg;
         if (!st)
             st = price_cell(&cs, NULL, &tmp, NULL, &err);
         full_t = tmp.mean_s;
@@ -1128,8 +1144,9 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         }
         int panel = 0;
         for (int pi = 0; pi < s.n_pols && !st && panel < n_panels; pi++) {
-            cs.pol = s.pols[pi].pol;
-            if (!sfi_sim_policy_has_slow_steps(cs.pol.kind))
+            cs.kind = s.pols[pi].kind;
+            cs.pol = s.pols[pi].cfg;
+            if (!sfi_policy_has_slow_steps(cs.kind))
                 continue;
             const sfi_replay_result *rp = &replays[pi * s.n_batches];
             double *tt = NULL;
