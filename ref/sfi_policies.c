@@ -380,10 +380,18 @@ void sfi_budget_format(const sfi_budget *b, char *buf, size_t n)
         snprintf(buf, n, "sfi");
 }
 
-int sfi_budget_sfi_k(const sfi_params *prm, int B)
+void sfi_budget_sfi_split(const sfi_params *prm, int B, int n_ctx_max, int *n_recent, int *K)
 {
-    int K = B - prm->n_sink - prm->n_recent;
-    return K < 1 ? 1 : K;
+    int r = (B - prm->n_sink) / 2;
+    if (r > prm->n_recent)
+        r = prm->n_recent;
+    if (B >= n_ctx_max)
+        r = B - prm->n_sink;
+    if (r < 1)
+        r = 1;
+    int k = B - prm->n_sink - r;
+    *n_recent = r;
+    *K = k < 1 ? 1 : k;
 }
 
 /* ---------------------------------------------------------------- */
@@ -1582,10 +1590,9 @@ static sfi_status sfi_ensure_logits(sfi_policy *p, size_t need, sfi_error *err)
 
 /* Runs the Selector over in (logits laid out [H][n_win][n_pos]) and
  * stores every head's selection. */
-static sfi_status sfi_select(sfi_policy *p, layer_state *l, int n_win, int n_pos, int B,
-                             sfi_error *err)
+static sfi_status sfi_select(sfi_policy *p, layer_state *l, int n_win, int n_pos,
+                             const sfi_params *prm, sfi_error *err)
 {
-    const sfi_params *prm = &p->cfg.prm;
     int H = p->H, jb, je;
     sfi_state_candidates(prm, n_pos, &jb, &je);
     for (int h = 0; h < H; h++) {
@@ -1597,7 +1604,6 @@ static sfi_status sfi_select(sfi_policy *p, layer_state *l, int n_win, int n_pos
     if (je <= jb)
         return SFI_OK;
     sfi_params q = *prm;
-    q.K = sfi_budget_sfi_k(prm, B);
     sfi_selector_input in = {
         .n_kv_heads = H, .n_win = n_win, .n_pos = n_pos, .j_begin = jb, .j_end = je,
         .logits = p->logits, .key_norms = p->norms,
@@ -1632,7 +1638,10 @@ static sfi_status step_sfi(sfi_policy *p, layer_state *l, const sfi_policy_step 
     sfi_step_reason why;
     sfi_step_kind kind = sfi_trigger_next(&l->tp, st->prev_trigger ? 1 : 0, &why);
     int H = p->H, n_ctx = st->n_ctx;
-    const sfi_params *prm = &p->cfg.prm;
+    /* The budget's split into recent and selected (sfi_budget_sfi_split). */
+    sfi_params sp = p->cfg.prm;
+    sfi_budget_sfi_split(&p->cfg.prm, B, n_ctx, &sp.n_recent, &sp.K);
+    const sfi_params *prm = &sp;
     int sink_end = prm->n_sink < n_ctx ? prm->n_sink : n_ctx;
     int rb = n_ctx - prm->n_recent > sink_end ? n_ctx - prm->n_recent : sink_end;
     if (kind == SFI_STEP_SLOW) {
@@ -1677,7 +1686,7 @@ static sfi_status step_sfi(sfi_policy *p, layer_state *l, const sfi_policy_step 
                         p->norms[(size_t)h * n_ctx + j] = 1.0f;
                 }
             }
-            if ((e = sfi_select(p, l, G, n_ctx, B, err)))
+            if ((e = sfi_select(p, l, G, n_ctx, prm, err)))
                 return e;
         }
         for (int h = 0; h < H; h++)
@@ -1874,7 +1883,9 @@ sfi_status sfi_policy_prompt_run(sfi_policy *p, int layer, const sfi_policy_prom
         sfi_norms(p, pr->k, n);
         int B = pr->budget > 0 ? pr->budget
                                : p->cfg.prm.n_sink + p->cfg.prm.K + p->cfg.prm.n_recent;
-        if ((st = sfi_select(p, l, nw, n, B, err)))
+        sfi_params sp = p->cfg.prm;
+        sfi_budget_sfi_split(&p->cfg.prm, B, n, &sp.n_recent, &sp.K);
+        if ((st = sfi_select(p, l, nw, n, &sp, err)))
             return st;
         break;
     }

@@ -182,8 +182,13 @@ sfi_status sfi_budget_parse(const char *s, sfi_budget *b, sfi_error *err);
 int sfi_budget_positions(const sfi_budget *b, const sfi_params *prm, int n_ctx);
 /* Writes the spec back ("6%", "2308", "sfi") into buf. */
 void sfi_budget_format(const sfi_budget *b, char *buf, size_t n);
-/* SFI's K at budget B: B - n_sink - n_recent, at least 1. */
-int sfi_budget_sfi_k(const sfi_params *prm, int B);
+/* SFI's split of a budget B: n_sink as configured, recent = min(n_recent,
+ * (B - n_sink) / 2), K = B - n_sink - recent, each at least 1 (below
+ * B = n_sink + 2 the set exceeds B). When B >= n_ctx_max (the largest
+ * context the run reaches) recent = B - n_sink and K = 1: sink and recent
+ * then cover every position. At "sfi" (B = n_sink + K + n_recent) this
+ * gives back n_recent and K. */
+void sfi_budget_sfi_split(const sfi_params *prm, int B, int n_ctx_max, int *n_recent, int *K);
 
 /* ------------------------------------------------------------------ */
 /* Steps and sets                                                      */

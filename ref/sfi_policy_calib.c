@@ -798,14 +798,15 @@ sfi_status sfi_policy_calibrator_finish(sfi_policy_calibrator *c, const char *so
                                  "layers", c->ring[i].pos, c->ring[i].layers_done, c->L);
     simacc_end_prompt(&c->sa);
     int L = c->L, H = c->H, half = c->d / 2;
-    if (L > 1 && c->sa.n_prompts < 1)
-        return sfi_error_set(err, SFI_EINVAL, "calibration: no token had a context longer than "
-                             "k = %d (use longer calibration prompts)", c->kk);
+    /* Each part needs tokens past its k: a part nothing measured is left
+     * out (has_kascade / has_fasa 0); with neither there is nothing. */
+    int kascade = L > 1 && c->sa.n_prompts > 0, fasa = 1;
     for (int i = 0; i < L * H; i++)
-        if (c->agree_n[i] < 1.0)
-            return sfi_error_set(err, SFI_EINVAL, "calibration: no token had a context longer "
-                                 "than 2K = %d for FASA (use longer calibration prompts)",
-                                 2 * c->fk);
+        fasa &= c->agree_n[i] >= 1.0;
+    if (!kascade && !fasa)
+        return sfi_error_set(err, SFI_EINVAL, "calibration: no token had a context longer than "
+                             "Kascade's k = %d or FASA's 2K = %d (use longer calibration "
+                             "prompts)", c->kk, 2 * c->fk);
     out->n_layers = L;
     out->n_kv_heads = H;
     out->head_dim = c->d;
@@ -820,7 +821,7 @@ sfi_status sfi_policy_calibrator_finish(sfi_policy_calibrator *c, const char *so
     float *avg = malloc(sizeof(float) * (size_t)half);
     if (!st && !avg)
         st = sfi_error_set(err, SFI_ENOMEM, "calibration: out of memory");
-    for (int i = 0; !st && i < L * H; i++) {
+    for (int i = 0; !st && fasa && i < L * H; i++) {
         for (int ch = 0; ch < half; ch++)
             avg[ch] = (float)(c->agree[(size_t)i * half + ch] / c->agree_n[i]);
         st = sfi_topk(avg, half, c->n_tip, c->ia, err);
@@ -832,10 +833,10 @@ sfi_status sfi_policy_calibrator_finish(sfi_policy_calibrator *c, const char *so
         sfi_policy_calib_free(out);
         return st;
     }
-    out->has_kascade = 1;
+    out->has_kascade = kascade;
     out->kascade_k = c->kk;
-    out->has_fasa = 1;
+    out->has_fasa = fasa;
     out->fasa_k = c->fk;
-    out->n_tip = c->n_tip;
+    out->n_tip = fasa ? c->n_tip : 0;
     return SFI_OK;
 }

@@ -157,7 +157,13 @@ START_TEST(names_lists_specs_and_budgets)
     ck_assert_int_eq(sfi_budget_positions(&b, &prm, 1000), 1000); /* clipped */
     ck_assert_int_eq(sfi_budget_parse("sfi", &b, &e), SFI_OK);
     ck_assert_int_eq(sfi_budget_positions(&b, &prm, 100000), 4 + 2048 + 256);
-    ck_assert_int_eq(sfi_budget_sfi_k(&prm, 480), 480 - 4 - 256);
+    int r, K;
+    sfi_budget_sfi_split(&prm, 480, 8000, &r, &K);
+    ck_assert(r == 238 && K == 238); /* recent halves below n_sink + 2 n_recent */
+    sfi_budget_sfi_split(&prm, 2308, 100000, &r, &K);
+    ck_assert(r == 256 && K == 2048);
+    sfi_budget_sfi_split(&prm, 900, 900, &r, &K);
+    ck_assert(r == 896 && K == 1); /* the budget covers the run */
     char buf[32];
     sfi_budget_parse("6%", &b, &e);
     sfi_budget_format(&b, buf, sizeof buf);
@@ -781,9 +787,9 @@ END_TEST
 
 START_TEST(sfi_set_is_sink_recent_selected)
 {
-    /* n_sink 4, n_recent 8, B = 15 -> K = 3 selected by the reference
-     * Selector at slow steps; T_max 3. Attention: 30 (0.4), 60 (0.3),
-     * 45 (0.1), 2 (sink, 0.1). */
+    /* n_sink 4, n_recent 8, B = 15: the split gives recent min(8, 11 / 2)
+     * = 5 and K = 6 selected by the reference Selector at slow steps;
+     * T_max 3. Attention: 30 (0.4), 60 (0.3), 45 (0.1), 2 (sink, 0.1). */
     sfi_policy_config c;
     sfi_policy_config_default(&c);
     c.prm.n_recent = 8;
@@ -809,7 +815,7 @@ START_TEST(sfi_set_is_sink_recent_selected)
         ck_assert_int_eq(count_members(&s), 15);
         for (int j = 0; j < 4; j++)
             ck_assert(sfi_policy_set_contains(&s, j));
-        for (int j = 100 + t - 8; j < 100 + t; j++)
+        for (int j = 100 + t - 5; j < 100 + t; j++)
             ck_assert(sfi_policy_set_contains(&s, j));
         /* the three heavy positions of J */
         ck_assert(sfi_policy_set_contains(&s, 30) && sfi_policy_set_contains(&s, 60) &&
