@@ -528,12 +528,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
             goto out;
         }
         if (idsf) {
-            if (memchr(s, 0, len)) {
-                free(s);
-                fprintf(stderr, "sfi-ref eval: %s: a NUL byte: not a list of token ids\n", path);
-                goto out;
-            }
-            st = sfi_ref_parse_ids(path, s, &ids, &n_ids, &e);
+            st = sfi_ref_parse_ids(path, s, len, &ids, &n_ids, &e);
             free(s);
             if (st) {
                 fprintf(stderr, "sfi-ref eval: %s\n", e.msg);

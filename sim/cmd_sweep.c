@@ -222,74 +222,6 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
 
 /* ---- option parsing ---- */
 
-static int split_list(const char *arg, char ***out)
-{
-    int n = 1;
-    for (const char *p = arg; *p; p++)
-        n += *p == ',';
-    char **v = calloc((size_t)n, sizeof *v);
-    if (!v)
-        return -1;
-    int k = 0;
-    const char *p = arg;
-    for (;;) {
-        size_t len = strcspn(p, ",");
-        v[k] = malloc(len + 1);
-        if (!v[k]) {
-            for (int i = 0; i < k; i++)
-                free(v[i]);
-            free(v);
-            return -1;
-        }
-        memcpy(v[k], p, len);
-        v[k][len] = 0;
-        k++;
-        if (!p[len])
-            break;
-        p += len + 1;
-    }
-    *out = v;
-    return k;
-}
-
-static void free_list(char **v, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
-/* Policy lists are split on commas that start a new policy name, so
- * "quest:page=32,k=1024,sfi" gives two policies. */
-static int split_policies(const char *arg, char ***out)
-{
-    char **parts;
-    int n = split_list(arg, &parts);
-    if (n < 0)
-        return -1;
-    char **v = calloc((size_t)n, sizeof *v);
-    int k = 0;
-    for (int i = 0; i < n && v; i++) {
-        if (k > 0 && strchr(parts[i], '=') && !strchr(parts[i], ':')) {
-            size_t a = strlen(v[k - 1]), b = strlen(parts[i]);
-            char *j = realloc(v[k - 1], a + b + 2);
-            if (!j)
-                continue;
-            j[a] = ',';
-            memcpy(j + a + 1, parts[i], b + 1);
-            v[k - 1] = j;
-        } else {
-            v[k++] = parts[i];
-            parts[i] = NULL;
-        }
-    }
-    free_list(parts, n);
-    if (!v)
-        return -1;
-    *out = v;
-    return k;
-}
-
 /* SFI parameters a policy spec may set for itself: the ones the cost
  * model and the replay read (the Selector's own knobs do not change what a
  * step costs). */
@@ -359,12 +291,12 @@ static int parse_int_list(const char *what, const char *arg, int allow_auto, int
                           int hi, int **out)
 {
     char **v;
-    int n = split_list(arg, &v);
+    int n = sfi_sim_split_list(arg, &v);
     if (n < 0)
         return -1;
     int *x = calloc((size_t)n, sizeof *x);
     if (!x) {
-        free_list(v, n);
+        sfi_sim_free_list(v, n);
         return -1;
     }
     for (int i = 0; i < n; i++) {
@@ -377,12 +309,12 @@ static int parse_int_list(const char *what, const char *arg, int allow_auto, int
             fprintf(stderr, "sfi-sim sweep: %s: '%s' is not %s in %d..%d\n", what, v[i],
                     kilo ? "a size (e.g. 32K)" : "an integer", lo, hi);
             free(x);
-            free_list(v, n);
+            sfi_sim_free_list(v, n);
             return -2;
         }
         x[i] = (int)val;
     }
-    free_list(v, n);
+    sfi_sim_free_list(v, n);
     *out = x;
     return n;
 }
@@ -491,22 +423,6 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
                    "request's KV_GB/req beside them; use more GPUs (--tp) or a shorter context\n");
 }
 
-static void csv_str(FILE *f, const char *s)
-{
-    int q = strpbrk(s, ",\"\n") != NULL;
-    if (!q) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void print_csv(FILE *f, const sweep *s, const row *rows, int n)
 {
     fprintf(f, "model,gpu,tp,context,batch,policy,fits,tokens_per_s,speedup,mean_ms,p50_ms,p99_ms,"
@@ -515,11 +431,11 @@ static void print_csv(FILE *f, const sweep *s, const row *rows, int n)
                "usable_hbm_bytes_per_gpu\n");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
-        csv_str(f, model_label(s, r->model));
+        sfi_sim_csv_str(f, model_label(s, r->model));
         fputc(',', f);
-        csv_str(f, s->gpus[r->gpu].name);
+        sfi_sim_csv_str(f, s->gpus[r->gpu].name);
         fprintf(f, ",%d,%d,%d,", r->tp, r->context, r->batch);
-        csv_str(f, s->pols[r->policy].name);
+        sfi_sim_csv_str(f, s->pols[r->policy].name);
         if (r->fits) {
             fprintf(f, ",1,%.6g,", r->tok_s);
             if (isfinite(r->speedup)) /* empty: full KV does not fit (no baseline) */
@@ -992,7 +908,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     /* Models. */
     {
         char **v;
-        int n = split_list(a_models, &v);
+        int n = sfi_sim_split_list(a_models, &v);
         if (n < 0)
             goto oom;
         s.model_names = v;
@@ -1009,7 +925,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     /* GPUs. */
     {
         char **v;
-        int n = split_list(a_gpus, &v);
+        int n = sfi_sim_split_list(a_gpus, &v);
         if (n < 0)
             goto oom;
         s.gpus = calloc((size_t)n, sizeof *s.gpus);
@@ -1017,10 +933,10 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         for (int i = 0; i < n && s.gpus; i++)
             if (sfi_gpu_resolve(v[i], &s.gpus[i], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: --gpus: %s\n", err.msg);
-                free_list(v, n);
+                sfi_sim_free_list(v, n);
                 goto out;
             }
-        free_list(v, n);
+        sfi_sim_free_list(v, n);
         if (!s.gpus)
             goto oom;
     }
@@ -1036,7 +952,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             goto oom;
     } else {
         char **v;
-        int n = split_policies(a_pols, &v);
+        int n = sfi_sim_split_policies(a_pols, &v);
         if (n < 0)
             goto oom;
         s.pols = calloc((size_t)n, sizeof *s.pols);
@@ -1172,7 +1088,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         }
     }
     if (n_fit < n_rows)
-        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch)\n",
+        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch; "
+                        "'sfi-sim serve' admits what fits and queues the rest)\n",
                 n_rows - n_fit, n_rows);
     if (n_fit == 0) {
         fprintf(stderr, "sfi-sim sweep: nothing fits: the batch does not fit at any context "
