@@ -52,8 +52,9 @@ static void usage(FILE *out)
             "  --gpu NAME|FILE       B200, H200, H100-SXM or a GPU JSON file [B200]\n"
             "  --tp N|auto           tensor-parallel degree; auto: the smallest power of\n"
             "                        two at which every request fits alone [auto]\n"
-            "  --policies LIST       policies, NAME or NAME:key=value,... (sfi:K=1024)\n"
-            "                        [full,sfi]\n"
+            "  --policies LIST       policies, NAME or NAME:key=value,... [full,sfi]\n"
+            "  --budget B            positions per KV head per step for every policy: a\n"
+            "                        share (6%%), a count, or sfi = n_sink + K + n_recent [sfi]\n"
             "  --engine NAME|FILE    engine profile: default, a name in sim/profiles\n"
             "                        (vllm-triton-b200) or a profile JSON [default]\n"
             "  --profile FILE        the same as --engine FILE\n"
@@ -64,7 +65,8 @@ static void usage(FILE *out)
             "  --no-chunked-prefill  prefill whole prompts in steps of their own\n"
             "  --kv-dtype T          KV cache elements: bf16 or fp8 [bf16]\n"
             "  --weight-dtype T      weights: bf16 or fp8 [bf16]\n"
-            "  --param KEY=VAL       SFI parameter (K, n_sink, n_recent, T_max, ...)\n"
+            "  --param KEY=VAL       SFI or policy parameter (K, n_sink, n_recent, T_max,\n"
+            "                        quest_page, ...; see sfi-sim presets)\n"
             "slow steps (each request replays a token stream through the trigger):\n"
             "  --trace FILE          tokens-level trace [$SFI_TRACE, else the bundled ones]\n"
             "  --tokenizer DIR       vocabulary for the trigger set\n"
@@ -84,9 +86,9 @@ static void usage(FILE *out)
 }
 
 typedef struct {
-    char *name;          /* as given */
-    sfi_sim_policy pol;
-    sfi_params prm;      /* --param's, with the spec's K, n_sink, n_recent, T_max */
+    char *name;
+    sfi_policy_kind kind;
+    sfi_policy_config cfg;
 } policy_spec;
 
 typedef struct {
@@ -102,7 +104,8 @@ typedef struct {
     sfi_gpu gpu;
     sfi_hw_profile prof;
     char engine_label[300];
-    sfi_params prm;
+    sfi_policy_config cfg;   /* --param: SFI and policy parameters */
+    sfi_budget budget;       /* --budget, the same for every policy */
     int tp;
     int n_req;
     char **prompt_specs;
@@ -121,16 +124,6 @@ typedef struct {
     int kv_bytes, weight_bytes;
 } serve_cli;
 
-static sfi_trigger_kind trigger_of(sfi_sim_policy_kind k)
-{
-    switch (k) {
-    case SFI_SIM_SFI: return SFI_TRIG_SFI;
-    case SFI_SIM_TMAX: return SFI_TRIG_TMAX;
-    case SFI_SIM_INTERVAL: return SFI_TRIG_INTERVAL;
-    case SFI_SIM_BOUNDARY: return SFI_TRIG_BOUNDARY;
-    default: return SFI_TRIG_NEVER;
-    }
-}
 
 /* An engine profile: "default", a file path, or NAME of
  * sim/profiles/NAME.json (source tree, then the installed data dir). */
@@ -204,13 +197,14 @@ static void config_of(const serve_cli *s, int pol, int tp, sfi_serve_config *c)
 {
     *c = s->base;
     c->cost.prof = s->prof;
-    c->cost.prm = s->pols[pol].prm;
+    c->cost.budget = s->budget;
     c->cost.tp = tp;
     c->cost.kv_bytes = s->kv_bytes;
     c->cost.weight_bytes = s->weight_bytes;
-    c->cost.pol = s->pols[pol].pol;
-    c->stream = sfi_sim_policy_has_slow_steps(c->cost.pol.kind) ? &s->rs : NULL;
-    c->trigger = trigger_of(c->cost.pol.kind);
+    c->cost.kind = s->pols[pol].kind;
+    c->cost.pol = s->pols[pol].cfg;
+    c->stream = sfi_policy_has_slow_steps(c->cost.kind) ? &s->rs : NULL;
+    c->trigger = sfi_policy_trigger_kind(c->cost.kind);
     c->interval = c->cost.pol.interval;
 }
 
@@ -289,8 +283,8 @@ static void print_header(FILE *f, const serve_cli *s)
             s->model.name, s->gpu.name, s->tp, s->engine_label, s->n_req, s->gen_spec,
             arrivals_label(s, arr, sizeof arr), c->gpu_mem_util, c->block_size, c->max_num_seqs,
             c->max_batched_tokens, c->chunked_prefill ? "chunked" : "unchunked", c->shared_prefix,
-            s->kv_bytes == 1 ? "fp8" : "bf16", s->weight_bytes == 1 ? "fp8" : "bf16", s->prm.K,
-            s->prm.n_sink, s->prm.n_recent, s->prm.T_max, s->stream.label);
+            s->kv_bytes == 1 ? "fp8" : "bf16", s->weight_bytes == 1 ? "fp8" : "bf16", s->cfg.prm.K,
+            s->cfg.prm.n_sink, s->cfg.prm.n_recent, s->cfg.prm.T_max, s->stream.label);
 }
 
 static void print_table(FILE *f, const serve_cli *s, const run_row *rows, int n)
@@ -401,10 +395,10 @@ static int print_json(FILE *f, const serve_cli *s, const run_row *rows, int n)
     json_object_set_new(root, "shared_prefix", json_integer(c->shared_prefix));
     json_object_set_new(root, "kv_dtype", json_string(s->kv_bytes == 1 ? "fp8" : "bf16"));
     json_object_set_new(root, "weight_dtype", json_string(s->weight_bytes == 1 ? "fp8" : "bf16"));
-    json_object_set_new(root, "K", json_integer(s->prm.K));
-    json_object_set_new(root, "n_sink", json_integer(s->prm.n_sink));
-    json_object_set_new(root, "n_recent", json_integer(s->prm.n_recent));
-    json_object_set_new(root, "T_max", json_integer(s->prm.T_max));
+    json_object_set_new(root, "K", json_integer(s->cfg.prm.K));
+    json_object_set_new(root, "n_sink", json_integer(s->cfg.prm.n_sink));
+    json_object_set_new(root, "n_recent", json_integer(s->cfg.prm.n_recent));
+    json_object_set_new(root, "T_max", json_integer(s->cfg.prm.T_max));
     json_object_set_new(root, "stream", json_string(s->stream.label));
     if (s->slo_tpot > 0)
         json_object_set_new(root, "slo_tpot_ms", json_real(s->slo_tpot * 1e3));
@@ -677,10 +671,11 @@ int sfi_sim_cmd_serve(int argc, char **argv)
         {"slo-ttft", required_argument, NULL, 'F'},     {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, 'o'},       {"requests-csv", required_argument, NULL, 'R'},
         {"png", required_argument, NULL, 'Q'},          {"timeline-png", required_argument, NULL, 'l'},
+        {"budget", required_argument, NULL, 'b'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     serve_cli s;
     memset(&s, 0, sizeof s);
-    sfi_params_default(&s.prm);
+    sfi_policy_config_default(&s.cfg);
     sfi_serve_config_init(&s.base);
     s.n_req = 16;
     s.seed = 1;
@@ -705,6 +700,12 @@ int sfi_sim_cmd_serve(int argc, char **argv)
                 return 2;
             break;
         case 'P': a_prompt = optarg; break;
+        case 'b':
+            if (sfi_budget_parse(optarg, &s.budget, &err) != SFI_OK) {
+                fprintf(stderr, ME ": --budget: %s\n", err.msg);
+                return 2;
+            }
+            break;
         case 'G': s.gen_spec = optarg; break;
         case 'r':
             if (!strcasecmp(optarg, "inf")) {
@@ -772,7 +773,7 @@ int sfi_sim_cmd_serve(int argc, char **argv)
                 return 2;
             break;
         case 'x':
-            if (sfi_params_set(&s.prm, optarg, "--param", &err) != SFI_OK) {
+            if (sfi_policy_config_set(&s.cfg, optarg, &err) != SFI_OK) {
                 fprintf(stderr, ME ": %s\n", err.msg);
                 return 1;
             }
@@ -820,7 +821,7 @@ int sfi_sim_cmd_serve(int argc, char **argv)
         fprintf(stderr, ME ": --gen: %s\n", err.msg);
         return 2;
     }
-    if (sfi_params_validate(&s.prm, &err) != SFI_OK) {
+    if (sfi_params_validate(&s.cfg.prm, &err) != SFI_OK) {
         fprintf(stderr, ME ": %s\n", err.msg);
         return 1;
     }
@@ -868,14 +869,16 @@ int sfi_sim_cmd_serve(int argc, char **argv)
         for (int i = 0; i < n; i++)
             s.pols[i].name = v[i];
         free(v);
-        for (int i = 0; i < n; i++)
-            if (sfi_sim_policy_spec_parse(s.pols[i].name, &s.prm, &s.pols[i].pol, &s.pols[i].prm,
-                                          &err) != SFI_OK) {
+        for (int i = 0; i < n; i++) {
+            s.pols[i].cfg = s.cfg;
+            if (sfi_policy_spec_parse(s.pols[i].name, &s.pols[i].kind, &s.pols[i].cfg, &err) ||
+                sfi_params_validate(&s.pols[i].cfg.prm, &err)) {
                 fprintf(stderr, ME ": --policies: %s\n", err.msg);
                 goto out;
             }
+        }
     }
-    if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.prm, &s.stream, &err) != SFI_OK) {
+    if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.cfg.prm, &s.stream, &err) != SFI_OK) {
         fprintf(stderr, ME ": %s\n", err.msg);
         goto out;
     }
@@ -914,7 +917,7 @@ int sfi_sim_cmd_serve(int argc, char **argv)
             r->policy = p;
             r->mean_prompt = mean;
             n_rows++;
-            if (base < 0 && s.pols[p].pol.kind == SFI_SIM_FULL)
+            if (base < 0 && s.pols[p].kind == SFI_POLICY_FULL)
                 base = n_rows - 1;
         }
         /* Speedup over the run's full-KV row (NaN without one). */
@@ -929,7 +932,7 @@ int sfi_sim_cmd_serve(int argc, char **argv)
     for (int i = 0; i < n_rows; i++) {
         int pi = rows[i].prompt_i;
         for (int j = 0; j < n_rows; j++)
-            if (rows[j].prompt_i == pi && s.pols[rows[j].policy].pol.kind == SFI_SIM_FULL &&
+            if (rows[j].prompt_i == pi && s.pols[rows[j].policy].kind == SFI_POLICY_FULL &&
                 rows[i].res.peak_running < rows[j].res.peak_running)
                 fprintf(stderr,
                         ME ": prompt %s: %s runs at most %d requests at once, full KV %d (its "

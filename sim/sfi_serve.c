@@ -250,7 +250,7 @@ static int decide_slow(engine *e, rq *r)
 {
     const sfi_serve_config *c = e->c;
     int slow;
-    if (!sfi_sim_policy_has_slow_steps(c->cost.pol.kind)) {
+    if (!sfi_policy_has_slow_steps(c->cost.kind)) {
         slow = 0;
     } else if (c->stream) {
         slow = sfi_trigger_next(&r->trig, r->prev, NULL) == SFI_STEP_SLOW;
@@ -269,7 +269,7 @@ static void restart_trigger(engine *e, rq *r)
     const sfi_serve_config *c = e->c;
     r->fresh = 1;
     if (c->stream)
-        sfi_trigger_policy_init(&r->trig, c->trigger, &c->cost.prm, c->stream->is_trigger,
+        sfi_trigger_policy_init(&r->trig, c->trigger, &c->cost.pol.prm, c->stream->is_trigger,
                                 c->stream->n_vocab, c->interval);
     r->prev = -1;
 }
@@ -363,14 +363,14 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
     /* Weights from the memory model (its context checks do not apply to
      * a workload: give it a context it accepts). */
     sfi_cost_setup ms = c->cost;
-    ms.context = ms.prm.K > ms.pol.peer_k ? ms.prm.K : ms.pol.peer_k;
+    ms.context = ms.pol.prm.K > ms.budget.positions ? ms.pol.prm.K : ms.budget.positions;
     if (ms.context < 1)
         ms.context = 1;
     ms.batch = 1;
     sfi_cost_memory mem;
     if ((st = sfi_cost_memory_of(&ms, &mem, err)))
         return st;
-    ms.pol.kind = SFI_SIM_FULL;
+    ms.kind = SFI_POLICY_FULL;
     ms.context = 1 << 20;
     e.pos_all = sfi_cost_request_bytes(&ms) / (1 << 20);
 
@@ -434,7 +434,7 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
                                "%.1f GB - weights %.2f - activations %.2f - reserved %.2f); raise "
                                "--tp or --gpu-mem-util, or shorten the requests",
                                i, req[i].prompt, req[i].gen, alone / 1e9,
-                               sfi_sim_policy_name(c->cost.pol.kind), e.budget / 1e9,
+                               sfi_policy_kind_name(c->cost.kind), e.budget / 1e9,
                                c->gpu_mem_util, c->cost.gpu.hbm_capacity / 1e9,
                                out->weights / 1e9, out->activations / 1e9, out->reserved / 1e9);
             goto done;

@@ -75,7 +75,7 @@ int main(void)
             }
             c.cost.model = &m;
             c.cost.tp = tps[mi];
-            sfi_sim_policy_default(&c.cost.pol, pk & 1 ? SFI_SIM_SFI : SFI_SIM_FULL);
+            c.cost.kind = pk & 1 ? SFI_POLICY_SFI : SFI_POLICY_FULL;
             c.stream = &in;
             c.trigger = SFI_TRIG_SFI;
             sfi_serve_request rq[128];

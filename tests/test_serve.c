@@ -23,7 +23,7 @@ static void setup_models(void)
 
 /* An engine whose steps cost 1 ms plus well under a microsecond of
  * memory and compute: 1.2 GB of weights at 1e15 B/s is 1.2 us. */
-static void one_ms_engine(sfi_serve_config *c, sfi_sim_policy_kind pol)
+static void one_ms_engine(sfi_serve_config *c, sfi_policy_kind pol)
 {
     sfi_serve_config_init(c);
     c->cost.model = &m06;
@@ -42,7 +42,7 @@ static void one_ms_engine(sfi_serve_config *c, sfi_sim_policy_kind pol)
     c->cost.prof.allreduce_latency_s = 0;
     c->cost.prof.overlap_contention = 0;
     c->cost.prof.step_overhead_s = 1e-3;
-    sfi_sim_policy_default(&c->cost.pol, pol);
+    c->cost.kind = pol;
 }
 
 static int near_ms(double t, double ms)
@@ -59,7 +59,7 @@ static void run_ok(const sfi_serve_config *c, const sfi_serve_request *rq, int n
 START_TEST(two_requests_by_hand)
 {
     sfi_serve_config c;
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     sfi_serve_request rq[2] = {{0, 100, 5}, {0, 100, 5}};
     sfi_serve_result r;
     sfi_serve_summary s;
@@ -106,7 +106,7 @@ END_TEST
 START_TEST(queued_when_memory_is_short)
 {
     sfi_serve_config c;
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     sfi_serve_request rq[2] = {{0, 100, 5}, {0, 100, 5}};
     sfi_serve_result r;
     run_ok(&c, rq, 2, &r);
@@ -133,7 +133,7 @@ END_TEST
 START_TEST(preempted_and_recomputed)
 {
     sfi_serve_config c;
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     /* Prompts of 100 (7 blocks) growing to 139 positions (9 blocks): room
      * for 250 positions admits both (224) but not both at 8 blocks (256). */
     sfi_serve_request rq[2] = {{0, 100, 40}, {0, 100, 40}};
@@ -165,7 +165,7 @@ END_TEST
 START_TEST(chunked_and_unchunked_prefill)
 {
     sfi_serve_config c;
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     c.max_batched_tokens = 256;
     c.max_num_seqs = 16;
     /* A 600-token prompt in chunks of 256: first token after 3 steps; the
@@ -207,7 +207,7 @@ END_TEST
 START_TEST(idle_until_arrival_and_max_num_seqs)
 {
     sfi_serve_config c;
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     c.max_num_seqs = 1;
     c.max_batched_tokens = 1;
     sfi_serve_request rq[2] = {{10, 1, 2}, {0, 1, 2}};
@@ -225,7 +225,7 @@ END_TEST
 START_TEST(shared_prefix_is_computed_and_held_once)
 {
     sfi_serve_config c;
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     sfi_serve_request rq[4];
     for (int i = 0; i < 4; i++)
         rq[i] = (sfi_serve_request){0, 1000, 4};
@@ -263,7 +263,7 @@ START_TEST(sfi_buffers_cost_concurrency)
     for (int i = 0; i < 16; i++)
         rq[i] = (sfi_serve_request){0, 16384 - 64, 64};
     sfi_serve_result r;
-    sfi_sim_policy_default(&c.cost.pol, SFI_SIM_FULL);
+    c.cost.kind = SFI_POLICY_FULL;
     run_ok(&c, rq, 16, &r);
     const double req_b = 16384 * 36 * 8 * 128 * 2 * 2.0;
     c.cost.gpu.hbm_capacity = (r.weights + r.activations + 8.5 * req_b) / c.gpu_mem_util;
@@ -272,7 +272,7 @@ START_TEST(sfi_buffers_cost_concurrency)
     int full_peak = r.peak_running;
     ck_assert_int_eq(full_peak, 8);
     sfi_serve_result_free(&r);
-    sfi_sim_policy_default(&c.cost.pol, SFI_SIM_SFI);
+    c.cost.kind = SFI_POLICY_SFI;
     run_ok(&c, rq, 16, &r);
     ck_assert_int_lt(r.peak_running, full_peak);
     ck_assert(r.peak_kv <= r.kv_budget);
@@ -290,7 +290,8 @@ START_TEST(invariants_of_random_workloads)
     uint8_t *trig;
     ck_assert(sfi_replay_synthetic(4096, 20, 7, &tok, &trig, &e) == SFI_OK);
     sfi_replay_stream stream = {tok, 4096, trig, 2};
-    const sfi_sim_policy_kind pols[] = {SFI_SIM_FULL, SFI_SIM_SFI, SFI_SIM_STREAMING, SFI_SIM_QUEST};
+    const sfi_policy_kind pols[] = {SFI_POLICY_FULL, SFI_POLICY_SFI, SFI_POLICY_STREAMING,
+                                    SFI_POLICY_QUEST};
     for (int trial = 0; trial < 8; trial++) {
         uint64_t rng = 1234 + trial;
         sfi_len_dist pd = {SFI_LEN_LOGNORMAL, 3000, 1.0}, gd = {SFI_LEN_UNIFORM, 1, 300};
@@ -318,10 +319,10 @@ START_TEST(invariants_of_random_workloads)
             c.shared_prefix = trial % 4 == 3 ? 1000 : 0;
             c.stream = &stream;
             c.timeline = 1;
-            sfi_sim_policy_default(&c.cost.pol, pols[p]);
+            c.cost.kind = pols[p];
             sfi_serve_result r;
             ck_assert_msg(sfi_serve_run(&c, rq, n, &r, &e) == SFI_OK, "trial %d %s: %s", trial,
-                          sfi_sim_policy_name(pols[p]), e.msg);
+                          sfi_policy_kind_name(pols[p]), e.msg);
             int64_t decode = 0;
             for (int i = 0; i < n; i++) {
                 const sfi_serve_req_stats *q = &r.req[i];
@@ -370,7 +371,7 @@ START_TEST(errors_name_the_problem)
     sfi_serve_config c;
     sfi_serve_result r;
     sfi_error e;
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     sfi_serve_request rq = {0, 2000000, 10};
     /* Too long for 80 GB. */
     ck_assert_int_eq(sfi_serve_run(&c, &rq, 1, &r, &e), SFI_ERANGE);
@@ -381,14 +382,14 @@ START_TEST(errors_name_the_problem)
     rq.prompt = 10;
     ck_assert_int_eq(sfi_serve_run(&c, &rq, 1, &r, &e), SFI_ERANGE);
     ck_assert_msg(strstr(e.msg, "no room for KV"), "%s", e.msg);
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     c.gpu_mem_util = 0;
     ck_assert_int_eq(sfi_serve_run(&c, &rq, 1, &r, &e), SFI_ERANGE);
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     c.max_batched_tokens = 8;
     c.max_num_seqs = 16;
     ck_assert_int_eq(sfi_serve_run(&c, &rq, 1, &r, &e), SFI_ERANGE);
-    one_ms_engine(&c, SFI_SIM_FULL);
+    one_ms_engine(&c, SFI_POLICY_FULL);
     rq.gen = 0;
     ck_assert_int_eq(sfi_serve_run(&c, &rq, 1, &r, &e), SFI_ERANGE);
     rq.gen = 1;

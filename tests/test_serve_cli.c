@@ -223,7 +223,6 @@ START_TEST(bad_input)
         {"serve --engine nosuch", "1", "no such profile"},
         {"serve --engine ../x/y.json", "1", "y.json"},
         {"serve --policies sfi,nosuch", "1", "unknown policy 'nosuch'"},
-        {"serve --policies sfi:alpha=0.3", "1", "does not change what a step costs"},
         {"serve --model nosuch", "1", "--model"},
         {"serve --prompt 4M --tp 1", "1", "request 0: 4194304 prompt + 2048 new tokens need"},
         {"serve --prompt trace --synthetic", "1", "'trace' lengths need a trace"},
