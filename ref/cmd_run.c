@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "sfi_decode.h"
+#include "sfi_io.h"
 #include "sfi_params.h"
 #include "sfi_qwen3.h"
 #include "sfi_recorder.h"
@@ -66,46 +67,16 @@ static int file_exists(const char *dir, const char *name)
     return stat(p, &sb) == 0;
 }
 
-static char *read_all(const char *path, size_t *len, sfi_error *err)
+/* A prompt file, or standard input for "-", with a limit: /dev/zero or an
+ * endless pipe is refused instead of filling memory. */
+static char *read_prompt(const char *path, const char *what, size_t *len, sfi_error *err)
 {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        sfi_error_set(err, SFI_EIO, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0)
-            break;
-    }
-    int bad = ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (!buf) {
-        sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-        return NULL;
-    }
-    if (bad) {
-        free(buf);
-        sfi_error_set(err, SFI_EIO, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    char *buf = NULL;
+    sfi_status st = strcmp(path, "-")
+                        ? sfi_io_read(path, SFI_REF_PROMPT_FILE_MAX, what, &buf, len, err)
+                        : sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX,
+                                             what, &buf, len, err);
+    return st ? NULL : buf;
 }
 
 static int parse_int(const char *s, const char *what, int lo, int *out)
@@ -287,8 +258,8 @@ int sfi_ref_cmd_run(int argc, char **argv)
     }
     if (prompt_ids) {
         size_t len;
-        char *s = read_all(prompt_ids, &len, &e);
-        if (!s || sfi_ref_parse_ids(prompt_ids, s, &ids, &n_ids, &e)) {
+        char *s = read_prompt(prompt_ids, "a list of token ids", &len, &e);
+        if (!s || sfi_ref_parse_ids(prompt_ids, s, len, &ids, &n_ids, &e)) {
             free(s);
             fprintf(stderr, "sfi-ref run: %s\n", e.msg);
             goto out;
@@ -296,7 +267,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
         free(s);
     } else {
         size_t len = 0;
-        char *s = prompt ? strdup(prompt) : read_all(prompt_file, &len, &e);
+        char *s = prompt ? strdup(prompt) : read_prompt(prompt_file, "a prompt file", &len, &e);
         if (!s) {
             fprintf(stderr, "sfi-ref run: %s\n", prompt ? "out of memory" : e.msg);
             goto out;

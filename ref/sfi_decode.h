@@ -94,9 +94,10 @@ typedef struct {
     int n_heads;
 } sfi_decode_slow_layer_info;
 
-/* Dense attention probabilities of one layer at one decode step t >= 1
- * (step 0 is the prefill's last position, not reported), computed only when
- * the observer asks (want_attention), on fast steps too. */
+/* Dense attention probabilities of one layer at one decode step t (step 0:
+ * the prefill's last query over the prompt, reported after on_prefill),
+ * computed only when the observer asks (want_attention), on fast steps
+ * too. */
 typedef struct {
     int step;
     int layer;

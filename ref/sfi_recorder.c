@@ -49,7 +49,7 @@ const char *sfi_recorder_usage(void)
            "                         only when it is an sfi trace no one is writing\n"
            "      --trace-level L    tokens (default), summary (selected sets, captured\n"
            "                         mass, lambda*, fast-step mass) or full (also the\n"
-           "                         top-M dense attention of every step >= 1)\n"
+           "                         top-M dense attention of every step)\n"
            "      --trace-top-m M    M of the full level's top-M records (default 4096)\n"
            "      --trace-layers L   summary/full: keep the per-layer records of these\n"
            "                         layers only (comma-separated, e.g. 0,5,9; default\n"

@@ -135,7 +135,8 @@ static void run(const char *model, sfi_decode_opts *o, rec *r, sfi_decode_result
     ck_assert_msg(r->bad == 0, "observer saw an inconsistency (check at line %d)", r->bad);
     ck_assert_int_eq(r->n_prefill, 1);
     ck_assert_int_eq(r->n_step, res->n_generated);
-    ck_assert_int_eq(r->n_attn, (res->n_generated - 1) * r->n_layers);
+    /* every step, step 0 (the prefill's last query) included */
+    ck_assert_int_eq(r->n_attn, res->n_generated * r->n_layers);
     free(ids);
     sfi_qwen3_free(m);
 }
@@ -393,7 +394,7 @@ START_TEST(cli_run)
     char sfi_ref[2048];
     snprintf(sfi_ref, sizeof sfi_ref, "%s", sfi_test_build("sfi-ref"));
     char *dir = sfi_test_tmpdir();
-    char ids_path[2048], cmd[8192];
+    char ids_path[2048], cmd[16384];
     snprintf(ids_path, sizeof ids_path, "%s/p.ids", dir);
     int n;
     int32_t *ids = prompt0("tiny-qwen3", &n);
@@ -485,7 +486,20 @@ START_TEST(cli_run)
     fprintf(f, "1 2 x3\n");
     fclose(f);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
-    ck_assert_ptr_nonnull(strstr(err, "p.ids: byte 4"));
+    ck_assert_ptr_nonnull(strstr(err, "p.ids: id 3: 'x3' is not a decimal token id"));
+    free(out);
+    free(err);
+    /* A NUL byte once ended the list silently (issue 20.6: prompt_tokens 2,
+     * exit 0); an endless file is refused at the limit. */
+    ck_assert_int_eq(sfi_test_write_file(ids_path, "5 6\0 7 8\n", 9), 0);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "p.ids: byte 3 is a NUL byte"), "%s", err);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids /dev/zero --max-new 1", sfi_ref,
+             hf_path("tiny-qwen3"));
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "/dev/zero: more than 268435456 bytes is too large"), "%s", err);
     free(out);
     free(err);
     snprintf(cmd, sizeof cmd, "%s run --model %s/none --prompt-ids %s --max-new 1",
@@ -540,6 +554,32 @@ START_TEST(cli_run)
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --trace %s/t.db",
              sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    free(out);
+    free(err);
+    /* The recorder-to-analyzer path (issue 20.4): a full-level trace of
+     * sfi-ref is complete (step 0 included) and sfi-sim analyze reads it;
+     * one recorded with --trace-layers is refused with a message. */
+    char sfi_sim[2048];
+    snprintf(sfi_sim, sizeof sfi_sim, "%s", sfi_test_build("sfi-sim"));
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 10 --param K=2 "
+             "--param n_recent=2 --param T_max=3 --trace %s/full.db --trace-level full "
+             "--trace-top-m 6 && %s trace check %s/full.db && %s analyze %s/full.db --format json "
+             "--budget 4", sfi_ref, hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir, sfi_sim,
+             dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    ck_assert_msg(strstr(out, "\"steps\": 10,") && strstr(out, "\"layers\": 3,"), "%s", out);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "sqlite3 %s/full.db 'SELECT count(*) FROM topm WHERE step = 0'",
+             dir);
+    if (sfi_test_run(cmd, &out, NULL) == 0) /* the sqlite3 program is optional here */
+        ck_assert_msg(atoi(out) == 3 * 4, "step 0 top-M records: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 4 --trace %s/part.db "
+             "--trace-level full --trace-layers 1 && %s analyze %s/part.db", sfi_ref,
+             hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "top-M records of layers 1 only"), "%s", err);
     free(out);
     free(err);
     /* standard output that cannot be written */
