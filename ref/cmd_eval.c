@@ -495,7 +495,8 @@ int sfi_ref_cmd_eval(int argc, char **argv)
     if (!tok_dir)
         tok_dir = model;
     if (file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt")) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e)) {
+        if (sfi_tokenizer_load(tok_dir, &tk, &e) ||
+            sfi_ref_tokenizer_fits(tk, tok_dir, sfi_qwen3_config(m), &e)) {
             fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
             goto out;
         }

@@ -637,7 +637,7 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
             st = sfi_plot_axes(p, 2 * g + 1, title, bars ? "speedup over full KV (x)" : "context (tokens)",
                                bars ? "" : "speedup over full KV (x)",
                                bars ? 0u : SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
-        char note[256];
+        char note[sizeof nobase + 64]; /* the longest note quotes nobase */
         if (!st && !any_fit) {
             if (wmin >= usable)
                 snprintf(note, sizeof note,
