@@ -57,8 +57,11 @@ static void usage(FILE *out)
             "                         or 0.02,0.04: B = round(share * (L + N)) positions per\n"
             "                         KV head per step, sink and recent included\n"
             "      --policies LIST    comma-separated: oracle, streaming, h2o, snapkv, quest,\n"
-            "                         lfps, kascade, fasa, sfi, or all (the default); full KV\n"
-            "                         is always run as the reference\n"
+            "                         lfps, kascade, fasa, sfi (the default: these), tmax,\n"
+            "                         interval, boundary, or all; full KV is always run as\n"
+            "                         the reference\n"
+            "      --calib FILE       Kascade/FASA calibration (sfi-ref calibrate); without\n"
+            "                         it, stand-ins measured on the prefix (named as proxies)\n"
             "  -P, --param KEY=VALUE  an SFI parameter or a policy knob (repeatable; see\n"
             "                         sfi-ref-eval(1))\n"
             "      --params FILE      a file of KEY=VALUE lines\n"
@@ -175,8 +178,21 @@ static void print_table(const char *model, const char *src, const sfi_eval_opts 
         else
             snprintf(slow, sizeof slow, "-");
         printf("%-9s %6.1f%% %6d %7.2f%% %8.4f %9.3f %+9.4f %21s %6.3f %9.5f %6s %7.1f\n",
-               sfi_peer_kind_name(w->kind), pct(w->share), w->budget, pct(w->retained), w->nll,
+               sfi_policy_kind_name(w->kind), pct(w->share), w->budget, pct(w->retained), w->nll,
                w->ppl, w->dnll, ci, w->top1, w->kl, slow, w->seconds);
+    }
+    /* Each proxy a peer had to use, once per policy. */
+    int notes = 0;
+    for (int i = 0; i < r->n_rows; i++) {
+        const sfi_eval_row *w = &r->rows[i];
+        int seen = 0;
+        for (int j = 0; j < i; j++)
+            seen |= r->rows[j].kind == w->kind && r->rows[j].proxy;
+        if (!w->proxy || seen)
+            continue;
+        if (!notes++)
+            printf("\nproxies (a policy not listed ran its paper's rule):\n");
+        printf("  %-9s %s\n", sfi_policy_kind_name(w->kind), w->proxy);
     }
 }
 
@@ -186,7 +202,7 @@ static void print_csv(const sfi_eval_result *r)
            "slow_fraction,seconds,full_nll,prefix,tokens\n");
     for (int i = 0; i < r->n_rows; i++) {
         const sfi_eval_row *w = &r->rows[i];
-        printf("%s,%.6g,%d,%.6f,%.6f,%.6f,%.6f,", sfi_peer_kind_name(w->kind), w->share,
+        printf("%s,%.6g,%d,%.6f,%.6f,%.6f,%.6f,", sfi_policy_kind_name(w->kind), w->share,
                w->budget, w->retained, w->nll, w->ppl, w->dnll);
         if (isnan(w->dnll_lo))
             printf(",,");
@@ -220,7 +236,7 @@ static int print_json(const char *model, const char *src, const sfi_eval_opts *o
     for (int i = 0; i < r->n_rows; i++) {
         const sfi_eval_row *w = &r->rows[i];
         json_t *x = json_object();
-        json_object_set_new(x, "policy", json_string(sfi_peer_kind_name(w->kind)));
+        json_object_set_new(x, "policy", json_string(sfi_policy_kind_name(w->kind)));
         json_object_set_new(x, "share", json_real(w->share));
         json_object_set_new(x, "budget", json_integer(w->budget));
         json_object_set_new(x, "retained", json_real(w->retained));
@@ -235,6 +251,7 @@ static int print_json(const char *model, const char *src, const sfi_eval_opts *o
         json_object_set_new(x, "slow_fraction",
                             w->slow_fraction >= 0.0 ? json_real(w->slow_fraction) : json_null());
         json_object_set_new(x, "seconds", json_real(w->seconds));
+        json_object_set_new(x, "proxy", w->proxy ? json_string(w->proxy) : json_null());
         json_array_append_new(rows, x);
     }
     json_object_set_new(j, "rows", rows);
@@ -283,7 +300,7 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
     double *y1 = malloc(sizeof(double) * (size_t)o->n_shares);
     if (!rc && (!x || !y0 || !y1))
         rc = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    for (int k = 0; k < SFI_PEER_N_KINDS && !rc; k++) {
+    for (int k = 0; k < SFI_POLICY_N_KINDS && !rc; k++) {
         size_t n = 0;
         for (int i = 0; i < r->n_rows; i++)
             if ((int)r->rows[i].kind == k) {
@@ -294,7 +311,7 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
             }
         if (!n)
             continue;
-        const char *name = sfi_peer_kind_name((sfi_peer_kind)k);
+        const char *name = sfi_policy_kind_name((sfi_policy_kind)k);
         rc = sfi_plot_line(p, 0, name, x, y0, n, 1, err);
         if (!rc)
             rc = sfi_plot_line(p, 1, name, x, y1, n, 1, err);
@@ -310,8 +327,8 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
 
 int sfi_ref_cmd_eval(int argc, char **argv)
 {
-    enum { O_TEXT = 256, O_IDS, O_TRACE, O_REQUEST, O_OFFSET, O_POLICIES, O_PARAMS, O_BACKEND,
-           O_TOKENIZER, O_BOOT, O_SEED, O_THREADS, O_FORMAT, O_PNG };
+    enum { O_TEXT = 256, O_IDS, O_TRACE, O_REQUEST, O_OFFSET, O_POLICIES, O_CALIB, O_PARAMS,
+           O_BACKEND, O_TOKENIZER, O_BOOT, O_SEED, O_THREADS, O_FORMAT, O_PNG };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"text", required_argument, NULL, O_TEXT},
@@ -323,6 +340,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
         {"offset", required_argument, NULL, O_OFFSET},
         {"budgets", required_argument, NULL, 'b'},
         {"policies", required_argument, NULL, O_POLICIES},
+        {"calib", required_argument, NULL, O_CALIB},
         {"param", required_argument, NULL, 'P'},
         {"params", required_argument, NULL, O_PARAMS},
         {"backend", required_argument, NULL, O_BACKEND},
@@ -337,6 +355,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *model = NULL, *text = NULL, *idsf = NULL, *trace = NULL, *tok_dir = NULL, *png = NULL;
+    const char *calib_path = NULL;
     int request = 0, offset = 0, quiet = 0, format = 0; /* 0 table, 1 csv, 2 json */
     sfi_eval_opts o;
     sfi_eval_opts_default(&o);
@@ -374,13 +393,14 @@ int sfi_ref_cmd_eval(int argc, char **argv)
             }
             break;
         case O_POLICIES:
-            if (sfi_peer_set_parse_list(optarg, &o.policies, &e)) {
+            if (sfi_policy_parse_list(optarg, &o.policies, &e)) {
                 fprintf(stderr, "sfi-ref eval: --policies: %s\n", e.msg);
                 return 2;
             }
             break;
+        case O_CALIB: calib_path = optarg; break;
         case 'P':
-            if (sfi_peer_config_set(&o.cfg, optarg, &e)) {
+            if (sfi_policy_config_set(&o.cfg, optarg, &e)) {
                 fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
                 return 2;
             }
@@ -463,7 +483,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
         fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
         return 2;
     }
-    if (!(o.policies & ~(1u << SFI_PEER_FULL))) {
+    if (!(o.policies & ~(1u << SFI_POLICY_FULL))) {
         fprintf(stderr, "sfi-ref eval: --policies: nothing to compare with full KV\n");
         return 2;
     }
@@ -478,6 +498,8 @@ int sfi_ref_cmd_eval(int argc, char **argv)
     int n_ids = 0;
     sfi_eval_result res;
     memset(&res, 0, sizeof res);
+    sfi_policy_calib calib;
+    memset(&calib, 0, sizeof calib);
 
     if (sfi_qwen3_load(model, &m, &e)) {
         fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
@@ -562,6 +584,13 @@ int sfi_ref_cmd_eval(int argc, char **argv)
                     src, i, (int)ids[i], cfg->vocab_size);
             goto out;
         }
+    if (calib_path) {
+        if (sfi_policy_calib_load(calib_path, &calib, &e)) {
+            fprintf(stderr, "sfi-ref eval: --calib: %s\n", e.msg);
+            goto out;
+        }
+        o.calib = &calib;
+    }
     if (sfi_eval_run(m, &o, ids + offset, n_ids - offset, &res, &e)) {
         fprintf(stderr, "sfi-ref eval: %s: %s\n", model, e.msg);
         goto out;
@@ -591,6 +620,7 @@ out:
     if (png)
         sfi_plot_release_fonts();
     sfi_eval_result_free(&res);
+    sfi_policy_calib_free(&calib);
     free(ids);
     if (have_ts)
         sfi_trigger_set_free(&ts);

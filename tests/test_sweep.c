@@ -58,11 +58,13 @@ START_TEST(csv_rows_and_speedups)
                  "--batch 1 --format csv",
                  &out, &err);
     ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
-    /* Header + one row per policy (11). */
+    /* Header + one row per policy of ref/sfi_policies.h (13). */
     int lines = 0;
     for (char *p = out; *p; p++)
         lines += *p == '\n';
-    ck_assert_int_eq(lines, 12);
+    ck_assert_int_eq(lines, 14);
+    ck_assert_ptr_nonnull(strstr(out, ",h2o,"));
+    ck_assert_ptr_nonnull(strstr(out, ",snapkv,"));
     ck_assert_ptr_nonnull(strstr(out, "model,gpu,tp,context,batch,policy,fits,tokens_per_s,speedup"));
     ck_assert_ptr_nonnull(strstr(out, "Qwen3-4B,H100-SXM,1,32768,1,full,1,"));
     /* SFI beats full KV at 32K; full's speedup is 1. */
@@ -83,7 +85,8 @@ START_TEST(json_and_output_file)
 {
     char *out, *err, path[4200];
     int rc = run("sweep --synthetic --no-png --models Qwen3-0.6B,Qwen3-30B-A3B --contexts 8K,16K "
-                 "--policies full,sfi,quest:page=32,k=1024 --format json -o rows.json",
+                 "--policies full,sfi,quest:page=32,dense_layers=1 --budget 1024 --format json "
+                 "-o rows.json",
                  &out, &err);
     ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
     ck_assert_str_eq(out, "");
@@ -94,7 +97,9 @@ START_TEST(json_and_output_file)
     json_t *rows = json_object_get(j, "rows");
     ck_assert_uint_eq(json_array_size(rows), 2 * 2 * 3);
     json_t *r = json_array_get(rows, 2);
-    ck_assert_str_eq(json_string_value(json_object_get(r, "policy")), "quest:page=32,k=1024");
+    ck_assert_str_eq(json_string_value(json_object_get(r, "policy")),
+                     "quest:page=32,dense_layers=1");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "budget")), "1024");
     ck_assert(json_is_true(json_object_get(r, "fits")));
     ck_assert(json_real_value(json_object_get(r, "tokens_per_s")) > 0);
     ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "stream")), "SYNTHETIC"));
@@ -238,7 +243,9 @@ START_TEST(bad_input)
     expect_fail("--synthetic --no-png --models Qwen3-235B-A22B --gpus H100 --tp 1 --batch 64", 1,
                 "nothing fits");
     expect_fail("--synthetic --no-png --models Qwen3-4B --tp 3", 1, "--tp 3");
-    expect_fail("--synthetic --no-png --policies sfi,h2o", 1, "unknown policy 'h2o'");
+    expect_fail("--synthetic --no-png --policies sfi,h2o-ish", 1, "unknown policy 'h2o-ish'");
+    expect_fail("--synthetic --no-png --budget 0", 2, "budget '0'");
+    expect_fail("--synthetic --no-png --budget 150%", 2, "budget '150%'");
     expect_fail("--synthetic --no-png --format xml", 2, "--format");
     expect_fail("--synthetic --no-png --contexts 8Q", 2, "--contexts");
     expect_fail("--synthetic --no-png --bogus", 2, "--bogus");
