@@ -509,7 +509,8 @@ int sfi_ref_cmd_eval(int argc, char **argv)
     if (!tok_dir)
         tok_dir = model;
     if (file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt")) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e)) {
+        if (sfi_tokenizer_load(tok_dir, &tk, &e) ||
+            sfi_ref_tokenizer_fits(tk, tok_dir, sfi_qwen3_config(m), &e)) {
             fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
             goto out;
         }
@@ -542,12 +543,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
             goto out;
         }
         if (idsf) {
-            if (memchr(s, 0, len)) {
-                free(s);
-                fprintf(stderr, "sfi-ref eval: %s: a NUL byte: not a list of token ids\n", path);
-                goto out;
-            }
-            st = sfi_ref_parse_ids(path, s, &ids, &n_ids, &e);
+            st = sfi_ref_parse_ids(path, s, len, &ids, &n_ids, &e);
             free(s);
             if (st) {
                 fprintf(stderr, "sfi-ref eval: %s\n", e.msg);

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -602,6 +603,16 @@ sfi_status sfi_st_load_f32(const sfi_safetensors *st, const char *name, int ndim
         return sfi_error_set(err, SFI_ENOMEM, "%s: tensor %s: out of memory (%llu floats)",
                              t->file, name, (unsigned long long)t->numel);
     sfi_st_to_f32(t, buf);
+    /* A NaN or Inf weight turns every activation it touches into NaN: the
+     * model prints garbage (argmax of NaN logits) instead of failing. */
+    for (uint64_t i = 0; i < t->numel; i++)
+        if (!isfinite(buf[i])) {
+            sfi_status st = sfi_error_set(err, SFI_EFORMAT, "%s: tensor %s: element %llu is %s; "
+                                          "weights must be finite", t->file, name,
+                                          (unsigned long long)i, isnan(buf[i]) ? "NaN" : "Inf");
+            free(buf);
+            return st;
+        }
     *out = buf;
     return SFI_OK;
 }

@@ -63,6 +63,7 @@ static void usage(FILE *out)
             "  --param KEY=VAL   SFI or policy parameter (K, n_sink, n_recent, T_max,\n"
             "                    quest_page, lfps_cand, ...); repeatable\n"
             "  --weight-bytes N  bytes per weight: 2 (bf16) or 1 (fp8) [2]\n"
+            "  --kv-dtype T      KV cache elements: bf16 or fp8 [bf16]\n"
             "  --format F        table, csv or json [table]\n"
             "  -o, --output FILE write the table there instead of stdout\n"
             "  --png FILE        figure: tokens/s per GPU and speedup vs context (bars\n"
@@ -113,6 +114,7 @@ typedef struct {
     sfi_policy_config cfg;   /* --param: SFI and policy parameters */
     sfi_budget budget;       /* --budget, the same for every policy */
     int weight_bytes;
+    int kv_bytes;
     int64_t steps;
     sfi_sim_stream stream;
 } sweep;
@@ -222,74 +224,6 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
 
 /* ---- option parsing ---- */
 
-static int split_list(const char *arg, char ***out)
-{
-    int n = 1;
-    for (const char *p = arg; *p; p++)
-        n += *p == ',';
-    char **v = calloc((size_t)n, sizeof *v);
-    if (!v)
-        return -1;
-    int k = 0;
-    const char *p = arg;
-    for (;;) {
-        size_t len = strcspn(p, ",");
-        v[k] = malloc(len + 1);
-        if (!v[k]) {
-            for (int i = 0; i < k; i++)
-                free(v[i]);
-            free(v);
-            return -1;
-        }
-        memcpy(v[k], p, len);
-        v[k][len] = 0;
-        k++;
-        if (!p[len])
-            break;
-        p += len + 1;
-    }
-    *out = v;
-    return k;
-}
-
-static void free_list(char **v, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
-/* Policy lists are split on commas that start a new policy name, so
- * "quest:page=32,k=1024,sfi" gives two policies. */
-static int split_policies(const char *arg, char ***out)
-{
-    char **parts;
-    int n = split_list(arg, &parts);
-    if (n < 0)
-        return -1;
-    char **v = calloc((size_t)n, sizeof *v);
-    int k = 0;
-    for (int i = 0; i < n && v; i++) {
-        if (k > 0 && strchr(parts[i], '=') && !strchr(parts[i], ':')) {
-            size_t a = strlen(v[k - 1]), b = strlen(parts[i]);
-            char *j = realloc(v[k - 1], a + b + 2);
-            if (!j)
-                continue;
-            j[a] = ',';
-            memcpy(j + a + 1, parts[i], b + 1);
-            v[k - 1] = j;
-        } else {
-            v[k++] = parts[i];
-            parts[i] = NULL;
-        }
-    }
-    free_list(parts, n);
-    if (!v)
-        return -1;
-    *out = v;
-    return k;
-}
-
 /* SFI parameters a policy spec may set for itself: the ones the cost
  * model and the replay read (the Selector's own knobs do not change what a
  * step costs). */
@@ -359,12 +293,12 @@ static int parse_int_list(const char *what, const char *arg, int allow_auto, int
                           int hi, int **out)
 {
     char **v;
-    int n = split_list(arg, &v);
+    int n = sfi_sim_split_list(arg, &v);
     if (n < 0)
         return -1;
     int *x = calloc((size_t)n, sizeof *x);
     if (!x) {
-        free_list(v, n);
+        sfi_sim_free_list(v, n);
         return -1;
     }
     for (int i = 0; i < n; i++) {
@@ -377,12 +311,12 @@ static int parse_int_list(const char *what, const char *arg, int allow_auto, int
             fprintf(stderr, "sfi-sim sweep: %s: '%s' is not %s in %d..%d\n", what, v[i],
                     kilo ? "a size (e.g. 32K)" : "an integer", lo, hi);
             free(x);
-            free_list(v, n);
+            sfi_sim_free_list(v, n);
             return -2;
         }
         x[i] = (int)val;
     }
-    free_list(v, n);
+    sfi_sim_free_list(v, n);
     *out = x;
     return n;
 }
@@ -431,9 +365,10 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
     char bud[32];
     sfi_budget_format(&s->budget, bud, sizeof bud);
     fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; budget %s (positions per "
-               "KV head per step, every policy); K=%d n_sink=%d n_recent=%d T_max=%d\n",
+               "KV head per step, every policy); K=%d n_sink=%d n_recent=%d T_max=%d%s\n",
             s->stream.label, (long long)s->steps, s->prof.name, bud, s->cfg.prm.K,
-            s->cfg.prm.n_sink, s->cfg.prm.n_recent, s->cfg.prm.T_max);
+            s->cfg.prm.n_sink, s->cfg.prm.n_recent, s->cfg.prm.T_max,
+            s->kv_bytes == 1 ? "; KV fp8" : "");
     fprintf(f, "# GPUs: the tensor-parallel group serving one batch%s; tok/s is the group's, "
                "tok/s/GPU = tok/s / GPUs\n",
             any_auto(s) ? " (--tp auto: per context, the fewest GPUs, a power of two up to 8, at "
@@ -491,22 +426,6 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
                    "request's KV_GB/req beside them; use more GPUs (--tp) or a shorter context\n");
 }
 
-static void csv_str(FILE *f, const char *s)
-{
-    int q = strpbrk(s, ",\"\n") != NULL;
-    if (!q) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void print_csv(FILE *f, const sweep *s, const row *rows, int n)
 {
     fprintf(f, "model,gpu,tp,context,batch,policy,fits,tokens_per_s,speedup,mean_ms,p50_ms,p99_ms,"
@@ -515,11 +434,11 @@ static void print_csv(FILE *f, const sweep *s, const row *rows, int n)
                "usable_hbm_bytes_per_gpu\n");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
-        csv_str(f, model_label(s, r->model));
+        sfi_sim_csv_str(f, model_label(s, r->model));
         fputc(',', f);
-        csv_str(f, s->gpus[r->gpu].name);
+        sfi_sim_csv_str(f, s->gpus[r->gpu].name);
         fprintf(f, ",%d,%d,%d,", r->tp, r->context, r->batch);
-        csv_str(f, s->pols[r->policy].name);
+        sfi_sim_csv_str(f, s->pols[r->policy].name);
         if (r->fits) {
             fprintf(f, ",1,%.6g,", r->tok_s);
             if (isfinite(r->speedup)) /* empty: full KV does not fit (no baseline) */
@@ -554,6 +473,7 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
     json_object_set_new(root, "n_sink", json_integer(s->cfg.prm.n_sink));
     json_object_set_new(root, "n_recent", json_integer(s->cfg.prm.n_recent));
     json_object_set_new(root, "T_max", json_integer(s->cfg.prm.T_max));
+    json_object_set_new(root, "kv_dtype", json_string(s->kv_bytes == 1 ? "fp8" : "bf16"));
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         json_t *o = json_object();
@@ -853,6 +773,7 @@ static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int c
         cs.prof = s->prof;
         cs.budget = s->budget;
         cs.weight_bytes = s->weight_bytes;
+        cs.kv_bytes = s->kv_bytes;
         int all_fit = 1, valid = 1;
         for (int pi = 0; pi < s->n_pols && valid; pi++) {
             cs.kind = s->pols[pi].kind;
@@ -889,6 +810,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         {"synthetic", no_argument, NULL, 'S'},      {"steps", required_argument, NULL, 's'},
         {"profile", required_argument, NULL, 'p'},  {"param", required_argument, NULL, 'x'},
         {"weight-bytes", required_argument, NULL, 'w'}, {"format", required_argument, NULL, 'f'},
+        {"kv-dtype", required_argument, NULL, 'K'},
         {"output", required_argument, NULL, 'o'},   {"png", required_argument, NULL, 'G'},
         {"no-png", no_argument, NULL, 'N'},         {"timeline-png", required_argument, NULL, 'L'},
         {"budget", required_argument, NULL, 'B'},   {"help", no_argument, NULL, 'h'},
@@ -902,7 +824,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                *a_png = DEFAULT_PNG, *a_tl = NULL;
     int synthetic = 0;
     int64_t steps = 2048;
-    int wbytes = 2;
+    int wbytes = 2, kvbytes = 2;
     sweep s;
     memset(&s, 0, sizeof s);
     sfi_policy_config_default(&s.cfg);
@@ -957,6 +879,16 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             }
             wbytes = atoi(optarg);
             break;
+        case 'K':
+            if (!strcasecmp(optarg, "bf16")) {
+                kvbytes = 2;
+            } else if (!strcasecmp(optarg, "fp8")) {
+                kvbytes = 1;
+            } else {
+                fprintf(stderr, "sfi-sim sweep: --kv-dtype: '%s' is not bf16 or fp8\n", optarg);
+                return 2;
+            }
+            break;
         case 'f': a_fmt = optarg; break;
         case 'o': a_out = optarg; break;
         case 'G': a_png = optarg; break;
@@ -984,6 +916,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     }
     s.steps = steps;
     s.weight_bytes = wbytes;
+    s.kv_bytes = kvbytes;
     if (a_prof && sfi_hw_profile_load(a_prof, &s.prof, NULL, NULL, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         return 1;
@@ -992,7 +925,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     /* Models. */
     {
         char **v;
-        int n = split_list(a_models, &v);
+        int n = sfi_sim_split_list(a_models, &v);
         if (n < 0)
             goto oom;
         s.model_names = v;
@@ -1009,7 +942,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     /* GPUs. */
     {
         char **v;
-        int n = split_list(a_gpus, &v);
+        int n = sfi_sim_split_list(a_gpus, &v);
         if (n < 0)
             goto oom;
         s.gpus = calloc((size_t)n, sizeof *s.gpus);
@@ -1017,10 +950,10 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         for (int i = 0; i < n && s.gpus; i++)
             if (sfi_gpu_resolve(v[i], &s.gpus[i], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: --gpus: %s\n", err.msg);
-                free_list(v, n);
+                sfi_sim_free_list(v, n);
                 goto out;
             }
-        free_list(v, n);
+        sfi_sim_free_list(v, n);
         if (!s.gpus)
             goto oom;
     }
@@ -1036,7 +969,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             goto oom;
     } else {
         char **v;
-        int n = split_policies(a_pols, &v);
+        int n = sfi_sim_split_policies(a_pols, &v);
         if (n < 0)
             goto oom;
         s.pols = calloc((size_t)n, sizeof *s.pols);
@@ -1109,6 +1042,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                         cs.context = s.contexts[ci];
                         cs.batch = s.batches[bi];
                         cs.weight_bytes = s.weight_bytes;
+                        cs.kv_bytes = s.kv_bytes;
                         /* Full-KV baseline of the speedup column, on the
                          * same GPUs. */
                         row base;
@@ -1172,7 +1106,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         }
     }
     if (n_fit < n_rows)
-        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch)\n",
+        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch; "
+                        "'sfi-sim serve' admits what fits and queues the rest)\n",
                 n_rows - n_fit, n_rows);
     if (n_fit == 0) {
         fprintf(stderr, "sfi-sim sweep: nothing fits: the batch does not fit at any context "
@@ -1229,6 +1164,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         cs.context = s.contexts[ci_max];
         cs.batch = s.batches[0];
         cs.weight_bytes = s.weight_bytes;
+        cs.kv_bytes = s.kv_bytes;
         row tmp;
         double full_t = 0;
         char cl[32], gl[128];

@@ -320,6 +320,12 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
     sfi_status s = sfi_trace_open(path, &tr, err);
     if (s)
         return s;
+    /* The analyzer accepts exactly what `sfi-sim trace check` accepts: one
+     * validator, then only what analysis adds (level, every record). */
+    if ((s = sfi_trace_check(tr, err))) {
+        sfi_trace_close(tr);
+        return s;
+    }
     const sfi_trace_meta *m = sfi_trace_get_meta(tr);
     sfi_analyze_trace *t = calloc(1, sizeof *t);
     sfi_trace_steps *steps = NULL;
@@ -341,6 +347,16 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
                           (long long)sfi_trace_n_topm(tr));
         goto fail;
     }
+    char *layers = NULL;
+    if (sfi_trace_get_meta_value(tr, "topm_layers", &layers, NULL) == SFI_OK &&
+        strcmp(layers, "all")) {
+        s = sfi_error_set(err, SFI_EUNSUPPORTED, "%s: top-M records of layers %.200s only "
+                          "(recorded with --trace-layers); the analyzer needs every layer: "
+                          "record again without --trace-layers", path, layers);
+        free(layers);
+        goto fail;
+    }
+    free(layers);
     if (m->n_layers < 1 || m->n_kv_heads < 1 || m->n_heads < m->n_kv_heads ||
         m->n_heads % m->n_kv_heads || m->top_m < 1) {
         s = sfi_error_set(err, SFI_EFORMAT, "%s: bad model shape in meta (%d layers, %d heads, "

@@ -210,19 +210,28 @@ double sfi_cost_kv_bytes_fast(const sfi_cost_setup *s)
     return (double)sfi_cost_fast_positions(s) * kv_pos_bytes(s);
 }
 
-/* Roofline time over efficiency, without the launch and fixed costs. The
- * dense decode attention's efficiency may depend on the request's context
- * (an engine profile's curve). */
-static double roofline_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
-                            double flops)
+/* Roofline time over efficiency, without the launch and fixed costs.
+ * `stock`: the engine's own dense decode attention (full KV and the other
+ * plain dense passes), whose efficiency an engine profile may give by
+ * context; the kernels that expose logits (SFI's slow step, oracle,
+ * Kascade) are ours and keep efficiency.attn_dense. */
+static double roofline_x(const sfi_cost_setup *s, sfi_kernel_class c, double bytes, double flops,
+                         int stock)
 {
     double peak = s->weight_bytes == 1 && c == SFI_KC_GEMM ? s->gpu.fp8_flops : s->gpu.bf16_flops;
     if (c == SFI_KC_SELECTOR || c == SFI_KC_TOPK || c == SFI_KC_OTHER)
         peak = s->gpu.bf16_flops * FP32_OF_BF16;
     double t = fmax(bytes / s->gpu.hbm_bandwidth, flops / peak);
-    double eff = c == SFI_KC_ATTN_DENSE ? sfi_hw_attn_dense_efficiency(&s->prof, s->context)
-                                        : s->prof.efficiency[c];
+    double eff = c == SFI_KC_ATTN_DENSE && stock
+                     ? sfi_hw_attn_dense_efficiency(&s->prof, s->context)
+                     : s->prof.efficiency[c];
     return t / eff;
+}
+
+static double roofline_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
+                            double flops)
+{
+    return roofline_x(s, c, bytes, flops, 1);
 }
 
 double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
@@ -267,8 +276,8 @@ typedef struct {
     unsigned char occ[SFI_KC_COUNT];  /* with merge: this group's kernels by class */
 } acc;
 
-static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
-                       double flops, int is_kv)
+static void add_kernel_x(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
+                         double flops, int is_kv, int stock)
 {
     int own_launch = 1;
     if (a->merge) {
@@ -277,7 +286,8 @@ static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, doub
         if (own_launch)
             a->merge->launched[c] = (unsigned char)(k + 1);
     }
-    a->t += own_launch ? sfi_cost_kernel_time(s, c, bytes, flops) : roofline_time(s, c, bytes, flops);
+    a->t += roofline_x(s, c, bytes, flops, stock) +
+            (own_launch ? s->prof.launch_s + s->prof.fixed_s[c] : 0);
     a->launches += own_launch;
     a->bytes += bytes;
     if (is_kv)
@@ -285,11 +295,17 @@ static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, doub
     a->flops += flops;
 }
 
+static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
+                       double flops, int is_kv)
+{
+    add_kernel_x(s, a, c, bytes, flops, is_kv, 1);
+}
+
 /* A dense attention kernel reading kv bytes and writing logit bytes. */
 static void add_dense_logits(const sfi_cost_setup *s, acc *a, double kv, double logit_bytes,
                              double flops)
 {
-    add_kernel(s, a, SFI_KC_ATTN_DENSE, kv, flops, 1);
+    add_kernel_x(s, a, SFI_KC_ATTN_DENSE, kv, flops, 1, 0);
     a->t += logits_time(s, logit_bytes);
     a->bytes += logit_bytes;
     a->kvb += logit_bytes;

@@ -616,6 +616,36 @@ START_TEST(cli_pools_query_head_records)
 }
 END_TEST
 
+/* Both bundled full-level traces -- sfi-ref's and record_hf.py's, the
+ * recorders the README names -- pass trace check and are analyzed
+ * (issue 20.4: sfi-ref's lacked step 0 and most layers). */
+START_TEST(cli_bundled_traces)
+{
+    char *dir = sfi_test_tmpdir();
+    static const char *const names[] = {"traces/full/sfi-small-qwen3-8k.db",
+                                        "traces/full/sfi-small-qwen3-8k-hf.db"};
+    for (int i = 0; i < 2; i++) {
+        char path[4096], args[4200], *out = NULL, *errs = NULL;
+        snprintf(path, sizeof path, "%s", sfi_test_src(names[i]));
+        snprintf(args, sizeof args, "'%s' --format json --policies oracle,sfi,streaming", path);
+        int rc = run_cli(dir, args, &out, &errs);
+        ck_assert_msg(rc == 0, "%s: rc %d: %s", names[i], rc, errs);
+        json_t *j = json_loads(out, 0, NULL);
+        ck_assert_msg(j != NULL, "not JSON: %s", out);
+        ck_assert_int_eq(json_integer_value(json_object_get(j, "steps")), 128);
+        ck_assert_int_eq(json_integer_value(json_object_get(j, "layers")), 10);
+        json_t *o = json_array_get(json_object_get(j, "policies"), 0);
+        double rec = json_real_value(json_object_get(o, "recall"));
+        ck_assert_msg(rec > 0.3 && rec < 1.0, "%s: oracle recall %g", names[i], rec);
+        json_decref(j);
+        free(out);
+        free(errs);
+    }
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("analyze");
@@ -631,6 +661,7 @@ int main(void)
     tcase_add_test(tcli, cli_end_to_end);
     tcase_add_test(tcli, cli_bad_input);
     tcase_add_test(tcli, cli_pools_query_head_records);
+    tcase_add_test(tcli, cli_bundled_traces);
     suite_add_tcase(s, tcli);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

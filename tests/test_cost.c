@@ -318,6 +318,13 @@ START_TEST(engine_terms)
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense_nologits", &t2, &e), SFI_OK);
     /* 16x the bytes at a fifth of the efficiency: 80x the roofline time. */
     ck_assert(close_rel(t2 - 3e-6, 80 * (t1 - 3e-6), 1e-9));
+    /* The curve is the engine's stock kernel: SFI's dense kernel that
+     * writes logits keeps efficiency.attn_dense (0.75). */
+    double tl, tn;
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense", &tl, &e), SFI_OK);
+    s.prof.n_attn_curve = 0;
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense", &tn, &e), SFI_OK);
+    ck_assert(tl == tn);
 }
 END_TEST
 
