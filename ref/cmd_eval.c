@@ -251,6 +251,7 @@ static int print_json(const char *model, const char *src, const sfi_eval_opts *o
         json_object_set_new(x, "slow_fraction",
                             w->slow_fraction >= 0.0 ? json_real(w->slow_fraction) : json_null());
         json_object_set_new(x, "seconds", json_real(w->seconds));
+        json_object_set_new(x, "cpu_seconds", json_real(w->cpu_seconds));
         json_object_set_new(x, "proxy", w->proxy ? json_string(w->proxy) : json_null());
         json_array_append_new(rows, x);
     }
