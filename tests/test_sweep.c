@@ -240,6 +240,11 @@ START_TEST(bad_input)
                 "K = 2048 is larger than the context");
     expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 32K --param K=40000", 1,
                 "K = 40000 is larger than the context");
+    /* Issue 20.8: the sink and recent windows too (2^24 was priced). */
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 8K --param n_recent=16777216",
+                1, "n_recent = 16777216 is larger than the context (8192 positions)");
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 8K --param n_sink=8193", 1,
+                "n_sink = 8193 is larger than the context");
     expect_fail("--synthetic --no-png --models Qwen3-235B-A22B --gpus H100 --tp 1 --batch 64", 1,
                 "nothing fits");
     expect_fail("--synthetic --no-png --models Qwen3-4B --tp 3", 1, "--tp 3");
