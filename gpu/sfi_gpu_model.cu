@@ -1,0 +1,639 @@
+/* The Qwen3 forward pass's kernels and the per-step plan; see
+ * sfi_gpu_model.h. Exact variants follow ref/sfi_qwen3.c operation for
+ * operation (sequential sums, explicit _rn intrinsics, sfi_dev_expf). */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include "sfi_gpu.h"
+#include "sfi_gpu_math.cuh"
+#include "sfi_gpu_model.h"
+
+namespace {
+
+/* sfi_step_kind / sfi_step_reason / sfi_trigger_kind values (ref/sfi_state.h),
+ * which this CUDA file cannot include */
+enum { kSlow = 1, kFast = 2 };
+enum { kRNone = 0, kRFirst = 1, kRTrigger = 2, kRTmax = 3, kRInterval = 4, kRAlways = 5 };
+enum { kTrigSfi = 0, kTrigTmax, kTrigBoundary, kTrigInterval, kTrigAlways, kTrigNever };
+
+__device__ __forceinline__ float ld_elem(const void *p, size_t i, int dtype) {
+    if (dtype == SFI_GPU_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void st_elem(void *p, size_t i, int dtype, float x) {
+    if (dtype == SFI_GPU_BF16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else
+        ((float *)p)[i] = x;
+}
+
+/* Block sum of one float per thread (any block size up to 1024; a fixed
+ * tree, so deterministic). sh: 33 floats. */
+__device__ float block_sum(float v, float *sh) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : 0.f;
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) sh[32] = v;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+/* ---- embedding, norms, elementwise ---- */
+
+__global__ void embed_kernel(const int32_t *__restrict__ tok, const void *__restrict__ E,
+                             int dtype, int H, float *__restrict__ x) {
+    const int t = blockIdx.x;
+    const size_t base = (size_t)tok[t] * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = ld_elem(E, base + i, dtype);
+}
+
+/* One block per row. Exact: thread 0 sums x*x in ascending order, as the
+ * reference's rmsnorm. */
+template <bool EXACT>
+__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int n,
+                               float eps, float *__restrict__ yf, __nv_bfloat16 *__restrict__ yb) {
+    __shared__ float sh[34];
+    const int t = blockIdx.x;
+    const float *xr = x + (size_t)t * n;
+    float r;
+    if (EXACT) {
+        if (threadIdx.x == 0) {
+            float ss = 0.f;
+            for (int i = 0; i < n; i++) ss = __fadd_rn(ss, __fmul_rn(xr[i], xr[i]));
+            sh[33] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+        }
+        __syncthreads();
+        r = sh[33];
+    } else {
+        float a = 0.f;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) a += xr[i] * xr[i];
+        a = block_sum(a, sh);
+        r = rsqrtf(a / (float)n + eps);
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = __fmul_rn(w[i], __fmul_rn(xr[i], r));
+        if (yf) yf[(size_t)t * n + i] = y;
+        if (yb) yb[(size_t)t * n + i] = __float2bfloat16_rn(y);
+    }
+}
+
+/* Thread per (row i, token t): the reference's sfi_dot (ascending, one
+ * accumulator from 0), then + b, then (accumulate) Y + that. */
+__global__ void gemv_exact_kernel(const float *__restrict__ W, const float *__restrict__ X,
+                                  const float *__restrict__ b, float *__restrict__ Y, int M, int N,
+                                  int accumulate) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (i >= M) return;
+    const float *wr = W + (size_t)i * N, *xr = X + (size_t)t * N;
+    float a = 0.f;
+    for (int j = 0; j < N; j++) a = __fadd_rn(a, __fmul_rn(wr[j], xr[j]));
+    if (b) a = __fadd_rn(a, b[i]);
+    float *y = Y + (size_t)t * M + i;
+    *y = accumulate ? __fadd_rn(*y, a) : a;
+}
+
+__global__ void add_bias_kernel(float *__restrict__ y, const float *__restrict__ b, int M) {
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < M; i += gridDim.x * blockDim.x)
+        y[(size_t)t * M + i] += b[i];
+}
+
+template <bool EXACT>
+__global__ void silu_mul_kernel(const float *__restrict__ gu, int I, int adtype, void *act) {
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < I; i += gridDim.x * blockDim.x) {
+        const float g = gu[(size_t)t * 2 * I + i], u = gu[(size_t)t * 2 * I + I + i];
+        const float e = EXACT ? sfi_dev_expf(-g) : __expf(-g);
+        const float s = __fdiv_rn(g, __fadd_rn(1.0f, e));
+        st_elem(act, (size_t)t * I + i, adtype, __fmul_rn(s, u));
+    }
+}
+
+__global__ void to_bf16_kernel(const float *__restrict__ x, size_t n, __nv_bfloat16 *__restrict__ y) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* Block per row; ties to the smaller index (the reference scans
+ * ascending with a strict >, so the first maximum wins). */
+__global__ void argmax_kernel(const float *__restrict__ lg, int V, const int32_t *__restrict__ active,
+                              int32_t *__restrict__ out) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int t = blockIdx.x;
+    if (active && !active[t]) return;
+    const float *x = lg + (size_t)t * V;
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        const float v = x[i];
+        if (bi < 0 || v > bv) { bv = v; bi = i; }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+    }
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (lane == 0) { sv[w] = bv; si[w] = bi; }
+    __syncthreads();
+    if (w == 0) {
+        bv = lane < nw ? sv[lane] : -INFINITY;
+        bi = lane < nw ? si[lane] : -1;
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+        }
+        if (lane == 0) out[t] = bi < 0 ? 0 : bi;
+    }
+}
+
+/* ---- q/k norm, RoPE, KV append ---- */
+
+/* Block per (token, head slot): slots 0..nh-1 are q heads, then nkv k
+ * heads, then nkv v heads. Block of max(32, D) threads, thread i owns
+ * element i. Exact: the sums in thread 0 in ascending order; RoPE in the
+ * rotate-half form with the reference's operation order. */
+template <bool EXACT>
+__global__ void qkv_post_kernel(sfi_gpu_qkv_args a) {
+    __shared__ float v[512];
+    __shared__ float sh[34];
+    const int t = blockIdx.x, slot = blockIdx.y, D = a.head_dim, i = threadIdx.x;
+    const int nh = a.n_heads, nkv = a.n_kv;
+    const int pos = a.pos_arr ? a.pos_arr[t] : a.pos0 + t;
+    const int row = a.row_arr ? a.row_arr[t] : a.row0 >= 0 ? a.row0 : t;
+    if (pos < 0) return;
+    const int width = (nh + 2 * nkv) * D;
+    const float *src = a.qkv + (size_t)t * width + (size_t)slot * D;
+    const float *bias = nullptr;
+    if (slot < nh) bias = a.bq ? a.bq + (size_t)slot * D : nullptr;
+    else if (slot < nh + nkv) bias = a.bk ? a.bk + (size_t)(slot - nh) * D : nullptr;
+    else bias = a.bv ? a.bv + (size_t)(slot - nh - nkv) * D : nullptr;
+    if (i < D) v[i] = bias ? __fadd_rn(src[i], bias[i]) : src[i];
+    __syncthreads();
+    const int kind = slot < nh ? 0 : slot < nh + nkv ? 1 : 2;
+    const int kvh = kind == 1 ? slot - nh : kind == 2 ? slot - nh - nkv : 0;
+    const int blk = kind ? a.block_table[(size_t)row * a.max_blocks + pos / a.page] : 0;
+    const size_t dst = kind ? (((size_t)blk * nkv + kvh) * a.page + pos % a.page) * D : 0;
+    if (kind == 2) { /* v: stored as it is */
+        if (i < D) st_elem(a.v_pool, dst + i, a.dtype, v[i]);
+        return;
+    }
+    /* RMSNorm over the head */
+    const float *nw = kind == 0 ? a.q_norm : a.k_norm;
+    float r;
+    if (EXACT) {
+        if (i == 0) {
+            float ss = 0.f;
+            for (int j = 0; j < D; j++) ss = __fadd_rn(ss, __fmul_rn(v[j], v[j]));
+            sh[33] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), a.eps)));
+        }
+        __syncthreads();
+        r = sh[33];
+    } else {
+        r = block_sum(i < D ? v[i] * v[i] : 0.f, sh);
+        r = rsqrtf(r / (float)D + a.eps);
+    }
+    float y = 0.f;
+    if (i < D) y = __fmul_rn(nw[i], __fmul_rn(v[i], r));
+    __syncthreads();
+    if (i < D) v[i] = y;
+    __syncthreads();
+    /* RoPE: x[i] = a*cos - b*sin, x[i+h] = b*cos + a*sin */
+    const int h2 = D / 2;
+    float o = 0.f;
+    if (i < D) {
+        const int k = i < h2 ? i : i - h2;
+        const float c = a.cs[(size_t)pos * h2 + k], s = a.sn[(size_t)pos * h2 + k];
+        const float x0 = v[k], x1 = v[k + h2];
+        o = i < h2 ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
+                   : __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    }
+    if (kind == 0) {
+        if (i < D) a.q_out[((size_t)t * nh + slot) * D + i] = o;
+        return;
+    }
+    /* k: store, then ||k|| of the stored values */
+    float stored = o;
+    if (i < D) {
+        st_elem(a.k_pool, dst + i, a.dtype, o);
+        if (a.dtype == SFI_GPU_BF16) stored = __bfloat162float(__float2bfloat16_rn(o));
+    }
+    if (!a.key_norms) return;
+    __syncthreads();
+    if (i < D) v[i] = stored;
+    __syncthreads();
+    float nrm;
+    if (EXACT) {
+        if (i == 0) {
+            float ss = 0.f;
+            for (int j = 0; j < D; j++) ss = __fadd_rn(ss, __fmul_rn(v[j], v[j]));
+            sh[33] = __fsqrt_rn(ss);
+        }
+        __syncthreads();
+        nrm = sh[33];
+    } else {
+        nrm = sqrtf(block_sum(i < D ? v[i] * v[i] : 0.f, sh));
+    }
+    if (i == 0) a.key_norms[((size_t)row * nkv + kvh) * a.ld_norms + pos] = nrm;
+}
+
+/* ---- Qwen3-MoE ---- */
+
+/* Thread per token: sfi_softmax's order (max, exp(x - max), ascending
+ * sum, divide), top-k by repeated selection (strict >: ties to the
+ * smaller expert), normalisation in selection order, then the experts
+ * sorted ascending (the order their outputs are summed in). */
+template <bool EXACT>
+__global__ void moe_route_kernel(float *__restrict__ rl, int T, int E, int top, int norm,
+                                 int32_t *__restrict__ sel_e, float *__restrict__ sel_w) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    float *x = rl + (size_t)t * E, *p = x; /* in place, as sfi_softmax */
+    float m = x[0];
+    for (int e = 1; e < E; e++) m = x[e] > m ? x[e] : m;
+    float s = 0.f;
+    for (int e = 0; e < E; e++) {
+        p[e] = EXACT ? sfi_dev_expf(__fsub_rn(x[e], m)) : __expf(x[e] - m);
+        s = __fadd_rn(s, p[e]);
+    }
+    for (int e = 0; e < E; e++) p[e] = __fdiv_rn(p[e], s);
+    int sel[64];
+    float w[64];
+    for (int k = 0; k < top; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[k] = best;
+        w[k] = p[best];
+    }
+    if (norm) {
+        float z = 0.f;
+        for (int k = 0; k < top; k++) z = __fadd_rn(z, w[k]);
+        for (int k = 0; k < top; k++) w[k] = __fdiv_rn(w[k], z);
+    }
+    /* ascending expert order (insertion sort of top <= 64 entries) */
+    for (int k = 1; k < top; k++) {
+        const int e = sel[k];
+        const float we = w[k];
+        int j = k - 1;
+        while (j >= 0 && sel[j] > e) { sel[j + 1] = sel[j]; w[j + 1] = w[j]; j--; }
+        sel[j + 1] = e;
+        w[j + 1] = we;
+    }
+    for (int k = 0; k < top; k++) {
+        sel_e[(size_t)t * top + k] = sel[k];
+        sel_w[(size_t)t * top + k] = w[k];
+    }
+}
+
+/* Exact: thread per (row, pair), sequential dot. */
+__global__ void moe_gemv_exact_kernel(const float *const *__restrict__ w, const int32_t *__restrict__ sel_e,
+                                      int top, const float *__restrict__ x, int x_per_pair, int M, int N,
+                                      float *__restrict__ y) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, p = blockIdx.y;
+    if (i >= M) return;
+    const float *W = w[sel_e[p]] + (size_t)i * N;
+    const float *xr = x + (size_t)(x_per_pair ? p : p / top) * N;
+    float a = 0.f;
+    for (int j = 0; j < N; j++) a = __fadd_rn(a, __fmul_rn(W[j], xr[j]));
+    y[(size_t)p * M + i] = a;
+}
+
+/* Fast: a warp per output row, x of the pair staged in shared memory
+ * (N <= 8192 floats), 16-byte weight loads. */
+template <typename T>
+__global__ void __launch_bounds__(256) moe_gemv_kernel(void *const *__restrict__ w, const int32_t *__restrict__ sel_e,
+                                int top, const float *__restrict__ x, int x_per_pair, int M, int N,
+                                float *__restrict__ y) {
+    extern __shared__ float xs[];
+    const int p = blockIdx.y;
+    const float *xr = x + (size_t)(x_per_pair ? p : p / top) * N;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) xs[j] = xr[j];
+    __syncthreads();
+    const T *W = (const T *)w[sel_e[p]];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    constexpr int VEC = 16 / sizeof(T);
+    for (int i = blockIdx.x * 8 + warp; i < M; i += gridDim.x * 8) {
+        const T *wr = W + (size_t)i * N;
+        float a = 0.f;
+        if (N % VEC == 0) {
+            for (int j = lane * VEC; j < N; j += 32 * VEC) {
+                const uint4 u = *reinterpret_cast<const uint4 *>(wr + j);
+                const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+                for (int k = 0; k < VEC; k++) a += (float)e[k] * xs[j + k];
+            }
+        } else {
+            for (int j = lane; j < N; j += 32) a += (float)wr[j] * xs[j];
+        }
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0) y[(size_t)p * M + i] = a;
+    }
+}
+
+__global__ void moe_combine_kernel(float *__restrict__ h, const float *__restrict__ y,
+                                   const float *__restrict__ sw, int top, int H) {
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H; i += gridDim.x * blockDim.x) {
+        float acc = 0.f;
+        for (int k = 0; k < top; k++)
+            acc = __fadd_rn(acc, __fmul_rn(y[((size_t)t * top + k) * H + i], sw[(size_t)t * top + k]));
+        h[(size_t)t * H + i] = __fadd_rn(h[(size_t)t * H + i], acc);
+    }
+}
+
+/* ---- window logits (prefill Selector input) ---- */
+
+/* Thread per position j, block row = (w, query head): the reference's
+ * dot (ascending over D, one accumulator) times the scale. */
+__global__ void window_logits_kernel(const float *__restrict__ qwin, int nw, int first, int n_ctx,
+                                     int row, int nh, int nkv, int D, const int32_t *__restrict__ bt,
+                                     int max_blocks, int page, const void *__restrict__ kp, int dtype,
+                                     float *__restrict__ out, int ld) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int w = blockIdx.y, h = blockIdx.z;
+    if (j >= n_ctx) return;
+    const int G = nh / nkv, kvh = h / G, g = h % G;
+    float *o = out + ((size_t)kvh * nw * G + (size_t)w * G + g) * ld;
+    if (j > first + w) { o[j] = -INFINITY; return; }
+    const float *q = qwin + ((size_t)w * nh + h) * D;
+    const int blk = bt[(size_t)row * max_blocks + j / page];
+    const size_t base = (((size_t)blk * nkv + kvh) * page + j % page) * D;
+    float a = 0.f;
+    for (int i = 0; i < D; i++) a = __fadd_rn(a, __fmul_rn(q[i], ld_elem(kp, base + i, dtype)));
+    const float sc = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
+    o[j] = __fmul_rn(a, sc);
+}
+
+/* ---- random fill ---- */
+
+__device__ __forceinline__ uint32_t hash32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+
+__global__ void fill_kernel(void *p, size_t n, int dtype, uint32_t seed, float scale, float offset) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = hash32((uint32_t)i ^ hash32(seed ^ (uint32_t)(i >> 32) * 0x9e3779b9u));
+        const float u = (float)(h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+        st_elem(p, i, dtype, offset + u * scale);
+    }
+}
+
+/* ---- the plan ---- */
+
+__device__ __forceinline__ bool is_trig(const sfi_gpu_plan_cfg &c, int32_t tok) {
+    return c.is_trigger && tok >= 0 && tok < c.n_vocab && c.is_trigger[tok];
+}
+
+/* One thread per request (batch <= 64, one block). The rules of
+ * sfi_trigger_next and sfi_state_candidates / sfi_state_fast_set. */
+__global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ s,
+                            sfi_gpu_step_desc *__restrict__ d, int32_t *__restrict__ hist) {
+    const int b = threadIdx.x;
+    const int step = s->step + 1;
+    if (b < c.batch) {
+        sfi_gpu_req rq = d->req[b];
+        rq.j_begin = rq.j_end = 0;
+        if (!s->active[b] || step >= c.max_new) {
+            s->active[b] = 0;
+            s->pos[b] = -1;
+            s->in_tok[b] = 0;
+            rq.flags = SFI_GPU_REQ_IDLE;
+        } else {
+            const int32_t prev = c.force ? c.force[(size_t)b * c.max_new + step - 1] : s->tok[b];
+            int why = kRNone;
+            const int dd = s->since_slow[b] + 1;
+            if (!c.sfi) {
+                why = kRAlways;
+            } else {
+                switch (c.policy) {
+                case kTrigSfi:
+                    if (is_trig(c, prev)) why = kRTrigger;
+                    else if (c.T_max >= 1 && dd >= c.T_max) why = kRTmax;
+                    break;
+                case kTrigTmax: if (c.T_max >= 1 && dd >= c.T_max) why = kRTmax; break;
+                case kTrigBoundary: if (is_trig(c, prev)) why = kRTrigger; break;
+                case kTrigInterval: if (c.interval >= 1 && dd >= c.interval) why = kRInterval; break;
+                case kTrigAlways: why = kRAlways; break;
+                default: break;
+                }
+            }
+            s->since_slow[b] = why == kRNone ? dd : 0;
+            const int ctx = s->ctx[b] + 1;
+            s->ctx[b] = ctx;
+            s->pos[b] = ctx - 1;
+            s->in_tok[b] = prev;
+            rq.ctx_len = ctx;
+            if (why != kRNone) {
+                rq.flags = 0;
+                rq.n_compact = 0;
+                rq.recent_begin = 0;
+                if (c.sfi) {
+                    /* J = [n_sink, ctx - n_recent) clipped (sfi_state_candidates) */
+                    int jb = c.n_sink < ctx ? c.n_sink : ctx, je = ctx - c.n_recent;
+                    if (je > ctx) je = ctx;
+                    if (je < jb) je = jb;
+                    rq.j_begin = jb;
+                    rq.j_end = je;
+                    s->kout[b] = je > jb ? min(c.K, je - jb) : 0;
+                }
+            } else {
+                /* fast: sink [0, a) + selected + recent [max(a, ctx - n_recent),
+                 * ctx); with no gap between sink and recent the rows are
+                 * simply 0..ctx-1, in place */
+                const int a = c.n_sink < ctx ? c.n_sink : ctx;
+                rq.flags = SFI_GPU_REQ_SPARSE;
+                if (ctx - c.n_recent > a) {
+                    rq.n_compact = c.n_sink + s->kout[b];
+                    rq.recent_begin = ctx - c.n_recent;
+                } else {
+                    rq.n_compact = 0;
+                    rq.recent_begin = 0;
+                }
+            }
+            hist[(size_t)step * c.batch + b] = (why == kRNone ? kFast : kSlow) | (why << 4);
+        }
+        d->req[b] = rq;
+    }
+    __syncthreads();
+    if (b == 0) s->step = step;
+}
+
+__global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ s,
+                                const int32_t *__restrict__ next, int32_t *__restrict__ hist) {
+    const int b = threadIdx.x;
+    if (b >= c.batch || s->pos[b] < 0) return;
+    const int32_t t = next[b];
+    s->tok[b] = t;
+    hist[(size_t)s->step * c.batch + b] = t;
+    if ((c.stop_token >= 0 && !c.force && t == c.stop_token) || s->step + 1 >= c.max_new)
+        s->active[b] = 0;
+}
+
+} // namespace
+
+#include "sfi_gpu_prefill.cuh"
+
+extern "C" {
+
+int sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
+                  cudaStream_t st) {
+    if (T <= 0) return 0;
+    embed_kernel<<<T, 256, 0, st>>>(tok, E, dtype, H, x);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf, void *yb,
+                    int exact, cudaStream_t st) {
+    if (T <= 0) return 0;
+    if (exact)
+        rmsnorm_kernel<true><<<T, 256, 0, st>>>(x, w, n, eps, yf, (__nv_bfloat16 *)yb);
+    else
+        rmsnorm_kernel<false><<<T, 256, 0, st>>>(x, w, n, eps, yf, (__nv_bfloat16 *)yb);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_gemv_exact(const float *W, const float *X, const float *b, float *Y, int T, int M,
+                       int N, int accumulate, cudaStream_t st) {
+    if (T <= 0) return 0;
+    gemv_exact_kernel<<<dim3((M + 127) / 128, T), 128, 0, st>>>(W, X, b, Y, M, N, accumulate);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_add_bias(float *y, const float *b, int T, int M, cudaStream_t st) {
+    if (T <= 0) return 0;
+    add_bias_kernel<<<dim3((M + 255) / 256, T), 256, 0, st>>>(y, b, M);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st) {
+    if (a->T <= 0) return 0;
+    if (a->head_dim > 512 || a->head_dim % 2) return (int)cudaErrorInvalidValue;
+    const int threads = a->head_dim < 32 ? 32 : (a->head_dim + 31) / 32 * 32;
+    dim3 g(a->T, a->n_heads + 2 * a->n_kv);
+    if (exact)
+        qkv_post_kernel<true><<<g, threads, 0, st>>>(*a);
+    else
+        qkv_post_kernel<false><<<g, threads, 0, st>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_silu_mul(const float *gu, int T, int I, void *act, int adtype, int exact,
+                     cudaStream_t st) {
+    if (T <= 0) return 0;
+    dim3 g((I + 255) / 256 < 1024 ? (I + 255) / 256 : 1024, T);
+    if (exact)
+        silu_mul_kernel<true><<<g, 256, 0, st>>>(gu, I, adtype, act);
+    else
+        silu_mul_kernel<false><<<g, 256, 0, st>>>(gu, I, adtype, act);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st) {
+    if (!n) return 0;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    to_bf16_kernel<<<(unsigned)blocks, 256, 0, st>>>(x, n, (__nv_bfloat16 *)y);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
+                   cudaStream_t st) {
+    if (T <= 0) return 0;
+    argmax_kernel<<<T, 1024, 0, st>>>(logits, V, active, out);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e,
+                      float *sel_w, int exact, cudaStream_t st) {
+    if (T <= 0) return 0;
+    if (top > 64 || top < 1 || top > E) return (int)cudaErrorInvalidValue;
+    if (exact)
+        moe_route_kernel<true><<<(T + 63) / 64, 64, 0, st>>>(rl, T, E, top, norm, sel_e, sel_w);
+    else
+        moe_route_kernel<false><<<(T + 63) / 64, 64, 0, st>>>(rl, T, E, top, norm, sel_e, sel_w);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int top,
+                     const float *x, int x_per_pair, int M, int N, float *y, int exact,
+                     cudaStream_t st) {
+    if (T <= 0) return 0;
+    const int pairs = T * top;
+    if (exact) {
+        if (dtype != SFI_GPU_F32) return (int)cudaErrorInvalidValue;
+        moe_gemv_exact_kernel<<<dim3((M + 127) / 128, pairs), 128, 0, st>>>(
+            (const float *const *)w, sel_e, top, x, x_per_pair, M, N, y);
+        return (int)cudaGetLastError();
+    }
+    if (N > 12288) return (int)cudaErrorInvalidValue;
+    const size_t smem = (size_t)N * sizeof(float);
+    int gx = (M + 7) / 8;
+    if (gx > 64) gx = 64;
+    if (dtype == SFI_GPU_BF16) {
+        if (smem > 48 * 1024)
+            cudaFuncSetAttribute(moe_gemv_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        moe_gemv_kernel<__nv_bfloat16><<<dim3(gx, pairs), 256, smem, st>>>(w, sel_e, top, x, x_per_pair, M, N, y);
+    } else {
+        if (smem > 48 * 1024)
+            cudaFuncSetAttribute(moe_gemv_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        moe_gemv_kernel<float><<<dim3(gx, pairs), 256, smem, st>>>(w, sel_e, top, x, x_per_pair, M, N, y);
+    }
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int top, int H,
+                        int exact, cudaStream_t st) {
+    (void)exact; /* one formula: the reference's order, which costs nothing here */
+    if (T <= 0) return 0;
+    moe_combine_kernel<<<dim3((H + 255) / 256, T), 256, 0, st>>>(h, y, sel_w, top, H);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row, int n_heads,
+                          int n_kv, int head_dim, const int32_t *block_table, int max_blocks,
+                          int page, const void *k_pool, int dtype, float *out, int ld,
+                          cudaStream_t st) {
+    if (nw <= 0 || n_ctx <= 0) return 0;
+    dim3 g((n_ctx + 255) / 256, nw, n_heads);
+    window_logits_kernel<<<g, 256, 0, st>>>(qwin, nw, first, n_ctx, row, n_heads, n_kv, head_dim,
+                                            block_table, max_blocks, page, k_pool, dtype, out, ld);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale, float offset,
+                         cudaStream_t st) {
+    if (!n) return 0;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 8192) blocks = 8192;
+    fill_kernel<<<(unsigned)blocks, 256, 0, st>>>(p, n, dtype, seed, scale, offset);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
+                      int32_t *hist_kind, cudaStream_t st_) {
+    if (cfg->batch < 1 || cfg->batch > SFI_GPU_MAX_BATCH) return (int)cudaErrorInvalidValue;
+    plan_kernel<<<1, 64, 0, st_>>>(*cfg, st, d, hist_kind);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, const int32_t *next,
+                     int32_t *hist_tok, cudaStream_t st_) {
+    end_step_kernel<<<1, 64, 0, st_>>>(*cfg, st, next, hist_tok);
+    return (int)cudaGetLastError();
+}
+
+} // extern "C"
