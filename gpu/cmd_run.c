@@ -11,7 +11,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "sfi_gpu.h"
 #include "sfi_gpu_cli.h"
 #include "sfi_gpu_engine.h"
+#include "sfi_gpu_verify.h"
 #include "sfi_params.h"
 #include "sfi_qwen3.h"
 #include "sfi_state.h"
@@ -325,175 +325,6 @@ static int file_exists(const char *dir, const char *name)
     struct stat sb;
     snprintf(p, sizeof p, "%s/%s", dir, name);
     return stat(p, &sb) == 0;
-}
-
-/* ---- per-step observation: digests, and what --check compares ---- */
-
-typedef struct {
-    int32_t step, layer, n;
-    int32_t *sel; /* [n_kv][n] */
-} selrec;
-
-typedef struct {
-    sfi_hasher hs;
-    int hs_ok;
-    int keep;            /* --check: keep logits and selected sets */
-    float *logits;       /* [max_new][V] */
-    selrec *sel;
-    int n_sel, cap_sel;
-} reqobs;
-
-typedef struct {
-    reqobs *r;
-    int V, n_kv, max_new, sfi;
-} runobs;
-
-static sfi_status obs_selected(void *user, int b, int step, int layer, const int32_t *sel,
-                               int n_kv, int K, int n_sel, sfi_error *err)
-{
-    runobs *o = user;
-    reqobs *r = &o->r[b];
-    int32_t l32 = layer;
-    sfi_hasher_update_str(&r->hs, "selected");
-    sfi_hasher_update_i32(&r->hs, &l32, 1);
-    for (int h = 0; h < n_kv; h++) {
-        int32_t n32 = n_sel;
-        sfi_hasher_update_i32(&r->hs, &n32, 1);
-        sfi_hasher_update_i32(&r->hs, sel + (size_t)h * K, (size_t)n_sel);
-    }
-    if (!r->keep)
-        return SFI_OK;
-    if (r->n_sel == r->cap_sel) {
-        int nc = r->cap_sel ? 2 * r->cap_sel : 64;
-        selrec *ns = realloc(r->sel, (size_t)nc * sizeof *ns);
-        if (!ns)
-            return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-        r->sel = ns;
-        r->cap_sel = nc;
-    }
-    selrec *s = &r->sel[r->n_sel];
-    s->step = step;
-    s->layer = layer;
-    s->n = n_sel;
-    s->sel = malloc((size_t)n_kv * (n_sel > 0 ? n_sel : 1) * 4);
-    if (!s->sel)
-        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-    for (int h = 0; h < n_kv; h++)
-        memcpy(s->sel + (size_t)h * n_sel, sel + (size_t)h * K, (size_t)n_sel * 4);
-    r->n_sel++;
-    return SFI_OK;
-}
-
-static sfi_status obs_step(void *user, int b, int step, int kind, int reason, int32_t token,
-                           const float *logits, int vocab, sfi_error *err)
-{
-    (void)err;
-    runobs *o = user;
-    reqobs *r = &o->r[b];
-    int32_t v[4] = {step, kind, reason, token};
-    sfi_hasher_update_str(&r->hs, "step");
-    sfi_hasher_update_i32(&r->hs, v, 4);
-    sfi_hasher_update_f32(&r->hs, logits, (size_t)vocab);
-    if (r->keep && step < o->max_new)
-        memcpy(r->logits + (size_t)step * vocab, logits, (size_t)vocab * 4);
-    return SFI_OK;
-}
-
-/* ---- --check: the reference on the CPU, compared step by step ---- */
-
-typedef struct {
-    const sfi_qwen3 *m;
-    sfi_decode_opts o;
-    const int32_t *prompt;
-    int n_prompt;
-    const reqobs *gpu;
-    int V, n_kv;
-    /* results */
-    sfi_decode_result res;
-    sfi_status rc;
-    sfi_error err;
-    double max_rel;       /* worst |gpu - ref| / max |ref| over steps */
-    int first_rel_fail;   /* first step over the tolerance, -1 none */
-    long sel_compared, sel_diff; /* positions compared / differing in selected sets */
-    int sel_sets, sel_sets_equal, sel_missing;
-    double tol;
-} refjob;
-
-static sfi_status ref_on_slow_layer(void *user, const sfi_decode_slow_layer_info *in,
-                                    sfi_error *err)
-{
-    (void)err;
-    refjob *j = user;
-    const reqobs *g = j->gpu;
-    const selrec *s = NULL;
-    for (int i = 0; i < g->n_sel; i++)
-        if (g->sel[i].step == in->step && g->sel[i].layer == in->layer) {
-            s = &g->sel[i];
-            break;
-        }
-    j->sel_sets++;
-    if (!s) {
-        j->sel_missing++;
-        return SFI_OK;
-    }
-    int equal = 1;
-    for (int h = 0; h < in->n_kv_heads; h++) {
-        int nr = in->n_selected[h], ng = s->n;
-        const int32_t *a = in->selected + (size_t)h * in->K, *b = s->sel + (size_t)h * s->n;
-        if (nr != ng)
-            equal = 0;
-        /* both ascending: count the symmetric difference */
-        int i = 0, k = 0;
-        long common = 0;
-        while (i < nr && k < ng) {
-            if (a[i] == b[k]) {
-                common++;
-                i++;
-                k++;
-            } else if (a[i] < b[k]) {
-                i++;
-            } else {
-                k++;
-            }
-        }
-        j->sel_compared += nr;
-        j->sel_diff += nr - common;
-        if (common != nr)
-            equal = 0;
-    }
-    j->sel_sets_equal += equal;
-    return SFI_OK;
-}
-
-static sfi_status ref_on_step(void *user, const sfi_decode_step_info *in, sfi_error *err)
-{
-    (void)err;
-    refjob *j = user;
-    if (in->step >= j->o.max_new)
-        return SFI_OK;
-    const float *g = j->gpu->logits + (size_t)in->step * j->V;
-    float mx = 0.f, d = 0.f;
-    for (int i = 0; i < j->V; i++) {
-        float a = fabsf(in->logits[i]), e = fabsf(in->logits[i] - g[i]);
-        mx = a > mx ? a : mx;
-        d = e > d || isnan(e) ? e : d;
-    }
-    double rel = mx > 0 ? d / mx : d;
-    if (isnan(rel) || rel > j->max_rel)
-        j->max_rel = isnan(rel) ? INFINITY : rel;
-    if ((isnan(rel) || rel > j->tol) && j->first_rel_fail < 0)
-        j->first_rel_fail = in->step;
-    return SFI_OK;
-}
-
-static void *ref_thread(void *arg)
-{
-    refjob *j = arg;
-    sfi_decode_observer obs = {.user = j, .on_step = ref_on_step,
-                               .on_slow_layer = j->o.mode == SFI_DECODE_SFI ? ref_on_slow_layer : NULL};
-    sfi_error_clear(&j->err);
-    j->rc = sfi_decode_run(j->m, &j->o, j->prompt, j->n_prompt, &obs, &j->res, &j->err);
-    return NULL;
 }
 
 /* ---- bench: bytes and times ---- */
@@ -830,8 +661,10 @@ int sfi_gpu_cmd_run(int argc, char **argv)
     sfi_gpu_engine *eng = NULL;
     sfi_gpu_run_result res;
     memset(&res, 0, sizeof res);
-    runobs ro = {0};
-    refjob *jobs = NULL;
+    sfi_gpu_verify *ver = NULL;
+    sfi_gpu_verify_report *rep = NULL;
+    const int32_t **pp = NULL;
+    int *pn = NULL;
     sfi_gpu_request *req = NULL;
     json_t *jout = NULL;
     int B = 0;
@@ -983,86 +816,41 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         goto out;
     }
     req = calloc((size_t)B, sizeof *req);
-    ro.r = calloc((size_t)B, sizeof *ro.r);
-    if (!req || !ro.r)
+    pp = calloc((size_t)B, sizeof *pp);
+    pn = calloc((size_t)B, sizeof *pn);
+    rep = calloc((size_t)B, sizeof *rep);
+    if (!req || !pp || !pn || !rep)
         goto out;
-    ro.V = cfg.vocab_size;
-    ro.n_kv = cfg.num_key_value_heads;
-    ro.max_new = max_new;
-    ro.sfi = eo.sfi;
     for (int b = 0; b < B; b++) {
-        req[b].prompt = pr[b].ids;
-        req[b].n_prompt = pr[b].n;
+        req[b].prompt = pp[b] = pr[b].ids;
+        req[b].n_prompt = pn[b] = pr[b].n;
         req[b].force = pr[b].force;
         req[b].n_force = pr[b].n_force;
-        reqobs *r = &ro.r[b];
-        if (digest) {
-            if (sfi_hasher_init(&r->hs, &e)) {
-                fprintf(stderr, CMD ": %s\n", e.msg);
-                goto out;
-            }
-            r->hs_ok = 1;
-            sfi_hasher_update_str(&r->hs, "sfi-decode-v1");
-            sfi_hasher_update_str(&r->hs, sfi_decode_mode_name(mode));
-            sfi_hasher_update_i32(&r->hs, pr[b].ids, (size_t)pr[b].n);
-        }
-        if (check) {
-            r->keep = 1;
-            r->logits = malloc((size_t)max_new * cfg.vocab_size * sizeof(float));
-            if (!r->logits) {
-                fprintf(stderr, CMD ": --check: out of memory keeping %d steps of logits\n",
-                        max_new);
-                goto out;
-            }
-        }
     }
-    sfi_gpu_observer obs = {.user = &ro, .on_step = obs_step, .on_selected = obs_selected};
-    if (sfi_gpu_engine_run(eng, req, B, digest ? &obs : NULL, bench, &res, &e)) {
+    if (digest && sfi_gpu_verify_new(B, max_new, cfg.vocab_size, pp, pn, mode, check, &ver, &e)) {
         fprintf(stderr, CMD ": %s\n", e.msg);
         goto out;
     }
-    /* --check: the reference, one thread per request */
+    if (sfi_gpu_engine_run(eng, req, B, ver ? sfi_gpu_verify_observer(ver) : NULL, bench, &res,
+                           &e)) {
+        fprintf(stderr, CMD ": %s\n", e.msg);
+        goto out;
+    }
+    /* --check: the reference on the CPU, one thread per request */
     int check_fail = 0;
     if (check) {
-        jobs = calloc((size_t)B, sizeof *jobs);
-        pthread_t *th = calloc((size_t)B, sizeof *th);
-        int *started = calloc((size_t)B, sizeof *started);
-        if (!jobs || !th || !started) {
-            free(th);
-            free(started);
-            goto out;
-        }
-        for (int b = 0; b < B; b++) {
-            refjob *j = &jobs[b];
-            j->m = m;
-            sfi_decode_opts_default(&j->o);
-            j->o.mode = mode;
-            j->o.params = eo.params;
-            j->o.trigger = trig;
-            j->o.interval = eo.interval;
-            j->o.is_trigger = eo.is_trigger;
-            j->o.n_trigger_vocab = eo.n_trigger_vocab;
-            j->o.max_new = max_new;
-            j->o.stop_token = eo.stop_token;
-            j->o.backend = check_backend;
-            j->prompt = pr[b].ids;
-            j->n_prompt = pr[b].n;
-            j->gpu = &ro.r[b];
-            j->V = cfg.vocab_size;
-            j->n_kv = cfg.num_key_value_heads;
-            j->first_rel_fail = -1;
-            j->tol = 1e-4;
-        }
-        for (int b = 0; b < B; b++) {
-            started[b] = pthread_create(&th[b], NULL, ref_thread, &jobs[b]) == 0;
-            if (!started[b])
-                ref_thread(&jobs[b]);
-        }
-        for (int b = 0; b < B; b++)
-            if (started[b])
-                pthread_join(th[b], NULL);
-        free(th);
-        free(started);
+        sfi_decode_opts ro;
+        sfi_decode_opts_default(&ro);
+        ro.mode = mode;
+        ro.params = eo.params;
+        ro.trigger = trig;
+        ro.interval = eo.interval;
+        ro.is_trigger = eo.is_trigger;
+        ro.n_trigger_vocab = eo.n_trigger_vocab;
+        ro.max_new = max_new;
+        ro.stop_token = eo.stop_token;
+        ro.backend = check_backend;
+        check_fail = sfi_gpu_verify_reference(ver, m, &ro, &res, eo.exact, 1e-4, stderr, rep) > 0;
     }
     /* output */
     size_t text_len = 0;
@@ -1073,7 +861,7 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         int ng = res.n_generated[b];
         const int32_t *ids = res.ids + (size_t)b * max_new;
         char hex[65] = "";
-        if (digest && sfi_hasher_final_hex(&ro.r[b].hs, hex, NULL, &e)) {
+        if (digest && sfi_gpu_verify_digest(ver, b, hex, &e)) {
             fprintf(stderr, CMD ": %s\n", e.msg);
             goto out;
         }
@@ -1109,12 +897,13 @@ int sfi_gpu_cmd_run(int argc, char **argv)
             json_object_set_new(j, "prefill_seconds", json_real(res.prefill_s));
             json_object_set_new(j, "decode_seconds", json_real(res.decode_s));
             if (check) {
-                refjob *jb = &jobs[b];
+                const sfi_gpu_verify_report *r = &rep[b];
                 json_t *ck = json_object();
-                json_object_set_new(ck, "ref_digest", jb->rc ? json_null() : json_string(jb->res.digest_hex));
-                json_object_set_new(ck, "max_rel_logit_err", json_real(jb->max_rel));
-                json_object_set_new(ck, "selected_sets", json_integer(jb->sel_sets));
-                json_object_set_new(ck, "selected_sets_equal", json_integer(jb->sel_sets_equal));
+                json_object_set_new(ck, "ref_digest", r->ran ? json_string(r->ref_digest) : json_null());
+                json_object_set_new(ck, "first_diff_step", json_integer(r->first_diff));
+                json_object_set_new(ck, "max_rel_logit_err", json_real(r->max_rel));
+                json_object_set_new(ck, "selected_sets", json_integer(r->sel_sets));
+                json_object_set_new(ck, "selected_sets_equal", json_integer(r->sel_sets_equal));
                 json_object_set_new(j, "check", ck);
             }
             json_array_append_new(jreqs, j);
@@ -1142,36 +931,6 @@ int sfi_gpu_cmd_run(int argc, char **argv)
                 printf("digest: %s\n", hex);
         }
         free(text);
-        if (check) {
-            refjob *j = &jobs[b];
-            if (j->rc) {
-                fprintf(stderr, CMD ": --check: reference, request %d: %s\n", b, j->err.msg);
-                check_fail = 1;
-                continue;
-            }
-            int n = j->res.n_generated < ng ? j->res.n_generated : ng, first_diff = -1;
-            for (int t = 0; t < n && first_diff < 0; t++)
-                if (j->res.ids[t] != ids[t] ||
-                    (int)j->res.kinds[t] != res.kinds[(size_t)b * max_new + t] ||
-                    (int)j->res.reasons[t] != res.reasons[(size_t)b * max_new + t])
-                    first_diff = t;
-            if (j->res.n_generated != ng && first_diff < 0)
-                first_diff = n;
-            int dig_eq = !strcmp(j->res.digest_hex, hex);
-            fprintf(stderr,
-                    CMD ": check request %d (%d prompt tokens, %d steps): ids/kinds/reasons %s%s; "
-                        "selected sets %d of %d equal (%ld of %ld positions differ, %d missing); "
-                        "logits max rel err %.3g (tolerance %.0e%s); digest %s\n",
-                    b, pr[b].n, ng, first_diff < 0 ? "equal" : "DIFFER from step ",
-                    first_diff < 0 ? "" : (snprintf(msg, sizeof msg, "%d", first_diff), msg),
-                    j->sel_sets_equal, j->sel_sets, j->sel_diff, j->sel_compared, j->sel_missing,
-                    j->max_rel, j->tol,
-                    j->first_rel_fail >= 0 ? ", EXCEEDED" : "",
-                    dig_eq ? "equal" : eo.exact ? "DIFFERS" : "differs (expected off --exact)");
-            if (first_diff >= 0 || j->first_rel_fail >= 0 || j->sel_missing ||
-                (eo.exact && (!dig_eq || j->sel_sets_equal != j->sel_sets)))
-                check_fail = 1;
-        }
     }
     if (json) {
         json_object_set_new(jout, "batch", json_integer(B));
@@ -1215,22 +974,10 @@ int sfi_gpu_cmd_run(int argc, char **argv)
 out:
     if (jout)
         json_decref(jout);
-    if (jobs) {
-        for (int b = 0; b < B; b++)
-            sfi_decode_result_free(&jobs[b].res);
-        free(jobs);
-    }
-    if (ro.r) {
-        for (int b = 0; b < B; b++) {
-            if (ro.r[b].hs_ok)
-                sfi_hasher_free(&ro.r[b].hs);
-            free(ro.r[b].logits);
-            for (int i = 0; i < ro.r[b].n_sel; i++)
-                free(ro.r[b].sel[i].sel);
-            free(ro.r[b].sel);
-        }
-        free(ro.r);
-    }
+    sfi_gpu_verify_free(ver);
+    free(rep);
+    free(pp);
+    free(pn);
     free(req);
     sfi_gpu_run_result_free(&res);
     sfi_gpu_engine_free(eng);

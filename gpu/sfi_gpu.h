@@ -103,6 +103,12 @@ typedef struct {
      * want 2: smaller CTAs, so a pair whose SM is shared with Selector
      * CTAs does not hold up the whole layer. */
     int waves;
+    /* mixed-mode calls (sfi_gpu_attn_mixed) with min_split_rows > 0: the
+     * grid has ceil(rows / min_split_rows) splits per (request, KV head)
+     * and each request uses as many as its own rows need at that size, so
+     * one long dense request among short sparse ones is still spread over
+     * many SMs. 0: the default rule (waves of one CTA per SM). */
+    int min_split_rows;
 } sfi_gpu_attn_ws;
 
 /* Device scratch of one Selector call (one ring slot). Each [batch][n_kv]

@@ -263,9 +263,9 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     const int n_rows = sparse ? n_compact + (rq.ctx_len - rq.recent_begin) : rq.ctx_len;
     if (n_rows <= 0) return;
     if (chunk <= 0) {
-        /* per request: its rows over the grid's splits, at least
-         * kMinSplitRows a split, whole tiles (launch_split's rule) */
-        chunk = max((n_rows + (int)gridDim.x - 1) / (int)gridDim.x, kMinSplitRows);
+        /* per request: its rows over the grid's splits, at least -chunk
+         * (or kMinSplitRows) a split, whole tiles (launch_split's rule) */
+        chunk = max((n_rows + (int)gridDim.x - 1) / (int)gridDim.x, chunk < 0 ? -chunk : kMinSplitRows);
         chunk = (chunk + C::ROWS - 1) / C::ROWS * C::ROWS;
     }
     const int ns = (n_rows + chunk - 1) / chunk;
@@ -642,6 +642,9 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     const long pairs = (long)h->batch * h->n_kv;
     long splits = (long)(ws->waves > 0 ? ws->waves : g_waves) * sms / pairs;
     if (splits > max_rows / kMinSplitRows) splits = max_rows / kMinSplitRows;
+    if (mode == kModeMixed && ws->min_split_rows > 0)
+        splits = (max_rows + ws->min_split_rows - 1) / ws->min_split_rows;
+    if (splits > SFI_GPU_MAX_SPLITS) splits = SFI_GPU_MAX_SPLITS;
     if (splits < 1) splits = 1;
     long chunk = (max_rows + splits - 1) / splits;
     chunk = (chunk + C::ROWS - 1) / C::ROWS * C::ROWS;
@@ -650,7 +653,8 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     dim3 grid(ns, h->n_kv, h->batch);
     /* mixed mode: each request sizes its own splits on the device */
     kern<<<grid, kWarps * 32, C::SMEM, st>>>(d, q, (const T *)kp, (const T *)vp, (const T *)ck,
-                                             (const T *)cv, mode, mode == kModeMixed ? 0 : (int)chunk,
+                                             (const T *)cv, mode,
+                                             mode == kModeMixed ? -ws->min_split_rows : (int)chunk,
                                              logits, ws->part_ml,
                                              ws->part_acc, ws->counters, out);
     return cudaGetLastError();
@@ -780,6 +784,7 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
     ws->counters = (int *)(ws->part_acc + (size_t)batch * n_heads * SFI_GPU_MAX_SPLITS * head_dim);
     ws->n_counters = batch * n_heads;
     ws->waves = 0;
+    ws->min_split_rows = 0;
 }
 
 int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {

@@ -121,38 +121,136 @@ __global__ void to_bf16_kernel(const float *__restrict__ x, size_t n, __nv_bfloa
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
-/* Block per row; ties to the smaller index (the reference scans
- * ascending with a strict >, so the first maximum wins). */
+/* Order-preserving 32-bit key of a float (larger float, larger key). */
+__device__ __forceinline__ uint32_t okey(float x) {
+    uint32_t u = __float_as_uint(x);
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Argmax in two launches: blocks of a row each find their best (value,
+ * smaller index) and fold it into slot[t] with a 64-bit atomicMax of
+ * (key << 32 | ~index), so the largest value wins and among equal values
+ * the smaller index (the reference's first maximum); the result does not
+ * depend on the order. Then argmax_decode writes the ids. */
 __global__ void argmax_kernel(const float *__restrict__ lg, int V, const int32_t *__restrict__ active,
-                              int32_t *__restrict__ out) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    const int t = blockIdx.x;
+                              unsigned long long *__restrict__ slot) {
+    __shared__ unsigned long long sb[32];
+    const int t = blockIdx.y;
     if (active && !active[t]) return;
     const float *x = lg + (size_t)t * V;
-    float bv = -INFINITY;
-    int bi = -1;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = x[i];
-        if (bi < 0 || v > bv) { bv = v; bi = i; }
+    unsigned long long best = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x) {
+        const unsigned long long k = ((unsigned long long)okey(x[i]) << 32) | (uint32_t)~(uint32_t)i;
+        best = k > best ? k : best;
     }
     for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+        const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
+        best = o > best ? o : best;
     }
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    if (lane == 0) { sv[w] = bv; si[w] = bi; }
+    if (lane == 0) sb[w] = best;
     __syncthreads();
     if (w == 0) {
-        bv = lane < nw ? sv[lane] : -INFINITY;
-        bi = lane < nw ? si[lane] : -1;
+        best = lane < nw ? sb[lane] : 0;
         for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+            const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
+            best = o > best ? o : best;
         }
-        if (lane == 0) out[t] = bi < 0 ? 0 : bi;
+        if (lane == 0) atomicMax(slot + t, best);
+    }
+}
+
+__global__ void argmax_decode_kernel(unsigned long long *__restrict__ slot, int T,
+                                     const int32_t *__restrict__ active, int32_t *__restrict__ out) {
+    const int t = threadIdx.x;
+    if (t >= T) return;
+    if (!active || active[t]) out[t] = (int32_t)~(uint32_t)(slot[t] & 0xffffffffu);
+    slot[t] = 0; /* ready for the next step */
+}
+
+/* ---- skinny GEMM on tensor cores (decode: T <= 64 rows of activations) ----
+ *
+ * Y[t][i] (= or +=) sum_k X[t][k] W[i][k] for bf16 W [M][N] and bf16 X
+ * [T][N], f32 Y. A CTA owns 16 output rows; its 8 warps split the
+ * reduction into k-blocks of 32 (warp w takes blocks w, w + 8, ...), then
+ * add their partials in warp order (deterministic). Per k-block a lane
+ * loads 16 bytes of each of its two weight rows (g and g + 8) and 16 bytes
+ * of X per token tile, and runs two mma.sync m16n8k16 per token tile: the
+ * k order inside a block is permuted identically for W and X (lane t's 8
+ * consecutive k feed logical k {2t, 2t+1, 2t+8, 2t+9} of two k-steps), so
+ * every operand is one 16-byte load and the sum is unchanged. Weights
+ * stream through once (no shared memory, no split-K pass); X is re-read
+ * by every CTA from L2. */
+__device__ __forceinline__ void mma_bf16_g(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                           uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int NT>
+__global__ void __launch_bounds__(256) skinny_gemm_kernel(const __nv_bfloat16 *__restrict__ W,
+                                                          const __nv_bfloat16 *__restrict__ X,
+                                                          float *__restrict__ Y, int T, int M, int N,
+                                                          int accumulate) {
+    constexpr int U = 4; /* k-blocks in flight per warp */
+    __shared__ float red[8][32][NT * 4 + 1];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int r0 = blockIdx.x * 16;
+    const int ra = min(r0 + g, M - 1), rb = min(r0 + g + 8, M - 1);
+    const __nv_bfloat16 *wa = W + (size_t)ra * N + 8 * t4, *wb = W + (size_t)rb * N + 8 * t4;
+    const __nv_bfloat16 *xr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) xr[j] = X + (size_t)min(8 * j + g, T - 1) * N + 8 * t4;
+    float c[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+    const int nkb = N / 32;
+    for (int kb0 = warp * U; kb0 < nkb; kb0 += 8 * U) {
+        uint4 A[U], Bv[U], Xv[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kb = kb0 + u;
+            if (kb < nkb) {
+                A[u] = __ldg(reinterpret_cast<const uint4 *>(wa + kb * 32));
+                Bv[u] = __ldg(reinterpret_cast<const uint4 *>(wb + kb * 32));
+#pragma unroll
+                for (int j = 0; j < NT; j++) Xv[u][j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + kb * 32));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb0 + u < nkb) {
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    mma_bf16_g(c[j], A[u].x, Bv[u].x, A[u].y, Bv[u].y, Xv[u][j].x, Xv[u][j].y);
+                    mma_bf16_g(c[j], A[u].z, Bv[u].z, A[u].w, Bv[u].w, Xv[u][j].z, Xv[u][j].w);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[warp][lane][j * 4 + e] = c[j][e];
+    __syncthreads();
+    /* warp 0 adds the 8 partials in order and writes */
+    if (warp != 0) return;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float v = 0.f;
+#pragma unroll
+            for (int w = 0; w < 8; w++) v += red[w][lane][j * 4 + e];
+            const int row = r0 + g + (e >= 2 ? 8 : 0), tok = 8 * j + 2 * t4 + (e & 1);
+            if (row < M && tok < T) {
+                float *y = Y + (size_t)tok * M + row;
+                *y = accumulate ? *y + v : v;
+            }
+        }
     }
 }
 
@@ -551,9 +649,26 @@ int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st) {
 }
 
 int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
-                   cudaStream_t st) {
+                   unsigned long long *slots, cudaStream_t st) {
     if (T <= 0) return 0;
-    argmax_kernel<<<T, 1024, 0, st>>>(logits, V, active, out);
+    if (T > 1024) return (int)cudaErrorInvalidValue;
+    int bx = (V + 4095) / 4096;
+    if (bx > 64) bx = 64;
+    argmax_kernel<<<dim3(bx, T), 256, 0, st>>>(logits, V, active, slots);
+    argmax_decode_kernel<<<1, ((T + 31) / 32) * 32, 0, st>>>(slots, T, active, out);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_gemm_skinny(const void *W, const void *X, float *Y, int T, int M, int N,
+                        int accumulate, cudaStream_t st) {
+    if (T <= 0) return 0;
+    if (T > 64 || N % 32) return (int)cudaErrorInvalidValue;
+    dim3 g((M + 15) / 16);
+    const __nv_bfloat16 *w = (const __nv_bfloat16 *)W, *x = (const __nv_bfloat16 *)X;
+    if (T <= 8) skinny_gemm_kernel<1><<<g, 256, 0, st>>>(w, x, Y, T, M, N, accumulate);
+    else if (T <= 16) skinny_gemm_kernel<2><<<g, 256, 0, st>>>(w, x, Y, T, M, N, accumulate);
+    else if (T <= 32) skinny_gemm_kernel<4><<<g, 256, 0, st>>>(w, x, Y, T, M, N, accumulate);
+    else skinny_gemm_kernel<8><<<g, 256, 0, st>>>(w, x, Y, T, M, N, accumulate);
     return (int)cudaGetLastError();
 }
 

@@ -81,9 +81,16 @@ int sfi_gpu_silu_mul(const float *gu, int T, int I, void *act, int adtype, int e
 int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st);
 
 /* out[t] = argmax of logits[t][0..V), ties to the smaller id. When
- * active is given, rows whose active[t] is 0 are left alone. */
+ * active is given, rows whose active[t] is 0 are left alone. slots: T
+ * zeroed 64-bit words of scratch (left zeroed again). */
 int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
-                   cudaStream_t st);
+                   unsigned long long *slots, cudaStream_t st);
+
+/* Decode GEMM on tensor cores: Y[t][i] (= or += with accumulate) sum_k
+ * X[t][k] W[i][k], W bf16 [M][N], X bf16 [T][N], Y f32 [T][M]; T <= 64,
+ * N a multiple of 32. Deterministic (fixed summation order). */
+int sfi_gpu_gemm_skinny(const void *W, const void *X, float *Y, int T, int M, int N,
+                        int accumulate, cudaStream_t st);
 
 /* Qwen3-MoE routing of T tokens from router logits rl[t][E] (turned into
  * probabilities in place): softmax,

@@ -1129,12 +1129,16 @@ __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_wo
     const int nJ = rq.j_end - rq.j_begin;
     const int kout = nJ <= 0 ? 0 : min(d->K, nJ);
     const int rows = d->n_sink + kout;
+    /* a grid-stride sweep: a request with few rows (a fast step's sink
+     * refresh) leaves after one pass instead of idling many CTAs */
+    for (int base = blockIdx.x * kReorgWords * blockDim.x; base < rows * row_words;
+         base += gridDim.x * kReorgWords * blockDim.x) {
     uint4 kx[kReorgWords], vx[kReorgWords];
     size_t dst[kReorgWords];
     bool ok[kReorgWords];
 #pragma unroll
     for (int j = 0; j < kReorgWords; j++) { /* all loads first: 2*kReorgWords in flight */
-        const int t = (blockIdx.x * kReorgWords + j) * blockDim.x + threadIdx.x;
+        const int t = base + j * blockDim.x + threadIdx.x;
         const int r = t / row_words, w = t % row_words;
         ok[j] = r < rows;
         if (!ok[j]) continue;
@@ -1150,6 +1154,7 @@ __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_wo
 #pragma unroll
     for (int j = 0; j < kReorgWords; j++)
         if (ok[j]) { ck[dst[j]] = kx[j]; cv[dst[j]] = vx[j]; }
+    }
 }
 
 /* Launches sel_cluster_kernel<NW> with the cluster shape as a launch
@@ -1247,7 +1252,9 @@ int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dt
     const int esz = dtype == SFI_GPU_BF16 ? 2 : 4;
     const int row_words = h->head_dim * esz / 16;
     const int rows = h->n_sink + h->K;
-    dim3 g((rows * row_words + 256 * kReorgWords - 1) / (256 * kReorgWords), h->n_kv, h->batch);
+    int gx = (rows * row_words + 256 * kReorgWords - 1) / (256 * kReorgWords);
+    if (gx > 8) gx = 8;
+    dim3 g(gx, h->n_kv, h->batch);
     reorg_kernel<<<g, 256, 0, st>>>(d, row_words, (const uint4 *)k_pool, (const uint4 *)v_pool,
                                     selected, (uint4 *)ck, (uint4 *)cv, comp_pos);
     return (int)cudaGetLastError();
