@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include "sfi_gpu.h"
+#include "sfi_io.h"
 #include "sfi_gpu_cli.h"
 
 #define CK(x) SFI_GPU_CK("bench", x, #x)
@@ -604,11 +605,12 @@ int sfi_gpu_cmd_bench(int argc, char **argv)
         sparse_eff = eff_dense;
 #define CLAMP01(x) ((x) > 1 ? 1.0 : ((x) < 0.01 ? 0.01 : (x)))
     double contention = side_ms > 0 ? exposed_ms / side_ms : 0;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", profile);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        fprintf(stderr, "sfi-gpu bench: %s: %s\n", tmp, strerror(errno));
+    /* The output rule of sfi_io.h, like every other output. */
+    sfi_out *pout;
+    FILE *f;
+    sfi_error err;
+    if (sfi_out_open(profile, &pout, &f, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-gpu bench: %s\n", err.msg);
         return 1;
     }
     fprintf(f, "{ \"sfi_profile\": 1, \"name\": \"%s\", \"gpu\": \"%s\",\n", name,
@@ -630,9 +632,8 @@ int sfi_gpu_cmd_bench(int argc, char **argv)
                 i + 1 < g_nmeas ? "," : "");
     }
     fprintf(f, "  ] }\n");
-    if (fclose(f) != 0 || rename(tmp, profile) != 0) {
-        fprintf(stderr, "sfi-gpu bench: cannot write %s: %s\n", profile, strerror(errno));
-        remove(tmp);
+    if (sfi_out_commit(pout, 0, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-gpu bench: %s\n", err.msg);
         return 1;
     }
     printf("\nprofile written to %s\n", profile);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sfi_gpu_cli.h"
+#include "sfi_io.h"
 
 static void usage(FILE *f)
 {
@@ -30,6 +31,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* Interrupted outputs leave no temporary files; ulimit -f is an error. */
+    sfi_io_cleanup_on_signals();
     if (argc < 2) {
         usage(stderr);
         return 2;

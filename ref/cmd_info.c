@@ -135,14 +135,16 @@ static int print_json(const sfi_model_config *c, const char *model_dir)
     return 0;
 }
 
-/* 1536 -> "1.5 KiB": a reading aid next to the exact number. */
+/* 1536 -> "1.5 kB": a reading aid next to the exact number, in the
+ * decimal units of GPU memory capacities (kB = 1e3 bytes, GB = 1e9), so
+ * that it reads against an "80 GB" GPU and sfi-sim's columns. */
 static const char *human(uint64_t n, char *buf, size_t sz)
 {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    static const char *units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
     double v = (double)n;
     int u = 0;
-    while (v >= 1024 && u < 5) {
-        v /= 1024;
+    while (v >= 1000 && u < 5) {
+        v /= 1000;
         u++;
     }
     snprintf(buf, sz, u ? "%.1f %s" : "%.0f %s", v, units[u]);

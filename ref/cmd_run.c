@@ -108,55 +108,6 @@ static char *read_all(const char *path, size_t *len, sfi_error *err)
     return buf;
 }
 
-/* Whitespace-separated decimal ids. */
-static sfi_status parse_ids(const char *path, const char *s, int32_t **ids, int *n,
-                            sfi_error *err)
-{
-    size_t cap = 64, k = 0;
-    int32_t *v = malloc(cap * sizeof *v);
-    if (!v)
-        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-    const char *p = s;
-    while (*p) {
-        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
-            p++;
-        if (!*p)
-            break;
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX ||
-            (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
-            free(v);
-            return sfi_error_set(err, SFI_EFORMAT,
-                                 "%s: byte %ld: expected a non-negative decimal token id",
-                                 path, (long)(p - s));
-        }
-        if (k == cap) {
-            int32_t *nv = realloc(v, cap * 2 * sizeof *v);
-            if (!nv) {
-                free(v);
-                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-            }
-            v = nv;
-            cap *= 2;
-        }
-        v[k++] = (int32_t)x;
-        p = end;
-    }
-    if (k == 0) {
-        free(v);
-        return sfi_error_set(err, SFI_EFORMAT, "%s: no token ids", path);
-    }
-    if (k > INT_MAX / 2) {
-        free(v);
-        return sfi_error_set(err, SFI_ERANGE, "%s: too many ids", path);
-    }
-    *ids = v;
-    *n = (int)k;
-    return SFI_OK;
-}
-
 static int parse_int(const char *s, const char *what, int lo, int *out)
 {
     char *end;
@@ -333,7 +284,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
     if (prompt_ids) {
         size_t len;
         char *s = read_all(prompt_ids, &len, &e);
-        if (!s || parse_ids(prompt_ids, s, &ids, &n_ids, &e)) {
+        if (!s || sfi_ref_parse_ids(prompt_ids, s, &ids, &n_ids, &e)) {
             free(s);
             fprintf(stderr, "sfi-ref run: %s\n", e.msg);
             goto out;

@@ -1,11 +1,14 @@
-/* What sfi-ref encode and decode share: the --tokenizer option and reading
- * all of standard input, so both commands accept and refuse the same
- * things with the same messages. */
+/* What sfi-ref's commands share: the --tokenizer option and reading all of
+ * standard input (encode, decode), parsing token ids (run, eval), so they
+ * accept and refuse the same things with the same messages. */
 #include <config.h>
 
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sfi_ref_cli.h"
 
@@ -67,4 +70,53 @@ char *sfi_ref_read_all(FILE *f, size_t *len)
     }
     *len = n;
     return buf;
+}
+
+/* Whitespace-separated decimal ids. */
+sfi_status sfi_ref_parse_ids(const char *path, const char *s, int32_t **ids, int *n,
+                            sfi_error *err)
+{
+    size_t cap = 64, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
+            free(v);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: byte %ld: expected a non-negative decimal token id",
+                                 path, (long)(p - s));
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, cap * 2 * sizeof *v);
+            if (!nv) {
+                free(v);
+                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[k++] = (int32_t)x;
+        p = end;
+    }
+    if (k == 0) {
+        free(v);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: no token ids", path);
+    }
+    if (k > INT_MAX / 2) {
+        free(v);
+        return sfi_error_set(err, SFI_ERANGE, "%s: too many ids", path);
+    }
+    *ids = v;
+    *n = (int)k;
+    return SFI_OK;
 }

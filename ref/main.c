@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sfi_ref_cli.h"
+#include "sfi_io.h"
 
 typedef struct {
     const char *name;
@@ -21,6 +22,7 @@ static const command commands[] = {
     {"trigger-set", sfi_ref_cmd_trigger_set, "print the trigger set of a tokenizer vocabulary"},
     {"digest", sfi_ref_cmd_digest, "print the SHA-256 digest of files"},
     {"make-checkpoint", sfi_ref_cmd_make_checkpoint, "write a random-weight checkpoint of a preset's shape"},
+    {"eval", sfi_ref_cmd_eval, "teacher-forced quality of every KV policy at equal budget"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -36,6 +38,8 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* Interrupted outputs leave no temporary files; ulimit -f is an error. */
+    sfi_io_cleanup_on_signals();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -111,6 +111,7 @@ typedef struct {
     int *fast_n;             /* [n_kv] */
     float *lambda;           /* [n_kv] */
     float *mass;             /* [nh] */
+    int64_t attended;        /* positions read by the current step's attention */
     sfi_hasher hs;
     sfi_error *err;
 } dctx;
@@ -259,10 +260,19 @@ static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cac
     dctx *d = user;
     memcpy(qslot(d, layer, n_ctx - 1), q, qdim(d) * sizeof(float));
     sfi_status rc;
+    int nkv = d->c->num_key_value_heads;
+    int all = 1;  /* every set covers the cache: the dense path, same positions */
     if (d->kind == SFI_STEP_FAST) {
         fast_sets(d, layer, n_ctx);
+        for (int h = 0; h < nkv; h++) {
+            d->attended += d->fast_n[h];
+            all = all && d->fast_n[h] == n_ctx;
+        }
+    } else {
+        d->attended += (int64_t)n_ctx * nkv;
+    }
+    if (!all) {
         const int32_t *ix[SFI_DECODE_MAX_KV_HEADS];
-        int nkv = d->c->num_key_value_heads;
         for (int h = 0; h < nkv; h++)
             ix[h] = d->fast_idx + (size_t)h * fast_cap(d);
         rc = sfi_qwen3_attn_sparse(d->m, d->o->backend, layer, q, kv, n_ctx, ix, d->fast_n,
@@ -304,14 +314,113 @@ static void hash_step(dctx *d, int step, sfi_step_kind kind, sfi_step_reason rea
     sfi_hasher_update_f32(&d->hs, logits, (size_t)d->c->vocab_size);
 }
 
-sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_t *prompt,
-                          int n_prompt, const sfi_decode_observer *obs, sfi_decode_result *res,
-                          sfi_error *err)
+/* Keeps the roped query of every position in a ring of n_queries slots
+ * per layer, then dense attention: the prefix's prefill. */
+typedef struct {
+    const sfi_qwen3 *m;
+    sfi_backend be;
+    float *qhist;
+    int n_queries;
+    size_t qdim;
+} prefix_ctx;
+
+static sfi_status prefix_attend(void *user, int layer, const float *q, const sfi_kv_cache *kv,
+                                int n_ctx, float *out, sfi_error *err)
+{
+    prefix_ctx *p = user;
+    memcpy(p->qhist + ((size_t)layer * p->n_queries + (size_t)((n_ctx - 1) % p->n_queries)) *
+                          p->qdim,
+           q, p->qdim * sizeof(float));
+    return sfi_qwen3_attn_dense(p->m, p->be, layer, q, kv, n_ctx, out, NULL, err);
+}
+
+void sfi_decode_prefix_free(sfi_decode_prefix *p)
+{
+    if (!p)
+        return;
+    free(p->prompt);
+    sfi_kv_cache_free(&p->kv);
+    free(p->qhist);
+    free(p->logits);
+    memset(p, 0, sizeof *p);
+}
+
+static sfi_status check_prompt(const sfi_model_config *c, const int32_t *prompt, int n_prompt,
+                               sfi_error *err)
+{
+    if (n_prompt < 1)
+        return sfi_error_set(err, SFI_EINVAL, "prompt: empty (at least one token needed)");
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
+            return sfi_error_set(err, SFI_ERANGE,
+                                 "prompt: token %d (id %d) outside the vocabulary [0, %d)", i,
+                                 (int)prompt[i], c->vocab_size);
+    return SFI_OK;
+}
+
+sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int32_t *prompt,
+                                   int n_prompt, int capacity, int n_queries,
+                                   sfi_decode_prefix *out, sfi_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    sfi_status rc = check_prompt(c, prompt, n_prompt, err);
+    if (rc)
+        return rc;
+    if (capacity < n_prompt || capacity > c->max_position_embeddings)
+        return sfi_error_set(err, SFI_ERANGE,
+                             "prefix: capacity %d must lie in [%d (the prompt), %d "
+                             "(max_position_embeddings)]",
+                             capacity, n_prompt, c->max_position_embeddings);
+    if (n_queries < 1)
+        return sfi_error_set(err, SFI_EINVAL, "prefix: n_queries %d < 1", n_queries);
+    if (!sfi_backend_available(be))
+        return sfi_error_set(err, SFI_EUNSUPPORTED, "backend %s is not built in",
+                             sfi_backend_name(be));
+    if (n_queries > n_prompt)
+        n_queries = n_prompt;
+    size_t qd = (size_t)c->num_attention_heads * c->head_dim;
+    out->n_prompt = n_prompt;
+    out->backend = be;
+    out->n_queries = n_queries;
+    out->prompt = malloc((size_t)n_prompt * sizeof(int32_t));
+    out->qhist = malloc((size_t)c->num_hidden_layers * n_queries * qd * sizeof(float));
+    out->logits = malloc((size_t)c->vocab_size * sizeof(float));
+    if (!out->prompt || !out->qhist || !out->logits) {
+        sfi_decode_prefix_free(out);
+        return sfi_error_set(err, SFI_ENOMEM, "prefix: out of memory");
+    }
+    memcpy(out->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
+    if ((rc = sfi_kv_cache_init(&out->kv, c, capacity, err))) {
+        sfi_decode_prefix_free(out);
+        return rc;
+    }
+    prefix_ctx pc = {.m = m, .be = be, .qhist = out->qhist, .n_queries = n_queries, .qdim = qd};
+    double t0 = now_s(), c0 = cpu_s();
+    /* the queries of all but the last n_queries positions are not kept:
+     * no attend hook there, so the blas backend attends a block at once */
+    int head = n_prompt - n_queries;
+    rc = head > 0 ? sfi_qwen3_prefill(m, be, &out->kv, prompt, head, NULL, NULL, NULL, err)
+                  : SFI_OK;
+    if (!rc)
+        rc = sfi_qwen3_prefill(m, be, &out->kv, prompt + head, n_queries, prefix_attend, &pc,
+                               out->logits, err);
+    out->seconds = now_s() - t0;
+    out->cpu_seconds = cpu_s() - c0;
+    if (rc)
+        sfi_decode_prefix_free(out);
+    return rc;
+}
+
+static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_t *prompt,
+                      int n_prompt, const sfi_decode_prefix *pre,
+                      const sfi_decode_observer *obs, sfi_decode_result *res, sfi_error *err)
 {
     memset(res, 0, sizeof *res);
     const sfi_model_config *c = sfi_qwen3_config(m);
-    if (n_prompt < 1)
-        return sfi_error_set(err, SFI_EINVAL, "prompt: empty (at least one token needed)");
+    sfi_status rc = check_prompt(c, prompt, n_prompt, err);
+    if (rc)
+        return rc;
     if (o->max_new < 1)
         return sfi_error_set(err, SFI_EINVAL, "max-new %d: must be >= 1", o->max_new);
     if ((long)n_prompt + o->max_new > c->max_position_embeddings)
@@ -319,13 +428,19 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
                              "prompt of %d tokens + %d new tokens exceeds the model's "
                              "max_position_embeddings %d",
                              n_prompt, o->max_new, c->max_position_embeddings);
-    for (int i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
-            return sfi_error_set(err, SFI_ERANGE,
-                                 "prompt: token %d (id %d) outside the vocabulary [0, %d)", i,
-                                 (int)prompt[i], c->vocab_size);
-    sfi_status rc = sfi_params_validate(&o->params, err);
-    if (rc)
+    if (o->forced) {
+        if (o->n_forced < o->max_new - 1)
+            return sfi_error_set(err, SFI_EINVAL,
+                                 "teacher forcing: %d forced tokens for %d steps (need %d)",
+                                 o->n_forced, o->max_new, o->max_new - 1);
+        for (int i = 0; i < o->max_new - 1; i++)
+            if (o->forced[i] < 0 || o->forced[i] >= c->vocab_size)
+                return sfi_error_set(err, SFI_ERANGE,
+                                     "teacher forcing: token %d (id %d) outside the "
+                                     "vocabulary [0, %d)",
+                                     i, (int)o->forced[i], c->vocab_size);
+    }
+    if ((rc = sfi_params_validate(&o->params, err)))
         return rc;
     if (!sfi_backend_available(o->backend))
         return sfi_error_set(err, SFI_EUNSUPPORTED, "backend %s is not built in",
@@ -349,6 +464,11 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
     if (Wmax < 1)
         Wmax = 1;
     d.Wq = Wmax;
+    int need_q = Wmax < n_prompt ? Wmax : n_prompt;
+    if (pre && pre->n_queries < need_q)
+        return sfi_error_set(err, SFI_EINVAL,
+                             "prefix keeps %d queries per layer; the Selector's window needs %d",
+                             pre->n_queries, need_q);
     rc = sfi_kv_cache_init(&d.kv, c, cap, err);
     if (rc)
         return rc;
@@ -394,13 +514,25 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
     sfi_trigger_policy_init(&tp, d.sfi ? o->trigger : SFI_TRIG_ALWAYS, d.prm, o->is_trigger,
                             o->n_trigger_vocab, o->interval);
 
-    /* prefill: dense */
+    /* prefill: dense (or the shared prefix's) */
     double t0 = now_s(), c0 = cpu_s();
     d.step = -1;
     d.kind = SFI_STEP_PREFILL;
-    rc = sfi_qwen3_prefill(m, o->backend, &d.kv, prompt, n_prompt, attend, &d, logits, err);
-    if (rc)
-        goto fail;
+    if (pre) {
+        if ((rc = sfi_kv_cache_copy(&d.kv, &pre->kv, err)))
+            goto fail;
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            for (int pos = n_prompt - need_q; pos < n_prompt; pos++)
+                memcpy(qslot(&d, l, pos),
+                       pre->qhist + ((size_t)l * pre->n_queries +
+                                     (size_t)(pos % pre->n_queries)) * qdim(&d),
+                       qdim(&d) * sizeof(float));
+        memcpy(logits, pre->logits, (size_t)c->vocab_size * sizeof(float));
+    } else {
+        rc = sfi_qwen3_prefill(m, o->backend, &d.kv, prompt, n_prompt, attend, &d, logits, err);
+        if (rc)
+            goto fail;
+    }
     if (d.sfi) {
         int W = d.prm->W_prefill < n_prompt ? d.prm->W_prefill : n_prompt;
         for (int l = 0; l < c->num_hidden_layers; l++)
@@ -417,8 +549,8 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
             goto fail;
     }
     double t1 = now_s(), c1 = cpu_s();
-    res->prefill_seconds = t1 - t0;
-    res->prefill_cpu_seconds = c1 - c0;
+    res->prefill_seconds = pre ? pre->seconds + (t1 - t0) : t1 - t0;
+    res->prefill_cpu_seconds = pre ? pre->cpu_seconds + (c1 - c0) : c1 - c0;
 
     int32_t prev = prompt[n_prompt - 1];
     for (int t = 0; t < o->max_new; t++) {
@@ -426,8 +558,10 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
         sfi_step_kind kind = sfi_trigger_next(&tp, prev, &reason);
         d.step = t;
         d.kind = kind;
+        d.attended = (int64_t)d.kv.n * nkv * c->num_hidden_layers;
         if (t > 0) {
             /* step 0's forward pass was the prefill */
+            d.attended = 0;
             rc = sfi_qwen3_step(m, o->backend, &d.kv, prev, attend, &d, logits, err);
             if (rc)
                 goto fail;
@@ -450,11 +584,11 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const in
             sfi_decode_step_info si = {.step = t, .kind = kind, .reason = reason,
                                        .input_token = prev, .position = d.kv.n - 1,
                                        .n_ctx = d.kv.n, .token = tok, .logits = logits,
-                                       .vocab_size = c->vocab_size};
+                                       .vocab_size = c->vocab_size, .attended = d.attended};
             if ((rc = obs->on_step(obs->user, &si, err)))
                 goto fail;
         }
-        prev = tok;
+        prev = o->forced && t + 1 < o->max_new ? o->forced[t] : tok;
         if (tok == o->stop_token)
             break;
     }
@@ -472,4 +606,21 @@ fail:
     dctx_free(&d);
     sfi_decode_result_free(res);
     return rc;
+}
+
+sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_t *prompt,
+                          int n_prompt, const sfi_decode_observer *obs, sfi_decode_result *res,
+                          sfi_error *err)
+{
+    return run(m, o, prompt, n_prompt, NULL, obs, res, err);
+}
+
+sfi_status sfi_decode_run_prefix(const sfi_qwen3 *m, const sfi_decode_opts *o,
+                                 const sfi_decode_prefix *pre, const sfi_decode_observer *obs,
+                                 sfi_decode_result *res, sfi_error *err)
+{
+    memset(res, 0, sizeof *res);
+    if (!pre || !pre->prompt || pre->kv.n != pre->n_prompt)
+        return sfi_error_set(err, SFI_EINVAL, "decode: no prefilled prefix");
+    return run(m, o, pre->prompt, pre->n_prompt, pre, obs, res, err);
 }

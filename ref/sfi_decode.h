@@ -39,6 +39,11 @@ typedef struct {
     int max_new;                 /* tokens to generate, >= 1 */
     int32_t stop_token;          /* stop after generating it; -1: never stop early */
     sfi_backend backend;
+    /* Teacher forcing (NULL: greedy decoding): step t >= 1 feeds
+     * forced[t-1] instead of x_{t-1} (the trigger policy sees the fed
+     * token); the argmax x_t is still reported. n_forced >= max_new - 1. */
+    const int32_t *forced;
+    int n_forced;
 } sfi_decode_opts;
 
 /* Defaults: SFI mode, sfi_params_default, SFI trigger policy, no trigger
@@ -65,6 +70,10 @@ typedef struct {
     int32_t token;               /* x_t, the generated token */
     const float *logits;         /* [vocab] */
     int vocab_size;
+    /* Positions the step's attention read, summed over layers and KV heads
+     * (a dense layer counts n_ctx per KV head; step 0 is the prefill's last
+     * position, dense). */
+    int64_t attended;
 } sfi_decode_step_info;
 
 /* One layer of a slow step (or of prefill, step == -1) after the Selector
@@ -125,6 +134,29 @@ typedef struct {
     double prefill_cpu_seconds, decode_cpu_seconds;  /* CPU time of the process */
 } sfi_decode_result;
 
+/* A prompt prefilled once (densely, through the backend) and shared by
+ * several runs (sfi-ref eval runs every policy from one): the KV cache of
+ * the n_prompt positions, the roped queries of the last n_queries positions
+ * of every layer (the Selector's prefill window; position p in slot
+ * p % n_queries), and the logits of the last position. */
+typedef struct {
+    int32_t *prompt;             /* [n_prompt] */
+    int n_prompt;
+    sfi_backend backend;
+    sfi_kv_cache kv;             /* kv.n == n_prompt */
+    int n_queries;
+    float *qhist;                /* [layer][n_queries][n_heads*head_dim] */
+    float *logits;               /* [vocab] */
+    double seconds, cpu_seconds; /* wall clock and process CPU time of the prefill */
+} sfi_decode_prefix;
+
+/* Prefills prompt[0..n_prompt) into out (capacity: KV positions to
+ * allocate, >= n_prompt; n_queries >= 1 is clipped to n_prompt). */
+sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int32_t *prompt,
+                                   int n_prompt, int capacity, int n_queries,
+                                   sfi_decode_prefix *out, sfi_error *err);
+void sfi_decode_prefix_free(sfi_decode_prefix *p);
+
 /* Runs one request. prompt must be non-empty and n_prompt + max_new must
  * not exceed the model's max_position_embeddings. obs may be NULL.
  * res is filled on success (free with sfi_decode_result_free). */
@@ -133,5 +165,14 @@ sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o,
                           const sfi_decode_observer *obs, sfi_decode_result *res,
                           sfi_error *err);
 void sfi_decode_result_free(sfi_decode_result *res);
+
+/* sfi_decode_run from a prefix instead of prefilling: the same steps, the
+ * same digest and observer calls as sfi_decode_run on pre->prompt (bit
+ * for bit when the backend is the prefix's), and pre is not modified.
+ * pre->n_queries must cover the Selector's prefill window
+ * (min(W_prefill, n_prompt)). prefill_seconds is the prefix's. */
+sfi_status sfi_decode_run_prefix(const sfi_qwen3 *m, const sfi_decode_opts *o,
+                                 const sfi_decode_prefix *pre, const sfi_decode_observer *obs,
+                                 sfi_decode_result *res, sfi_error *err);
 
 #endif

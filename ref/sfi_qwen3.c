@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "sfi_attention.h"
+#include "sfi_io.h"
 #include "sfi_math.h"
 #include "sfi_safetensors.h"
 
@@ -479,6 +480,26 @@ void sfi_kv_cache_free(sfi_kv_cache *c)
     memset(c, 0, sizeof *c);
 }
 
+sfi_status sfi_kv_cache_copy(sfi_kv_cache *dst, const sfi_kv_cache *src, sfi_error *err)
+{
+    if (dst->n_layers != src->n_layers || dst->n_kv_heads != src->n_kv_heads ||
+        dst->head_dim != src->head_dim || dst->capacity < src->n)
+        return sfi_error_set(err, SFI_EINVAL,
+                             "KV cache copy: shapes differ or %d positions do not fit in %d",
+                             src->n, dst->capacity);
+    size_t row = (size_t)src->n_kv_heads * src->head_dim;
+    for (int l = 0; l < src->n_layers; l++) {
+        memcpy(sfi_kv_k(dst, l), sfi_kv_k(src, l), (size_t)src->n * row * sizeof(float));
+        memcpy(sfi_kv_v(dst, l), sfi_kv_v(src, l), (size_t)src->n * row * sizeof(float));
+        for (int h = 0; h < src->n_kv_heads; h++)
+            memcpy(dst->key_norms + ((size_t)l * dst->n_kv_heads + h) * dst->capacity,
+                   src->key_norms + ((size_t)l * src->n_kv_heads + h) * src->capacity,
+                   (size_t)src->n * sizeof(float));
+    }
+    dst->n = src->n;
+    return SFI_OK;
+}
+
 float *sfi_kv_k(const sfi_kv_cache *c, int layer)
 {
     return c->k + (size_t)layer * c->capacity * c->n_kv_heads * c->head_dim;
@@ -698,6 +719,58 @@ static void moe_token(const sfi_qwen3 *m, sfi_backend be, const qlayer *L, const
     }
 }
 
+#ifdef SFI_HAVE_OPENBLAS
+/* Dense causal attention of a block of T queries (q [T][n_heads][hd]) at
+ * positions pos0.. over the cache, with two matrix products per KV head
+ * for the whole block (the block's T*G queries at once), instead of T
+ * products of G rows: the blas prefill's attention. Rows past a query's
+ * own position are masked (probability 0). Returns SFI_ENOMEM (nothing
+ * written) when the block's score matrix would exceed 256 MiB: the caller
+ * then goes token by token. */
+static sfi_status attn_block_blas(const sfi_qwen3 *m, int layer, const float *q,
+                                  const sfi_kv_cache *kv, int pos0, int T, float *out)
+{
+    const sfi_model_config *c = &m->cfg;
+    int nh = c->num_attention_heads, nkv = c->num_key_value_heads, hd = c->head_dim;
+    int G = nh / nkv, ld = nkv * hd, nq = nh * hd, n_keys = pos0 + T, R = T * G;
+    if ((double)R * n_keys * sizeof(float) > 256.0 * 1024 * 1024)
+        return SFI_ENOMEM;
+    const float *K = sfi_kv_k(kv, layer), *V = sfi_kv_v(kv, layer);
+    float *Qg = malloc((size_t)R * hd * sizeof(float));
+    float *Og = malloc((size_t)R * hd * sizeof(float));
+    float *S = malloc((size_t)R * n_keys * sizeof(float));
+    if (!Qg || !Og || !S) {
+        free(Qg);
+        free(Og);
+        free(S);
+        return SFI_ENOMEM;
+    }
+    float scale = 1.0f / sfi_sqrtf((float)hd);
+    for (int g = 0; g < nkv; g++) {
+        for (int t = 0; t < T; t++)
+            memcpy(Qg + (size_t)t * G * hd, q + (size_t)t * nq + (size_t)g * G * hd,
+                   (size_t)G * hd * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, n_keys, hd, scale, Qg, hd,
+                    K + (size_t)g * hd, ld, 0.0f, S, n_keys);
+        for (int r = 0; r < R; r++) {
+            int n = pos0 + r / G + 1;
+            float *row = S + (size_t)r * n_keys;
+            sfi_softmax(row, (size_t)n);
+            memset(row + n, 0, (size_t)(n_keys - n) * sizeof(float));
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, hd, n_keys, 1.0f, S, n_keys,
+                    V + (size_t)g * hd, ld, 0.0f, Og, hd);
+        for (int t = 0; t < T; t++)
+            memcpy(out + (size_t)t * nq + (size_t)g * G * hd, Og + (size_t)t * G * hd,
+                   (size_t)G * hd * sizeof(float));
+    }
+    free(Qg);
+    free(Og);
+    free(S);
+    return SFI_OK;
+}
+#endif
+
 /* T tokens at positions kv->n .. kv->n+T-1. Every token goes through the
  * same operations in the same order as a one-token step (the matrix
  * products are merely batched), so with the scalar backend a block gives
@@ -773,7 +846,12 @@ static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache
             }
         }
         /* causal: token t sees positions 0..pos0+t */
-        for (int t = 0; t < T && !rc; t++) {
+        int done = 0;
+#ifdef SFI_HAVE_OPENBLAS
+        if (!attend && be == SFI_BACKEND_BLAS && T > 1)
+            done = attn_block_blas(m, l, q, kv, pos0, T, att) == SFI_OK;
+#endif
+        for (int t = 0; t < T && !rc && !done; t++) {
             int n_ctx = pos0 + t + 1;
             rc = attend ? attend(user, l, q + (size_t)t * nq, kv, n_ctx, att + (size_t)t * nq, err)
                         : sfi_qwen3_attn_dense(m, be, l, q + (size_t)t * nq, kv, n_ctx,
@@ -961,27 +1039,21 @@ static sfi_status write_config(const sfi_model_config *c, const char *dir, sfi_s
     json_decref(o);
     if (!s)
         return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-    char path[4096], tmp[4200];
+    char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    snprintf(tmp, sizeof tmp, "%s/.config.json.tmp.XXXXXX", dir);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        free(s);
-        return sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path, strerror(errno));
+    sfi_out *out;
+    FILE *f;
+    sfi_status st = sfi_out_open(path, &out, &f, err);
+    if (!st) {
+        if (fputs(s, f) < 0 || fputc('\n', f) == EOF) {
+            st = sfi_error_set(err, SFI_EIO, "%s: cannot write: %s", path, strerror(errno));
+            sfi_out_abort(out);
+        } else {
+            st = sfi_out_commit(out, 0, err);
+        }
     }
-    (void)fchmod(fd, 0644);
-    FILE *f = fdopen(fd, "w");
-    int ok = f && fputs(s, f) >= 0 && fputc('\n', f) != EOF;
-    ok = f && (fclose(f) == 0) && ok;
-    if (!f)
-        close(fd);
     free(s);
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return sfi_error_set(err, SFI_EIO, "%s: write failed: %s", path, strerror(e));
-    }
-    return SFI_OK;
+    return st;
 }
 
 sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, uint64_t seed,

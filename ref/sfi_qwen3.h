@@ -47,6 +47,10 @@ typedef struct {
 sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,
                              sfi_error *err);
 void sfi_kv_cache_free(sfi_kv_cache *c);
+/* Copies src's first src->n positions (keys, values, key norms) into dst,
+ * a cache of the same model shape with capacity >= src->n; dst->n becomes
+ * src->n. Lets several runs start from one prefilled prompt. */
+sfi_status sfi_kv_cache_copy(sfi_kv_cache *dst, const sfi_kv_cache *src, sfi_error *err);
 /* Start of layer l's keys / values. */
 float *sfi_kv_k(const sfi_kv_cache *c, int layer);
 float *sfi_kv_v(const sfi_kv_cache *c, int layer);
@@ -70,7 +74,9 @@ sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
  * the blas backend multiplies a block's matrices at once; with the scalar
  * backend the bits equal n single steps). attend is called for every token
  * and layer as in sfi_qwen3_step, with that token's n_ctx. logits (may be
- * NULL) gets the last token's. */
+ * NULL) gets the last token's. With the blas backend and no attend, a
+ * block's attention is two matrix products per KV head for all its
+ * tokens (causally masked). */
 sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
                              const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
                              void *user, float *logits, sfi_error *err);

@@ -26,6 +26,7 @@ const char *sfi_recorder_usage(void)
 {
     return "      --trace FILE       record the run into the SQLite trace FILE\n"
            "                         (sfi-trace(5)); an existing FILE is replaced\n"
+           "                         only when it is an sfi trace no one is writing\n"
            "      --trace-level L    tokens (default), summary (selected sets, captured\n"
            "                         mass, lambda*, fast-step mass) or full (also the\n"
            "                         top-M dense attention of every step >= 1)\n"

@@ -10,9 +10,12 @@ int sfi_ref_cmd_decode(int argc, char **argv);
 int sfi_ref_cmd_info(int argc, char **argv);
 int sfi_ref_cmd_digest(int argc, char **argv);
 int sfi_ref_cmd_make_checkpoint(int argc, char **argv);
+int sfi_ref_cmd_eval(int argc, char **argv);
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdint.h>
+#include "sfi_error.h"
 #include "sfi_tokenizer.h"
 
 /* encode/decode: parses --tokenizer DIR and --help, and loads the
@@ -23,5 +26,9 @@ int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
 /* All of f (malloc'd, *len bytes); NULL when reading fails or memory
  * runs out. */
 char *sfi_ref_read_all(FILE *f, size_t *len);
+/* Whitespace-separated non-negative decimal token ids of s (read from
+ * path, named in messages) into *ids (malloc'd), at least one. */
+sfi_status sfi_ref_parse_ids(const char *path, const char *s, int32_t **ids, int *n,
+                             sfi_error *err);
 
 #endif

@@ -2,6 +2,7 @@
 #include <config.h>
 
 #include "sfi_safetensors.h"
+#include "sfi_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -608,7 +609,8 @@ sfi_status sfi_st_load_f32(const sfi_safetensors *st, const char *name, int ndim
 /* ---- writer ---- */
 
 struct sfi_st_writer {
-    char *path, *tmp;
+    char *path;
+    sfi_out *out;       /* the output rule of sfi_io.h */
     FILE *fp;
     sfi_st_write_tensor *decl;
     size_t n, next;
@@ -627,11 +629,7 @@ void sfi_st_writer_abort(sfi_st_writer *w)
 {
     if (!w)
         return;
-    if (w->fp)
-        fclose(w->fp);
-    if (w->tmp)
-        unlink(w->tmp);
-    free(w->tmp);
+    sfi_out_abort(w->out);
     free(w->path);
     free(w->decl);
     free(w);
@@ -682,44 +680,22 @@ sfi_status sfi_st_writer_open(const char *path, const sfi_st_write_tensor *decl,
     size_t hl = strlen(hdr);
     size_t pad = (8 - hl % 8) % 8; /* keep the data block 8-byte aligned */
     sfi_st_writer *w = calloc(1, sizeof *w);
-    size_t tl = strlen(path) + 16;
     if (w) {
         w->path = strdup(path);
-        w->tmp = malloc(tl);
         w->decl = malloc((n ? n : 1) * sizeof *w->decl);
     }
-    if (!w || !w->path || !w->tmp || !w->decl) {
+    if (!w || !w->path || !w->decl) {
         free(hdr);
-        if (w) {
-            free(w->tmp);
-            w->tmp = NULL;
-        }
         sfi_st_writer_abort(w);
         return sfi_error_set(err, SFI_ENOMEM, "out of memory");
     }
     memcpy(w->decl, decl, n * sizeof *decl);
     w->n = n;
-    snprintf(w->tmp, tl, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(w->tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(hdr);
-        free(w->tmp);
-        w->tmp = NULL;
-        sfi_st_writer_abort(w);
-        return sfi_error_set(err, SFI_EIO, "%s: cannot create a temporary file: %s", path,
-                             strerror(e));
-    }
-    /* mkstemp makes the file 0600; a checkpoint is ordinary data */
-    mode_t um = umask(0);
-    umask(um);
-    (void)fchmod(fd, 0666 & ~um);
-    w->fp = fdopen(fd, "wb");
-    if (!w->fp) {
-        close(fd);
+    sfi_status st = sfi_out_open(path, &w->out, &w->fp, err);
+    if (st) {
         free(hdr);
         sfi_st_writer_abort(w);
-        return sfi_error_set(err, SFI_EIO, "%s: fdopen failed", path);
+        return st;
     }
     uint64_t total = hl + pad;
     unsigned char len8[8];
@@ -779,17 +755,10 @@ sfi_status sfi_st_writer_commit(sfi_st_writer *w, sfi_error *err)
     if (w->next != w->n)
         return sfi_error_set(err, SFI_EINVAL, "%s: %zu of %zu tensors written", w->path,
                              w->next, w->n);
-    int ok = fflush(w->fp) == 0 && fsync(fileno(w->fp)) == 0;
-    ok = (fclose(w->fp) == 0) && ok;
+    sfi_out *o = w->out;
+    w->out = NULL;
     w->fp = NULL;
-    if (!ok)
-        return sfi_error_set(err, SFI_EIO, "%s: write failed: %s", w->path, strerror(errno));
-    if (rename(w->tmp, w->path) != 0)
-        return sfi_error_set(err, SFI_EIO, "%s: cannot rename into place: %s", w->path,
-                             strerror(errno));
-    free(w->tmp);
-    w->tmp = NULL;
-    return SFI_OK;
+    return sfi_out_commit(o, 1, err);
 }
 
 sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n,

@@ -28,6 +28,10 @@ int sfi_sim_cmd_presets(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    printf("Sizes in decimal units, as GPU vendors give HBM: GB = 1e9 bytes, MB = 1e6, "
+           "kB = 1e3;\nTB/s = 1e12 bytes/s; KV_kB/token in bf16 over all layers; params_B = "
+           "1e9 parameters;\nmax_pos = max_position_embeddings, the longest context the model "
+           "was trained for.\n\n");
     printf("GPUs (--gpus NAME; or a GPU JSON file, see sfi-sim-sweep(1)):\n");
     printf("  %-10s %8s %9s %11s %10s %5s %7s %11s\n", "name", "HBM_GB", "HBM_TB/s", "BF16_TFLOPS",
            "FP8_TFLOPS", "SMs", "L2_MB", "NVLink_GB/s");
@@ -38,8 +42,8 @@ int sfi_sim_cmd_presets(int argc, char **argv)
                g->l2_bytes / 1e6, g->nvlink_bandwidth / 1e9);
     }
     printf("\nModels (--models NAME; or a config.json path):\n");
-    printf("  %-24s %-9s %6s %6s %5s %8s %7s %9s %10s %12s\n", "name", "arch", "layers", "heads",
-           "kv", "head_dim", "hidden", "experts", "params_B", "KV_KB/token");
+    printf("  %-24s %-9s %6s %6s %5s %8s %7s %9s %10s %12s %8s\n", "name", "arch", "layers", "heads",
+           "kv", "head_dim", "hidden", "experts", "params_B", "KV_kB/token", "max_pos");
     for (size_t i = 0; i < sfi_model_preset_count(); i++) {
         sfi_model_config m;
         sfi_error e;
@@ -50,10 +54,11 @@ int sfi_sim_cmd_presets(int argc, char **argv)
         char ex[32] = "-";
         if (m.arch == SFI_ARCH_QWEN3_MOE)
             snprintf(ex, sizeof ex, "%d/%d", m.num_experts_per_tok, m.num_experts);
-        printf("  %-24s %-9s %6d %6d %5d %8d %7d %9s %10.2f %12.1f\n", sfi_model_preset_name(i),
+        printf("  %-24s %-9s %6d %6d %5d %8d %7d %9s %10.2f %12.1f %8d\n", sfi_model_preset_name(i),
                m.arch == SFI_ARCH_QWEN3_MOE ? "qwen3_moe" : "qwen3", m.num_hidden_layers,
                m.num_attention_heads, m.num_key_value_heads, m.head_dim, m.hidden_size, ex,
-               sfi_model_param_count(&m) / 1e9, sfi_model_kv_bytes_per_token(&m, 2) / 1024.0);
+               sfi_model_param_count(&m) / 1e9, sfi_model_kv_bytes_per_token(&m, 2) / 1e3,
+               m.max_position_embeddings);
     }
     printf("\nPolicies (--policies NAME or NAME:key=value,...; k=N sets a peer's top-k):\n");
     for (int k = 0; k < SFI_SIM_POLICY_COUNT; k++)

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <glob.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,18 +17,16 @@
 #include <unistd.h>
 
 #include "sfi_cost.h"
+#include "sfi_io.h"
 #include "sfi_model.h"
 #include "sfi_plot.h"
 #include "sfi_replay.h"
+#include "sfi_sim_stream.h"
 #include "sfi_sim_util.h"
-#include "sfi_trace.h"
-#include "sfi_vocab.h"
 
 #define DEFAULT_MODELS "Qwen3-0.6B,Qwen3-4B,Qwen3-30B-A3B,Qwen3-235B-A22B"
 #define DEFAULT_CONTEXTS "8K,16K,32K,64K,128K"
 #define DEFAULT_PNG "sfi-sim-sweep.png"
-#define SYNTH_TOKENS 65536
-#define SYNTH_MEAN_SENTENCE 24.0
 #define TIMELINE_STEPS 512
 
 static void usage(FILE *out)
@@ -44,12 +41,14 @@ static void usage(FILE *out)
             "--policy are the same as the plural forms):\n"
             "  --models LIST     Qwen3 presets or config.json paths [" DEFAULT_MODELS "]\n"
             "  --gpus LIST       B200, H200, H100-SXM or GPU JSON files [B200]\n"
-            "  --tp LIST         tensor-parallel degrees, or auto: the smallest power of\n"
-            "                    two that fits the largest context [auto]\n"
+            "  --tp LIST         tensor-parallel degrees (GPUs per batch), or auto: per\n"
+            "                    context, the fewest GPUs (power of two <= 8) at which\n"
+            "                    every policy fits the batch [auto]; 1 for one GPU\n"
             "  --contexts LIST   context lengths, K = 1024 [" DEFAULT_CONTEXTS "]\n"
             "  --batch LIST      requests decoded together [8]\n"
-            "  --policies LIST   policies, NAME or NAME:key=value,... [all]\n"
-            "                    (see 'sfi-sim presets')\n"
+            "  --policies LIST   policies, NAME or NAME:key=value,... [all]; keys: the\n"
+            "                    policy's own (see 'sfi-sim presets') and K, n_sink,\n"
+            "                    n_recent, T_max, e.g. sfi,sfi:T_max=32,sfi:K=1024\n"
             "  --trace FILE      tokens-level trace (default: $SFI_TRACE, else the\n"
             "                    bundled traces/sample-*.db, else traces/*.db)\n"
             "  --tokenizer DIR   vocabulary for the trigger set [the trace's recorded\n"
@@ -61,10 +60,12 @@ static void usage(FILE *out)
             "  --weight-bytes N  bytes per weight: 2 (bf16) or 1 (fp8) [2]\n"
             "  --format F        table, csv or json [table]\n"
             "  -o, --output FILE write the table there instead of stdout\n"
-            "  --png FILE        figure: tokens/s and speedup vs context [" DEFAULT_PNG "]\n"
+            "  --png FILE        figure: tokens/s per GPU and speedup vs context (bars\n"
+            "                    for one context) [" DEFAULT_PNG "]\n"
             "  --no-png          do not write the figure\n"
             "  --timeline-png FILE  per-step latency of the first %d steps\n"
             "  -h, --help        this help\n\n"
+            "Sizes: GB = 1e9 bytes, MB = 1e6 bytes; memory columns are per GPU.\n"
             "Exit status: 0 ok, 1 bad input or nothing fits, 2 usage error.\n"
             "See sfi-sim-sweep(1).\n",
             TIMELINE_STEPS);
@@ -72,14 +73,21 @@ static void usage(FILE *out)
 
 typedef struct {
     int model, gpu, tp, context, batch, policy;
+    int tp_index;   /* which --tp entry (auto is resolved per context) */
     int fits, max_batch;
     double tok_s, speedup, mean_s, p50_s, p99_s, slow_frac, bytes_per_tok, kv_per_req,
         exposed_s;
+    /* Memory on one GPU: weights, weights + batch x per-request state (what
+     * the batch uses, or would need when it does not fit), usable HBM. */
+    double weights_gpu, hbm_gpu, usable_gpu;
 } row;
 
 typedef struct {
     char *name; /* policy spec as given */
     sfi_sim_policy pol;
+    /* SFI parameters of this policy: --param's, overridden by the spec's
+     * own K, n_sink, n_recent or T_max (e.g. "sfi:T_max=32"). */
+    sfi_params prm;
 } policy_spec;
 
 typedef struct {
@@ -100,12 +108,7 @@ typedef struct {
     sfi_params prm;
     int weight_bytes;
     int64_t steps;
-    /* stream */
-    int32_t *tokens;
-    int64_t n_tokens;
-    uint8_t *is_trigger;
-    int32_t n_vocab;
-    char stream_label[512];
+    sfi_sim_stream stream;
 } sweep;
 
 static void sweep_free(sweep *s)
@@ -121,220 +124,7 @@ static void sweep_free(sweep *s)
     for (int i = 0; i < s->n_pols; i++)
         free(s->pols[i].name);
     free(s->pols);
-    free(s->tokens);
-    free(s->is_trigger);
-}
-
-/* ---- the token stream ---- */
-
-static sfi_status load_trigger_set(const char *dir, uint8_t **is_trigger, int32_t *n_vocab,
-                                   const sfi_params *prm, sfi_error *err)
-{
-    sfi_vocab *v;
-    sfi_status st = sfi_vocab_load(dir, &v, err);
-    if (st)
-        return st;
-    sfi_trigger_set ts;
-    st = sfi_trigger_set_build(v, prm->trigger_chars, &ts, err);
-    sfi_vocab_free(v);
-    if (st)
-        return st;
-    *is_trigger = ts.is_trigger;
-    *n_vocab = ts.n_vocab;
-    ts.is_trigger = NULL;
-    sfi_trigger_set_free(&ts);
-    return SFI_OK;
-}
-
-/* Appends every request's decode tokens of a trace. */
-/* 1 when a trace's recorded step reasons tell, for every decode token but
- * the last of a request, whether it is in the trigger set that `prm`
- * defines: recorded under the sfi or boundary policy (whose step t >= 1 is
- * slow with reason "trigger" exactly when x_{t-1} is a trigger token, see
- * sfi_trigger_next) with the same trigger characters. */
-static int reasons_reveal_triggers(const sfi_trace_meta *m, const sfi_params *prm)
-{
-    if (!m->policy || (strcmp(m->policy, "sfi") && strcmp(m->policy, "boundary")))
-        return 0;
-    sfi_params def;
-    sfi_params_default(&def);
-    const char *chars = def.trigger_chars;
-    json_t *pj = m->params_json ? json_loads(m->params_json, 0, NULL) : NULL;
-    json_t *tc = pj ? json_object_get(pj, "trigger_chars") : NULL;
-    if (tc && json_is_string(tc))
-        chars = json_string_value(tc);
-    int same = !strcmp(chars, prm->trigger_chars);
-    json_decref(pj);
-    return same;
-}
-
-static sfi_status load_trace_tokens(const char *path, int32_t **tokens, uint8_t **flags,
-                                    int *all_reveal, const sfi_params *prm, int64_t *n,
-                                    int64_t *n_req, char *tok_id, size_t tok_cap, int *skipped,
-                                    sfi_error *err)
-{
-    sfi_trace *t;
-    sfi_status st = sfi_trace_open(path, &t, err);
-    if (st)
-        return st;
-    /* Joined traces must share one vocabulary: the trigger set is one. */
-    const char *tk = sfi_trace_get_meta(t)->tokenizer;
-    if (!tk)
-        tk = "";
-    if (skipped && *n > 0 && strcmp(tk, tok_id)) {
-        fprintf(stderr, "sfi-sim: %s: recorded with another tokenizer than the first trace; skipped\n",
-                path);
-        sfi_trace_close(t);
-        (*skipped)++;
-        return SFI_OK;
-    }
-    if (*n == 0)
-        snprintf(tok_id, tok_cap, "%s", tk);
-    int64_t nr = sfi_trace_n_requests(t), total = sfi_trace_n_steps(t);
-    if (total < 1) {
-        sfi_trace_close(t);
-        return sfi_error_set(err, SFI_EFORMAT, "%s: trace has no decode steps to replay", path);
-    }
-    int32_t *buf = realloc(*tokens, (size_t)(*n + total) * sizeof *buf);
-    if (buf)
-        *tokens = buf;
-    uint8_t *fl = buf ? realloc(*flags, (size_t)(*n + total)) : NULL;
-    if (!buf || !fl) {
-        sfi_trace_close(t);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    }
-    *flags = fl;
-    if (!reasons_reveal_triggers(sfi_trace_get_meta(t), prm))
-        *all_reveal = 0;
-    int64_t got = 0;
-    for (int64_t r = 0; r < nr && !st; r++) {
-        sfi_trace_steps s;
-        st = sfi_trace_read_steps(t, r, &s, err);
-        if (st)
-            break;
-        if (got + s.n > total) {
-            st = sfi_error_set(err, SFI_EFORMAT, "%s: more steps than the trace's count", path);
-        } else {
-            memcpy(buf + *n + got, s.token, (size_t)s.n * sizeof *buf);
-            /* Token i is a trigger iff step i+1 was slow for a trigger; the
-             * request's last token is taken as none. */
-            for (int64_t i = 0; i < s.n; i++)
-                fl[*n + got + i] = i + 1 < s.n && s.reason[i + 1] == SFI_REASON_TRIGGER;
-            got += s.n;
-        }
-        sfi_trace_steps_free(&s);
-    }
-    sfi_trace_close(t);
-    if (st)
-        return st;
-    *n += got;
-    *n_req += nr;
-    return SFI_OK;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static sfi_status setup_stream(sweep *s, const char *trace_opt, const char *tok_dir, int synthetic,
-                               sfi_error *err)
-{
-    char *paths[64];
-    int n_paths = 0;
-    glob_t g;
-    int have_glob = 0;
-    const char *env = getenv("SFI_TRACE");
-    if (trace_opt) {
-        paths[n_paths++] = (char *)trace_opt;
-    } else if (!synthetic && env && env[0]) {
-        paths[n_paths++] = (char *)env;
-    } else if (!synthetic) {
-        /* The bundled samples: sample-*.db if present, else every *.db of
-         * traces/ (kjv-8k.db, ...). Only traces recorded with the same
-         * tokenizer as the first one are joined (checked when loading). */
-        const char *dirs[] = {SFI_SIM_SRCDIR "/traces", SFI_SIM_PKGDATADIR "/traces"};
-        const char *pats[] = {"sample-*.db", "*.db"};
-        for (int d = 0; d < 2 && !n_paths; d++)
-            for (int k = 0; k < 2 && !n_paths; k++) {
-                char pat[4096];
-                snprintf(pat, sizeof pat, "%s/%s", dirs[d], pats[k]);
-                if (have_glob)
-                    globfree(&g);
-                have_glob = 0;
-                if (glob(pat, 0, NULL, &g) == 0) {
-                    have_glob = 1;
-                    for (size_t i = 0; i < g.gl_pathc && n_paths < 64; i++)
-                        paths[n_paths++] = g.gl_pathv[i];
-                    qsort(paths, (size_t)n_paths, sizeof *paths, cmp_str);
-                }
-            }
-        if (!n_paths)
-            fprintf(stderr,
-                    "sfi-sim: no sample trace found (looked for *.db in %s/traces and "
-                    "%s/traces; set SFI_TRACE or pass --trace): using a SYNTHETIC trigger "
-                    "stream\n",
-                    SFI_SIM_SRCDIR, SFI_SIM_PKGDATADIR);
-    }
-    sfi_status st = SFI_OK;
-    if (n_paths) {
-        int64_t n_req = 0;
-        int skipped = 0, used = 0, reveal = 1;
-        uint8_t *flags = NULL;
-        char tok_id[256] = "";
-        for (int i = 0; i < n_paths && !st; i++) {
-            int before = skipped;
-            /* An explicit --trace or $SFI_TRACE is one file: no skipping. */
-            st = load_trace_tokens(paths[i], &s->tokens, &flags, &reveal, &s->prm, &s->n_tokens,
-                                   &n_req, tok_id, sizeof tok_id, n_paths > 1 ? &skipped : NULL,
-                                   err);
-            used += !st && skipped == before;
-        }
-        const char *how = "";
-        if (!st && reveal && !tok_dir) {
-            /* The recorded decisions already say which tokens are
-             * triggers: replay a 0/1 stream and skip loading the 4 MB
-             * vocabulary (same decisions through sfi_trigger_next). */
-            for (int64_t i = 0; i < s->n_tokens; i++)
-                s->tokens[i] = flags[i];
-            s->is_trigger = malloc(2);
-            if (!s->is_trigger) {
-                st = sfi_error_set(err, SFI_ENOMEM, "out of memory");
-            } else {
-                s->is_trigger[0] = 0;
-                s->is_trigger[1] = 1;
-                s->n_vocab = 2;
-                how = "; trigger tokens from its recorded decisions";
-            }
-        } else if (!st) {
-            const char *dir = tok_dir ? tok_dir : SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
-            st = load_trigger_set(dir, &s->is_trigger, &s->n_vocab, &s->prm, err);
-            if (st)
-                sfi_error_prefix(err, "trigger set (--tokenizer)");
-        }
-        free(flags);
-        if (!st) {
-            char more[32] = "";
-            if (used > 1)
-                snprintf(more, sizeof more, " + %d more", used - 1);
-            snprintf(s->stream_label, sizeof s->stream_label,
-                     "trace %s%s (%lld requests, %lld decode tokens%s)", paths[0], more,
-                     (long long)n_req, (long long)s->n_tokens, how);
-        }
-        if (have_glob)
-            globfree(&g);
-        return st;
-    }
-    if (have_glob)
-        globfree(&g);
-    st = sfi_replay_synthetic(SYNTH_TOKENS, SYNTH_MEAN_SENTENCE, 1, &s->tokens, &s->is_trigger, err);
-    if (st)
-        return st;
-    s->n_tokens = SYNTH_TOKENS;
-    s->n_vocab = 2;
-    snprintf(s->stream_label, sizeof s->stream_label,
-             "SYNTHETIC trigger stream (mean sentence %.0f tokens; no trace)", SYNTH_MEAN_SENTENCE);
-    return SFI_OK;
+    sfi_sim_stream_free(&s->stream);
 }
 
 /* ---- statistics of one cell ---- */
@@ -390,6 +180,9 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
     r->max_batch = mem.max_batch;
     r->kv_per_req = mem.kv_per_request;
     r->fits = B <= mem.max_batch;
+    r->weights_gpu = mem.weights;
+    r->hbm_gpu = mem.weights + mem.scratch + B * mem.kv_per_request;
+    r->usable_gpu = mem.usable;
     tn *v = malloc((size_t)(B + 1) * sizeof *v);
     double *tt = step_time ? calloc((size_t)B + 1, sizeof *tt) : NULL;
     if (!v || (step_time && !tt)) {
@@ -504,13 +297,88 @@ static int split_policies(const char *arg, char ***out)
     return k;
 }
 
+/* SFI parameters a policy spec may set for itself: the ones the cost
+ * model and the replay read (the Selector's own knobs do not change what a
+ * step costs). */
+static int is_policy_sfi_key(const char *key)
+{
+    return !strcmp(key, "K") || !strcmp(key, "n_sink") || !strcmp(key, "n_recent") ||
+           !strcmp(key, "T_max");
+}
+
+static int is_sfi_key(const char *key)
+{
+    for (size_t i = 0; i < sfi_params_key_count(); i++)
+        if (!strcmp(key, sfi_params_key_name(i)))
+            return 1;
+    return 0;
+}
+
+/* "NAME[:key=value,...]": K, n_sink, n_recent and T_max go to the policy's
+ * own copy of the SFI parameters (starting from --param's), the other keys
+ * to the policy's parameters (sfi_sim_policy_parse). */
+static sfi_status parse_policy_spec(const char *spec, const sfi_params *global, policy_spec *out,
+                                    sfi_error *err)
+{
+    out->prm = *global;
+    const char *colon = strchr(spec, ':');
+    if (!colon)
+        return sfi_sim_policy_parse(spec, &out->pol, err);
+    size_t nlen = (size_t)(colon - spec), len = strlen(spec);
+    char *peer = malloc(len + 1), *items = malloc(len + 1);
+    if (!peer || !items) {
+        free(peer);
+        free(items);
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    }
+    memcpy(peer, spec, nlen);
+    peer[nlen] = 0;
+    size_t plen = nlen;
+    int n_peer = 0, has_tmax = 0;
+    strcpy(items, colon + 1);
+    sfi_status st = SFI_OK;
+    for (char *it = items; it && !st;) {
+        char *comma = strchr(it, ',');
+        if (comma)
+            *comma = 0;
+        size_t klen = strcspn(it, "=");
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(klen < sizeof key ? klen : sizeof key - 1), it);
+        if (it[klen] == '=' && is_policy_sfi_key(key)) {
+            st = sfi_params_set(&out->prm, it, spec, err);
+            has_tmax |= !strcmp(key, "T_max");
+        } else if (it[klen] == '=' && is_sfi_key(key)) {
+            st = sfi_error_set(err, SFI_EINVAL,
+                               "policy '%s': %s does not change what a step costs; a policy may "
+                               "set K, n_sink, n_recent and T_max (the others: --param)",
+                               spec, key);
+        } else {
+            peer[plen++] = n_peer++ ? ',' : ':';
+            strcpy(peer + plen, it);
+            plen += strlen(it);
+        }
+        it = comma ? comma + 1 : NULL;
+    }
+    if (!st)
+        st = sfi_sim_policy_parse(peer, &out->pol, err);
+    if (!st && has_tmax && out->pol.kind != SFI_SIM_SFI && out->pol.kind != SFI_SIM_TMAX)
+        st = sfi_error_set(err, SFI_EINVAL, "policy '%s': T_max applies to sfi and tmax only",
+                           spec);
+    if (!st && (st = sfi_params_validate(&out->prm, err)) != SFI_OK)
+        sfi_error_prefix(err, "policy '%s'", spec);
+    free(peer);
+    free(items);
+    return st;
+}
+
 /* Set from two places (the policy list and the defaults). */
-static int all_policies(policy_spec **out)
+static int all_policies(const sfi_params *prm, policy_spec **out)
 {
     policy_spec *p = calloc(SFI_SIM_POLICY_COUNT, sizeof *p);
     if (!p)
         return -1;
     for (int k = 0; k < SFI_SIM_POLICY_COUNT; k++) {
+        p[k].prm = *prm;
         sfi_sim_policy_default(&p[k].pol, (sfi_sim_policy_kind)k);
         p[k].name = strdup(sfi_sim_policy_name((sfi_sim_policy_kind)k));
     }
@@ -552,31 +420,103 @@ static int parse_int_list(const char *what, const char *arg, int allow_auto, int
 
 /* ---- output ---- */
 
+static void context_label(int c, char *buf, size_t n)
+{
+    if (c >= 1048576 && c % 1048576 == 0)
+        snprintf(buf, n, "%dM", c / 1048576);
+    else if (c >= 1024 && c % 1024 == 0)
+        snprintf(buf, n, "%dK", c / 1024);
+    else
+        snprintf(buf, n, "%d", c);
+}
+
+
 static const char *model_label(const sweep *s, int i)
 {
     return s->models[i].name[0] ? s->models[i].name : s->model_names[i];
 }
 
+/* Usable HBM per GPU of each GPU in the sweep, for the table's legend. */
+static void usable_list(const sweep *s, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int g = 0; g < s->n_gpus && len < n; g++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%.1f GB of %s's %.0f GB", g ? ", " : "",
+                                s->gpus[g].hbm_capacity * SFI_COST_USABLE_HBM / 1e9,
+                                s->gpus[g].name, s->gpus[g].hbm_capacity / 1e9);
+}
+
+static int any_auto(const sweep *s)
+{
+    for (int i = 0; i < s->n_tps; i++)
+        if (s->tps[i] == 0)
+            return 1;
+    return 0;
+}
+
 static void print_table(FILE *f, const sweep *s, const row *rows, int n)
 {
+    char usable[512];
+    usable_list(s, usable, sizeof usable);
     fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; K=%d n_sink=%d n_recent=%d T_max=%d\n",
-            s->stream_label, (long long)s->steps, s->prof.name, s->prm.K, s->prm.n_sink,
+            s->stream.label, (long long)s->steps, s->prof.name, s->prm.K, s->prm.n_sink,
             s->prm.n_recent, s->prm.T_max);
-    fprintf(f, "%-16s %-9s %3s %7s %5s %-10s %10s %7s %8s %8s %8s %6s %10s %9s %9s\n", "model",
-            "gpu", "tp", "context", "batch", "policy", "tok/s", "speedup", "mean_ms", "p50_ms",
-            "p99_ms", "slow%", "HBM_MB/tok", "KV_GB/req", "max_batch");
+    fprintf(f, "# GPUs: the tensor-parallel group serving one batch%s; tok/s is the group's, "
+               "tok/s/GPU = tok/s / GPUs\n",
+            any_auto(s) ? " (--tp auto: per context, the fewest GPUs, a power of two up to 8, at "
+                          "which every policy fits the batch)"
+                        : "");
+    fprintf(f, "# per GPU, GB = 1e9 bytes: KV_GB/req one request's KV cache and policy state, "
+               "wts_GB the weights, HBM_GB = wts_GB + batch x KV_GB/req (usable: %s); "
+               "HBM_MB/tok = 1e6 bytes read or written per token\n",
+            usable);
+    int wm = 16, wg = 9, wp = 10;
+    for (int i = 0; i < s->n_models; i++)
+        if ((int)strlen(model_label(s, i)) > wm)
+            wm = (int)strlen(model_label(s, i));
+    for (int i = 0; i < s->n_gpus; i++)
+        if ((int)strlen(s->gpus[i].name) > wg)
+            wg = (int)strlen(s->gpus[i].name);
+    for (int i = 0; i < s->n_pols; i++)
+        if ((int)strlen(s->pols[i].name) > wp)
+            wp = (int)strlen(s->pols[i].name);
+    fprintf(f, "%-*s %-*s %4s %7s %5s %-*s %10s %9s %7s %8s %8s %8s %6s %10s %9s %7s %7s %9s\n", wm,
+            "model", wg, "gpu", "GPUs", "context", "batch", wp, "policy", "tok/s", "tok/s/GPU", "speedup",
+            "mean_ms", "p50_ms", "p99_ms", "slow%", "HBM_MB/tok", "KV_GB/req", "wts_GB", "HBM_GB",
+            "max_batch");
+    int no_base = 0, no_weights = 0;
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
-        fprintf(f, "%-16s %-9s %3d %7d %5d %-10s ", model_label(s, r->model), s->gpus[r->gpu].name,
-                r->tp, r->context, r->batch, s->pols[r->policy].name);
-        if (r->fits)
-            fprintf(f, "%10.1f %7.2f %8.3f %8.3f %8.3f %6.2f %10.2f", r->tok_s, r->speedup,
-                    r->mean_s * 1e3, r->p50_s * 1e3, r->p99_s * 1e3, r->slow_frac * 100,
+        fprintf(f, "%-*s %-*s %4d %7d %5d %-*s ", wm, model_label(s, r->model), wg,
+                s->gpus[r->gpu].name, r->tp, r->context, r->batch, wp, s->pols[r->policy].name);
+        if (r->fits) {
+            char sp[16] = "-";
+            if (isfinite(r->speedup))
+                snprintf(sp, sizeof sp, "%.2f", r->speedup);
+            else
+                no_base = 1;
+            fprintf(f, "%10.1f %9.1f %7s %8.3f %8.3f %8.3f %6.2f %10.2f", r->tok_s, r->tok_s / r->tp,
+                    sp, r->mean_s * 1e3, r->p50_s * 1e3, r->p99_s * 1e3, r->slow_frac * 100,
                     r->bytes_per_tok / 1e6);
-        else
-            fprintf(f, "%10s %7s %8s %8s %8s %6s %10s", "no-fit", "-", "-", "-", "-", "-", "-");
-        fprintf(f, " %9.3f %9d\n", r->kv_per_req / 1e9, r->max_batch);
+        } else {
+            fprintf(f, "%10s %9s %7s %8s %8s %8s %6s %10s", "no-fit", "-", "-", "-", "-", "-", "-",
+                    "-");
+        }
+        if (r->max_batch == 0)
+            no_weights |= r->weights_gpu >= r->usable_gpu ? 1 : 2;
+        fprintf(f, " %9.3f %7.2f %7.2f %9d\n", r->kv_per_req / 1e9, r->weights_gpu / 1e9,
+                r->hbm_gpu / 1e9, r->max_batch);
     }
+    if (no_base)
+        fprintf(f, "# speedup -: full KV does not fit this batch on these GPUs, so there is no "
+                   "baseline to compare with\n");
+    if (no_weights & 1)
+        fprintf(f, "# max_batch 0 with wts_GB above the usable HBM: the weights alone do not fit "
+                   "on these GPUs; use more GPUs (--tp) or fp8 weights (--weight-bytes 1)\n");
+    if (no_weights & 2)
+        fprintf(f, "# max_batch 0 with wts_GB below the usable HBM: the weights fit but not one "
+                   "request's KV_GB/req beside them; use more GPUs (--tp) or a shorter context\n");
 }
 
 static void csv_str(FILE *f, const char *s)
@@ -598,7 +538,9 @@ static void csv_str(FILE *f, const char *s)
 static void print_csv(FILE *f, const sweep *s, const row *rows, int n)
 {
     fprintf(f, "model,gpu,tp,context,batch,policy,fits,tokens_per_s,speedup,mean_ms,p50_ms,p99_ms,"
-               "slow_fraction,hbm_bytes_per_token,kv_bytes_per_request,max_batch,exposed_us\n");
+               "slow_fraction,hbm_bytes_per_token,kv_bytes_per_request,max_batch,exposed_us,"
+               "tokens_per_s_per_gpu,weight_bytes_per_gpu,hbm_bytes_per_gpu,"
+               "usable_hbm_bytes_per_gpu\n");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         csv_str(f, model_label(s, r->model));
@@ -606,12 +548,22 @@ static void print_csv(FILE *f, const sweep *s, const row *rows, int n)
         csv_str(f, s->gpus[r->gpu].name);
         fprintf(f, ",%d,%d,%d,", r->tp, r->context, r->batch);
         csv_str(f, s->pols[r->policy].name);
-        if (r->fits)
-            fprintf(f, ",1,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g", r->tok_s, r->speedup, r->mean_s * 1e3,
-                    r->p50_s * 1e3, r->p99_s * 1e3, r->slow_frac, r->bytes_per_tok);
-        else
+        if (r->fits) {
+            fprintf(f, ",1,%.6g,", r->tok_s);
+            if (isfinite(r->speedup)) /* empty: full KV does not fit (no baseline) */
+                fprintf(f, "%.6g", r->speedup);
+            fprintf(f, ",%.6g,%.6g,%.6g,%.6g,%.6g", r->mean_s * 1e3, r->p50_s * 1e3, r->p99_s * 1e3,
+                    r->slow_frac, r->bytes_per_tok);
+        } else {
             fprintf(f, ",0,,,,,,,");
-        fprintf(f, ",%.6g,%d,%.6g\n", r->kv_per_req, r->max_batch, r->fits ? r->exposed_s * 1e6 : 0);
+        }
+        fprintf(f, ",%.6g,%d,", r->kv_per_req, r->max_batch);
+        if (r->fits)
+            fprintf(f, "%.6g", r->exposed_s * 1e6);
+        fputc(',', f);
+        if (r->fits)
+            fprintf(f, "%.6g", r->tok_s / r->tp);
+        fprintf(f, ",%.6g,%.6g,%.6g\n", r->weights_gpu, r->hbm_gpu, r->usable_gpu);
     }
 }
 
@@ -620,7 +572,7 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
     json_t *root = json_object(), *arr = json_array();
     if (!root || !arr)
         return -1;
-    json_object_set_new(root, "stream", json_string(s->stream_label));
+    json_object_set_new(root, "stream", json_string(s->stream.label));
     json_object_set_new(root, "steps_per_cell", json_integer(s->steps));
     json_object_set_new(root, "profile", json_string(s->prof.name));
     json_object_set_new(root, "K", json_integer(s->prm.K));
@@ -639,7 +591,10 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
         json_object_set_new(o, "fits", json_boolean(r->fits));
         if (r->fits) {
             json_object_set_new(o, "tokens_per_s", json_real(r->tok_s));
-            json_object_set_new(o, "speedup", json_real(r->speedup));
+            json_object_set_new(o, "tokens_per_s_per_gpu", json_real(r->tok_s / r->tp));
+            /* null: full KV does not fit this batch (no baseline). */
+            json_object_set_new(o, "speedup",
+                                isfinite(r->speedup) ? json_real(r->speedup) : json_null());
             json_object_set_new(o, "mean_ms", json_real(r->mean_s * 1e3));
             json_object_set_new(o, "p50_ms", json_real(r->p50_s * 1e3));
             json_object_set_new(o, "p99_ms", json_real(r->p99_s * 1e3));
@@ -649,6 +604,9 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
         }
         json_object_set_new(o, "kv_bytes_per_request", json_real(r->kv_per_req));
         json_object_set_new(o, "max_batch", json_integer(r->max_batch));
+        json_object_set_new(o, "weight_bytes_per_gpu", json_real(r->weights_gpu));
+        json_object_set_new(o, "hbm_bytes_per_gpu", json_real(r->hbm_gpu));
+        json_object_set_new(o, "usable_hbm_bytes_per_gpu", json_real(r->usable_gpu));
         json_array_append_new(arr, o);
     }
     json_object_set_new(root, "rows", arr);
@@ -658,17 +616,72 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
     return rc;
 }
 
+static sfi_plot_emphasis emphasis_of(sfi_sim_policy_kind k)
+{
+    return k == SFI_SIM_SFI ? SFI_PLOT_PRIMARY : k == SFI_SIM_FULL ? SFI_PLOT_REFERENCE : SFI_PLOT_PLAIN;
+}
+
+static int same_group(const row *a, const row *b)
+{
+    return a->model == b->model && a->gpu == b->gpu && a->tp_index == b->tp_index &&
+           a->batch == b->batch;
+}
+
+/* "1 H100-SXM" / "2x H100-SXM (TP 2)" for a fixed degree; under --tp auto
+ * the degree per context, runs of equal degree merged: "TP auto: 1 GPU at
+ * 8K-32K, 2 at 64K, 4 at 128K". */
+static void gpus_label(const sweep *s, const row *rows, int n, const row *r0, char *buf, size_t cap)
+{
+    const char *gname = s->gpus[r0->gpu].name;
+    if (s->tps[r0->tp_index] != 0) {
+        if (r0->tp == 1)
+            snprintf(buf, cap, "1 %s", gname);
+        else
+            snprintf(buf, cap, "%dx %s (TP %d)", r0->tp, gname, r0->tp);
+        return;
+    }
+    /* The group's rows of its first policy, in context order. */
+    int ctx[64], tp[64], m = 0;
+    for (int i = 0; i < n && m < 64; i++)
+        if (same_group(&rows[i], r0) && rows[i].policy == r0->policy) {
+            ctx[m] = rows[i].context;
+            tp[m] = rows[i].tp;
+            m++;
+        }
+    int uniform = 1;
+    for (int i = 1; i < m; i++)
+        uniform &= tp[i] == tp[0];
+    if (uniform) {
+        snprintf(buf, cap, "%d %s%s (TP auto)", tp[0], gname, tp[0] > 1 ? "s" : "");
+        return;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "%ss, TP auto:", gname);
+    for (int i = 0; i < m && len < cap;) {
+        int j = i;
+        while (j + 1 < m && tp[j + 1] == tp[i])
+            j++;
+        char c0[16], c1[16];
+        context_label(ctx[i], c0, sizeof c0);
+        context_label(ctx[j], c1, sizeof c1);
+        len += (size_t)snprintf(buf + len, cap - len, "%s %d%s at %s%s%s", i ? "," : "", tp[i],
+                                i ? "" : (tp[i] > 1 ? " GPUs" : " GPU"), c0, j > i ? "-" : "",
+                                j > i ? c1 : "");
+        i = j + 1;
+    }
+}
+
+/* One row of two panels per (model, GPU, TP, batch) group: tokens/s per
+ * GPU and speedup over full KV against the context (lines), or per policy
+ * (bars) when the sweep has one context. SFI and full KV stand out. */
 static sfi_status write_figure(const sweep *s, const row *rows, int n, const char *path,
                                sfi_error *err)
 {
-    /* One row of two panels per (model, GPU, TP, batch) group, in order. */
     int groups = 0;
     int gidx[16];
     for (int i = 0; i < n; i++) {
         int first = 1;
         for (int j = 0; j < i && first; j++)
-            first = !(rows[j].model == rows[i].model && rows[j].gpu == rows[i].gpu &&
-                      rows[j].tp == rows[i].tp && rows[j].batch == rows[i].batch);
+            first = !same_group(&rows[j], &rows[i]);
         if (!first)
             continue;
         if (groups == 16) {
@@ -677,7 +690,9 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
         }
         gidx[groups++] = i;
     }
-    sfi_plot *p = sfi_plot_new(1500, 360 * groups, groups, 2);
+    const int bars = s->n_contexts == 1;
+    const int height = bars ? 70 + 30 * s->n_pols : 400;
+    sfi_plot *p = sfi_plot_new(1800, height * groups, groups, 2);
     if (!p)
         return sfi_error_set(err, SFI_ENOMEM, "%s: cannot create figure", path);
     double *x = malloc((size_t)s->n_contexts * sizeof *x), *y1 = malloc((size_t)s->n_contexts * sizeof *y1),
@@ -685,33 +700,103 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
     sfi_status st = (!x || !y1 || !y2) ? sfi_error_set(err, SFI_ENOMEM, "out of memory") : SFI_OK;
     for (int g = 0; g < groups && !st; g++) {
         const row *r0 = &rows[gidx[g]];
-        char title[256];
-        snprintf(title, sizeof title, "%s on %s (TP %d, batch %d): throughput", model_label(s, r0->model),
-                 s->gpus[r0->gpu].name, r0->tp, r0->batch);
-        st = sfi_plot_axes(p, 2 * g, title, "context (tokens)", "tokens/s",
-                           SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
-        snprintf(title, sizeof title, "%s on %s: speedup over full KV", model_label(s, r0->model),
-                 s->gpus[r0->gpu].name);
+        char gl[256], title[512], ctx[32] = "";
+        gpus_label(s, rows, n, r0, gl, sizeof gl);
+        if (bars)
+            context_label(r0->context, ctx, sizeof ctx);
+        /* What fits: nothing at all, and where full KV (the baseline) does
+         * not fit although another policy does. */
+        int any_fit = 0, max_mb = 0;
+        double wmin = INFINITY, usable = 0;
+        char nobase[256] = "";
+        size_t nbl = 0;
+        for (int i = 0; i < n; i++) {
+            const row *r = &rows[i];
+            if (!same_group(r, r0))
+                continue;
+            any_fit |= r->fits;
+            wmin = fmin(wmin, r->weights_gpu);
+            usable = r->usable_gpu;
+            if (r->max_batch > max_mb)
+                max_mb = r->max_batch;
+            if (r->fits && !isfinite(r->speedup) && nbl < sizeof nobase - 16) {
+                char c[16];
+                context_label(r->context, c, sizeof c);
+                if (!strstr(nobase, c))
+                    nbl += (size_t)snprintf(nobase + nbl, sizeof nobase - nbl, "%s%s", nbl ? ", " : "", c);
+            }
+        }
+        /* Line 1: model, batch (context) and what is shown; line 2: the
+         * GPUs. */
+        const char *head = bars ? "%s, batch %d, context %s: %s\n%s" : "%s, batch %d%s: %s\n%s";
+        snprintf(title, sizeof title, head, model_label(s, r0->model), r0->batch, ctx,
+                 "tokens/s per GPU", gl);
+        st = sfi_plot_axes(p, 2 * g, title, bars ? "tokens/s per GPU" : "context (tokens)",
+                           bars ? "" : "tokens/s per GPU",
+                           bars ? 0u : SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
+        snprintf(title, sizeof title, head, model_label(s, r0->model), r0->batch, ctx,
+                 "speedup over full KV", gl);
         if (!st)
-            st = sfi_plot_axes(p, 2 * g + 1, title, "context (tokens)", "speedup (x)",
-                               SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
+            st = sfi_plot_axes(p, 2 * g + 1, title, bars ? "speedup over full KV (x)" : "context (tokens)",
+                               bars ? "" : "speedup over full KV (x)",
+                               bars ? 0u : SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
+        char note[256];
+        if (!st && !any_fit) {
+            if (wmin >= usable)
+                snprintf(note, sizeof note,
+                         "nothing fits: the weights alone (%.1f GB per GPU) exceed the %.1f GB usable",
+                         wmin / 1e9, usable / 1e9);
+            else
+                snprintf(note, sizeof note,
+                         "nothing fits: batch %d exceeds max_batch (at most %d) at every context",
+                         r0->batch, max_mb);
+            st = sfi_plot_note(p, 2 * g, note, err);
+            if (!st)
+                st = sfi_plot_note(p, 2 * g + 1, note, err);
+        } else if (!st && nbl && !bars) {
+            snprintf(note, sizeof note, "no speedup where full KV does not fit: %s", nobase);
+            st = sfi_plot_note(p, 2 * g + 1, note, err);
+        }
         for (int pi = 0; pi < s->n_pols && !st; pi++) {
+            sfi_plot_emphasis em = emphasis_of(s->pols[pi].pol.kind);
             int m = 0;
             for (int i = 0; i < n; i++) {
                 const row *r = &rows[i];
-                if (r->model != r0->model || r->gpu != r0->gpu || r->tp != r0->tp ||
-                    r->batch != r0->batch || r->policy != pi)
+                if (!same_group(r, r0) || r->policy != pi)
                     continue;
                 x[m] = r->context;
-                y1[m] = r->fits ? r->tok_s : NAN;
+                y1[m] = r->fits ? r->tok_s / r->tp : NAN;
                 y2[m] = r->fits ? r->speedup : NAN;
                 m++;
             }
             if (!m)
                 continue;
-            st = sfi_plot_line(p, 2 * g, s->pols[pi].name, x, y1, (size_t)m, 1, err);
+            if (bars) {
+                const row *r = NULL;
+                for (int i = 0; i < n && !r; i++)
+                    if (same_group(&rows[i], r0) && rows[i].policy == pi)
+                        r = &rows[i];
+                char t1[64], t2[64];
+                if (r->fits) {
+                    snprintf(t1, sizeof t1, "%.0f", y1[0]);
+                    if (isfinite(y2[0]))
+                        snprintf(t2, sizeof t2, "%.2fx", y2[0]);
+                    else
+                        snprintf(t2, sizeof t2, "- (full KV does not fit)");
+                } else {
+                    snprintf(t1, sizeof t1, "no-fit (max_batch %d)", r->max_batch);
+                    snprintf(t2, sizeof t2, "no-fit");
+                }
+                if (!any_fit) /* the note says it once */
+                    t1[0] = t2[0] = 0;
+                st = sfi_plot_bar(p, 2 * g, s->pols[pi].name, y1[0], t1[0] ? t1 : NULL, em, err);
+                if (!st)
+                    st = sfi_plot_bar(p, 2 * g + 1, s->pols[pi].name, y2[0], t2[0] ? t2 : NULL, em, err);
+                continue;
+            }
+            st = sfi_plot_line_styled(p, 2 * g, s->pols[pi].name, x, y1, (size_t)m, 1, em, err);
             if (!st)
-                st = sfi_plot_line(p, 2 * g + 1, s->pols[pi].name, x, y2, (size_t)m, 1, err);
+                st = sfi_plot_line_styled(p, 2 * g + 1, s->pols[pi].name, x, y2, (size_t)m, 1, em, err);
         }
     }
     if (!st)
@@ -725,27 +810,75 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
 
 /* ---- main ---- */
 
-static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int *tp, sfi_error *err)
+/* A context past the model's max_position_embeddings is priced all the
+ * same (the cost does not depend on what RoPE can reach), but the model
+ * was not trained for it: say so once per model. */
+static void warn_positions(const sweep *s)
 {
-    int ctx_max = 0;
-    for (int c = 0; c < s->n_contexts; c++)
-        if (s->contexts[c] > ctx_max)
-            ctx_max = s->contexts[c];
+    for (int m = 0; m < s->n_models; m++) {
+        int maxpos = s->models[m].max_position_embeddings;
+        char list[512] = "";
+        size_t len = 0;
+        for (int ci = 0; ci < s->n_contexts && maxpos > 0; ci++)
+            if (s->contexts[ci] > maxpos && len < sizeof list - 32) {
+                char c[32];
+                context_label(s->contexts[ci], c, sizeof c);
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", c);
+            }
+        if (len)
+            fprintf(stderr,
+                    "sfi-sim sweep: warning: context%s %s exceed%s %s's max_position_embeddings "
+                    "(%d): simulated all the same, but the model needs RoPE scaling (e.g. YaRN) "
+                    "to use them\n",
+                    strchr(list, ',') ? "s" : "", list, strchr(list, ',') ? "" : "s",
+                    model_label(s, m), maxpos);
+    }
+}
+
+/* The replay reads batch x steps tokens from a ring of n_tokens: when the
+ * stream is shorter, tokens are read again (by other requests, at other
+ * phases). Say so, since the slow-step pattern then repeats. */
+static void note_recycling(const sweep *s)
+{
+    int any = 0, bmax = 0;
+    for (int pi = 0; pi < s->n_pols; pi++)
+        any |= sfi_sim_policy_has_slow_steps(s->pols[pi].pol.kind);
+    for (int bi = 0; bi < s->n_batches; bi++)
+        if (s->batches[bi] > bmax)
+            bmax = s->batches[bi];
+    double need = (double)bmax * (double)s->steps;
+    if (any && need > (double)s->stream.n_tokens)
+        fprintf(stderr,
+                "sfi-sim sweep: note: batch %d x %lld steps reads %.0f tokens from a stream of "
+                "%lld: tokens are replayed about %.1f times (the ring wraps; request r starts at "
+                "token r*n/batch); a longer trace or fewer --steps avoids it\n",
+                bmax, (long long)s->steps, need, (long long)s->stream.n_tokens,
+                need / (double)s->stream.n_tokens);
+}
+
+/* --tp auto, per (model, GPU, batch, context): the smallest power of two
+ * (up to 8, one node) at which every requested policy fits the batch at
+ * this context; when none does, the largest valid degree up to 8 (its rows
+ * then say no-fit). Degrees that do not divide the model's heads are
+ * skipped. */
+static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int context, int *tp,
+                                  sfi_error *err)
+{
     int last_ok = 0;
-    for (int t = 1; t <= 64; t *= 2) {
+    for (int t = 1; t <= 8; t *= 2) {
         sfi_cost_setup cs;
         sfi_cost_setup_init(&cs);
         cs.model = &s->models[m];
         cs.gpu = s->gpus[g];
         cs.tp = t;
-        cs.context = ctx_max;
+        cs.context = context;
         cs.batch = batch;
-        cs.prm = s->prm;
         cs.prof = s->prof;
         cs.weight_bytes = s->weight_bytes;
         int all_fit = 1, valid = 1;
         for (int pi = 0; pi < s->n_pols && valid; pi++) {
             cs.pol = s->pols[pi].pol;
+            cs.prm = s->pols[pi].prm;
             sfi_cost_memory mem;
             sfi_error e2;
             if (sfi_cost_memory_of(&cs, &mem, &e2) != SFI_OK) {
@@ -763,8 +896,6 @@ static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int *
             *tp = t;
             return SFI_OK;
         }
-        if (t >= 8) /* one node; beyond it the rows show no-fit */
-            break;
     }
     *tp = last_ok ? last_ok : 1;
     return SFI_OK;
@@ -917,7 +1048,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     }
     /* Policies. */
     if (!a_pols || !strcasecmp(a_pols, "all")) {
-        if ((s.n_pols = all_policies(&s.pols)) < 0)
+        if ((s.n_pols = all_policies(&s.prm, &s.pols)) < 0)
             goto oom;
     } else {
         char **v;
@@ -936,12 +1067,12 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         if (!s.pols)
             goto oom;
         for (int i = 0; i < n; i++)
-            if (sfi_sim_policy_parse(s.pols[i].name, &s.pols[i].pol, &err) != SFI_OK) {
+            if (parse_policy_spec(s.pols[i].name, &s.prm, &s.pols[i], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: --policies: %s\n", err.msg);
                 goto out;
             }
     }
-    if (setup_stream(&s, a_trace, a_tok, synthetic, &err) != SFI_OK) {
+    if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.prm, &s.stream, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         goto out;
     }
@@ -956,9 +1087,11 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         if (!sfi_sim_policy_has_slow_steps(s.pols[pi].pol.kind))
             continue;
         for (int bi = 0; bi < s.n_batches; bi++)
-            if (sfi_replay_run(&(sfi_replay_stream){s.tokens, s.n_tokens, s.is_trigger, s.n_vocab},
-                               trigger_of(s.pols[pi].pol.kind), &s.prm, s.pols[pi].pol.interval,
-                               s.batches[bi], stagger_of(&s.pols[pi].pol, &s.prm), s.steps,
+            if (sfi_replay_run(&(sfi_replay_stream){s.stream.tokens, s.stream.n_tokens,
+                                                   s.stream.is_trigger, s.stream.n_vocab},
+                               trigger_of(s.pols[pi].pol.kind), &s.pols[pi].prm,
+                               s.pols[pi].pol.interval, s.batches[bi],
+                               stagger_of(&s.pols[pi].pol, &s.pols[pi].prm), s.steps,
                                a_tl ? TIMELINE_STEPS : 0,
                                &replays[pi * s.n_batches + bi], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
@@ -974,13 +1107,14 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     for (int m = 0; m < s.n_models; m++)
         for (int g = 0; g < s.n_gpus; g++)
             for (int ti = 0; ti < s.n_tps; ti++)
-                for (int bi = 0; bi < s.n_batches; bi++) {
-                    int tp = s.tps[ti];
-                    if (tp == 0 && resolve_tp_auto(&s, m, g, s.batches[bi], &tp, &err) != SFI_OK) {
-                        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-                        goto out;
-                    }
+                for (int bi = 0; bi < s.n_batches; bi++)
                     for (int ci = 0; ci < s.n_contexts; ci++) {
+                        int tp = s.tps[ti];
+                        if (tp == 0 && resolve_tp_auto(&s, m, g, s.batches[bi], s.contexts[ci], &tp,
+                                                       &err) != SFI_OK) {
+                            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+                            goto out;
+                        }
                         sfi_cost_setup cs;
                         sfi_cost_setup_init(&cs);
                         cs.model = &s.models[m];
@@ -991,7 +1125,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                         cs.context = s.contexts[ci];
                         cs.batch = s.batches[bi];
                         cs.weight_bytes = s.weight_bytes;
-                        /* Full-KV baseline of the speedup column. */
+                        /* Full-KV baseline of the speedup column, on the
+                         * same GPUs. */
                         row base;
                         memset(&base, 0, sizeof base);
                         sfi_sim_policy_default(&cs.pol, SFI_SIM_FULL);
@@ -1002,6 +1137,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                         for (int pi = 0; pi < s.n_pols; pi++) {
                             row *r = &rows[n_rows];
                             cs.pol = s.pols[pi].pol;
+                            cs.prm = s.pols[pi].prm;
                             const sfi_replay_result *rp =
                                 sfi_sim_policy_has_slow_steps(cs.pol.kind) ? &replays[pi * s.n_batches + bi]
                                                                            : NULL;
@@ -1013,37 +1149,26 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                             r->model = m;
                             r->gpu = g;
                             r->tp = tp;
+                            r->tp_index = ti;
                             r->context = cs.context;
                             r->batch = cs.batch;
                             r->policy = pi;
-                            r->speedup = base.fits ? r->tok_s / base.tok_s : NAN;
-                            if (!base.fits && r->fits)
-                                r->speedup = NAN;
+                            /* No speedup when either side does not fit. */
+                            r->speedup = base.fits && r->fits ? r->tok_s / base.tok_s : NAN;
                             n_fit += r->fits;
                             n_rows++;
                         }
                     }
-                }
+    warn_positions(&s);
+    note_recycling(&s);
 
     /* Table. */
     {
         FILE *f = stdout;
-        char *tmp = NULL;
-        if (a_out) {
-            size_t len = strlen(a_out) + 16;
-            tmp = malloc(len);
-            if (!tmp)
-                goto oom;
-            snprintf(tmp, len, "%s.tmpXXXXXX", a_out);
-            int fd = mkstemp(tmp);
-            f = fd >= 0 ? fdopen(fd, "w") : NULL;
-            if (!f) {
-                fprintf(stderr, "sfi-sim sweep: %s: cannot write: %s\n", a_out, strerror(errno));
-                if (fd >= 0)
-                    close(fd);
-                free(tmp);
-                goto out;
-            }
+        sfi_out *o = NULL;
+        if (a_out && sfi_out_open(a_out, &o, &f, &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+            goto out;
         }
         if (!strcmp(a_fmt, "csv"))
             print_csv(f, &s, rows, n_rows);
@@ -1051,16 +1176,13 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             print_json(f, &s, rows, n_rows);
         else
             print_table(f, &s, rows, n_rows);
-        if (a_out) {
-            int bad = ferror(f) | (fclose(f) != 0);
-            if (bad || rename(tmp, a_out) != 0) {
-                fprintf(stderr, "sfi-sim sweep: %s: cannot write\n", a_out);
-                unlink(tmp);
-                free(tmp);
+        if (o) {
+            if (sfi_out_commit(o, 0, &err) != SFI_OK) {
+                fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                 goto out;
             }
-            free(tmp);
-        } else if (fflush(stdout) != 0) {
+        } else if (fflush(stdout) != 0 || ferror(stdout)) {
+            fprintf(stderr, "sfi-sim sweep: standard output: %s\n", strerror(errno));
             goto out;
         }
     }
@@ -1101,6 +1223,12 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             goto oom;
         drew = 1;
         int tp = rows[0].tp;
+        for (int i = 0; i < n_rows; i++) /* --tp auto: the degree at that context */
+            if (rows[i].model == 0 && rows[i].gpu == 0 && rows[i].tp_index == 0 &&
+                rows[i].batch == s.batches[0] && rows[i].context == s.contexts[ci_max]) {
+                tp = rows[i].tp;
+                break;
+            }
         sfi_status st = SFI_OK;
         double *x = malloc(TIMELINE_STEPS * sizeof *x), *y = malloc(TIMELINE_STEPS * sizeof *y),
                *yf = malloc(TIMELINE_STEPS * sizeof *yf);
@@ -1118,6 +1246,12 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         cs.weight_bytes = s.weight_bytes;
         row tmp;
         double full_t = 0;
+        char cl[32], gl[128];
+        context_label(s.contexts[ci_max], cl, sizeof cl);
+        if (tp == 1)
+            snprintf(gl, sizeof gl, "1 %s", s.gpus[0].name);
+        else
+            snprintf(gl, sizeof gl, "%dx %s (TP %d)", tp, s.gpus[0].name, tp);
         sfi_sim_policy_default(&cs.pol, SFI_SIM_FULL);
         if (!st)
             st = price_cell(&cs, NULL, &tmp, NULL, &err);
@@ -1129,6 +1263,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         int panel = 0;
         for (int pi = 0; pi < s.n_pols && !st && panel < n_panels; pi++) {
             cs.pol = s.pols[pi].pol;
+            cs.prm = s.pols[pi].prm;
             if (!sfi_sim_policy_has_slow_steps(cs.pol.kind))
                 continue;
             const sfi_replay_result *rp = &replays[pi * s.n_batches];
@@ -1140,24 +1275,27 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             for (int64_t i = 0; i < nt; i++)
                 y[i] = tt[rp->timeline[i]] * 1e3;
             free(tt);
-            char title[256];
-            snprintf(title, sizeof title,
-                     "%s: %s on %s (TP %d, batch %d, context %d), per-step latency", s.pols[pi].name,
-                     model_label(&s, 0), s.gpus[0].name, tp, s.batches[0], s.contexts[ci_max]);
+            char title[512];
+            snprintf(title, sizeof title, "%s: %s, batch %d, context %s: per-step latency\n%s%s",
+                     s.pols[pi].name, model_label(&s, 0), s.batches[0], cl, gl,
+                     tmp.fits ? "" : " (the batch does not fit: see max_batch)");
             st = sfi_plot_axes(p, panel, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
             if (!st)
-                st = sfi_plot_line(p, panel, "full", x, yf, TIMELINE_STEPS, 0, &err);
+                st = sfi_plot_line_styled(p, panel, "full", x, yf, TIMELINE_STEPS, 0,
+                                          SFI_PLOT_REFERENCE, &err);
             if (!st)
-                st = sfi_plot_line(p, panel, s.pols[pi].name, x, y, (size_t)nt, 0, &err);
+                st = sfi_plot_line_styled(p, panel, s.pols[pi].name, x, y, (size_t)nt, 0,
+                                          emphasis_of(cs.pol.kind), &err);
             panel++;
         }
         if (!st && panel == 0) {
-            char title[256];
-            snprintf(title, sizeof title, "%s on %s (TP %d, batch %d, context %d): per-step latency",
-                     model_label(&s, 0), s.gpus[0].name, tp, s.batches[0], s.contexts[ci_max]);
+            char title[512];
+            snprintf(title, sizeof title, "%s, batch %d, context %s: per-step latency\n%s",
+                     model_label(&s, 0), s.batches[0], cl, gl);
             st = sfi_plot_axes(p, 0, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
             if (!st)
-                st = sfi_plot_line(p, 0, "full", x, yf, TIMELINE_STEPS, 0, &err);
+                st = sfi_plot_line_styled(p, 0, "full", x, yf, TIMELINE_STEPS, 0, SFI_PLOT_REFERENCE,
+                                          &err);
         }
         free(yf);
         free(x);

@@ -4,6 +4,7 @@
 
 #include "sfi_sim_cli.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -15,6 +16,7 @@
 
 #include "sfi_cost.h"
 #include "sfi_hw.h"
+#include "sfi_io.h"
 
 #define DEFAULT_PROFILE "gpu/profiles/h100.json"
 
@@ -226,30 +228,22 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
         json_array_append_new(arr, o);
     }
     json_object_set_new(root, "measurements", arr);
-    size_t n = strlen(out_path) + 16;
-    char *tmp = malloc(n);
     int rc = 1;
-    if (tmp) {
-        snprintf(tmp, n, "%s.tmpXXXXXX", out_path);
-        int fd = mkstemp(tmp);
-        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-        if (f) {
-            int bad = json_dumpf(root, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0;
-            bad |= fputc('\n', f) == EOF;
-            bad |= fclose(f) != 0;
-            if (!bad && chmod(tmp, 0644) == 0 && rename(tmp, out_path) == 0)
-                rc = 0;
-            else
-                unlink(tmp);
-        } else if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
+    sfi_out *o;
+    FILE *f;
+    sfi_error err;
+    if (sfi_out_open(out_path, &o, &f, &err) == SFI_OK) {
+        if (json_dumpf(root, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0 ||
+            fputc('\n', f) == EOF) {
+            sfi_error_set(&err, SFI_EIO, "%s: cannot write: %s", out_path, strerror(errno));
+            sfi_out_abort(o);
+        } else if (sfi_out_commit(o, 0, &err) == SFI_OK) {
+            rc = 0;
         }
-        free(tmp);
     }
     json_decref(root);
     if (rc)
-        fprintf(stderr, "sfi-sim validate: %s: cannot write the fitted profile\n", out_path);
+        fprintf(stderr, "sfi-sim validate: cannot write the fitted profile: %s\n", err.msg);
     else
         printf("# wrote %s; check it with: sfi-sim validate --profile %s\n", out_path, out_path);
     return rc;

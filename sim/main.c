@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sfi_sim_cli.h"
+#include "sfi_io.h"
 
 typedef struct {
     const char *name;
@@ -35,6 +36,8 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* Interrupted outputs leave no temporary files; ulimit -f is an error. */
+    sfi_io_cleanup_on_signals();
     if (argc < 2 || argv[1][0] == '-') {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             usage(stdout);

@@ -395,9 +395,14 @@ sfi_status sfi_analyze_png_budget(const char *path, const double *ratios, sfi_an
                 m++;
             }
         }
+        /* SFI stands out, full KV (recall 1) is the reference line. */
         if (m > 0)
-            st = sfi_plot_line(p, 0, sfi_peer_kind_name((sfi_peer_kind)k), x, y, (size_t)m, 1,
-                               err);
+            st = sfi_plot_line_styled(p, 0, sfi_peer_kind_name((sfi_peer_kind)k), x, y, (size_t)m,
+                                      1,
+                                      k == SFI_PEER_SFI    ? SFI_PLOT_PRIMARY
+                                      : k == SFI_PEER_FULL ? SFI_PLOT_REFERENCE
+                                                           : SFI_PLOT_PLAIN,
+                                      err);
     }
     if (!st)
         st = sfi_plot_write_png(p, path, err);
@@ -423,14 +428,16 @@ sfi_status sfi_analyze_png_stability(const char *path, sfi_analyze_result *r, sf
         wm[l] = w.mean, w10[l] = w.p10, w90[l] = w.p90;
         am[l] = a.mean, a10[l] = a.p10, a90[l] = a.p90;
     }
-    sfi_status st = sfi_plot_axes(p, 0, "support stability: Jaccard of consecutive top sets",
+    /* Mean as a line, 10th-90th percentile as a band of the same colour. */
+    static const char *const within = "within a sentence", *const across = "across a boundary";
+    sfi_status st = sfi_plot_axes(p, 0,
+                                  "support stability: Jaccard of consecutive top sets "
+                                  "(line: mean; band: 10th-90th percentile)",
                                   "layer", "Jaccard", SFI_PLOT_YZERO, err);
-    if (!st) st = sfi_plot_line(p, 0, "within a sentence (mean)", x, wm, (size_t)L, 1, err);
-    if (!st) st = sfi_plot_line(p, 0, "within p10", x, w10, (size_t)L, 0, err);
-    if (!st) st = sfi_plot_line(p, 0, "within p90", x, w90, (size_t)L, 0, err);
-    if (!st) st = sfi_plot_line(p, 0, "across a boundary (mean)", x, am, (size_t)L, 1, err);
-    if (!st) st = sfi_plot_line(p, 0, "across p10", x, a10, (size_t)L, 0, err);
-    if (!st) st = sfi_plot_line(p, 0, "across p90", x, a90, (size_t)L, 0, err);
+    if (!st) st = sfi_plot_line_styled(p, 0, within, x, wm, (size_t)L, 1, SFI_PLOT_PLAIN, err);
+    if (!st) st = sfi_plot_band(p, 0, within, x, w10, w90, (size_t)L, SFI_PLOT_PLAIN, err);
+    if (!st) st = sfi_plot_line_styled(p, 0, across, x, am, (size_t)L, 1, SFI_PLOT_PRIMARY, err);
+    if (!st) st = sfi_plot_band(p, 0, across, x, a10, a90, (size_t)L, SFI_PLOT_PRIMARY, err);
     if (!st)
         st = sfi_plot_write_png(p, path, err);
     sfi_plot_free(p);

@@ -26,6 +26,9 @@
 #define SELECTOR_LAUNCHES 2
 /* Scratch ring slots of the two-stream pipeline (method.md section 7). */
 #define SCRATCH_RING 4
+/* Prompt-tail queries whose logits initialize the Selector at the end of
+ * a prefill (method.md section 4: W = 16). */
+#define PREFILL_WINDOW 16
 
 static const struct {
     const char *name, *help;
@@ -292,14 +295,25 @@ double sfi_cost_kv_bytes_fast(const sfi_cost_setup *s)
     return (double)sfi_cost_fast_positions(s) * kv_pos_bytes(s);
 }
 
-double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
+/* Roofline time over efficiency, without the launch and fixed costs. The
+ * dense decode attention's efficiency may depend on the request's context
+ * (an engine profile's curve). */
+static double roofline_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
                             double flops)
 {
     double peak = s->weight_bytes == 1 && c == SFI_KC_GEMM ? s->gpu.fp8_flops : s->gpu.bf16_flops;
     if (c == SFI_KC_SELECTOR || c == SFI_KC_TOPK || c == SFI_KC_OTHER)
         peak = s->gpu.bf16_flops * FP32_OF_BF16;
     double t = fmax(bytes / s->gpu.hbm_bandwidth, flops / peak);
-    return t / s->prof.efficiency[c] + s->prof.launch_s + s->prof.fixed_s[c];
+    double eff = c == SFI_KC_ATTN_DENSE ? sfi_hw_attn_dense_efficiency(&s->prof, s->context)
+                                        : s->prof.efficiency[c];
+    return t / eff;
+}
+
+double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
+                            double flops)
+{
+    return roofline_time(s, c, bytes, flops) + s->prof.launch_s + s->prof.fixed_s[c];
 }
 
 /* Extra time of a dense kernel that also writes `bytes` of fp32 logits. */
@@ -321,21 +335,39 @@ double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes)
     return t / s->prof.efficiency[SFI_KC_ALLREDUCE] + s->prof.allreduce_latency_s;
 }
 
+/* Kernels of several request groups that one launch runs together (a
+ * mixed batch, sfi_cost_step_mix): launched[c] = kernels of class c the
+ * launch already holds; a group's k-th kernel of class c joins the k-th
+ * launch, paying its roofline time but not the launch and fixed costs
+ * again. */
+typedef struct {
+    unsigned char launched[SFI_KC_COUNT];
+} merge_state;
+
 /* Per-step sums. */
 typedef struct {
     double t, bytes, kvb, wb, flops;
     int launches;
+    merge_state *merge;               /* NULL: every kernel is its own launch */
+    unsigned char occ[SFI_KC_COUNT];  /* with merge: this group's kernels by class */
 } acc;
 
 static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
                        double flops, int is_kv)
 {
-    a->t += sfi_cost_kernel_time(s, c, bytes, flops);
+    int own_launch = 1;
+    if (a->merge) {
+        int k = a->occ[c]++;
+        own_launch = k >= a->merge->launched[c];
+        if (own_launch)
+            a->merge->launched[c] = (unsigned char)(k + 1);
+    }
+    a->t += own_launch ? sfi_cost_kernel_time(s, c, bytes, flops) : roofline_time(s, c, bytes, flops);
+    a->launches += own_launch;
     a->bytes += bytes;
     if (is_kv)
         a->kvb += bytes;
     a->flops += flops;
-    a->launches++;
 }
 
 /* A dense attention kernel reading kv bytes and writing logit bytes. */
@@ -436,16 +468,25 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
     }
 }
 
+/* The layer index matters to attention_layer only through this key (the
+ * step prices one layer per key change and reuses it for the following
+ * layers): keep it in step with attention_layer and side_layer. */
+static int attention_layer_key(const sfi_cost_setup *s, int layer)
+{
+    return s->pol.kind == SFI_SIM_KASCADE && layer < s->pol.kascade_anchors;
+}
+
 /* Side stream of one layer on a slow step: Selector, Top-K, reorg of the
- * n_slow requests that took the slow step. */
-static void side_layer(const sfi_cost_setup *s, int n_slow, acc *a)
+ * n_slow requests that took the slow step, over `window` queries each
+ * (1 at a decode step, PREFILL_WINDOW at the end of a prefill). */
+static void side_layer(const sfi_cost_setup *s, int n_slow, int window, acc *a)
 {
     const double J = n_candidates(s), hq = q_heads(s), hkv = kv_heads(s);
     /* Reads the fp32 logits of the G query heads of each KV head and the
      * key norms once; the fused kernel keeps its intermediates on chip
      * (the byte count the GPU benchmark calibrates against). */
-    double sel_b = n_slow * (hq * J * 4.0 + hkv * J * 4.0);
-    double sel_f = n_slow * 30.0 * hq * J;
+    double sel_b = n_slow * (window * hq * J * 4.0 + hkv * J * 4.0);
+    double sel_f = n_slow * 30.0 * window * hq * J;
     for (int k = 0; k < SELECTOR_LAUNCHES; k++)
         add_kernel(s, a, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES, sel_f / SELECTOR_LAUNCHES, 1);
     double K = s->prm.K < J ? s->prm.K : J;
@@ -474,7 +515,7 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
     } else if (!strcmp(kernel, "selector") || !strcmp(kernel, "topk") ||
                !strcmp(kernel, "reorg") || !strcmp(kernel, "selector_reorg")) {
         acc sd = {0};
-        side_layer(s, B, &sd);
+        side_layer(s, B, 1, &sd);
         /* side_layer launches SELECTOR_LAUNCHES selector kernels, then
          * Top-K, then reorg: take the requested part. */
         acc only = {0};
@@ -533,119 +574,11 @@ sfi_status sfi_cost_pipeline_predict(const sfi_cost_setup *s, const char *kind, 
     return SFI_OK;
 }
 
-sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out, sfi_error *err)
+/* KV cache, compact buffers and policy tables one request holds on one
+ * GPU at the setup's context. */
+static double request_bytes(const sfi_cost_setup *s)
 {
-    sfi_status st = sfi_cost_validate(s, err);
-    if (st)
-        return st;
-    if (!sfi_sim_policy_has_slow_steps(s->pol.kind))
-        n_slow = 0;
-    if (n_slow < 0 || n_slow > s->batch)
-        return sfi_error_set(err, SFI_EINVAL, "n_slow %d outside 0..%d", n_slow, s->batch);
     const sfi_model_config *m = s->model;
-    const int B = s->batch;
-    const double d = m->hidden_size;
-    memset(out, 0, sizeof *out);
-
-    acc main = {0}, side_total = {0};
-    double t_main = 0, t_side = 0, comm = 0;
-    for (int l = 0; l < m->num_hidden_layers; l++) {
-        acc a = {0};
-        const double ex = layer_is_moe(m, l) ? sfi_cost_expected_experts(m->num_experts,
-                                                                         m->num_experts_per_tok, B)
-                                             : 0;
-        /* QKV GEMM then attention, O GEMM, MLP. */
-        double hd = m->head_dim;
-        double qkv = d * hd * ((double)m->num_attention_heads / s->tp + 2.0 * kv_heads(s));
-        add_kernel(s, &a, SFI_KC_GEMM, qkv * s->weight_bytes, 2.0 * B * qkv, 0);
-        a.wb += qkv * s->weight_bytes;
-        attention_layer(s, l, n_slow, &a);
-        double t_after_attn = t_main + a.t;
-        double o = d * hd * m->num_attention_heads / s->tp;
-        add_kernel(s, &a, SFI_KC_GEMM, o * s->weight_bytes, 2.0 * B * o, 0);
-        a.wb += o * s->weight_bytes;
-        double mlp = mlp_weight_elems(s, l, ex);
-        double mlp_active = layer_is_moe(m, l)
-                                ? d * m->num_experts +
-                                      m->num_experts_per_tok * 3.0 * d * m->moe_intermediate_size / s->tp
-                                : mlp;
-        add_kernel(s, &a, SFI_KC_GEMM, mlp * s->weight_bytes, 2.0 * B * mlp_active, 0);
-        a.wb += mlp * s->weight_bytes;
-        /* The fused small kernels: norms, RoPE, residual adds (activations
-         * only; their bytes are noise next to weights and KV). */
-        int small = (layer_is_moe(m, l) ? MAIN_LAUNCHES_MOE : MAIN_LAUNCHES_DENSE) - 3;
-        double act = 6.0 * B * d * 2;
-        a.t += small * s->prof.launch_s + act / (s->gpu.hbm_bandwidth * s->prof.efficiency[SFI_KC_OTHER]);
-        a.bytes += act;
-        a.launches += small;
-        if (s->tp > 1) { /* after O projection and after the MLP */
-            double ar = 2 * sfi_cost_allreduce_time(s, B * d * 2.0);
-            a.t += ar;
-            comm += ar;
-            a.launches += 2;
-        }
-        t_main += a.t;
-        main.t += a.t;
-        main.bytes += a.bytes;
-        main.kvb += a.kvb;
-        main.wb += a.wb;
-        main.flops += a.flops;
-        main.launches += a.launches;
-        if (n_slow > 0) {
-            acc sd = {0};
-            side_layer(s, n_slow, &sd);
-            /* Starts once this layer's attention wrote the logits and the
-             * previous layer's side work is done. */
-            double start = t_side > t_after_attn ? t_side : t_after_attn;
-            t_side = start + sd.t;
-            side_total.t += sd.t;
-            side_total.bytes += sd.bytes;
-            side_total.flops += sd.flops;
-            side_total.launches += sd.launches;
-        }
-    }
-    /* Final norm, LM head, sampling. */
-    double lm = (double)m->vocab_size * d / s->tp;
-    acc tail = {0};
-    add_kernel(s, &tail, SFI_KC_GEMM, lm * s->weight_bytes, 2.0 * B * lm, 0);
-    tail.wb += lm * s->weight_bytes;
-    add_kernel(s, &tail, SFI_KC_OTHER, B * (double)m->vocab_size * 4.0, 0, 0);
-    t_main += tail.t;
-
-    double exposed = 0;
-    if (n_slow > 0) {
-        /* The barrier at the end of the slow step waits for the side
-         * stream; overlapped side work still costs main-stream bandwidth. */
-        exposed = t_side > t_main ? t_side - t_main : 0;
-        double hidden = side_total.t - exposed;
-        exposed += s->prof.overlap_contention * (hidden > 0 ? hidden : 0);
-    }
-    out->time_s = t_main + exposed + s->prof.step_overhead_s;
-    out->hbm_bytes = main.bytes + tail.bytes + side_total.bytes;
-    out->kv_bytes = main.kvb + side_total.bytes;
-    out->weight_bytes = main.wb + tail.wb;
-    out->flops = main.flops + tail.flops + side_total.flops;
-    out->side_s = side_total.t;
-    out->exposed_s = exposed;
-    out->comm_s = comm;
-    out->launches = main.launches + tail.launches + side_total.launches;
-    return SFI_OK;
-}
-
-sfi_status sfi_cost_memory_of(const sfi_cost_setup *s, sfi_cost_memory *mem, sfi_error *err)
-{
-    sfi_status st = sfi_cost_validate(s, err);
-    if (st)
-        return st;
-    const sfi_model_config *m = s->model;
-    memset(mem, 0, sizeof *mem);
-    double w = 0;
-    for (int l = 0; l < m->num_hidden_layers; l++)
-        w += attn_weight_elems(s) + mlp_weight_elems(s, l, layer_is_moe(m, l) ? m->num_experts : 0);
-    double emb = (double)m->vocab_size * m->hidden_size / s->tp;
-    w += m->tie_word_embeddings ? emb : 2 * emb;
-    mem->weights = w * s->weight_bytes;
-
     const double L = s->context, layers = m->num_hidden_layers, pos_b = kv_pos_bytes(s);
     const double J = n_candidates(s), hq = q_heads(s), hkv = kv_heads(s);
     double kv = layers * L * pos_b;
@@ -676,6 +609,255 @@ sfi_status sfi_cost_memory_of(const sfi_cost_setup *s, sfi_cost_memory *mem, sfi
     default:
         break;
     }
+    return kv;
+}
+
+/* Causal attention of a prefill chunk of n_new queries ending at the
+ * setup's context, for the setup's batch: every query attends to the
+ * positions before the chunk and to the chunk up to itself. The KV is read
+ * once (query tiles share it through L2), the chunk's K/V written, Q read
+ * and O written; FLOP-bound beyond short chunks. */
+static void prefill_attention(const sfi_cost_setup *s, int n_new, acc *a)
+{
+    const double B = s->batch, L = s->context, q = n_new, hq = q_heads(s);
+    const double hd = s->model->head_dim, pos_b = kv_pos_bytes(s);
+    double attended = q * (L - q) + q * (q + 1) / 2;
+    double bytes = B * ((L + q) * pos_b + 2.0 * q * hq * hd * 2.0);
+    add_kernel(s, a, SFI_KC_ATTN_PREFILL, bytes, B * 4.0 * hq * hd * attended, 1);
+}
+
+/* Attention (main stream) and side-stream work of one layer for all groups
+ * of a step, kernels of the groups merged into shared launches. */
+static void attention_groups(const sfi_cost_setup *s, int layer, const sfi_cost_group *g, int n,
+                             acc *a, acc *side)
+{
+    const int has_slow = sfi_sim_policy_has_slow_steps(s->pol.kind);
+    sfi_cost_setup gs = *s;
+    merge_state ma, ms;
+    memset(&ma, 0, sizeof ma);
+    memset(&ms, 0, sizeof ms);
+    memset(a, 0, sizeof *a);
+    memset(side, 0, sizeof *side);
+    a->merge = &ma;
+    side->merge = &ms;
+    for (int i = 0; i < n; i++) {
+        gs.context = g[i].context;
+        gs.batch = g[i].count;
+        memset(a->occ, 0, sizeof a->occ);
+        memset(side->occ, 0, sizeof side->occ);
+        if (!g[i].prefill) {
+            int ns = has_slow && g[i].slow ? g[i].count : 0;
+            attention_layer(&gs, layer, ns, a);
+            if (ns)
+                side_layer(&gs, ns, 1, side);
+        } else {
+            prefill_attention(&gs, g[i].n_new, a);
+            if (has_slow && g[i].last_chunk) {
+                /* The prompt's last queries expose their logits over J and
+                 * the Selector initializes the selected sets. */
+                double w = g[i].n_new < PREFILL_WINDOW ? g[i].n_new : PREFILL_WINDOW;
+                double lb = gs.batch * w * q_heads(&gs) * n_candidates(&gs) * 4.0;
+                a->t += logits_time(&gs, lb);
+                a->bytes += lb;
+                a->kvb += lb;
+                side_layer(&gs, g[i].count, (int)w, side);
+            }
+        }
+    }
+    a->merge = NULL;
+    side->merge = NULL;
+}
+
+static void acc_add(acc *to, const acc *a)
+{
+    to->t += a->t;
+    to->bytes += a->bytes;
+    to->kvb += a->kvb;
+    to->wb += a->wb;
+    to->flops += a->flops;
+    to->launches += a->launches;
+}
+
+/* The step of sfi_cost_step_mix on checked input. */
+static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n, sfi_step_cost *out)
+{
+    const sfi_model_config *m = s->model;
+    const double d = m->hidden_size;
+    /* Tokens through the GEMMs, requests, tokens sampled. */
+    double T = 0, R = 0, n_out = 0;
+    int any_slow = 0;
+    for (int i = 0; i < n; i++) {
+        T += (double)g[i].count * g[i].n_new;
+        R += g[i].count;
+        if (!g[i].prefill || g[i].last_chunk)
+            n_out += g[i].count;
+        any_slow |= g[i].prefill ? g[i].last_chunk : g[i].slow;
+    }
+    any_slow &= sfi_sim_policy_has_slow_steps(s->pol.kind);
+    const int Ti = T > 2e9 ? 2000000000 : (int)T;
+    memset(out, 0, sizeof *out);
+
+    acc main = {0}, side_total = {0}, attn = {0}, side = {0};
+    double t_main = 0, t_side = 0, comm = 0;
+    int key = -1;
+    for (int l = 0; l < m->num_hidden_layers; l++) {
+        acc a = {0};
+        if (attention_layer_key(s, l) != key) {
+            key = attention_layer_key(s, l);
+            attention_groups(s, l, g, n, &attn, &side);
+        }
+        const double ex = layer_is_moe(m, l) ? sfi_cost_expected_experts(m->num_experts,
+                                                                         m->num_experts_per_tok, Ti)
+                                             : 0;
+        /* QKV GEMM then attention, O GEMM, MLP. */
+        double hd = m->head_dim;
+        double qkv = d * hd * ((double)m->num_attention_heads / s->tp + 2.0 * kv_heads(s));
+        add_kernel(s, &a, SFI_KC_GEMM, qkv * s->weight_bytes, 2.0 * T * qkv, 0);
+        a.wb += qkv * s->weight_bytes;
+        acc_add(&a, &attn);
+        double t_after_attn = t_main + a.t;
+        double o = d * hd * m->num_attention_heads / s->tp;
+        add_kernel(s, &a, SFI_KC_GEMM, o * s->weight_bytes, 2.0 * T * o, 0);
+        a.wb += o * s->weight_bytes;
+        double mlp = mlp_weight_elems(s, l, ex);
+        double mlp_active = layer_is_moe(m, l)
+                                ? d * m->num_experts +
+                                      m->num_experts_per_tok * 3.0 * d * m->moe_intermediate_size / s->tp
+                                : mlp;
+        add_kernel(s, &a, SFI_KC_GEMM, mlp * s->weight_bytes, 2.0 * T * mlp_active, 0);
+        a.wb += mlp * s->weight_bytes;
+        /* The fused small kernels: norms, RoPE, residual adds (activations
+         * only; their bytes are noise next to weights and KV). */
+        int small = (layer_is_moe(m, l) ? MAIN_LAUNCHES_MOE : MAIN_LAUNCHES_DENSE) - 3;
+        double act = 6.0 * T * d * 2;
+        a.t += small * s->prof.launch_s + act / (s->gpu.hbm_bandwidth * s->prof.efficiency[SFI_KC_OTHER]);
+        a.bytes += act;
+        a.launches += small;
+        if (s->tp > 1) { /* after O projection and after the MLP */
+            double ar = 2 * sfi_cost_allreduce_time(s, T * d * 2.0);
+            a.t += ar;
+            comm += ar;
+            a.launches += 2;
+        }
+        t_main += a.t;
+        acc_add(&main, &a);
+        if (any_slow) {
+            /* Starts once this layer's attention wrote the logits and the
+             * previous layer's side work is done. */
+            double start = t_side > t_after_attn ? t_side : t_after_attn;
+            t_side = start + side.t;
+            acc_add(&side_total, &side);
+        }
+    }
+    /* Final norm, LM head and sampling of the tokens sampled this step
+     * (a prefill chunk samples only after the prompt's last token). */
+    acc tail = {0};
+    if (n_out > 0) {
+        double lm = (double)m->vocab_size * d / s->tp;
+        add_kernel(s, &tail, SFI_KC_GEMM, lm * s->weight_bytes, 2.0 * n_out * lm, 0);
+        tail.wb += lm * s->weight_bytes;
+        add_kernel(s, &tail, SFI_KC_OTHER, n_out * (double)m->vocab_size * 4.0, 0, 0);
+    }
+    t_main += tail.t;
+
+    double exposed = 0;
+    if (any_slow) {
+        /* The barrier at the end of the slow step waits for the side
+         * stream; overlapped side work still costs main-stream bandwidth. */
+        exposed = t_side > t_main ? t_side - t_main : 0;
+        double hidden = side_total.t - exposed;
+        exposed += s->prof.overlap_contention * (hidden > 0 ? hidden : 0);
+    }
+    out->time_s = t_main + exposed + s->prof.step_overhead_s + R * s->prof.request_overhead_s;
+    out->hbm_bytes = main.bytes + tail.bytes + side_total.bytes;
+    out->kv_bytes = main.kvb + side_total.bytes;
+    out->weight_bytes = main.wb + tail.wb;
+    out->flops = main.flops + tail.flops + side_total.flops;
+    out->side_s = side_total.t;
+    out->exposed_s = exposed;
+    out->comm_s = comm;
+    out->launches = main.launches + tail.launches + side_total.launches;
+}
+
+sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out, sfi_error *err)
+{
+    sfi_status st = sfi_cost_validate(s, err);
+    if (st)
+        return st;
+    if (!sfi_sim_policy_has_slow_steps(s->pol.kind))
+        n_slow = 0;
+    if (n_slow < 0 || n_slow > s->batch)
+        return sfi_error_set(err, SFI_EINVAL, "n_slow %d outside 0..%d", n_slow, s->batch);
+    sfi_cost_group g[2];
+    int n = 0;
+    if (n_slow > 0)
+        g[n++] = (sfi_cost_group){.context = s->context, .n_new = 1, .count = n_slow, .slow = 1};
+    if (s->batch - n_slow > 0)
+        g[n++] = (sfi_cost_group){.context = s->context, .n_new = 1, .count = s->batch - n_slow};
+    step_groups(s, g, n, out);
+    return SFI_OK;
+}
+
+/* The shape checks of sfi_cost_validate without its context ones: each
+ * group of a mixed step has its own context. */
+static sfi_status validate_shape(const sfi_cost_setup *s, sfi_error *err)
+{
+    sfi_cost_setup v = *s;
+    v.context = v.prm.K > v.pol.peer_k ? v.prm.K : v.pol.peer_k;
+    if (v.context < 1)
+        v.context = 1;
+    v.batch = 1;
+    return sfi_cost_validate(&v, err);
+}
+
+sfi_status sfi_cost_step_mix(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
+                             sfi_step_cost *out, sfi_error *err)
+{
+    sfi_status st = validate_shape(s, err);
+    if (st)
+        return st;
+    if (n < 1 || !g)
+        return sfi_error_set(err, SFI_EINVAL, "a step needs at least one request group");
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        if (g[i].context < 1 || g[i].context > (1 << 30))
+            return sfi_error_set(err, SFI_ERANGE, "group %d: context %d outside 1..2^30", i,
+                                 g[i].context);
+        if (g[i].n_new < 1 || g[i].n_new > g[i].context || (!g[i].prefill && g[i].n_new != 1))
+            return sfi_error_set(err, SFI_ERANGE,
+                                 "group %d: %d new tokens (a decode step has 1, a prefill chunk "
+                                 "1..context %d)",
+                                 i, g[i].n_new, g[i].context);
+        if (g[i].count < 1)
+            return sfi_error_set(err, SFI_ERANGE, "group %d: count %d < 1", i, g[i].count);
+        total += g[i].count;
+    }
+    if (total > (1 << 20))
+        return sfi_error_set(err, SFI_ERANGE, "step of %.0f requests: more than 2^20", total);
+    step_groups(s, g, n, out);
+    return SFI_OK;
+}
+
+double sfi_cost_request_bytes(const sfi_cost_setup *s)
+{
+    return request_bytes(s);
+}
+
+sfi_status sfi_cost_memory_of(const sfi_cost_setup *s, sfi_cost_memory *mem, sfi_error *err)
+{
+    sfi_status st = sfi_cost_validate(s, err);
+    if (st)
+        return st;
+    const sfi_model_config *m = s->model;
+    memset(mem, 0, sizeof *mem);
+    double w = 0;
+    for (int l = 0; l < m->num_hidden_layers; l++)
+        w += attn_weight_elems(s) + mlp_weight_elems(s, l, layer_is_moe(m, l) ? m->num_experts : 0);
+    double emb = (double)m->vocab_size * m->hidden_size / s->tp;
+    w += m->tie_word_embeddings ? emb : 2 * emb;
+    mem->weights = w * s->weight_bytes;
+
+    double kv = request_bytes(s);
     mem->kv_per_request = kv;
     mem->scratch = 0;
     mem->usable = s->gpu.hbm_capacity * SFI_COST_USABLE_HBM;

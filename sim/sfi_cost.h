@@ -96,6 +96,31 @@ typedef struct {
 sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out,
                          sfi_error *err);
 
+/* A group of requests alike in one step of a mixed batch (continuous
+ * batching: every request at its own context, prefill chunks beside
+ * decode steps). */
+typedef struct {
+    int context;    /* cached positions after the step, this step's tokens included */
+    int n_new;      /* tokens computed this step: 1 for a decode step, a prefill
+                       chunk's length */
+    int count;      /* requests alike, >= 1 */
+    int prefill;    /* 1: a prefill chunk (causal attention over n_new queries) */
+    int slow;       /* decode: a slow step (policies with slow steps) */
+    int last_chunk; /* prefill: the chunk ends the prompt: the first token is
+                       sampled and SFI's Selector starts from the prompt's last
+                       W = 16 queries */
+} sfi_cost_group;
+
+/* Cost of one step of a mixed batch: the GEMMs run once over all tokens
+ * of the step (prefill chunks make them FLOP-bound), each group's
+ * attention at its own context, the kernels of the groups merged into
+ * shared launches, the LM head over the tokens sampled. The profile's
+ * request_overhead is paid per request. sfi_cost_step is the uniform case
+ * (one context, n_slow slow requests). The setup's context and batch are
+ * ignored; its other fields are checked as sfi_cost_validate does. */
+sfi_status sfi_cost_step_mix(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
+                             sfi_step_cost *out, sfi_error *err);
+
 /* ---- Terms, exposed for tests and the validate command ---- */
 
 /* Expected distinct experts touched by a batch of b tokens each routing to
@@ -144,6 +169,13 @@ typedef struct {
     double usable;        /* capacity * SFI_COST_USABLE_HBM */
     int max_batch;        /* largest batch that fits (0: not even one) */
 } sfi_cost_memory;
+
+/* Bytes one request holds on one GPU at the setup's context: KV cache
+ * (the policy's share of it) plus the policy's own buffers (SFI: compact
+ * sink + selected segment of every layer and the Selector scratch ring).
+ * No checks: the setup must have passed sfi_cost_validate at some
+ * context. */
+double sfi_cost_request_bytes(const sfi_cost_setup *s);
 
 /* Fraction of HBM the model lets weights + KV + buffers use (the rest is
  * the runtime, activations and fragmentation). */

@@ -34,7 +34,7 @@ static const sfi_gpu gpu_presets[] = {
 
 static const char *const kc_names[SFI_KC_COUNT] = {
     "gemm", "attn_dense", "attn_sparse", "selector", "topk", "reorg", "allreduce", "other",
-    "logits",
+    "logits", "attn_prefill",
 };
 
 const char *sfi_kernel_class_name(sfi_kernel_class c)
@@ -298,12 +298,72 @@ void sfi_hw_profile_default(sfi_hw_profile *p)
     p->efficiency[SFI_KC_ALLREDUCE] = 0.70;
     p->efficiency[SFI_KC_OTHER] = 0.50;
     p->efficiency[SFI_KC_LOGITS] = 0.315;
+    /* Causal prefill attention (FLOP-bound): FlashAttention-3 reaches
+     * 600-750 of H100's 989 bf16 TFLOP/s at long sequences (Shah et al.
+     * 2024, fig. 5 causal); our prefill is not measured, take 0.60. */
+    p->efficiency[SFI_KC_ATTN_PREFILL] = 0.60;
     p->fixed_s[SFI_KC_ATTN_DENSE] = 9.5e-6;
     p->fixed_s[SFI_KC_ATTN_SPARSE] = 4.5e-6;
     p->launch_s = 2.2e-6;
     p->step_overhead_s = 40.0e-6;
     p->allreduce_latency_s = 8.0e-6;
     p->overlap_contention = 0.939;
+}
+
+double sfi_hw_attn_dense_efficiency(const sfi_hw_profile *p, double context)
+{
+    int n = p->n_attn_curve;
+    if (n < 1)
+        return p->efficiency[SFI_KC_ATTN_DENSE];
+    if (context <= p->attn_curve_ctx[0])
+        return p->attn_curve_eff[0];
+    if (context >= p->attn_curve_ctx[n - 1])
+        return p->attn_curve_eff[n - 1];
+    int i = 1;
+    while (p->attn_curve_ctx[i] < context)
+        i++;
+    double x0 = log2(p->attn_curve_ctx[i - 1]), x1 = log2(p->attn_curve_ctx[i]);
+    double f = (log2(context) - x0) / (x1 - x0);
+    return p->attn_curve_eff[i - 1] + f * (p->attn_curve_eff[i] - p->attn_curve_eff[i - 1]);
+}
+
+/* "attn_dense_by_context": [[context, efficiency], ...], contexts strictly
+ * increasing. */
+static sfi_status parse_curve(json_t *v, const char *origin, sfi_hw_profile *p, sfi_error *err)
+{
+    const char *key = "attn_dense_by_context";
+    if (!json_is_array(v))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not an array of [context, efficiency]",
+                             origin, key);
+    size_t n = json_array_size(v);
+    if (n < 2 || n > SFI_HW_CURVE_MAX)
+        return sfi_error_set(err, SFI_ERANGE, "%s: %s: needs 2..%d points, has %zu", origin, key,
+                             SFI_HW_CURVE_MAX, n);
+    for (size_t i = 0; i < n; i++) {
+        json_t *pt = json_array_get(v, i);
+        char where[96];
+        snprintf(where, sizeof where, "%s[%zu]", key, i);
+        if (!json_is_array(pt) || json_array_size(pt) != 2)
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not a [context, efficiency] pair",
+                                 origin, where);
+        double c, e;
+        sfi_status st = get_num(json_array_get(pt, 0), origin, where, &c, err);
+        if (!st)
+            st = get_num(json_array_get(pt, 1), origin, where, &e, err);
+        if (st)
+            return st;
+        if (!(c >= 1 && c <= 1e9))
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: context must be in 1..1e9", origin, where);
+        if (!(e > 0 && e <= 1))
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: efficiency must be in (0, 1]", origin,
+                                 where);
+        if (i > 0 && !(c > p->attn_curve_ctx[i - 1]))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: contexts must increase", origin, where);
+        p->attn_curve_ctx[i] = c;
+        p->attn_curve_eff[i] = e;
+    }
+    p->n_attn_curve = (int)n;
+    return SFI_OK;
 }
 
 static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
@@ -430,7 +490,7 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
         } else if (!strcmp(key, "fixed_us")) {
             st = get_class_map(v, origin, key, 1, 1e6, "[0, 1e6]", 1e-6, p.fixed_s, &fixed_set, err);
         } else if (!strcmp(key, "launch_us") || !strcmp(key, "step_overhead_us") ||
-                   !strcmp(key, "allreduce_latency_us")) {
+                   !strcmp(key, "allreduce_latency_us") || !strcmp(key, "request_overhead_us")) {
             double d = 0;
             if ((st = get_num(v, origin, key, &d, err)))
                 break;
@@ -442,8 +502,21 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
                 p.launch_s = d * 1e-6;
             else if (key[0] == 's')
                 p.step_overhead_s = d * 1e-6;
+            else if (key[0] == 'r')
+                p.request_overhead_s = d * 1e-6;
             else
                 p.allreduce_latency_s = d * 1e-6;
+        } else if (!strcmp(key, "reserved_GB")) {
+            double d = 0;
+            if ((st = get_num(v, origin, key, &d, err)))
+                break;
+            if (!(d >= 0 && d <= 1e5)) {
+                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e5]", origin, key);
+                break;
+            }
+            p.reserved_bytes = d * 1e9;
+        } else if (!strcmp(key, "attn_dense_by_context")) {
+            st = parse_curve(v, origin, &p, err);
         } else if (!strcmp(key, "overlap_contention")) {
             double d = 0;
             if ((st = get_num(v, origin, key, &d, err)))

@@ -35,7 +35,18 @@
  * topk, reorg, selector_reorg (per layer, times "layers"); attn_layers,
  * slow_step_serial, slow_step_overlap ("layers" layers of the two-stream
  * slow step: attention alone, side work serial, side work on a second
- * stream); others are listed as not modelled. */
+ * stream); others are listed as not modelled.
+ *
+ * Engine terms (optional; what a serving engine adds on top of kernels,
+ * used by sfi-sim serve and, for the curve, by sweep):
+ *     "attn_dense_by_context": [[8192, 0.27], [131072, 0.16]],
+ *     "request_overhead_us": 25.0, "reserved_GB": 1.5
+ * the efficiency of the dense decode attention kernel at each context
+ * (2..16 points, increasing contexts, interpolated in log2(context)),
+ * a runtime cost per running request per step on top of step_overhead_us,
+ * and memory per GPU the engine holds besides weights, KV cache and the
+ * activations of one step (CUDA graphs, communication buffers). The class
+ * "attn_prefill" prices the causal attention of prefill chunks. */
 #ifndef SFI_HW_H
 #define SFI_HW_H
 
@@ -68,10 +79,14 @@ typedef enum {
     SFI_KC_OTHER,        /* norms, RoPE, sampling, peer-method scoring */
     SFI_KC_LOGITS,       /* fp32 logits a dense kernel writes for the Selector
                             (the extra time of the kernel, per logit byte) */
+    SFI_KC_ATTN_PREFILL, /* causal attention of a prefill chunk (FLOP-bound) */
     SFI_KC_COUNT
 } sfi_kernel_class;
 
 const char *sfi_kernel_class_name(sfi_kernel_class c);
+
+/* Points of an efficiency-by-context curve a profile may carry. */
+#define SFI_HW_CURVE_MAX 16
 
 typedef struct {
     char name[SFI_HW_NAME_MAX];
@@ -82,7 +97,22 @@ typedef struct {
     double step_overhead_s;          /* fixed cost per decode step */
     double allreduce_latency_s;      /* fixed cost per all-reduce */
     double overlap_contention;       /* [0,1] */
+    /* What a serving engine adds on top of its kernels (engine profiles,
+     * sfi-sim-serve(1)). A dense decode attention kernel whose achieved
+     * bandwidth depends on the context: n_attn_curve points (context,
+     * efficiency), interpolated linearly in log2(context) and held flat
+     * beyond the ends; 0 points = efficiency[SFI_KC_ATTN_DENSE] at every
+     * context. */
+    int n_attn_curve;
+    double attn_curve_ctx[SFI_HW_CURVE_MAX];
+    double attn_curve_eff[SFI_HW_CURVE_MAX];
+    double request_overhead_s;       /* per request in a step (CPU bookkeeping) */
+    double reserved_bytes;           /* per GPU, besides weights, KV, activations */
 } sfi_hw_profile;
+
+/* Efficiency of dense decode attention for a request at `context`
+ * positions: the profile's curve, else efficiency[SFI_KC_ATTN_DENSE]. */
+double sfi_hw_attn_dense_efficiency(const sfi_hw_profile *p, double context);
 
 typedef struct {
     char kernel[32];

@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include "sfi_model.h"
+#include "sfi_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -457,64 +458,17 @@ sfi_status sfi_model_config_load(const char *path, sfi_model_config *cfg, sfi_er
         strcpy(file + n, n && path[n - 1] == '/' ? "config.json" : "/config.json");
         path = file;
     }
-    sfi_status st = SFI_OK;
     char *buf = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        st = sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO, "%s: cannot open: %s",
-                           path, strerror(errno));
-        goto out;
-    }
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > (off_t)CONFIG_FILE_MAX) {
-        st = sfi_error_set(err, SFI_ERANGE, "%s: %lld bytes is too large for a config.json "
-                           "(limit %u)", path, (long long)sb.st_size, CONFIG_FILE_MAX);
-        goto out;
-    }
-    /* Read at most the limit plus one byte, whatever fstat said (pipes,
-     * files growing while read). */
-    size_t cap = S_ISREG(sb.st_mode) && sb.st_size > 0 ? (size_t)sb.st_size + 1 : 65536;
     size_t len = 0;
-    for (;;) {
-        if (len == cap) {
-            if (cap > CONFIG_FILE_MAX) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: more than %u bytes is too large for a "
-                                   "config.json", path, CONFIG_FILE_MAX);
-                goto out;
-            }
-            cap = cap * 2 > (size_t)CONFIG_FILE_MAX + 1 ? (size_t)CONFIG_FILE_MAX + 1 : cap * 2;
-        }
-        if (!buf || len == cap) {
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-                goto out;
-            }
-            buf = nb;
-        }
-        ssize_t r = read(fd, buf + len, cap - len);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            st = sfi_error_set(err, SFI_EIO, "%s: read error: %s", path, strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break;
-        len += (size_t)r;
-    }
-    if (len > CONFIG_FILE_MAX) {
-        st = sfi_error_set(err, SFI_ERANGE, "%s: more than %u bytes is too large for a "
-                           "config.json", path, CONFIG_FILE_MAX);
+    sfi_status st = sfi_io_read(path, CONFIG_FILE_MAX, "a config.json", &buf, &len, err);
+    if (st)
         goto out;
-    }
     if (len == 0) {
         st = sfi_error_set(err, SFI_EFORMAT, "%s: empty file", path);
         goto out;
     }
     st = sfi_model_config_parse(buf, len, path, cfg, err);
 out:
-    if (fd >= 0)
-        close(fd);
     free(buf);
     free(file);
     return st;

@@ -2,6 +2,7 @@
 #include <config.h>
 
 #include "sfi_plot.h"
+#include "sfi_io.h"
 
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
@@ -16,10 +17,18 @@
 typedef struct {
     char *label;
     double *x, *y;
+    double *ylo; /* a band between ylo and y when non-NULL */
     size_t n;
     int markers;
-    int color;
+    int emph;  /* sfi_plot_emphasis */
+    int color; /* index within the emphasis' palette */
 } series;
+
+typedef struct {
+    char *label, *text;
+    double v;
+    int emph, color;
+} bar;
 
 typedef struct {
     double *z;
@@ -34,24 +43,39 @@ typedef struct {
     series *s;
     size_t ns;
     heatmap *h;
+    bar *b;
+    size_t nb;
+    char *note;
 } panel;
 
 struct sfi_plot {
     int width, height, rows, cols;
     panel *panels;
-    char **color_labels; /* label -> palette index, shared across panels */
+    /* label -> palette index within its emphasis, shared across panels */
+    char **color_labels;
+    int *color_emph, *color_idx;
     int n_colors;
+    int n_by_emph[3];
 };
 
-/* Tableau-like palette: distinct hues that survive greyscale printing
+/* Tableau-like palette without its red and black, which mark the primary
+ * and reference series: distinct hues that survive greyscale printing
  * reasonably; repeats with dashes after it runs out. */
 static const double palette[][3] = {
     {0.122, 0.467, 0.706}, {1.000, 0.498, 0.055}, {0.173, 0.627, 0.173},
-    {0.839, 0.153, 0.157}, {0.580, 0.404, 0.741}, {0.549, 0.337, 0.294},
-    {0.890, 0.467, 0.761}, {0.498, 0.498, 0.498}, {0.737, 0.741, 0.133},
-    {0.090, 0.745, 0.812}, {0.000, 0.000, 0.000}, {0.400, 0.650, 1.000},
+    {0.580, 0.404, 0.741}, {0.549, 0.337, 0.294}, {0.890, 0.467, 0.761},
+    {0.498, 0.498, 0.498}, {0.737, 0.741, 0.133}, {0.090, 0.745, 0.812},
+    {0.400, 0.650, 1.000},
+};
+static const double primary_palette[][3] = {
+    {0.850, 0.080, 0.090}, {0.500, 0.000, 0.000}, {0.800, 0.000, 0.550},
+};
+static const double reference_palette[][3] = {
+    {0.000, 0.000, 0.000}, {0.350, 0.350, 0.350},
 };
 #define N_PALETTE ((int)(sizeof palette / sizeof palette[0]))
+#define N_PRIMARY ((int)(sizeof primary_palette / sizeof primary_palette[0]))
+#define N_REFERENCE ((int)(sizeof reference_palette / sizeof reference_palette[0]))
 
 static char *dupstr(const char *s)
 {
@@ -97,8 +121,15 @@ void sfi_plot_free(sfi_plot *p)
             free(pn->s[j].label);
             free(pn->s[j].x);
             free(pn->s[j].y);
+            free(pn->s[j].ylo);
         }
         free(pn->s);
+        for (size_t j = 0; j < pn->nb; j++) {
+            free(pn->b[j].label);
+            free(pn->b[j].text);
+        }
+        free(pn->b);
+        free(pn->note);
         if (pn->h) {
             free(pn->h->z);
             free(pn->h->zlabel);
@@ -108,6 +139,8 @@ void sfi_plot_free(sfi_plot *p)
     for (int i = 0; i < p->n_colors; i++)
         free(p->color_labels[i]);
     free(p->color_labels);
+    free(p->color_emph);
+    free(p->color_idx);
     free(p->panels);
     free(p);
 }
@@ -146,23 +179,39 @@ sfi_status sfi_plot_axes(sfi_plot *p, int panel_i, const char *title, const char
     return SFI_OK;
 }
 
-static int color_of(sfi_plot *p, const char *label)
+/* The colour index of a label (the first emphasis it was given wins). */
+static int color_of(sfi_plot *p, const char *label, int emph, int *emph_out)
 {
     for (int i = 0; i < p->n_colors; i++)
-        if (!strcmp(p->color_labels[i], label))
-            return i;
-    char **nl = realloc(p->color_labels, (size_t)(p->n_colors + 1) * sizeof *nl);
+        if (!strcmp(p->color_labels[i], label)) {
+            *emph_out = p->color_emph[i];
+            return p->color_idx[i];
+        }
+    size_t n = (size_t)p->n_colors + 1;
+    char **nl = realloc(p->color_labels, n * sizeof *nl);
     if (!nl)
         return -1;
     p->color_labels = nl;
+    int *ne = realloc(p->color_emph, n * sizeof *ne);
+    if (!ne)
+        return -1;
+    p->color_emph = ne;
+    int *ni = realloc(p->color_idx, n * sizeof *ni);
+    if (!ni)
+        return -1;
+    p->color_idx = ni;
     nl[p->n_colors] = dupstr(label);
     if (!nl[p->n_colors])
         return -1;
-    return p->n_colors++;
+    ne[p->n_colors] = emph;
+    ni[p->n_colors] = p->n_by_emph[emph]++;
+    *emph_out = emph;
+    return ni[p->n_colors++];
 }
 
-sfi_status sfi_plot_line(sfi_plot *p, int panel_i, const char *label, const double *x,
-                         const double *y, size_t n, int markers, sfi_error *err)
+static sfi_status add_series(sfi_plot *p, int panel_i, const char *label, const double *x,
+                             const double *ylo, const double *y, size_t n, int markers,
+                             sfi_plot_emphasis emph, sfi_error *err)
 {
     sfi_status st = check_panel(p, panel_i, err);
     if (st)
@@ -170,7 +219,11 @@ sfi_status sfi_plot_line(sfi_plot *p, int panel_i, const char *label, const doub
     if (n == 0 || !x || !y)
         return sfi_error_set(err, SFI_EINVAL, "plot: series '%s' has no points",
                              label ? label : "");
+    if ((unsigned)emph > SFI_PLOT_REFERENCE)
+        return sfi_error_set(err, SFI_EINVAL, "plot: bad emphasis %d", (int)emph);
     panel *pn = &p->panels[panel_i];
+    if (pn->nb)
+        return sfi_error_set(err, SFI_EINVAL, "plot: panel %d is a bar chart", panel_i);
     series *ns = realloc(pn->s, (pn->ns + 1) * sizeof *ns);
     if (!ns)
         return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
@@ -180,18 +233,88 @@ sfi_status sfi_plot_line(sfi_plot *p, int panel_i, const char *label, const doub
     s->label = dupstr(label);
     s->x = malloc(n * sizeof *s->x);
     s->y = malloc(n * sizeof *s->y);
-    s->color = s->label ? color_of(p, s->label) : -1;
-    if (!s->label || !s->x || !s->y || s->color < 0) {
+    s->ylo = ylo ? malloc(n * sizeof *s->ylo) : NULL;
+    s->color = s->label ? color_of(p, s->label, (int)emph, &s->emph) : -1;
+    if (!s->label || !s->x || !s->y || (ylo && !s->ylo) || s->color < 0) {
         free(s->label);
         free(s->x);
         free(s->y);
+        free(s->ylo);
         return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
     }
     memcpy(s->x, x, n * sizeof *x);
     memcpy(s->y, y, n * sizeof *y);
+    if (ylo)
+        memcpy(s->ylo, ylo, n * sizeof *ylo);
     s->n = n;
     s->markers = markers;
     pn->ns++;
+    return SFI_OK;
+}
+
+sfi_status sfi_plot_line(sfi_plot *p, int panel_i, const char *label, const double *x,
+                         const double *y, size_t n, int markers, sfi_error *err)
+{
+    return add_series(p, panel_i, label, x, NULL, y, n, markers, SFI_PLOT_PLAIN, err);
+}
+
+sfi_status sfi_plot_line_styled(sfi_plot *p, int panel_i, const char *label, const double *x,
+                                const double *y, size_t n, int markers,
+                                sfi_plot_emphasis emphasis, sfi_error *err)
+{
+    return add_series(p, panel_i, label, x, NULL, y, n, markers, emphasis, err);
+}
+
+sfi_status sfi_plot_band(sfi_plot *p, int panel_i, const char *label, const double *x,
+                         const double *ylo, const double *yhi, size_t n,
+                         sfi_plot_emphasis emphasis, sfi_error *err)
+{
+    if (!ylo)
+        return sfi_error_set(err, SFI_EINVAL, "plot: band '%s' has no lower edge",
+                             label ? label : "");
+    return add_series(p, panel_i, label, x, ylo, yhi, n, 0, emphasis, err);
+}
+
+sfi_status sfi_plot_bar(sfi_plot *p, int panel_i, const char *label, double value,
+                        const char *text, sfi_plot_emphasis emphasis, sfi_error *err)
+{
+    sfi_status st = check_panel(p, panel_i, err);
+    if (st)
+        return st;
+    if ((unsigned)emphasis > SFI_PLOT_REFERENCE)
+        return sfi_error_set(err, SFI_EINVAL, "plot: bad emphasis %d", (int)emphasis);
+    panel *pn = &p->panels[panel_i];
+    if (pn->ns || pn->h)
+        return sfi_error_set(err, SFI_EINVAL, "plot: panel %d already holds lines", panel_i);
+    bar *nb = realloc(pn->b, (pn->nb + 1) * sizeof *nb);
+    if (!nb)
+        return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
+    pn->b = nb;
+    bar *b = &nb[pn->nb];
+    memset(b, 0, sizeof *b);
+    b->label = dupstr(label);
+    b->text = text ? dupstr(text) : NULL;
+    b->v = value;
+    b->color = b->label ? color_of(p, b->label, (int)emphasis, &b->emph) : -1;
+    if (!b->label || (text && !b->text) || b->color < 0) {
+        free(b->label);
+        free(b->text);
+        return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
+    }
+    pn->nb++;
+    return SFI_OK;
+}
+
+sfi_status sfi_plot_note(sfi_plot *p, int panel_i, const char *text, sfi_error *err)
+{
+    sfi_status st = check_panel(p, panel_i, err);
+    if (st)
+        return st;
+    char *t = dupstr(text);
+    if (!t)
+        return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
+    free(p->panels[panel_i].note);
+    p->panels[panel_i].note = t;
     return SFI_OK;
 }
 
@@ -205,6 +328,8 @@ sfi_status sfi_plot_heatmap(sfi_plot *p, int panel_i, const double *z, int nx, i
     if (!z || nx < 1 || ny < 1 || nx > 100000 || ny > 100000 || !(x1 > x0) || !(y1 > y0))
         return sfi_error_set(err, SFI_EINVAL, "plot: heatmap needs nx, ny >= 1 and x1 > x0, y1 > y0");
     panel *pn = &p->panels[panel_i];
+    if (pn->nb)
+        return sfi_error_set(err, SFI_EINVAL, "plot: panel %d is a bar chart", panel_i);
     heatmap *h = calloc(1, sizeof *h);
     if (!h)
         return sfi_error_set(err, SFI_ENOMEM, "plot: out of memory");
@@ -298,6 +423,20 @@ static double nice_step(double span, int target)
 static int ticks(const axis *a, double *t, int max)
 {
     int n = 0;
+    if (a->log == 10 && a->hi - a->lo < 2.5) {
+        /* Under a few decades, powers of ten alone leave one tick or none:
+         * add 2 and 5 (and under one decade, every integer multiple). */
+        static const double few[] = {1, 2, 5}, all[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+        const double *m = a->hi - a->lo < 1 ? all : few;
+        int nm = a->hi - a->lo < 1 ? 9 : 3;
+        for (double e = floor(a->lo) ; e <= ceil(a->hi) && n < max; e++)
+            for (int i = 0; i < nm && n < max; i++) {
+                double v = m[i] * pow(10.0, e), lv = log10(v);
+                if (lv >= a->lo - 1e-9 && lv <= a->hi + 1e-9)
+                    t[n++] = v;
+            }
+        return n;
+    }
     if (a->log) {
         double lo = ceil(a->lo - 1e-9), hi = floor(a->hi + 1e-9);
         int every = 1;
@@ -353,20 +492,225 @@ static void viridis(double t, double *r, double *g, double *b)
     *b = c[i][2] + f * (c[i + 1][2] - c[i][2]);
 }
 
-static void set_color(cairo_t *cr, int color)
+/* Colour, dash and line width of a series (n points: long series get
+ * thinner lines so that they stay readable). */
+static void rgb_of(int emph, int color, double *rgb, int *dashed)
 {
-    const double *c = palette[color % N_PALETTE];
+    const double *c;
+    int n;
+    if (emph == SFI_PLOT_PRIMARY) {
+        c = primary_palette[color % N_PRIMARY];
+        n = N_PRIMARY;
+    } else if (emph == SFI_PLOT_REFERENCE) {
+        c = reference_palette[color % N_REFERENCE];
+        n = N_REFERENCE;
+    } else {
+        c = palette[color % N_PALETTE];
+        n = N_PALETTE;
+    }
+    rgb[0] = c[0];
+    rgb[1] = c[1];
+    rgb[2] = c[2];
+    *dashed = emph == SFI_PLOT_REFERENCE || color >= n;
+}
+
+static void set_style(cairo_t *cr, int emph, int color, size_t n)
+{
+    double c[3];
+    int dashed;
+    rgb_of(emph, color, c, &dashed);
     cairo_set_source_rgb(cr, c[0], c[1], c[2]);
-    if (color >= N_PALETTE) {
-        static const double dash[] = {6, 3};
+    if (dashed) {
+        static const double dash[] = {8, 4};
         cairo_set_dash(cr, dash, 2, 0);
     } else {
         cairo_set_dash(cr, NULL, 0, 0);
     }
+    double w = emph == SFI_PLOT_PRIMARY ? 3.5 : emph == SFI_PLOT_REFERENCE ? 2.5 : 1.6;
+    if (n > 400)
+        w = emph == SFI_PLOT_PLAIN ? 1.0 : 1.6;
+    cairo_set_line_width(cr, w);
+}
+
+#define TITLE_LINE 18.0
+
+static void note_box(cairo_t *cr, const char *text, double cx, double cy)
+{
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 13);
+    cairo_text_extents_t e;
+    cairo_text_extents(cr, text, &e);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_rectangle(cr, cx - e.width / 2 - 8, cy - e.height / 2 - 6, e.width + 16, e.height + 12);
+    cairo_fill_preserve(cr);
+    cairo_set_source_rgb(cr, 0.6, 0.6, 0.6);
+    cairo_set_line_width(cr, 1);
+    cairo_set_dash(cr, NULL, 0, 0);
+    cairo_stroke(cr);
+    cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
+    text_at(cr, text, cx, cy, 0.5, 0.5);
+}
+
+static void draw_title_and_labels(cairo_t *cr, const panel *pn, double X, double Y, const axis *ax,
+                                  const axis *ay)
+{
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_set_line_width(cr, 1);
+    cairo_set_dash(cr, NULL, 0, 0);
+    cairo_rectangle(cr, ax->px0, ay->px1, ax->px1 - ax->px0, ay->px0 - ay->px1);
+    cairo_stroke(cr);
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 13);
+    text_at(cr, pn->xlabel ? pn->xlabel : "", (ax->px0 + ax->px1) / 2, ay->px0 + 28, 0.5, 0);
+    if (pn->ylabel && pn->ylabel[0]) {
+        cairo_save(cr);
+        cairo_translate(cr, X + 14, (ay->px0 + ay->px1) / 2);
+        cairo_rotate(cr, -M_PI / 2);
+        text_at(cr, pn->ylabel, 0, 0, 0.5, 0.5);
+        cairo_restore(cr);
+    }
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
+    cairo_set_font_size(cr, 14);
+    /* One line per '\n' of the title; the first bold, the rest normal. */
+    const char *t = pn->title ? pn->title : "";
+    double ty = Y + 8;
+    for (int line = 0;; line++) {
+        size_t len = strcspn(t, "\n");
+        char buf[512];
+        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), t);
+        text_at(cr, buf, (ax->px0 + ax->px1) / 2, ty, 0.5, 0);
+        if (!t[len])
+            break;
+        t += len + 1;
+        ty += TITLE_LINE;
+        if (line == 0) {
+            cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
+                                   CAIRO_FONT_WEIGHT_NORMAL);
+            cairo_set_font_size(cr, 13);
+        }
+    }
+}
+
+/* Space the title takes above the axes. */
+static double title_height(const panel *pn)
+{
+    int lines = 1;
+    for (const char *c = pn->title; c && *c; c++)
+        lines += *c == '\n';
+    return 32 + TITLE_LINE * (lines - 1);
+}
+
+/* A horizontal bar chart: one category a row, the value axis along x. */
+static void draw_bars(cairo_t *cr, const panel *pn, double X, double Y, double W, double H)
+{
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 12);
+    double label_w = 0, text_w = 0;
+    for (size_t i = 0; i < pn->nb; i++) {
+        cairo_text_extents_t e;
+        cairo_text_extents(cr, pn->b[i].label, &e);
+        label_w = fmax(label_w, e.x_advance);
+        if (pn->b[i].text) {
+            cairo_text_extents(cr, pn->b[i].text, &e);
+            text_w = fmax(text_w, e.x_advance);
+        }
+    }
+    axis ax = {.log = 0}, ay = {.log = 0};
+    ax.px0 = X + 20 + label_w + 8;
+    ax.px1 = X + W - 20 - text_w - 8;
+    if (ax.px1 - ax.px0 < 40)
+        ax.px1 = ax.px0 + 40;
+    ay.px0 = Y + H - 50;
+    ay.px1 = Y + title_height(pn);
+    double mx = -INFINITY, mn = INFINITY;
+    for (size_t i = 0; i < pn->nb; i++)
+        if (isfinite(pn->b[i].v)) {
+            mx = fmax(mx, pn->b[i].v);
+            mn = fmin(mn, pn->b[i].v);
+        }
+    int has_data = mx >= mn;
+    fit_range(&ax, mn, mx, 1);
+    if (has_data && mn >= 0)
+        ax.lo = 0;
+    if (has_data) /* room for the value labels inside the frame */
+        ax.hi += (ax.hi - ax.lo) * 0.06;
+    if (has_data) {
+        double tv[64];
+        char buf[32];
+        int nt = ticks(&ax, tv, 64);
+        cairo_set_line_width(cr, 1);
+        for (int k = 0; k < nt; k++) {
+            double px = ax_fwd(&ax, tv[k]);
+            cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+            cairo_move_to(cr, px, ay.px0);
+            cairo_line_to(cr, px, ay.px1);
+            cairo_stroke(cr);
+            cairo_set_source_rgb(cr, 0, 0, 0);
+            cairo_move_to(cr, px, ay.px0);
+            cairo_line_to(cr, px, ay.px0 + 5);
+            cairo_stroke(cr);
+            tick_label(tv[k], 0, buf, sizeof buf);
+            text_at(cr, buf, px, ay.px0 + 8, 0.5, 0);
+        }
+    }
+    double slot = (ay.px0 - ay.px1) / (double)(pn->nb ? pn->nb : 1);
+    double x0 = ax_fwd(&ax, ax.lo < 0 && ax.hi > 0 ? 0 : ax.lo);
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 12);
+    for (size_t i = 0; i < pn->nb; i++) {
+        const bar *b = &pn->b[i];
+        double cy = ay.px1 + (i + 0.5) * slot, h = fmin(slot * 0.7, 28);
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        if (b->emph != SFI_PLOT_PLAIN)
+            cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
+                                   CAIRO_FONT_WEIGHT_BOLD);
+        text_at(cr, b->label, ax.px0 - 8, cy, 1, 0.5);
+        cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
+                               CAIRO_FONT_WEIGHT_NORMAL);
+        if (!isfinite(b->v)) {
+            cairo_set_source_rgb(cr, 0.45, 0.45, 0.45);
+            if (b->text)
+                text_at(cr, b->text, x0 + 6, cy, 0, 0.5);
+            continue;
+        }
+        double c[3];
+        int dashed;
+        rgb_of(b->emph, b->color, c, &dashed);
+        double px = ax_fwd(&ax, b->v);
+        cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+        cairo_rectangle(cr, fmin(x0, px), cy - h / 2, fabs(px - x0), h);
+        cairo_fill(cr);
+        if (b->emph == SFI_PLOT_REFERENCE) { /* hatched outline: the baseline */
+            cairo_set_source_rgb(cr, 1, 1, 1);
+            cairo_set_line_width(cr, 1.5);
+            static const double dash[] = {4, 4};
+            cairo_set_dash(cr, dash, 2, 0);
+            cairo_move_to(cr, fmin(x0, px), cy);
+            cairo_line_to(cr, fmax(x0, px), cy);
+            cairo_stroke(cr);
+            cairo_set_dash(cr, NULL, 0, 0);
+        }
+        if (b->text) {
+            cairo_set_source_rgb(cr, 0, 0, 0);
+            text_at(cr, b->text, fmax(x0, px) + 5, cy, 0, 0.5);
+        }
+    }
+    draw_title_and_labels(cr, pn, X, Y, &ax, &ay);
+    if (!has_data)
+        note_box(cr, pn->note ? pn->note : "no data", (ax.px0 + ax.px1) / 2,
+                 (ay.px0 + ay.px1) / 2);
+    else if (pn->note) /* beside the data: low in the axes, out of the way */
+        note_box(cr, pn->note, (ax.px0 + ax.px1) / 2, ay.px0 - 18);
 }
 
 static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double W, double H)
 {
+    if (pn->nb) {
+        draw_bars(cr, pn, X, Y, W, H);
+        return;
+    }
+    if (!pn->title && !pn->ns && !pn->h && !pn->note)
+        return; /* an unused cell of the grid */
     cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     cairo_set_font_size(cr, 12);
 
@@ -380,8 +724,9 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
             continue;
         cairo_text_extents_t e;
         cairo_text_extents(cr, pn->s[i].label, &e);
-        if (e.x_advance + 40 > legend_w)
-            legend_w = e.x_advance + 40;
+        /* + room for the swatch, and for bold labels of emphasised series */
+        if (e.x_advance + 48 > legend_w)
+            legend_w = e.x_advance + 48;
     }
     double right = 15 + legend_w + (pn->h ? 90 : 0);
     axis ax = {.log = (pn->flags & SFI_PLOT_XLOG2) ? 2 : (pn->flags & SFI_PLOT_XLOG10) ? 10 : 0};
@@ -389,20 +734,31 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
     ax.px0 = X + 75;
     ax.px1 = X + W - right;
     ay.px0 = Y + H - 50;
-    ay.px1 = Y + 32;
+    ay.px1 = Y + title_height(pn);
     if (ax.px1 - ax.px0 < 20)
         ax.px1 = ax.px0 + 20;
 
+    /* The x range spans every x given, also where y is missing, so that
+     * panels of the same x values line up. */
     double xmn = INFINITY, xmx = -INFINITY, ymn = INFINITY, ymx = -INFINITY;
+    double xall_mn = INFINITY, xall_mx = -INFINITY;
     for (size_t i = 0; i < pn->ns; i++)
         for (size_t k = 0; k < pn->s[i].n; k++) {
             double x = pn->s[i].x[k], y = pn->s[i].y[k];
+            if (usable(&ax, x)) {
+                xall_mn = fmin(xall_mn, x);
+                xall_mx = fmax(xall_mx, x);
+            }
             if (!usable(&ax, x) || !usable(&ay, y))
+                continue;
+            if (pn->s[i].ylo && !usable(&ay, pn->s[i].ylo[k]))
                 continue;
             xmn = fmin(xmn, x);
             xmx = fmax(xmx, x);
             ymn = fmin(ymn, y);
             ymx = fmax(ymx, y);
+            if (pn->s[i].ylo)
+                ymn = fmin(ymn, pn->s[i].ylo[k]);
         }
     double zmn = INFINITY, zmx = -INFINITY;
     if (pn->h) {
@@ -419,6 +775,13 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
             zmn = 0, zmx = 1;
         if (zmx == zmn)
             zmx = zmn + 1;
+    }
+    /* Without a single drawable point there is no scale to read: no ticks,
+     * and a note says why. */
+    int has_data = xmn <= xmx && ymn <= ymx;
+    if (has_data) {
+        xmn = fmin(xmn, xall_mn);
+        xmx = fmax(xmx, xall_mx);
     }
     fit_range(&ax, xmn, xmx, 0);
     fit_range(&ay, ymn, ymx, (pn->flags & SFI_PLOT_YZERO) != 0);
@@ -479,7 +842,7 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
     /* Grid, ticks and tick labels. */
     double tv[64];
     char buf[32];
-    int nt = ticks(&ax, tv, 64);
+    int nt = has_data ? ticks(&ax, tv, 64) : 0;
     cairo_set_line_width(cr, 1);
     for (int k = 0; k < nt; k++) {
         double px = ax_fwd(&ax, tv[k]);
@@ -496,7 +859,7 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
         tick_label(tv[k], pn->flags & SFI_PLOT_XKILO, buf, sizeof buf);
         text_at(cr, buf, px, ay.px0 + 8, 0.5, 0);
     }
-    nt = ticks(&ay, tv, 64);
+    nt = has_data ? ticks(&ay, tv, 64) : 0;
     for (int k = 0; k < nt; k++) {
         double py = ax_fwd(&ay, tv[k]);
         if (!pn->h) {
@@ -513,76 +876,111 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
         text_at(cr, buf, ax.px0 - 8, py, 1, 0.5);
     }
 
-    /* Series, clipped to the axes. */
+    /* Series, clipped to the axes: bands, then plain lines, the reference,
+     * and the primary series on top. */
     cairo_save(cr);
     cairo_rectangle(cr, ax.px0, ay.px1, ax.px1 - ax.px0, ay.px0 - ay.px1);
     cairo_clip(cr);
-    cairo_set_line_width(cr, pn->s && pn->s[0].n > 400 ? 1.0 : 2.0);
     for (size_t i = 0; i < pn->ns; i++) {
         const series *s = &pn->s[i];
-        set_color(cr, s->color);
-        int pen = 0;
-        for (size_t k = 0; k < s->n; k++) {
-            if (!usable(&ax, s->x[k]) || !usable(&ay, s->y[k])) {
-                pen = 0;
-                continue;
+        if (!s->ylo)
+            continue;
+        double c[3];
+        int dashed;
+        rgb_of(s->emph, s->color, c, &dashed);
+        cairo_set_source_rgba(cr, c[0], c[1], c[2], 0.18);
+        size_t k = 0;
+        while (k < s->n) { /* one polygon per run of drawable points */
+            size_t k1 = k;
+            while (k1 < s->n && usable(&ax, s->x[k1]) && usable(&ay, s->y[k1]) &&
+                   usable(&ay, s->ylo[k1]))
+                k1++;
+            if (k1 > k) {
+                for (size_t j = k; j < k1; j++)
+                    cairo_line_to(cr, ax_fwd(&ax, s->x[j]), ax_fwd(&ay, s->y[j]));
+                for (size_t j = k1; j-- > k;)
+                    cairo_line_to(cr, ax_fwd(&ax, s->x[j]), ax_fwd(&ay, s->ylo[j]));
+                cairo_close_path(cr);
+                cairo_fill(cr);
             }
-            double px = ax_fwd(&ax, s->x[k]), py = ax_fwd(&ay, s->y[k]);
-            if (pen)
-                cairo_line_to(cr, px, py);
-            else
-                cairo_move_to(cr, px, py);
-            pen = 1;
-        }
-        cairo_stroke(cr);
-        if (s->markers) {
-            cairo_set_dash(cr, NULL, 0, 0);
-            for (size_t k = 0; k < s->n; k++)
-                if (usable(&ax, s->x[k]) && usable(&ay, s->y[k])) {
-                    cairo_arc(cr, ax_fwd(&ax, s->x[k]), ax_fwd(&ay, s->y[k]), 3, 0, 2 * M_PI);
-                    cairo_fill(cr);
-                }
+            k = k1 + 1;
         }
     }
+    static const int order[] = {SFI_PLOT_PLAIN, SFI_PLOT_REFERENCE, SFI_PLOT_PRIMARY};
+    for (int o = 0; o < 3; o++)
+        for (size_t i = 0; i < pn->ns; i++) {
+            const series *s = &pn->s[i];
+            if (s->ylo || s->emph != order[o])
+                continue;
+            set_style(cr, s->emph, s->color, s->n);
+            int pen = 0;
+            for (size_t k = 0; k < s->n; k++) {
+                if (!usable(&ax, s->x[k]) || !usable(&ay, s->y[k])) {
+                    pen = 0;
+                    continue;
+                }
+                double px = ax_fwd(&ax, s->x[k]), py = ax_fwd(&ay, s->y[k]);
+                if (pen)
+                    cairo_line_to(cr, px, py);
+                else
+                    cairo_move_to(cr, px, py);
+                pen = 1;
+            }
+            cairo_stroke(cr);
+            if (s->markers) {
+                cairo_set_dash(cr, NULL, 0, 0);
+                double rad = s->emph == SFI_PLOT_PRIMARY ? 4.5 : 3;
+                for (size_t k = 0; k < s->n; k++)
+                    if (usable(&ax, s->x[k]) && usable(&ay, s->y[k])) {
+                        cairo_arc(cr, ax_fwd(&ax, s->x[k]), ax_fwd(&ay, s->y[k]), rad, 0, 2 * M_PI);
+                        cairo_fill(cr);
+                    }
+            }
+        }
     cairo_restore(cr);
     cairo_set_dash(cr, NULL, 0, 0);
 
-    /* Frame, labels, title. */
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    cairo_set_line_width(cr, 1);
-    cairo_rectangle(cr, ax.px0, ay.px1, ax.px1 - ax.px0, ay.px0 - ay.px1);
-    cairo_stroke(cr);
-    cairo_set_font_size(cr, 13);
-    text_at(cr, pn->xlabel ? pn->xlabel : "", (ax.px0 + ax.px1) / 2, ay.px0 + 28, 0.5, 0);
-    cairo_save(cr);
-    cairo_translate(cr, X + 14, (ay.px0 + ay.px1) / 2);
-    cairo_rotate(cr, -M_PI / 2);
-    text_at(cr, pn->ylabel ? pn->ylabel : "", 0, 0, 0.5, 0.5);
-    cairo_restore(cr);
-    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
-    cairo_set_font_size(cr, 14);
-    text_at(cr, pn->title ? pn->title : "", (ax.px0 + ax.px1) / 2, Y + 8, 0.5, 0);
+    draw_title_and_labels(cr, pn, X, Y, &ax, &ay);
 
     /* Legend to the right of the axes. */
     cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     cairo_set_font_size(cr, 12);
     double ly = ay.px1 + 4, lx = ax.px1 + 12 + (pn->h ? 90 : 0);
-    for (size_t i = 0; i < pn->ns; i++) {
+    for (size_t i = 0; i < pn->ns && has_data; i++) {
         int dup = 0;
         for (size_t j = 0; j < i; j++)
             dup |= !strcmp(pn->s[i].label, pn->s[j].label);
         if (dup || !pn->s[i].label[0])
             continue;
-        set_color(cr, pn->s[i].color);
-        cairo_set_line_width(cr, 2);
-        cairo_move_to(cr, lx, ly + 7);
-        cairo_line_to(cr, lx + 24, ly + 7);
-        cairo_stroke(cr);
+        const series *s = &pn->s[i];
+        if (s->ylo) { /* a band alone: a filled swatch */
+            double c[3];
+            int dashed;
+            rgb_of(s->emph, s->color, c, &dashed);
+            cairo_set_source_rgba(cr, c[0], c[1], c[2], 0.35);
+            cairo_rectangle(cr, lx, ly + 2, 24, 10);
+            cairo_fill(cr);
+        } else {
+            set_style(cr, s->emph, s->color, 0);
+            cairo_move_to(cr, lx, ly + 7);
+            cairo_line_to(cr, lx + 24, ly + 7);
+            cairo_stroke(cr);
+        }
         cairo_set_dash(cr, NULL, 0, 0);
         cairo_set_source_rgb(cr, 0, 0, 0);
-        text_at(cr, pn->s[i].label, lx + 30, ly + 7, 0, 0.5);
+        if (s->emph != SFI_PLOT_PLAIN)
+            cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
+                                   CAIRO_FONT_WEIGHT_BOLD);
+        text_at(cr, s->label, lx + 30, ly + 7, 0, 0.5);
+        cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL,
+                               CAIRO_FONT_WEIGHT_NORMAL);
         ly += 17;
     }
+    if (!has_data)
+        note_box(cr, pn->note ? pn->note : "no data", (ax.px0 + ax.px1) / 2,
+                 (ay.px0 + ay.px1) / 2);
+    else if (pn->note) /* beside the data: low in the axes, out of the way */
+        note_box(cr, pn->note, (ax.px0 + ax.px1) / 2, ay.px0 - 18);
 }
 
 static cairo_status_t write_stream(void *closure, const unsigned char *data, unsigned int len)
@@ -616,48 +1014,25 @@ sfi_status sfi_plot_write_png(const sfi_plot *p, const char *path, sfi_error *er
                              cairo_status_to_string(cst));
     }
 
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp) {
+    sfi_out *o;
+    FILE *f;
+    sfi_status st = sfi_out_open(path, &o, &f, err);
+    if (st) {
         cairo_surface_destroy(sf);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+        return st;
     }
-    snprintf(tmp, n + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        cairo_surface_destroy(sf);
-        return sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path, strerror(e));
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        cairo_surface_destroy(sf);
-        return sfi_error_set(err, SFI_EIO, "%s: cannot write", path);
-    }
+    errno = 0;
     cst = cairo_surface_write_to_png_stream(sf, write_stream, f);
+    int e = errno;
     cairo_surface_destroy(sf);
-    int bad = cst != CAIRO_STATUS_SUCCESS;
-    bad |= fflush(f) != 0;
-    bad |= fclose(f) != 0;
-    /* mkstemp makes 0600; a picture is for everyone to read. */
-    if (!bad)
-        bad |= chmod(tmp, 0644) != 0;
-    if (!bad && rename(tmp, path) != 0)
-        bad = 1;
-    if (bad) {
-        int e = errno;
-        unlink(tmp);
-        free(tmp);
+    if (cst != CAIRO_STATUS_SUCCESS) {
+        sfi_out_abort(o);
+        /* write_stream reports a failed fwrite as a write error. */
         return sfi_error_set(err, SFI_EIO, "%s: cannot write PNG: %s", path,
-                             cst != CAIRO_STATUS_SUCCESS ? cairo_status_to_string(cst)
-                                                         : strerror(e));
+                             cst == CAIRO_STATUS_WRITE_ERROR && e ? strerror(e)
+                                                                  : cairo_status_to_string(cst));
     }
-    free(tmp);
-    return SFI_OK;
+    return sfi_out_commit(o, 0, err);
 }
 
 void sfi_plot_release_fonts(void)

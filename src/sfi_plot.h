@@ -37,6 +37,40 @@ sfi_status sfi_plot_line(sfi_plot *p, int panel, const char *label,
                          const double *x, const double *y, size_t n,
                          int markers, sfi_error *err);
 
+/* How a series stands out. PLAIN series take the next colour of a muted
+ * palette (no red, no black) and a thin line; PRIMARY series (the method
+ * the figure is about) a thick red line drawn on top of the others (a
+ * second and third primary label get dark red and magenta); REFERENCE
+ * series (the baseline) a thick black dashed line. */
+typedef enum { SFI_PLOT_PLAIN = 0, SFI_PLOT_PRIMARY, SFI_PLOT_REFERENCE } sfi_plot_emphasis;
+
+/* As sfi_plot_line, drawn with the given emphasis. */
+sfi_status sfi_plot_line_styled(sfi_plot *p, int panel, const char *label,
+                                const double *x, const double *y, size_t n,
+                                int markers, sfi_plot_emphasis emphasis,
+                                sfi_error *err);
+
+/* A shaded band between ylo[i] and yhi[i] at x[i] (n >= 1; non-finite
+ * points break it), in the colour of `label` (give the label of the line it
+ * goes with; the band adds no legend entry of its own unless the label is
+ * new). */
+sfi_status sfi_plot_band(sfi_plot *p, int panel, const char *label,
+                         const double *x, const double *ylo, const double *yhi,
+                         size_t n, sfi_plot_emphasis emphasis, sfi_error *err);
+
+/* Makes the panel a horizontal bar chart (categories top to bottom in the
+ * order added) and adds one bar; the x axis is the value axis (the panel's
+ * xlabel). A non-finite value draws no bar but `text` (e.g. "no-fit") where
+ * the bar would start; a finite value's `text`, when given, is printed at
+ * the bar's end. Lines and bars do not mix in one panel. */
+sfi_status sfi_plot_bar(sfi_plot *p, int panel, const char *label, double value,
+                        const char *text, sfi_plot_emphasis emphasis, sfi_error *err);
+
+/* A note written across the middle of the panel's axes. A panel with a
+ * note and no drawable data shows no tick marks (there is no scale to
+ * read). */
+sfi_status sfi_plot_note(sfi_plot *p, int panel, const char *text, sfi_error *err);
+
 /* A heatmap of z[iy * nx + ix] over the cells [x0,x1] x [y0,y1]; colour
  * bar labelled zlabel. One heatmap per panel. */
 sfi_status sfi_plot_heatmap(sfi_plot *p, int panel, const double *z, int nx,

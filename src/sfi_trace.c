@@ -15,12 +15,14 @@
 #include "sfi_trace.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -147,6 +149,10 @@ struct sfi_trace_writer {
     int64_t cap_requests;
     void *scratch;        /* byte-swapping buffer on big-endian hosts */
     size_t scratch_cap;
+    int lock_fd;          /* holds flock(LOCK_EX) on the file while we write it;
+                             closed only after the SQLite connection (closing
+                             any descriptor of a file drops the process's
+                             POSIX locks on it, SQLite's included) */
 };
 
 static sfi_status wsql(sfi_trace_writer *w, sfi_error *err, const char *what)
@@ -268,6 +274,8 @@ static void writer_free(sfi_trace_writer *w)
     for (int i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(w->st[i]);
     sqlite3_close(w->db);
+    if (w->lock_fd >= 0)
+        close(w->lock_fd);
     free(w->path);
     free(w->next_step);
     free(w->dirty);
@@ -317,6 +325,126 @@ static void remove_db_files(const char *path)
     unlink(path);
 }
 
+/* shown: the path as the user gave it; path: the regular file it names. */
+static sfi_status replaceable(const char *shown, const char *path, sfi_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return sfi_error_set(err, SFI_EIO, "%s: cannot open: %s", shown, strerror(errno));
+    /* A writer of ours holds this for as long as it records. */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        return e == EWOULDBLOCK
+                   ? sfi_error_set(err, SFI_EIO, "%s: locked: another sfi process is recording "
+                                   "this trace; not replacing it", shown)
+                   : sfi_error_set(err, SFI_EIO, "%s: cannot lock: %s", shown, strerror(e));
+    }
+    unsigned char hdr[16];
+    ssize_t n = pread(fd, hdr, sizeof hdr, 0);
+    sfi_status st = SFI_OK;
+    if (n < 0) {
+        st = sfi_error_set(err, SFI_EIO, "%s: read error: %s", shown, strerror(errno));
+    } else if (n == 0) {
+        /* An empty file holds nothing to lose. */
+    } else if (n < (ssize_t)sizeof hdr || memcmp(hdr, "SQLite format 3", 16)) {
+        st = sfi_error_set(err, SFI_EIO, "%s: exists and is not an sfi trace; not replacing it "
+                           "(remove it or choose another name)", shown);
+    } else {
+        /* An SQLite file: an sfi trace (application_id, also when it still
+         * sits in the WAL), and not under another program's lock. */
+        sqlite3 *db = NULL;
+        int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
+        int id = 0;
+        sqlite3_stmt *q = NULL;
+        if (rc == SQLITE_OK) {
+            sqlite3_busy_timeout(db, 0);
+            rc = sqlite3_prepare_v2(db, "PRAGMA application_id", -1, &q, NULL);
+        }
+        if (rc == SQLITE_OK) {
+            rc = sqlite3_step(q);
+            if (rc == SQLITE_ROW) {
+                id = sqlite3_column_int(q, 0);
+                rc = SQLITE_OK;
+            }
+        }
+        sqlite3_finalize(q);
+        if (rc == SQLITE_OK && id == SFI_TRACE_APPLICATION_ID)
+            rc = sqlite3_exec(db, "BEGIN EXCLUSIVE; ROLLBACK;", NULL, NULL, NULL);
+        if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
+            st = sfi_error_set(err, SFI_EIO, "%s: locked by another program (database is "
+                               "locked); not replacing it", shown);
+        else if (rc != SQLITE_OK)
+            st = sfi_error_set(err, SFI_EIO, "%s: exists and cannot be read as an sfi trace "
+                               "(%s); not replacing it", shown, sqlite3_errstr(rc));
+        else if (id != SFI_TRACE_APPLICATION_ID)
+            st = sfi_error_set(err, SFI_EIO, "%s: an SQLite database that is not an sfi "
+                               "trace; not replacing it", shown);
+        sqlite3_close(db);
+    }
+    close(fd); /* after SQLite's connection: see lock_fd */
+    return st;
+}
+
+/* Resolves a symbolic link (the trace replaces the file it names; the link
+ * stays) and applies the rule of sfi_trace_replaceable. *real: malloc'd. */
+static sfi_status target_of(const char *path, int must_be_absent, char **real,
+                            int *exists, sfi_error *err)
+{
+    *real = NULL;
+    *exists = 0;
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno != ENOENT)
+            return sfi_error_set(err, SFI_EIO, "%s: %s", path, strerror(errno));
+        if (!(*real = strdup(path)))
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+        return SFI_OK;
+    }
+    if (S_ISLNK(sb.st_mode)) {
+        if (!(*real = realpath(path, NULL)))
+            return errno == ENOENT
+                       ? sfi_error_set(err, SFI_EIO, "%s: a dangling symbolic link; not "
+                                       "writing a trace through it", path)
+                       : sfi_error_set(err, SFI_EIO, "%s: cannot follow the symbolic link: %s",
+                                       path, strerror(errno));
+        if (stat(*real, &sb) != 0) {
+            sfi_status st = sfi_error_set(err, SFI_EIO, "%s: %s", path, strerror(errno));
+            free(*real);
+            *real = NULL;
+            return st;
+        }
+    } else if (!(*real = strdup(path))) {
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    }
+    *exists = 1;
+    sfi_status st = SFI_OK;
+    if (must_be_absent)
+        st = sfi_error_set(err, SFI_EIO, "%s: exists (not overwriting a trace)", path);
+    else if (!S_ISREG(sb.st_mode))
+        st = sfi_error_set(err, SFI_EIO, "%s: exists and is not a regular file; a trace is "
+                           "an SQLite database and cannot be written %s", path,
+                           S_ISDIR(sb.st_mode) ? "over a directory" : "to a device or FIFO");
+    else
+        st = replaceable(path, *real, err);
+    if (st) {
+        free(*real);
+        *real = NULL;
+    }
+    return st;
+}
+
+sfi_status sfi_trace_replaceable(const char *path, sfi_error *err)
+{
+    if (!path || !*path)
+        return sfi_error_set(err, SFI_EINVAL, "empty trace file name");
+    char *real;
+    int exists;
+    sfi_status st = target_of(path, 0, &real, &exists, err);
+    free(real);
+    return st;
+}
+
 sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta, unsigned flags,
                             int commit_every, sfi_trace_writer **out, sfi_error *err)
 {
@@ -326,34 +454,44 @@ sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta, unsign
         return st;
     if (commit_every < 0)
         return sfi_error_set(err, SFI_EINVAL, "%s: commit_every %d < 0", path, commit_every);
-    struct stat sb;
-    if (stat(path, &sb) == 0) {
-        if (!(flags & SFI_TRACE_OVERWRITE))
-            return sfi_error_set(err, SFI_EIO, "%s: exists (not overwriting a trace)", path);
-        if (!S_ISREG(sb.st_mode))
-            return sfi_error_set(err, SFI_EIO, "%s: exists and is not a regular file", path);
-        remove_db_files(path);
-    }
+    char *real;
+    int exists;
+    if ((st = target_of(path, !(flags & SFI_TRACE_OVERWRITE), &real, &exists, err)) != SFI_OK)
+        return st;
+    if (exists)
+        remove_db_files(real);
     sfi_trace_writer *w = calloc(1, sizeof *w);
     if (!w || !(w->path = strdup(path))) {
         free(w);
+        free(real);
         return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
     }
+    w->lock_fd = -1;
     w->meta = *meta;
     /* The strings stay the caller's; we only need them during create. */
     w->meta.tool = w->meta.tool_version = w->meta.model_config_json = NULL;
     w->meta.tokenizer = w->meta.params_json = w->meta.policy = NULL;
     w->commit_every = commit_every ? commit_every : 4096;
-    if (sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXCLUSIVE,
+    if (sqlite3_open_v2(real, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXCLUSIVE,
                         NULL) != SQLITE_OK) {
         st = sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path,
                            w->db ? sqlite3_errmsg(w->db) : "out of memory");
         writer_free(w);
+        free(real);
         return st;
     }
+    /* Ours until the writer closes: see replaceable(). */
+    w->lock_fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (w->lock_fd < 0 || flock(w->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        st = sfi_error_set(err, SFI_EIO, "%s: cannot lock the new trace: %s", path,
+                           strerror(errno));
+        goto fail;
+    }
+    /* application_id before WAL mode: it then sits in the file's header
+     * from the start, not only in the WAL. */
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas,
-             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA application_id=%d;",
+             "PRAGMA application_id=%d; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
              SFI_TRACE_APPLICATION_ID);
     if ((st = wexec(w, pragmas, err)) != SFI_OK || (st = begin(w, err)) != SFI_OK ||
         (st = wexec(w, schema_sql, err)) != SFI_OK)
@@ -411,11 +549,13 @@ sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta, unsign
         }
     if ((st = begin(w, err)) != SFI_OK)
         goto fail;
+    free(real);
     *out = w;
     return SFI_OK;
 fail:
     writer_free(w);
-    remove_db_files(path);
+    remove_db_files(real);
+    free(real);
     return st;
 }
 
@@ -793,13 +933,35 @@ struct sfi_trace {
 
 static sfi_status rsql(sfi_trace *t, sfi_error *err, const char *what)
 {
-    int code = sqlite3_errcode(t->db);
-    sfi_status s = (code == SQLITE_CORRUPT || code == SQLITE_NOTADB || code == SQLITE_MISMATCH ||
-                    code == SQLITE_ERROR)
-                       ? SFI_EFORMAT
-                       : SFI_EIO;
-    return sfi_error_set(err, s, "%s: %s: %s (corrupt, truncated or not an sfi trace?)", t->path,
-                         what, sqlite3_errmsg(t->db));
+    int code = sqlite3_errcode(t->db) & 0xff;
+    const char *msg = sqlite3_errmsg(t->db);
+    /* Say what the user can do: a lock and a missing permission are not
+     * damage to the file. */
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+        return sfi_error_set(err, SFI_EIO, "%s: %s: %s (another program holds it locked; try "
+                             "again when it is done)", t->path, what, msg);
+    if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY || code == SQLITE_PERM ||
+        code == SQLITE_AUTH) {
+        size_t n = strlen(t->path) + 5;
+        char *wal = malloc(n);
+        int has_wal = 0;
+        if (wal) {
+            snprintf(wal, n, "%s-wal", t->path);
+            has_wal = access(wal, F_OK) == 0;
+            free(wal);
+        }
+        if (has_wal)
+            return sfi_error_set(err, SFI_EIO, "%s: %s: %s (the trace has a -wal file, left by "
+                                 "a writer that did not finish: reading it needs a writable "
+                                 "directory for SQLite's -shm file; copy the trace and its -wal "
+                                 "file somewhere writable)", t->path, what, msg);
+        return sfi_error_set(err, SFI_EIO, "%s: %s: %s", t->path, what, msg);
+    }
+    if (code == SQLITE_IOERR || code == SQLITE_NOMEM || code == SQLITE_FULL)
+        return sfi_error_set(err, code == SQLITE_NOMEM ? SFI_ENOMEM : SFI_EIO, "%s: %s: %s",
+                             t->path, what, msg);
+    return sfi_error_set(err, SFI_EFORMAT, "%s: %s: %s (corrupt, truncated or not an sfi trace?)",
+                         t->path, what, msg);
 }
 
 static sfi_status query_int64(sfi_trace *t, const char *sql, int64_t *v, sfi_error *err)
@@ -965,13 +1127,25 @@ sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err)
     *out = NULL;
     /* Look at the file ourselves first: SQLite's messages for a missing,
      * empty or foreign file do not say what the user did wrong. */
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: a FIFO must not hang us; it is refused below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
         return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO, "%s: %s", path,
                              strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int dir = fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode);
+        close(fd);
+        return sfi_error_set(err, SFI_EIO, dir ? "%s: is a directory, not an sfi trace"
+                                               : "%s: not a regular file, so not an sfi trace "
+                                                 "(a trace is an SQLite database file)", path);
+    }
     char hdr[100];
-    size_t got = fread(hdr, 1, sizeof hdr, f);
-    fclose(f);
+    ssize_t rd = pread(fd, hdr, sizeof hdr, 0);
+    close(fd);
+    size_t got = rd > 0 ? (size_t)rd : 0;
+    if (rd < 0)
+        return sfi_error_set(err, SFI_EIO, "%s: read error: %s", path, strerror(errno));
     if (got == 0)
         return sfi_error_set(err, SFI_EFORMAT, "%s: empty file, not an sfi trace", path);
     if (got < sizeof hdr || memcmp(hdr, "SQLite format 3", 16))

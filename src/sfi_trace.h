@@ -83,11 +83,23 @@ void sfi_trace_meta_init(sfi_trace_meta *m);
 typedef struct sfi_trace_writer sfi_trace_writer;
 
 /* Flags of sfi_trace_create. */
-#define SFI_TRACE_OVERWRITE 1u /* replace an existing file (else EIO) */
+#define SFI_TRACE_OVERWRITE 1u /* replace an existing trace (else EIO) */
+
+/* Whether a new trace may be written at path (SFI_OK) or why not: absent,
+ * an empty regular file, or an sfi trace (application_id "SFIT") that no
+ * other sfi writer is recording (flock) and no other program holds locked.
+ * Anything else -- a checkpoint, a prompt, another program's database, a
+ * directory, a device, a FIFO, a dangling symbolic link -- is refused with
+ * a message. A symbolic link to a trace is followed (the link stays). */
+sfi_status sfi_trace_replaceable(const char *path, sfi_error *err);
 
 /* Creates path and writes the schema and meta (complete = 0) in one
- * transaction. commit_every: steps per transaction (0 = 4096); 1 makes
- * every appended step durable as soon as the next one starts. */
+ * transaction. With SFI_TRACE_OVERWRITE an existing file is replaced only
+ * when sfi_trace_replaceable allows it. The writer holds an exclusive
+ * flock on the file until it is closed, so a second writer is refused
+ * while readers still read. commit_every: steps per transaction (0 =
+ * 4096); 1 makes every appended step durable as soon as the next one
+ * starts. */
 sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta,
                             unsigned flags, int commit_every,
                             sfi_trace_writer **out, sfi_error *err);

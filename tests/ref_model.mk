@@ -29,3 +29,14 @@ SFI_BENCHES += tests/bench_model
 tests_bench_model_SOURCES = tests/bench_model.c
 tests_bench_model_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_bench_model_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/test_eval
+tests_test_eval_SOURCES = tests/test_eval.c
+tests_test_eval_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_eval_LDADD = $(TEST_LDADD)
+TESTS += tests/test_eval
+# make bench: sfi-ref eval, every policy at one budget, 8K prefix + 512 tokens.
+EXTRA_PROGRAMS += tests/bench_eval
+SFI_BENCHES += tests/bench_eval
+tests_bench_eval_SOURCES = tests/bench_eval.c
+tests_bench_eval_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_bench_eval_LDADD = $(TEST_LDADD)

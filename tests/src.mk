@@ -23,3 +23,9 @@ tests_test_cmd_info_SOURCES = tests/test_cmd_info.c
 tests_test_cmd_info_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_cmd_info_LDADD = $(TEST_LDADD)
 TESTS += tests/test_cmd_info
+# src/sfi_io.c: whole-file reads and the output rule, also through sfi-sim.
+check_PROGRAMS += tests/test_io
+tests_test_io_SOURCES = tests/test_io.c
+tests_test_io_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_io_LDADD = $(TEST_LDADD)
+TESTS += tests/test_io

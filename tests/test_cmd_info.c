@@ -28,8 +28,8 @@ START_TEST(text_output_of_a_preset)
     ck_assert_ptr_nonnull(strstr(out, "kv_heads                 8\n"));
     ck_assert_ptr_nonnull(strstr(out, "head_dim                 128\n"));
     ck_assert_ptr_nonnull(strstr(out, "params                   596049920 (0.596 B)\n"));
-    ck_assert_ptr_nonnull(strstr(out, "weight_bytes             1192099840 (1.1 GiB, 2 bytes"));
-    ck_assert_ptr_nonnull(strstr(out, "kv_bytes_per_token_bf16  114688 (112.0 KiB)\n"));
+    ck_assert_ptr_nonnull(strstr(out, "weight_bytes             1192099840 (1.2 GB, 2 bytes"));
+    ck_assert_ptr_nonnull(strstr(out, "kv_bytes_per_token_bf16  114688 (114.7 kB)\n"));
     ck_assert_ptr_null(strstr(out, "experts"));
     free(out);
     free(err);

@@ -36,6 +36,7 @@ static void round_profile(sfi_cost_setup *s)
         [SFI_KC_GEMM] = 0.8,   [SFI_KC_ATTN_DENSE] = 0.75, [SFI_KC_ATTN_SPARSE] = 0.6,
         [SFI_KC_SELECTOR] = 0.5, [SFI_KC_TOPK] = 0.4,      [SFI_KC_REORG] = 0.7,
         [SFI_KC_ALLREDUCE] = 0.7, [SFI_KC_OTHER] = 0.5,    [SFI_KC_LOGITS] = 0.2,
+        [SFI_KC_ATTN_PREFILL] = 0.6,
     };
     for (int c = 0; c < SFI_KC_COUNT; c++) {
         s->prof.efficiency[c] = eff[c];
@@ -216,6 +217,109 @@ START_TEST(step_costs_add_up)
 }
 END_TEST
 
+START_TEST(mixed_steps)
+{
+    sfi_cost_setup s;
+    sfi_step_cost u, m;
+    sfi_error e;
+    setup(&s, &qwen4b, "H100", 32768, 8);
+    round_profile(&s);
+    /* The uniform step is the mixed step of two groups. */
+    ck_assert_int_eq(sfi_cost_step(&s, 3, &u, &e), SFI_OK);
+    sfi_cost_group g[3] = {{.context = 32768, .n_new = 1, .count = 3, .slow = 1},
+                           {.context = 32768, .n_new = 1, .count = 5}};
+    ck_assert_int_eq(sfi_cost_step_mix(&s, g, 2, &m, &e), SFI_OK);
+    ck_assert(close_rel(m.time_s, u.time_s, 1e-12));
+    ck_assert(m.kv_bytes == u.kv_bytes && m.launches == u.launches);
+    /* The same requests split into groups: same bytes, same launches
+     * (one attention kernel per layer serves every group), same time. */
+    sfi_cost_group split[3] = {{.context = 32768, .n_new = 1, .count = 3, .slow = 1},
+                               {.context = 32768, .n_new = 1, .count = 2},
+                               {.context = 32768, .n_new = 1, .count = 3}};
+    ck_assert_int_eq(sfi_cost_step_mix(&s, split, 3, &m, &e), SFI_OK);
+    ck_assert(close_rel(m.time_s, u.time_s, 1e-12));
+    ck_assert_int_eq(m.launches, u.launches);
+    /* Full KV at two contexts reads the sum of their caches. */
+    s.pol.kind = SFI_SIM_FULL;
+    sfi_cost_group two[2] = {{.context = 8192, .n_new = 1, .count = 2},
+                             {.context = 65536, .n_new = 1, .count = 1}};
+    ck_assert_int_eq(sfi_cost_step_mix(&s, two, 2, &m, &e), SFI_OK);
+    ck_assert(m.kv_bytes == 36 * 4096.0 * (2 * 8192 + 65536));
+    /* A prefill chunk of 4096 tokens at the start of a prompt: the GEMMs
+     * and causal attention are FLOP-bound; at least 2 FLOPs per weight per
+     * token, and the step takes at least that at peak. */
+    sfi_cost_group pf = {.context = 4096, .n_new = 4096, .count = 1, .prefill = 1};
+    ck_assert_int_eq(sfi_cost_step_mix(&s, &pf, 1, &m, &e), SFI_OK);
+    double attended = 4096.0 * 4097 / 2;
+    double attn_fl = 36 * 4.0 * 32 * 128 * attended;
+    ck_assert(m.flops >= 2.0 * 4096 * 3.6e9 + attn_fl);
+    ck_assert(m.time_s >= m.flops / 989.4e12);
+    ck_assert(m.time_s < 3 * m.flops / 989.4e12 / 0.6);
+    /* A non-final chunk samples nothing: no LM head. The last chunk does. */
+    sfi_step_cost last;
+    pf.last_chunk = 1;
+    ck_assert_int_eq(sfi_cost_step_mix(&s, &pf, 1, &last, &e), SFI_OK);
+    ck_assert(last.weight_bytes > m.weight_bytes);
+    /* Under SFI the last chunk also starts the Selector (side stream). */
+    s.pol.kind = SFI_SIM_SFI;
+    ck_assert_int_eq(sfi_cost_step_mix(&s, &pf, 1, &last, &e), SFI_OK);
+    ck_assert(last.side_s > 0);
+    /* A decode step with a prefill chunk beside it costs more than alone. */
+    g[2] = pf;
+    sfi_step_cost mixed;
+    ck_assert_int_eq(sfi_cost_step_mix(&s, g, 3, &mixed, &e), SFI_OK);
+    ck_assert(mixed.time_s > u.time_s);
+    /* Small contexts are fine in a mixed step (K larger than the context
+     * keeps every candidate). */
+    sfi_cost_group tiny = {.context = 100, .n_new = 1, .count = 1};
+    ck_assert_int_eq(sfi_cost_step_mix(&s, &tiny, 1, &m, &e), SFI_OK);
+    /* Bad groups. */
+    sfi_cost_group bad = {.context = 100, .n_new = 2, .count = 1};
+    ck_assert_int_eq(sfi_cost_step_mix(&s, &bad, 1, &m, &e), SFI_ERANGE);
+    bad.prefill = 1;
+    bad.n_new = 101;
+    ck_assert_int_eq(sfi_cost_step_mix(&s, &bad, 1, &m, &e), SFI_ERANGE);
+    bad.n_new = 1;
+    bad.count = 0;
+    ck_assert_int_eq(sfi_cost_step_mix(&s, &bad, 1, &m, &e), SFI_ERANGE);
+    ck_assert_int_eq(sfi_cost_step_mix(&s, &bad, 0, &m, &e), SFI_EINVAL);
+}
+END_TEST
+
+START_TEST(engine_terms)
+{
+    sfi_cost_setup s;
+    sfi_step_cost a, b;
+    sfi_error e;
+    setup(&s, &qwen4b, "B200", 8192, 4);
+    round_profile(&s);
+    s.pol.kind = SFI_SIM_FULL;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
+    /* Per-request overhead: paid once per request. */
+    s.prof.request_overhead_s = 1e-3;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
+    ck_assert(close_rel(b.time_s - a.time_s, 4e-3, 1e-9));
+    s.prof.request_overhead_s = 0;
+    /* A curve of dense attention efficiency: at its points, the point's
+     * value; between them, log2-linear; outside, flat. */
+    s.prof.n_attn_curve = 2;
+    s.prof.attn_curve_ctx[0] = 8192;
+    s.prof.attn_curve_eff[0] = 0.5;
+    s.prof.attn_curve_ctx[1] = 131072;
+    s.prof.attn_curve_eff[1] = 0.1;
+    ck_assert(sfi_hw_attn_dense_efficiency(&s.prof, 8192) == 0.5);
+    ck_assert(close_rel(sfi_hw_attn_dense_efficiency(&s.prof, 32768), 0.3, 1e-12));
+    ck_assert(sfi_hw_attn_dense_efficiency(&s.prof, 1e6) == 0.1);
+    ck_assert(sfi_hw_attn_dense_efficiency(&s.prof, 10) == 0.5);
+    double t1, t2;
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense_nologits", &t1, &e), SFI_OK);
+    s.context = 131072;
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense_nologits", &t2, &e), SFI_OK);
+    /* 16x the bytes at a fifth of the efficiency: 80x the roofline time. */
+    ck_assert(close_rel(t2 - 3e-6, 80 * (t1 - 3e-6), 1e-9));
+}
+END_TEST
+
 START_TEST(monotonicity)
 {
     sfi_error e;
@@ -325,6 +429,8 @@ int main(void)
     tcase_add_test(tc, kernel_roofline_and_allreduce);
     tcase_add_test(tc, slow_step_terms);
     tcase_add_test(tc, step_costs_add_up);
+    tcase_add_test(tc, mixed_steps);
+    tcase_add_test(tc, engine_terms);
     tcase_add_test(tc, monotonicity);
     tcase_add_test(tc, memory_and_max_batch);
     tcase_add_test(tc, bad_input);

@@ -274,6 +274,86 @@ START_TEST(golden_digests)
 }
 END_TEST
 
+/* A run from a shared prefix is the same run (digest, logits) as one that
+ * prefills, in both modes and from one prefix for several runs; teacher
+ * forcing with the greedy tokens is greedy decoding, and with other tokens
+ * feeds them (the trigger policy sees the fed tokens). */
+START_TEST(prefix_and_teacher_forcing)
+{
+    init_trig();
+    for (int mi = 0; mi < 3; mi++) {
+        sfi_qwen3 *m;
+        sfi_error e;
+        ck_assert_msg(sfi_qwen3_load(hf_path(models[mi]), &m, &e) == SFI_OK, "%s", e.msg);
+        int n;
+        int32_t *ids = prompt0(models[mi], &n);
+        sfi_decode_prefix pre;
+        ck_assert_msg(sfi_decode_prefix_build(m, SFI_BACKEND_SCALAR, ids, n, n, 16, &pre, &e) ==
+                      SFI_OK, "%s", e.msg);
+        ck_assert_int_eq(pre.kv.n, n);
+        for (int mode = 0; mode < 2; mode++) {
+            sfi_decode_opts o;
+            sfi_decode_opts_default(&o);
+            o.mode = mode ? SFI_DECODE_DENSE : SFI_DECODE_SFI;
+            o.max_new = 20;
+            o.is_trigger = trig;
+            o.n_trigger_vocab = 512;
+            set(&o.params, "K=12");
+            set(&o.params, "n_recent=8");
+            set(&o.params, "T_max=6");
+            sfi_decode_result a, b, f, g;
+            ck_assert_msg(sfi_decode_run(m, &o, ids, n, NULL, &a, &e) == SFI_OK, "%s", e.msg);
+            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &b, &e) == SFI_OK, "%s",
+                          e.msg);
+            ck_assert_str_eq(a.digest_hex, b.digest_hex);
+            /* forced = the greedy tokens: the same run */
+            o.forced = a.ids;
+            o.n_forced = a.n_generated;
+            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &f, &e) == SFI_OK, "%s",
+                          e.msg);
+            ck_assert_str_eq(a.digest_hex, f.digest_hex);
+            /* forced = other tokens (every one a trigger): every step slow
+             * in SFI mode, and the run differs */
+            int32_t other[32];
+            for (int t = 0; t < 32; t++)
+                other[t] = (int32_t)(11 * ((a.ids[t % a.n_generated] + t) % 46));
+            o.forced = other;
+            o.n_forced = 19;
+            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &g, &e) == SFI_OK, "%s",
+                          e.msg);
+            ck_assert_str_ne(a.digest_hex, g.digest_hex);
+            ck_assert_int_eq(g.n_slow, 20);
+            o.n_forced = 18;  /* too few */
+            sfi_decode_result x;
+            ck_assert_int_eq(sfi_decode_run_prefix(m, &o, &pre, NULL, &x, &e), SFI_EINVAL);
+            ck_assert_ptr_nonnull(strstr(e.msg, "forced"));
+            other[5] = 512;
+            o.n_forced = 19;
+            ck_assert_int_eq(sfi_decode_run_prefix(m, &o, &pre, NULL, &x, &e), SFI_ERANGE);
+            sfi_decode_result_free(&a);
+            sfi_decode_result_free(&b);
+            sfi_decode_result_free(&f);
+            sfi_decode_result_free(&g);
+        }
+        /* a prefix too short for the Selector's window is refused */
+        sfi_decode_prefix small;
+        ck_assert_int_eq(sfi_decode_prefix_build(m, SFI_BACKEND_SCALAR, ids, n, n, 4, &small, &e),
+                         SFI_OK);
+        sfi_decode_opts o;
+        sfi_decode_opts_default(&o);
+        sfi_decode_result x;
+        ck_assert_int_eq(sfi_decode_run_prefix(m, &o, &small, NULL, &x, &e), SFI_EINVAL);
+        ck_assert_int_eq(sfi_decode_prefix_build(m, SFI_BACKEND_SCALAR, ids, n, n - 1, 4, &small,
+                                                 &e), SFI_ERANGE);
+        sfi_decode_prefix_free(&small);
+        sfi_decode_prefix_free(&pre);
+        free(ids);
+        sfi_qwen3_free(m);
+        printf("%s: prefix runs == prefilled runs; teacher forcing checked\n", models[mi]);
+    }
+}
+END_TEST
+
 START_TEST(bad_requests_refused)
 {
     sfi_qwen3 *m;
@@ -435,6 +515,29 @@ START_TEST(cli_run)
     ck_assert_ptr_null(strstr(out, "digest"));
     free(out);
     free(err);
+    /* --trace never replaces an input of the run or any file that is not
+     * an sfi trace (issue 20.3); it does replace a finished trace. */
+    snprintf(cmd, sizeof cmd, "cp -r %s %s/m && cp %s %s/p.copy", hf_path("tiny-qwen3"), dir,
+             ids_path, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    static const char *const inputs[] = {"m/model.safetensors", "m/config.json", "p.ids"};
+    for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++) {
+        snprintf(cmd, sizeof cmd, "%s run --model %s/m --prompt-ids %s --max-new 2 --trace %s/%s",
+                 sfi_ref, dir, ids_path, dir, inputs[i]);
+        ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+        ck_assert_msg(strstr(err, "is not an sfi trace; not replacing it"), "%s", err);
+        free(out);
+        free(err);
+    }
+    snprintf(cmd, sizeof cmd, "cmp %s/m/model.safetensors %s/model.safetensors && "
+             "cmp %s/m/config.json %s/config.json && cmp %s %s/p.copy", dir,
+             hf_path("tiny-qwen3"), dir, hf_path("tiny-qwen3"), ids_path, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --trace %s/t.db",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    free(out);
+    free(err);
     /* standard output that cannot be written */
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 2 > /dev/full",
              sfi_ref, hf_path("tiny-qwen3"), ids_path);
@@ -456,6 +559,7 @@ int main(void)
     tcase_add_test(tc, sfi_covering_context_equals_dense);
     tcase_add_test(tc, step_kinds_follow_the_trigger_policy);
     tcase_add_test(tc, golden_digests);
+    tcase_add_test(tc, prefix_and_teacher_forcing);
     tcase_add_test(tc, bad_requests_refused);
     tcase_add_test(tc, cli_run);
     suite_add_tcase(s, tc);

@@ -151,6 +151,20 @@ START_TEST(profile_parse_partial_measurements_and_errors)
     ck_assert_int_eq(m[0].layers, 1);
     ck_assert(fabs(m[0].time_s - 800e-6) < 1e-15);
     free(m);
+    /* Engine terms. */
+    const char *j3 = "{\"sfi_profile\":1,\"attn_dense_by_context\":[[8192,0.3],[131072,0.15]],"
+                     "\"request_overhead_us\":25,\"reserved_GB\":1.5,"
+                     "\"efficiency\":{\"attn_prefill\":0.4}}";
+    sfi_hw_profile p3;
+    ck_assert_msg(sfi_hw_profile_parse(j3, strlen(j3), "p3.json", &p3, NULL, NULL, &e) == SFI_OK,
+                  "%s", e.msg);
+    ck_assert_int_eq(p3.n_attn_curve, 2);
+    ck_assert(p3.attn_curve_ctx[1] == 131072 && p3.attn_curve_eff[1] == 0.15);
+    ck_assert(fabs(p3.request_overhead_s - 25e-6) < 1e-15);
+    ck_assert(p3.reserved_bytes == 1.5e9);
+    ck_assert(p3.efficiency[SFI_KC_ATTN_PREFILL] == 0.4);
+    ck_assert_int_eq(def.n_attn_curve, 0);
+    ck_assert(def.request_overhead_s == 0 && def.reserved_bytes == 0);
     const char *bad[][2] = {
         {"{\"sfi_profile\":1,\"efficiency\":{\"gemm\":1.5}}", "efficiency.gemm: must be in (0, 1]"},
         {"{\"sfi_profile\":1,\"efficiency\":{\"warp\":0.5}}", "unknown kernel class"},
@@ -159,6 +173,15 @@ START_TEST(profile_parse_partial_measurements_and_errors)
         {"{\"sfi_profile\":1,\"bogus\":1}", "bogus: unknown key"},
         {"{\"sfi_profile\":1,\"fixed_us\":{\"topk\":-1}}", "fixed_us.topk"},
         {"{\"sfi_gpu\":1}", "sfi_profile: missing"},
+        {"{\"sfi_profile\":1,\"attn_dense_by_context\":[[8192,0.3]]}", "needs 2..16 points"},
+        {"{\"sfi_profile\":1,\"attn_dense_by_context\":[[8192,0.3],[4096,0.2]]}",
+         "attn_dense_by_context[1]: contexts must increase"},
+        {"{\"sfi_profile\":1,\"attn_dense_by_context\":[[8192,0.3],[16384,1.2]]}",
+         "efficiency must be in (0, 1]"},
+        {"{\"sfi_profile\":1,\"attn_dense_by_context\":[[8192,0.3],[16384]]}", "pair"},
+        {"{\"sfi_profile\":1,\"attn_dense_by_context\":{}}", "not an array"},
+        {"{\"sfi_profile\":1,\"reserved_GB\":-1}", "reserved_GB"},
+        {"{\"sfi_profile\":1,\"request_overhead_us\":\"x\"}", "request_overhead_us: not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_ne(sfi_hw_profile_parse(bad[i][0], strlen(bad[i][0]), "p.json", &p, &m, &n, &e),

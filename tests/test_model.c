@@ -421,6 +421,40 @@ START_TEST(files_dirs_and_names)
 }
 END_TEST
 
+/* Issue 20: configs that are not regular files (pipes, /dev/stdin,
+ * process substitution, character devices) are read up to the limit; a
+ * read past 64 KiB once grew the capacity without reallocating (heap
+ * overflow). */
+START_TEST(piped_and_endless_configs)
+{
+    sfi_model_config c;
+    sfi_error e;
+    /* An endless device: refused at the limit, not read forever. */
+    ck_assert_int_eq(sfi_model_config_load("/dev/zero", &c, &e), SFI_ERANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "/dev/zero: more than 16777216 bytes is too large "
+                                        "for a config.json"));
+    /* 70,000 spaces through a pipe: read whole (more than one 64 KiB
+     * chunk), then refused as what it is. */
+    FILE *p = popen("head -c 70000 /dev/zero | tr '\\0' ' '", "r");
+    ck_assert_ptr_nonnull(p);
+    char path[64];
+    snprintf(path, sizeof path, "/dev/fd/%d", fileno(p));
+    ck_assert_int_eq(sfi_model_config_load(path, &c, &e), SFI_EFORMAT);
+    ck_assert_msg(strstr(e.msg, "invalid JSON"), "%s", e.msg);
+    pclose(p);
+    /* A real config through a pipe, padded past 64 KiB with spaces. */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "{ head -c 100000 /dev/zero | tr '\\0' ' '; cat '%s'; }",
+             sfi_test_src("src/presets/Qwen3-8B.json"));
+    p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    snprintf(path, sizeof path, "/dev/fd/%d", fileno(p));
+    ck_assert_msg(sfi_model_config_load(path, &c, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_eq(c.num_hidden_layers, 36);
+    pclose(p);
+}
+END_TEST
+
 #else /* SFI_TEST_SHARED_ONLY */
 
 /* The real tokenizer directory's config.json (extra fields, nulls). */
@@ -467,6 +501,7 @@ int main(void)
     tcase_add_test(tc, inconsistent_shapes);
     tcase_add_test(tc, every_truncation_is_refused);
     tcase_add_test(tc, files_dirs_and_names);
+    tcase_add_test(tc, piped_and_endless_configs);
 #else
     tcase_add_test(tc, shared_tokenizer_config);
 #endif

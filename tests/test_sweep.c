@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,6 +325,193 @@ START_TEST(presets_and_validate)
 }
 END_TEST
 
+/* Field `col` (0-based) of the CSV line of `out` whose fields 3 (context)
+ * and 5 (policy) are `ctx` and `policy`; copied into buf ("" when absent).
+ * Returns 1 when the line was found. */
+static int csv_get(const char *out, int ctx, const char *policy, int col, char *buf, size_t cap)
+{
+    for (const char *line = out; line && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char f[24][128];
+        int nf = 0, q = 0;
+        size_t k = 0;
+        for (size_t i = 0; i <= len && nf < 24; i++) {
+            char c = i < len ? line[i] : ',';
+            if (c == '"') {
+                q = !q;
+                continue;
+            }
+            if (c == ',' && !q) {
+                f[nf][k < 127 ? k : 127] = 0;
+                nf++;
+                k = 0;
+                continue;
+            }
+            if (k < 127)
+                f[nf][k++] = c;
+        }
+        if (nf > col && nf > 5 && atoi(f[3]) == ctx && !strcmp(f[5], policy)) {
+            snprintf(buf, cap, "%s", f[col]);
+            return 1;
+        }
+        line = end ? end + 1 : NULL;
+    }
+    buf[0] = 0;
+    return 0;
+}
+
+static double csv_num(const char *out, int ctx, const char *policy, int col)
+{
+    char b[128];
+    ck_assert_msg(csv_get(out, ctx, policy, col, b, sizeof b), "no row %d %s in:\n%s", ctx, policy, out);
+    ck_assert_msg(b[0], "row %d %s: column %d empty", ctx, policy, col);
+    return atof(b);
+}
+
+/* Columns of the CSV output. */
+enum { C_TP = 2, C_FITS = 6, C_TOKS = 7, C_SPEEDUP = 8, C_SLOW = 12, C_KV = 14, C_MAXB = 15,
+       C_TOKS_GPU = 17, C_WTS = 18, C_HBM = 19, C_USABLE = 20 };
+
+START_TEST(tp_auto_per_context)
+{
+    /* The answer at 32K must not depend on whether 128K is in the sweep:
+     * --tp auto picks the degree per context. */
+    char *out, *err, *out1, *err1;
+    int rc = run("sweep --synthetic --no-png --models Qwen3-8B --gpus H200 --contexts 32K,128K "
+                 "--batch 16 --policies full,sfi --format csv",
+                 &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    rc = run("sweep --synthetic --no-png --models Qwen3-8B --gpus H200 --contexts 32K --batch 16 "
+             "--policies full,sfi --format csv",
+             &out1, &err1);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err1);
+    ck_assert(csv_num(out, 32768, "full", C_TP) == 1);
+    ck_assert(csv_num(out, 131072, "full", C_TP) > 1);
+    ck_assert(csv_num(out, 32768, "full", C_TOKS) == csv_num(out1, 32768, "full", C_TOKS));
+    ck_assert(csv_num(out, 32768, "sfi", C_TOKS) == csv_num(out1, 32768, "sfi", C_TOKS));
+    /* Per GPU: tokens/s divided by the GPUs; memory per GPU adds up. */
+    double tp = csv_num(out, 131072, "sfi", C_TP);
+    ck_assert(fabs(csv_num(out, 131072, "sfi", C_TOKS_GPU) * tp - csv_num(out, 131072, "sfi", C_TOKS)) <
+              1e-3 * csv_num(out, 131072, "sfi", C_TOKS));
+    double hbm = csv_num(out, 131072, "sfi", C_HBM), w = csv_num(out, 131072, "sfi", C_WTS),
+           kv = csv_num(out, 131072, "sfi", C_KV);
+    ck_assert(fabs(hbm - (w + 16 * kv)) < 1e-6 * hbm);
+    ck_assert(hbm <= csv_num(out, 131072, "sfi", C_USABLE));
+    /* Qwen3-8B is trained to 40960 positions: 128K is warned about. */
+    ck_assert_msg(strstr(err, "max_position_embeddings (40960)") && strstr(err, "128K"), "%s", err);
+    ck_assert_ptr_null(strstr(err1, "max_position_embeddings"));
+    free(out);
+    free(err);
+    free(out1);
+    free(err1);
+    /* The table names the GPU count and the per-GPU throughput. */
+    rc = run("sweep --synthetic --no-png --models Qwen3-8B --gpus H200 --contexts 32K,128K "
+             "--batch 16 --policies full,sfi",
+             &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_ptr_nonnull(strstr(out, " GPUs "));
+    ck_assert_ptr_nonnull(strstr(out, "tok/s/GPU"));
+    ck_assert_ptr_nonnull(strstr(out, "--tp auto: per context"));
+    ck_assert_ptr_nonnull(strstr(out, "GB = 1e9 bytes"));
+    free(out);
+    free(err);
+}
+END_TEST
+
+START_TEST(no_baseline_and_no_room)
+{
+    char *out, *err;
+    /* On one H100, 16 requests at 32K: full KV does not fit, StreamingLLM
+     * does; its speedup has no baseline: "-" in the table, empty in CSV,
+     * null in JSON, never nan. */
+    const char *base = "sweep --synthetic --no-png --models Qwen3-8B --gpus H100 --tp 1 --contexts 32K "
+                       "--batch 16 --policies full,streaming";
+    int rc = run(base, &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_ptr_null(strstr(out, "nan"));
+    ck_assert_ptr_nonnull(strstr(out, "# speedup -: full KV does not fit"));
+    free(out);
+    free(err);
+    char args[1024];
+    snprintf(args, sizeof args, "%s --format csv", base);
+    ck_assert_int_eq(run(args, &out, &err), 0);
+    char b[128];
+    ck_assert(csv_get(out, 32768, "streaming", C_SPEEDUP, b, sizeof b));
+    ck_assert_str_eq(b, "");
+    ck_assert(csv_num(out, 32768, "streaming", C_FITS) == 1);
+    ck_assert(csv_num(out, 32768, "full", C_FITS) == 0);
+    ck_assert_ptr_null(strstr(out, "nan"));
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "%s --format json", base);
+    ck_assert_int_eq(run(args, &out, &err), 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    ck_assert_msg(j != NULL, "%s", je.text);
+    json_t *r = json_array_get(json_object_get(j, "rows"), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(r, "policy")), "streaming");
+    ck_assert(json_is_null(json_object_get(r, "speedup")));
+    json_decref(j);
+    free(out);
+    free(err);
+    /* max_batch 0 is explained: the weights alone exceed one H100. */
+    rc = run("sweep --synthetic --no-png --models Qwen3-235B-A22B --gpus H100 --tp 1 --contexts 32K "
+             "--batch 1 --policies full",
+             &out, &err);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "# max_batch 0 with wts_GB above the usable HBM") != NULL, "%s", out);
+    free(out);
+    free(err);
+}
+END_TEST
+
+START_TEST(per_policy_parameters)
+{
+    char *out, *err;
+    /* Several T_max and K values in one sweep. */
+    int rc = run("sweep --synthetic --no-png --models Qwen3-4B --gpus H100 --tp 1 --contexts 32K "
+                 "--batch 4 --policies sfi,sfi:T_max=16,sfi:K=1024,n_recent=128,tmax:T_max=8 "
+                 "--format csv",
+                 &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    double s0 = csv_num(out, 32768, "sfi", C_SLOW), s16 = csv_num(out, 32768, "sfi:T_max=16", C_SLOW);
+    ck_assert_msg(s16 > s0, "T_max=16 slow %g vs %g", s16, s0);
+    ck_assert(csv_num(out, 32768, "tmax:T_max=8", C_SLOW) > 0.12);
+    /* A smaller K and recent window: less KV state per request, more
+     * tokens/s. */
+    ck_assert(csv_num(out, 32768, "sfi:K=1024,n_recent=128", C_KV) < csv_num(out, 32768, "sfi", C_KV));
+    ck_assert(csv_num(out, 32768, "sfi:K=1024,n_recent=128", C_TOKS) > csv_num(out, 32768, "sfi", C_TOKS));
+    free(out);
+    free(err);
+    expect_fail("--synthetic --no-png --policies sfi:alpha=0.3", 1, "does not change what a step costs");
+    expect_fail("--synthetic --no-png --policies quest:T_max=8", 1, "T_max applies to sfi and tmax only");
+    expect_fail("--synthetic --no-png --policies sfi:T_max=0", 1, "T_max");
+    expect_fail("--synthetic --no-png --policies sfi:bogus=1", 1, "bogus");
+}
+END_TEST
+
+START_TEST(short_stream_is_noted)
+{
+    char *out, *err;
+    /* 32 requests x 4096 steps read more than the synthetic stream's 65536
+     * tokens: a note says they are replayed again. */
+    int rc = run("sweep --synthetic --no-png --models Qwen3-0.6B --contexts 8K --batch 32 --steps 4096 "
+                 "--policies sfi",
+                 &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_msg(strstr(err, "tokens are replayed about 2.0 times") != NULL, "%s", err);
+    free(out);
+    free(err);
+    rc = run("sweep --synthetic --no-png --models Qwen3-0.6B --contexts 8K --batch 8 --policies sfi", &out,
+             &err);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_ptr_null(strstr(err, "replayed"));
+    free(out);
+    free(err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sweep");
@@ -337,6 +525,10 @@ int main(void)
     tcase_add_test(tc, trace_drives_the_trigger_stream);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, presets_and_validate);
+    tcase_add_test(tc, tp_auto_per_context);
+    tcase_add_test(tc, no_baseline_and_no_room);
+    tcase_add_test(tc, per_policy_parameters);
+    tcase_add_test(tc, short_stream_is_noted);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -80,6 +80,82 @@ START_TEST(lines_and_heatmap_png)
 }
 END_TEST
 
+/* Pixels of the image close to colour (r, g, b) in the rectangle
+ * [x0, x1) x [y0, y1) (whole image when x1 <= x0). */
+static long pixels_like(const char *path, int r, int g, int b, int x0, int y0, int x1, int y1)
+{
+    cairo_surface_t *s = cairo_image_surface_create_from_png(path);
+    ck_assert_int_eq(cairo_surface_status(s), CAIRO_STATUS_SUCCESS);
+    int w = cairo_image_surface_get_width(s), h = cairo_image_surface_get_height(s);
+    if (x1 <= x0) {
+        x0 = y0 = 0;
+        x1 = w;
+        y1 = h;
+    }
+    int stride = cairo_image_surface_get_stride(s);
+    const unsigned char *d = cairo_image_surface_get_data(s);
+    long n = 0;
+    for (int y = y0; y < y1 && y < h; y++)
+        for (int x = x0; x < x1 && x < w; x++) {
+            const unsigned char *p = d + y * stride + 4 * x; /* BGRA */
+            n += abs(p[2] - r) < 24 && abs(p[1] - g) < 24 && abs(p[0] - b) < 24;
+        }
+    cairo_surface_destroy(s);
+    return n;
+}
+
+START_TEST(styles_bars_bands_notes)
+{
+    char *dir = sfi_test_tmpdir(), path[4200];
+    sfi_error e;
+    sfi_plot *p = sfi_plot_new(1200, 400, 1, 3);
+    ck_assert_ptr_nonnull(p);
+    double x[4] = {1, 2, 3, 4}, y[4] = {1, 2, 3, 4}, lo[4] = {0.5, 1, 2, 3}, hi[4] = {2, 3, 4, 5},
+           nan4[4] = {NAN, NAN, NAN, NAN};
+    /* Panel 0: many plain lines and one primary (red) on top; the plain
+     * palette has no red. */
+    ck_assert_int_eq(sfi_plot_axes(p, 0, "lines\nsecond line", "x", "y", 0, &e), SFI_OK);
+    for (int i = 0; i < 12; i++) {
+        char l[16];
+        snprintf(l, sizeof l, "p%d", i);
+        double yy[4] = {i, i + 1, i, i + 1};
+        ck_assert_int_eq(sfi_plot_line(p, 0, l, x, yy, 4, 0, &e), SFI_OK);
+    }
+    ck_assert_int_eq(sfi_plot_line_styled(p, 0, "main", x, y, 4, 1, SFI_PLOT_PRIMARY, &e), SFI_OK);
+    ck_assert_int_eq(sfi_plot_band(p, 0, "main", x, lo, hi, 4, SFI_PLOT_PRIMARY, &e), SFI_OK);
+    /* Panel 1: bars, one without a value. */
+    ck_assert_int_eq(sfi_plot_axes(p, 1, "bars", "value", "", 0, &e), SFI_OK);
+    ck_assert_int_eq(sfi_plot_bar(p, 1, "full", 1.0, "1.00x", SFI_PLOT_REFERENCE, &e), SFI_OK);
+    ck_assert_int_eq(sfi_plot_bar(p, 1, "main", 2.5, "2.50x", SFI_PLOT_PRIMARY, &e), SFI_OK);
+    ck_assert_int_eq(sfi_plot_bar(p, 1, "other", NAN, "no-fit", SFI_PLOT_PLAIN, &e), SFI_OK);
+    /* Lines and bars do not mix. */
+    ck_assert_int_eq(sfi_plot_line(p, 1, "x", x, y, 4, 0, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_plot_bar(p, 0, "x", 1, NULL, SFI_PLOT_PLAIN, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_plot_band(p, 0, "x", x, NULL, hi, 4, SFI_PLOT_PLAIN, &e), SFI_EINVAL);
+    /* Panel 2: nothing drawable, a note instead of a meaningless scale. */
+    ck_assert_int_eq(sfi_plot_axes(p, 2, "empty", "x", "y", 0, &e), SFI_OK);
+    ck_assert_int_eq(sfi_plot_line(p, 2, "main", x, nan4, 4, 1, &e), SFI_OK);
+    ck_assert_int_eq(sfi_plot_note(p, 2, "nothing fits", &e), SFI_OK);
+    snprintf(path, sizeof path, "%s/s.png", dir);
+    ck_assert_msg(sfi_plot_write_png(p, path, &e) == SFI_OK, "%s", e.msg);
+    sfi_plot_free(p);
+    /* The primary red is present in the line panel and the bar panel. */
+    ck_assert(pixels_like(path, 217, 20, 23, 0, 0, 400, 400) > 100);
+    ck_assert(pixels_like(path, 217, 20, 23, 400, 0, 800, 400) > 100);
+    /* The empty panel: inside its frame only white, the note's box and its
+     * text, and no tick labels left of the frame (only the y label). */
+    int w, h;
+    double f = ink(path, &w, &h);
+    ck_assert(f > 0.01);
+    ck_assert_int_eq(pixels_like(path, 217, 20, 23, 800, 0, 1200, 400), 0);
+    ck_assert_int_eq(pixels_like(path, 255, 255, 255, 825, 60, 870, 330), 45 * 270);
+    /* The line panel has tick labels there. */
+    ck_assert(pixels_like(path, 255, 255, 255, 25, 60, 70, 330) < 45 * 270);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(bad_arguments)
 {
     sfi_error e;
@@ -114,6 +190,7 @@ int main(void)
     Suite *s = suite_create("plot");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, lines_and_heatmap_png);
+    tcase_add_test(tc, styles_bars_bands_notes);
     tcase_add_test(tc, bad_arguments);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -364,6 +364,46 @@ START_TEST(reader_refuses_bad_files)
     write_tokens_trace(p, 1, 10, 0, 1);
     sql_on(p, "UPDATE steps SET ctx_len = 3 WHERE step = 5;");
     expect_open_fails(p, SFI_EFORMAT, "ctx_len");
+
+    /* Issue 20: a directory was "empty file", a FIFO hung, a locked trace
+     * was "corrupt, truncated or not an sfi trace?". */
+    snprintf(p, sizeof p, "%s/adir", dir);
+    ck_assert_int_eq(mkdir(p, 0700), 0);
+    expect_open_fails(p, SFI_EIO, "is a directory, not an sfi trace");
+    snprintf(p, sizeof p, "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    expect_open_fails(p, SFI_EIO, "not a regular file");
+    snprintf(p, sizeof p, "%s/locked.db", dir);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    int sync_pipe[2];
+    ck_assert_int_eq(pipe(sync_pipe), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        sqlite3 *h;
+        char c = 'x';
+        if (sqlite3_open(p, &h) != SQLITE_OK ||
+            sqlite3_exec(h, "BEGIN EXCLUSIVE; UPDATE meta SET value = value;", NULL, NULL,
+                         NULL) != SQLITE_OK)
+            c = 'e';
+        if (write(sync_pipe[1], &c, 1) != 1)
+            _exit(1);
+        sleep(30); /* until killed */
+        _exit(0);
+    }
+    char c = 0;
+    ck_assert_int_eq(read(sync_pipe[0], &c, 1), 1);
+    ck_assert_int_eq(c, 'x');
+    sfi_trace *t = NULL;
+    sfi_error e;
+    ck_assert_int_eq(sfi_trace_open(p, &t, &e), SFI_EIO);
+    ck_assert_msg(strstr(e.msg, "locked") && !strstr(e.msg, "corrupt"), "%s", e.msg);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(sync_pipe[0]);
+    close(sync_pipe[1]);
+    ck_assert_msg(sfi_trace_open(p, &t, &e) == SFI_OK, "%s", e.msg);
+    sfi_trace_close(t);
 }
 END_TEST
 
@@ -485,6 +525,142 @@ START_TEST(killed_writer_leaves_committed_steps)
 }
 END_TEST
 
+/* Issue 20.3: --trace replaced whatever was at its path (a checkpoint, a
+ * prompt, another run's trace being written, a database under another
+ * program's lock). Only an sfi trace nobody writes or locks, or an empty
+ * file, is replaced. */
+static void expect_not_replaced(const char *p, const char *needle)
+{
+    sfi_trace_meta m;
+    meta_small(&m, SFI_TRACE_TOKENS);
+    sfi_trace_writer *w = NULL;
+    sfi_error e;
+    ck_assert_int_eq(sfi_trace_create(p, &m, SFI_TRACE_OVERWRITE, 0, &w, &e), SFI_EIO);
+    ck_assert_ptr_null(w);
+    ck_assert_msg(strstr(e.msg, p) && strstr(e.msg, needle), "%s", e.msg);
+    ck_assert_int_eq(sfi_trace_replaceable(p, &e), SFI_EIO);
+}
+
+static void write_small_trace(const char *p, int steps)
+{
+    sfi_trace_meta m;
+    meta_small(&m, SFI_TRACE_TOKENS);
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_create(p, &m, SFI_TRACE_OVERWRITE, 0, &w, &e) == SFI_OK, "%s", e.msg);
+    int32_t prompt[1] = {1};
+    ck_assert_int_eq(sfi_trace_add_request(w, prompt, 1, NULL, &e), SFI_OK);
+    for (int i = 0; i < steps; i++) {
+        int32_t tok;
+        sfi_step_kind k;
+        sfi_step_reason r;
+        synth(i, &tok, &k, &r);
+        ck_assert_int_eq(sfi_trace_append_step(w, 0, i, 2 + i, tok, k, r, &e), SFI_OK);
+    }
+    ck_assert_int_eq(sfi_trace_finish(w, &e), SFI_OK);
+}
+
+static int64_t steps_in(const char *p)
+{
+    sfi_trace *t;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_open(p, &t, &e) == SFI_OK, "%s", e.msg);
+    int64_t n = sfi_trace_n_steps(t);
+    sfi_trace_close(t);
+    return n;
+}
+
+START_TEST(replaces_only_unused_sfi_traces)
+{
+    char p[4200], q[4200];
+    /* Not a trace: a checkpoint-like file, a prompt, another database. */
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    ck_assert_int_eq(sfi_test_write_file(p, "\x08\0\0\0\0\0\0\0{}      ", 16), 0);
+    expect_not_replaced(p, "exists and is not an sfi trace; not replacing it");
+    snprintf(p, sizeof p, "%s/p.txt", dir);
+    ck_assert_int_eq(sfi_test_write_file(p, "The cat sat.\n", 13), 0);
+    expect_not_replaced(p, "is not an sfi trace");
+    char *t = sfi_test_read_file(p, NULL);
+    ck_assert_str_eq(t, "The cat sat.\n");
+    free(t);
+    snprintf(p, sizeof p, "%s/other.db", dir);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(p, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "CREATE TABLE x(a); INSERT INTO x VALUES(1);", NULL, NULL,
+                                  NULL), SQLITE_OK);
+    sqlite3_close(db);
+    expect_not_replaced(p, "an SQLite database that is not an sfi trace");
+    /* A directory, a FIFO, a dangling link. */
+    expect_not_replaced(dir, "not a regular file");
+    snprintf(p, sizeof p, "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    expect_not_replaced(p, "not a regular file");
+    snprintf(p, sizeof p, "%s/dangling.db", dir);
+    ck_assert_int_eq(symlink("nowhere.db", p), 0);
+    expect_not_replaced(p, "a dangling symbolic link");
+    /* Replaced: an empty file, a finished trace, a trace through a link
+     * (the link stays). */
+    snprintf(p, sizeof p, "%s/empty.db", dir);
+    ck_assert_int_eq(sfi_test_write_file(p, "", 0), 0);
+    write_small_trace(p, 3);
+    ck_assert_int_eq(steps_in(p), 3);
+    write_small_trace(p, 5);
+    ck_assert_int_eq(steps_in(p), 5);
+    snprintf(q, sizeof q, "%s/link.db", dir);
+    ck_assert_int_eq(symlink("empty.db", q), 0);
+    write_small_trace(q, 7);
+    struct stat sb;
+    ck_assert_int_eq(lstat(q, &sb), 0);
+    ck_assert(S_ISLNK(sb.st_mode));
+    ck_assert_int_eq(steps_in(p), 7);
+    /* A trace another writer is recording: refused; the first writer
+     * keeps every step. */
+    sfi_trace_meta m;
+    meta_small(&m, SFI_TRACE_TOKENS);
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_int_eq(sfi_trace_create(path, &m, SFI_TRACE_OVERWRITE, 1, &w, &e), SFI_OK);
+    int32_t prompt[1] = {1};
+    ck_assert_int_eq(sfi_trace_add_request(w, prompt, 1, NULL, &e), SFI_OK);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e),
+                     SFI_OK);
+    ck_assert_int_eq(sfi_trace_flush(w, &e), SFI_OK);
+    expect_not_replaced(path, "locked: another sfi process is recording this trace");
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 1, 3, 6, SFI_STEP_FAST, SFI_REASON_NONE, &e),
+                     SFI_OK);
+    ck_assert_int_eq(sfi_trace_finish(w, &e), SFI_OK);
+    ck_assert_int_eq(steps_in(path), 2);
+    /* A trace under another program's exclusive lock: refused. */
+    int sync_pipe[2];
+    ck_assert_int_eq(pipe(sync_pipe), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        sqlite3 *h;
+        char c = 'x';
+        if (sqlite3_open(path, &h) != SQLITE_OK ||
+            sqlite3_exec(h, "BEGIN EXCLUSIVE", NULL, NULL, NULL) != SQLITE_OK)
+            c = 'e';
+        if (write(sync_pipe[1], &c, 1) != 1)
+            _exit(1);
+        sleep(30); /* until killed */
+        _exit(0);
+    }
+    char c = 0;
+    ck_assert_int_eq(read(sync_pipe[0], &c, 1), 1);
+    ck_assert_int_eq(c, 'x');
+    expect_not_replaced(path, "locked by another program");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(sync_pipe[0]);
+    close(sync_pipe[1]);
+    ck_assert_int_eq(steps_in(path), 2);
+    /* Without the overwrite flag nothing is replaced. */
+    ck_assert_int_eq(sfi_trace_create(path, &m, 0, 0, &w, &e), SFI_EIO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "exists (not overwriting a trace)"));
+}
+END_TEST
+
 START_TEST(levels_parse)
 {
     sfi_trace_level l;
@@ -509,6 +685,7 @@ int main(void)
     tcase_add_test(tc, reader_survives_truncation_and_garbage);
     tcase_add_test(tc, killed_writer_leaves_committed_steps);
     tcase_add_test(tc, levels_parse);
+    tcase_add_test(tc, replaces_only_unused_sfi_traces);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -10,7 +10,9 @@
  * sfi-ref decodes with, fed the previous token x_{t-1} = d[P-1+t].
  *
  * The trace is written to OUT.tmp-PID and renamed to OUT on success, so a
- * failed or killed run never leaves a half-written OUT. */
+ * failed or killed run never leaves a half-written OUT. OUT itself follows
+ * the trace rule of sfi_trace_replaceable: only an sfi trace nobody is
+ * writing (or an empty file) is replaced. */
 #include <config.h>
 
 #include <errno.h>
@@ -36,7 +38,8 @@ static void usage(FILE *out)
             "come from the trigger policy.\n\n"
             "options:\n"
             "  --tokenizer DIR     Hugging Face tokenizer directory (vocab.json, merges.txt)\n"
-            "  --out FILE          trace to write (replaced if it exists)\n"
+            "  --out FILE          trace to write (an existing sfi trace is replaced;\n"
+            "                      any other file is refused)\n"
             "  --prompt N          prompt tokens per request (default 8192)\n"
             "  --steps N           at most N decode steps per request (default: the rest)\n"
             "  --concat            join all FILEs (blank line between) into one document\n"
@@ -289,6 +292,11 @@ int main(int argc, char **argv)
              h_vocab, h_merges, (int)sfi_vocab_size(vocab));
     char *params_json = sfi_params_to_json(&prm);
 
+    if (sfi_trace_replaceable(out, &e) != SFI_OK) {
+        fprintf(stderr, "tokenize_corpus: %s\n", e.msg);
+        free(params_json);
+        return 1;
+    }
     size_t tmp_n = strlen(out) + 32;
     char *tmp = malloc(tmp_n);
     if (!tmp || !params_json) {
@@ -363,6 +371,11 @@ int main(int argc, char **argv)
         goto done;
     }
     if (sfi_trace_finish(c.w, &e) != SFI_OK) {
+        fprintf(stderr, "tokenize_corpus: %s\n", e.msg);
+        goto done;
+    }
+    /* Once more: a writer may have started on OUT meanwhile. */
+    if (sfi_trace_replaceable(out, &e) != SFI_OK) {
         fprintf(stderr, "tokenize_corpus: %s\n", e.msg);
         goto done;
     }
