@@ -28,6 +28,7 @@
 #include "sfi_attention.h"
 #include "sfi_gpu_engine.h"
 #include "sfi_gpu_verify.h"
+#include "sfi_io.h"
 #include "sfi_qwen3.h"
 #include "sfi_tokenizer.h"
 #include "sfi_vocab.h"
@@ -880,9 +881,9 @@ static int run_e2e(const e2e_case *c)
     int n_stream = 0;
     if (small) {
         size_t len = 0;
-        char *txt = sfi_test_free_read(ids_path, &len);
-        if (!txt) {
-            printf("FAIL: %s: cannot read\n", ids_path);
+        char *txt = NULL;
+        if (sfi_io_read(ids_path, (size_t)1 << 20, "token-id file", &txt, &len, &e)) {
+            printf("FAIL: %s\n", e.msg);
             goto out;
         }
         stream = malloc(8192 * sizeof(int32_t));

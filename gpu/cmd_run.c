@@ -24,6 +24,7 @@
 #include "sfi_gpu_cli.h"
 #include "sfi_gpu_engine.h"
 #include "sfi_gpu_verify.h"
+#include "sfi_io.h"
 #include "sfi_params.h"
 #include "sfi_qwen3.h"
 #include "sfi_state.h"
@@ -103,46 +104,17 @@ static int parse_int(const char *s, const char *what, int lo, int hi, int *out)
     return 0;
 }
 
+/* Prompt files: at most 256 MiB (a million-token prompt is ~8 MB). */
+#define PROMPT_MAX ((size_t)256 << 20)
+
 static char *read_file(const char *path, size_t *len, sfi_error *err)
 {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        sfi_error_set(err, SFI_EIO, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0)
-            break;
-    }
-    int bad = ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (!buf) {
-        sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-        return NULL;
-    }
-    if (bad) {
-        free(buf);
-        sfi_error_set(err, SFI_EIO, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    char *s = NULL;
+    sfi_status rc = strcmp(path, "-")
+                        ? sfi_io_read(path, PROMPT_MAX, "prompt", &s, len, err)
+                        : sfi_io_read_stream(stdin, "standard input", PROMPT_MAX, "prompt", &s,
+                                             len, err);
+    return rc ? NULL : s;
 }
 
 typedef struct {
@@ -203,8 +175,9 @@ static sfi_status parse_id_lines(const char *path, const char *s, size_t len, pr
             if (p < e && s[p] != ' ' && s[p] != '\t' && s[p] != '\r') {
                 free(ids);
                 prompts_free(v, n);
-                return sfi_error_set(err, SFI_EFORMAT, "%s:%d: byte %zu: unexpected '%c'", path,
-                                     line, p - i + 1, s[p] ? s[p] : '?');
+                return sfi_error_set(err, SFI_EFORMAT, "%s:%d: byte %zu: unexpected byte 0x%02x "
+                                     "after a token id", path, line, p - i + 1,
+                                     (unsigned)(unsigned char)s[p]);
             }
             if (k == kc) {
                 kc = kc ? 2 * kc : 256;
@@ -645,11 +618,6 @@ int sfi_gpu_cmd_run(int argc, char **argv)
     int digest = !bench && !no_digest;
 
     char msg[256];
-    if (!sfi_gpu_device_ok(msg, sizeof msg)) {
-        fprintf(stderr, CMD ": skipped: %s\n", msg);
-        return SFI_GPU_EXIT_NODEV;
-    }
-
     int rc = 1;
     sfi_qwen3 *m = NULL;
     sfi_model_config cfg;
@@ -795,6 +763,12 @@ int sfi_gpu_cmd_run(int argc, char **argv)
     eo.max_batch = B;
     eo.max_ctx = max_prompt + max_new - 1 > 2 ? max_prompt + max_new - 1 : 2;
     eo.stop_token = stop ? cfg.eos_token_id : -1;
+    /* inputs are checked; now the device */
+    if (!sfi_gpu_device_ok(msg, sizeof msg)) {
+        fprintf(stderr, CMD ": skipped: %s\n", msg);
+        rc = SFI_GPU_EXIT_NODEV;
+        goto out;
+    }
     double bw = bench ? copy_bandwidth() : 0;
     {
         sfi_gpu_engine_mem mp;
