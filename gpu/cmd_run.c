@@ -85,6 +85,11 @@ static void usage(FILE *out)
             "      --no-overlap       Selector and reorg on the main stream\n"
             "      --page N           positions per KV page (64)\n"
             "      --prefill-chunk N  prompt tokens per prefill pass (2048)\n"
+            "      --force-ids F      teacher forcing from a file: line i holds the inputs\n"
+            "                         of request i's steps 1.. (e.g. another run's ids)\n"
+            "      --no-pdl           no programmatic dependent launch in decode steps\n"
+            "      --bench-no-selector  timing experiment: slow steps skip the Selector\n"
+            "                         and reorg (what the Selector costs; wrong results)\n"
             "  -h, --help             print this help\n\n"
             "Exit status: 0 ok, 1 bad input, failure or check mismatch, 2 usage error,\n"
             "77 no CUDA device. See sfi-gpu(1).\n",
@@ -219,8 +224,11 @@ static sfi_status parse_id_lines(const char *path, const char *s, size_t len, pr
 
 /* The trace's requests as streams (prompt ++ recorded tokens): prompt =
  * the first ctx tokens (ctx 0: the recorded prompt), force = the next
- * n_force. */
-static sfi_status read_replay(const char *path, int ctx, int n_force, int32_t n_vocab,
+ * n_force. A batch larger than the trace takes every request several
+ * times; each further copy starts `stride` tokens later in its stream
+ * (up to 512, as far as the stream allows), so that copies do not trigger
+ * their slow steps at the same steps. batch 0: one slot per request. */
+static sfi_status read_replay(const char *path, int ctx, int n_force, int32_t n_vocab, int batch,
                               prompt_t **out, int *n_out, sfi_error *err)
 {
     sfi_trace *t = NULL;
@@ -239,14 +247,15 @@ static sfi_status read_replay(const char *path, int ctx, int n_force, int32_t n_
         sfi_trace_close(t);
         return sfi_error_set(err, SFI_EFORMAT, "%s: no requests", path);
     }
-    if (nr > 4096)
-        nr = 4096;
-    prompt_t *v = calloc((size_t)nr, sizeof *v);
+    if (nr > SFI_GPU_MAX_BATCH)
+        nr = SFI_GPU_MAX_BATCH;
+    int B = batch > 0 ? batch : (int)nr;
+    prompt_t *v = calloc((size_t)B, sizeof *v);
     if (!v) {
         sfi_trace_close(t);
         return sfi_error_set(err, SFI_ENOMEM, "out of memory");
     }
-    for (int64_t i = 0; i < nr && !rc; i++) {
+    for (int64_t i = 0; i < nr && i < B && !rc; i++) {
         sfi_trace_request r;
         sfi_trace_steps s;
         if ((rc = sfi_trace_read_request(t, i, &r, err)))
@@ -257,26 +266,35 @@ static sfi_status read_replay(const char *path, int ctx, int n_force, int32_t n_
         }
         int64_t total = r.n_prompt + s.n;
         int p = ctx > 0 ? ctx : r.n_prompt;
-        if (p > total || total - p < n_force) {
+        int copies = (int)((B - 1 - i) / nr) + 1;
+        int64_t spare = total - p - n_force;
+        if (spare < 0) {
             rc = sfi_error_set(err, SFI_ERANGE,
                                "%s: request %" PRId64 " has %" PRId64 " tokens; a %d-token "
                                "prompt and %d forced steps need %" PRId64,
                                path, i, total, p, n_force, (int64_t)p + n_force);
-        } else {
-            v[i].n = p;
-            v[i].n_force = n_force;
-            v[i].ids = malloc((size_t)p * 4 + 4);
-            v[i].force = malloc((size_t)n_force * 4 + 4);
-            if (!v[i].ids || !v[i].force) {
+        }
+        int64_t stride = copies > 1 ? spare / (copies - 1) : 0;
+        if (stride > 512)
+            stride = 512;
+        for (int k = 0; k < copies && !rc; k++) {
+            prompt_t *q = &v[i + (int64_t)k * nr];
+            int64_t off = k * stride;
+            q->n = p;
+            q->n_force = n_force;
+            q->ids = malloc((size_t)p * 4 + 4);
+            q->force = malloc((size_t)n_force * 4 + 4);
+            if (!q->ids || !q->force) {
                 rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
-            } else {
-                for (int64_t k = 0; k < p + n_force; k++) {
-                    int32_t tok = k < r.n_prompt ? r.prompt[k] : s.token[k - r.n_prompt];
-                    if (k < p)
-                        v[i].ids[k] = tok;
-                    else
-                        v[i].force[k - p] = tok;
-                }
+                break;
+            }
+            for (int64_t x = 0; x < p + n_force; x++) {
+                int64_t at = off + x;
+                int32_t tok = at < r.n_prompt ? r.prompt[at] : s.token[at - r.n_prompt];
+                if (x < p)
+                    q->ids[x] = tok;
+                else
+                    q->force[x - p] = tok;
             }
         }
         sfi_trace_steps_free(&s);
@@ -284,11 +302,11 @@ static sfi_status read_replay(const char *path, int ctx, int n_force, int32_t n_
     }
     sfi_trace_close(t);
     if (rc) {
-        prompts_free(v, (int)nr);
+        prompts_free(v, B);
         return rc;
     }
     *out = v;
-    *n_out = (int)nr;
+    *n_out = B;
     return SFI_OK;
 }
 
@@ -298,6 +316,45 @@ static int file_exists(const char *dir, const char *name)
     struct stat sb;
     snprintf(p, sizeof p, "%s/%s", dir, name);
     return stat(p, &sb) == 0;
+}
+
+/* The text as valid UTF-8 (a random-weight model emits byte-level tokens
+ * that need not join into characters): invalid bytes become U+FFFD. */
+static char *utf8_clean(const char *s, size_t n, size_t *out_n)
+{
+    char *o = malloc(3 * n + 1);
+    size_t k = 0;
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = len > 0 && i + len <= n && c != 0;
+        for (int j = 1; ok && j < len; j++)
+            ok = ((unsigned char)s[i + j] >> 6) == 2;
+        if (ok && len == 2 && c < 0xc2)
+            ok = 0; /* overlong */
+        if (ok && len >= 3) {
+            uint32_t cp = len == 3 ? ((c & 15u) << 12) | (((unsigned char)s[i + 1] & 63u) << 6) |
+                                         ((unsigned char)s[i + 2] & 63u)
+                                   : ((c & 7u) << 18) | (((unsigned char)s[i + 1] & 63u) << 12) |
+                                         (((unsigned char)s[i + 2] & 63u) << 6) |
+                                         ((unsigned char)s[i + 3] & 63u);
+            ok = (len == 3 ? cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff) : cp >= 0x10000 && cp <= 0x10ffff);
+        }
+        if (ok) {
+            memcpy(o + k, s + i, (size_t)len);
+            k += (size_t)len;
+            i += (size_t)len;
+        } else {
+            memcpy(o + k, "\xef\xbf\xbd", 3);
+            k += 3;
+            i++;
+        }
+    }
+    o[k] = 0;
+    *out_n = k;
+    return o;
 }
 
 /* ---- bench: bytes and times ---- */
@@ -457,7 +514,7 @@ int sfi_gpu_cmd_run(int argc, char **argv)
     enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
            O_TOKENIZER, O_STOP, O_JSON, O_SYN, O_LAYERS, O_SEED, O_REPLAY, O_REPLAY_CTX,
            O_DTYPE, O_EXACT, O_CHECK, O_CHECK_BACKEND, O_BENCH, O_NODIGEST, O_NOGRAPH,
-           O_NOOVERLAP, O_PAGE, O_CHUNK };
+           O_NOOVERLAP, O_PAGE, O_CHUNK, O_FORCE, O_NOSEL, O_NOPDL };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"synthetic", required_argument, NULL, O_SYN},
@@ -488,11 +545,14 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         {"no-overlap", no_argument, NULL, O_NOOVERLAP},
         {"page", required_argument, NULL, O_PAGE},
         {"prefill-chunk", required_argument, NULL, O_CHUNK},
+        {"force-ids", required_argument, NULL, O_FORCE},
+        {"bench-no-selector", no_argument, NULL, O_NOSEL},
+        {"no-pdl", no_argument, NULL, O_NOPDL},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *model = NULL, *synthetic = NULL, *prompt = NULL, *prompt_file = NULL;
-    const char *prompt_ids = NULL, *replay = NULL, *tok_dir = NULL;
+    const char *prompt_ids = NULL, *replay = NULL, *tok_dir = NULL, *force_ids = NULL;
     int layers = 0, seed = 1, replay_ctx = 0, max_new = -1, batch = 0, json = 0, stop = 0;
     int check = 0, bench = 0, no_digest = 0;
     sfi_backend check_backend = SFI_BACKEND_SCALAR;
@@ -568,6 +628,9 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         case O_NOOVERLAP: eo.overlap = 0; break;
         case O_PAGE: if (parse_int(optarg, "--page", 1, 4096, &eo.page)) return 2; break;
         case O_CHUNK: if (parse_int(optarg, "--prefill-chunk", 1, 1 << 20, &eo.prefill_chunk)) return 2; break;
+        case O_FORCE: force_ids = optarg; break;
+        case O_NOSEL: eo.skip_select = 1; break;
+        case O_NOPDL: eo.pdl = 0; break;
         case 'h': usage(stdout); return 0;
         default:
             if (optopt && optopt < 256)
@@ -595,11 +658,19 @@ int sfi_gpu_cmd_run(int argc, char **argv)
                         "for a checkpoint)\n");
         return 2;
     }
+    if (force_ids && replay) {
+        fprintf(stderr, CMD ": --force-ids and --replay both force the inputs: give one\n");
+        return 2;
+    }
+    if (eo.skip_select && !bench) {
+        fprintf(stderr, CMD ": --bench-no-selector is a timing experiment: it needs --bench\n");
+        return 2;
+    }
     if (replay_ctx && !replay) {
         fprintf(stderr, CMD ": --replay-ctx needs --replay\n");
         return 2;
     }
-    if (check && (synthetic || replay)) {
+    if (check && (synthetic || replay || force_ids)) {
         fprintf(stderr, CMD ": --check compares with sfi-ref on a checkpoint (--model) and "
                         "greedy decoding (no --replay)\n");
         return 2;
@@ -690,7 +761,7 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         }
         free(s);
     } else if (replay) {
-        if (read_replay(replay, replay_ctx, max_new - 1, cfg.vocab_size, &pr, &n_pr, &e)) {
+        if (read_replay(replay, replay_ctx, max_new - 1, cfg.vocab_size, batch, &pr, &n_pr, &e)) {
             fprintf(stderr, CMD ": %s\n", e.msg);
             goto out;
         }
@@ -721,6 +792,34 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         pr[0].ids = ids;
         pr[0].n = (int)n;
         n_pr = 1;
+    }
+    if (force_ids) { /* line i forces request i's inputs of steps 1.. */
+        size_t len;
+        prompt_t *fr = NULL;
+        int nf = 0;
+        char *s = read_file(force_ids, &len, &e);
+        if (!s || parse_id_lines(force_ids, s, len, &fr, &nf, &e)) {
+            free(s);
+            fprintf(stderr, CMD ": %s\n", e.msg);
+            goto out;
+        }
+        free(s);
+        int bad = nf < n_pr;
+        for (int i = 0; i < n_pr && !bad; i++) {
+            if (fr[i].n < max_new - 1) {
+                bad = 1;
+                break;
+            }
+            pr[i].force = fr[i].ids;
+            pr[i].n_force = fr[i].n;
+            fr[i].ids = NULL;
+        }
+        prompts_free(fr, nf);
+        if (bad) {
+            fprintf(stderr, CMD ": %s: needs a line of at least %d ids for each of the %d "
+                            "prompts\n", force_ids, max_new - 1, n_pr);
+            goto out;
+        }
     }
     B = batch ? batch : (n_pr < SFI_GPU_MAX_BATCH ? n_pr : SFI_GPU_MAX_BATCH);
     if (n_pr < B) { /* cycle through the prompts */
@@ -862,8 +961,11 @@ int sfi_gpu_cmd_run(int argc, char **argv)
                 json_array_append_new(steps, s);
             }
             json_object_set_new(j, "generated_ids", g);
-            if (text)
-                json_object_set_new(j, "text", json_stringn_nocheck(text, text_len));
+            size_t cl = 0;
+            char *clean = text ? utf8_clean(text, text_len, &cl) : NULL;
+            if (clean)
+                json_object_set_new(j, "text", json_stringn(clean, cl));
+            free(clean);
             json_object_set_new(j, "steps", steps);
             json_object_set_new(j, "n_slow", json_integer(n_slow));
             json_object_set_new(j, "slow_fraction", json_real((double)n_slow / ng));
@@ -933,8 +1035,10 @@ int sfi_gpu_cmd_run(int argc, char **argv)
     }
     if (json) {
         char *s = json_dumps(jout, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-        if (!s)
+        if (!s) {
+            fprintf(stderr, CMD ": cannot encode the JSON output (out of memory?)\n");
             goto out;
+        }
         printf("%s\n", s);
         free(s);
     }

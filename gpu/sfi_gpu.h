@@ -109,6 +109,10 @@ typedef struct {
      * one long dense request among short sparse ones is still spread over
      * many SMs. 0: the default rule (waves of one CTA per SM). */
     int min_split_rows;
+    /* when set, the fast kernels also write the output rounded to bf16
+     * here ([batch][n_heads][D]): the next GEMM's input, without a
+     * conversion launch */
+    void *out_bf16;
 } sfi_gpu_attn_ws;
 
 /* Device scratch of one Selector call (one ring slot). Each [batch][n_kv]
@@ -227,6 +231,13 @@ int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
 int sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale,
                         cudaStream_t st);
 int sfi_gpu_noop(cudaStream_t st);
+
+/* Programmatic dependent launch for the launches that follow (the
+ * engine's decode steps): each kernel may start while the one before it
+ * in the stream finishes, and waits (griddepcontrol.wait) before reading
+ * its results. Default off; not thread-safe. */
+void sfi_gpu_set_pdl(int on);
+int sfi_gpu_pdl(void);
 
 /* 1 when a usable CUDA device is present; else 0 and why in msg. */
 int sfi_gpu_device_ok(char *msg, size_t msg_len);

@@ -81,7 +81,8 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
                                                const float (&l)[G], const float (&acc)[G][VEC], int b,
                                                int kvh, int H, int n_kv, int split, int ns,
                                                float *__restrict__ part_ml, float *__restrict__ part_acc,
-                                               int *__restrict__ counters, float *__restrict__ out) {
+                                               int *__restrict__ counters, float *__restrict__ out,
+                                               __nv_bfloat16 *__restrict__ out_b) {
     float *sm_acc = smem; /* [kWarps][G][D] */
     float *sm_m = sm_acc + kWarps * G * D, *sm_l = sm_m + kWarps * G;
     if (rg == 0) {
@@ -104,7 +105,9 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
             A += sm_acc[(w * G + g) * D + dd] * c;
         }
         if (ns == 1) { /* the only split: the output directly */
-            out[((size_t)b * H + kvh * G + g) * D + dd] = A / L;
+            const size_t o = ((size_t)b * H + kvh * G + g) * D + dd;
+            out[o] = A / L;
+            if (out_b) out_b[o] = __float2bfloat16_rn(A / L);
             continue;
         }
         const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS + split;
@@ -130,7 +133,9 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
             L += __ldcg(part_ml + (ph + s) * 2 + 1) * c;
             A += __ldcg(part_acc + (ph + s) * D + dd) * c;
         }
-        out[((size_t)b * H + kvh * G + g) * D + dd] = A / L;
+        const size_t o = ((size_t)b * H + kvh * G + g) * D + dd;
+        out[o] = A / L;
+        if (out_b) out_b[o] = __float2bfloat16_rn(A / L);
     }
     if (threadIdx.x == 0) counters[b * n_kv + kvh] = 0;
 }
@@ -245,8 +250,11 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
                  const T *__restrict__ ck, const T *__restrict__ cv, int mode, int chunk,
                  float *__restrict__ logits, float *__restrict__ part_ml,
                  float *__restrict__ part_acc, int *__restrict__ counters,
-                 float *__restrict__ out) {
+                 float *__restrict__ out, __nv_bfloat16 *__restrict__ out_b) {
     using C = BulkCfg<T, D, G, kStages>;
+    /* programmatic dependent launch (the engine's steps): the descriptor
+     * and q come from the kernels before; no-ops otherwise */
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
     __shared__ float s_lg[kWarps][G][C::RW];
@@ -490,9 +498,12 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
             for (int i = 0; i < C::VEC; i++) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], off);
         }
     }
+    /* the next kernel may start launching now: earlier, its CTAs would
+     * share the SMs with this streaming loop (measured slower) */
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     __syncthreads(); /* the pipeline buffers become the merge buffers */
     split_epilogue<G, D, C::VEC>(reinterpret_cast<float *>(smem), warp, rg, li, m, l, acc, b, kvh,
-                                 H, n_kv, split, ns, part_ml, part_acc, counters, out);
+                                 H, n_kv, split, ns, part_ml, part_acc, counters, out, out_b);
 }
 
 /* ---- bit-exact f32 path (checker) ----
@@ -611,6 +622,7 @@ __global__ void key_norms_kernel(const sfi_gpu_step_desc *__restrict__ d,
 
 int g_waves = 1;
 int g_stages = 3;
+int g_pdl = 0;
 
 /* Split size: one CTA per SM and wave (g_waves, default 1), the SMs shared
  * evenly by the (request, KV head) pairs. With batch 16 x 8 KV heads that
@@ -652,12 +664,21 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     const int ns = (int)((max_rows + chunk - 1) / chunk);
     dim3 grid(ns, h->n_kv, h->batch);
     /* mixed mode: each request sizes its own splits on the device */
-    kern<<<grid, kWarps * 32, C::SMEM, st>>>(d, q, (const T *)kp, (const T *)vp, (const T *)ck,
-                                             (const T *)cv, mode,
-                                             mode == kModeMixed ? -ws->min_split_rows : (int)chunk,
-                                             logits, ws->part_ml,
-                                             ws->part_acc, ws->counters, out);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kWarps * 32);
+    cfg.dynamicSmemBytes = C::SMEM;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = g_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, d, q, (const T *)kp, (const T *)vp, (const T *)ck,
+                              (const T *)cv, mode,
+                              mode == kModeMixed ? -ws->min_split_rows : (int)chunk, logits,
+                              ws->part_ml, ws->part_acc, ws->counters, out,
+                              (__nv_bfloat16 *)ws->out_bf16);
 }
 
 #define SFI_LAUNCH(G_, S_) \
@@ -785,11 +806,15 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
     ws->n_counters = batch * n_heads;
     ws->waves = 0;
     ws->min_split_rows = 0;
+    ws->out_bf16 = nullptr;
 }
 
 int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {
     return (int)cudaMemsetAsync(ws->counters, 0, (size_t)ws->n_counters * sizeof(int), st);
 }
+
+void sfi_gpu_set_pdl(int on) { g_pdl = on != 0; }
+int sfi_gpu_pdl(void) { return g_pdl; }
 
 void sfi_gpu_attn_set_waves(int waves) { g_waves = waves > 0 ? waves : 1; }
 void sfi_gpu_attn_set_stages(int stages) { g_stages = stages == 2 || stages == 4 ? stages : 3; }

@@ -55,6 +55,7 @@ struct sfi_gpu_engine {
     sfi_gpu_engine_opts o;
     sfi_gpu_engine_mem mem;
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
+    int gu_tiled;        /* gate/up rows in SwiGLU tiles (bf16 fast path) */
     int cap;             /* positions per request */
     int max_blocks, ld, capJ, ccap, rows_act;
     float eps;
@@ -84,6 +85,10 @@ struct sfi_gpu_engine {
     int32_t *sel_e;
     int32_t *next;
     unsigned long long *slots;     /* argmax scratch [64] */
+    float *gemm_part;              /* split-K partials of the decode GEMMs */
+    int *gemm_cnt;
+    size_t gemm_part_floats;
+    int gemm_tiles;
     int32_t *d_prompt;             /* [cap] prompt ids of the request in prefill */
     uint8_t *d_trig;
     /* run */
@@ -138,6 +143,7 @@ void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o)
     o->prefill_chunk = 2048;
     o->graphs = 1;
     o->overlap = 1;
+    o->pdl = 1;
 }
 
 /* ---- shape, options, memory plan ---- */
@@ -281,7 +287,8 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
     m->other = (uint64_t)s.cap * s.D * 4 /* RoPE tables */ +
                sfi_gpu_attn_ws_bytes(s.B > PF_PSEUDO ? s.B : PF_PSEUDO, s.nh, s.D) +
                B * s.max_blocks * 4 + (uint64_t)o->max_new * B * 4 * 3 + 2 * sizeof(sfi_gpu_step_desc) +
-               sizeof(sfi_gpu_run_state) + (uint64_t)s.V + ((uint64_t)32 << 20) /* cuBLAS workspace */;
+               sizeof(sfi_gpu_run_state) + (uint64_t)s.V + ((uint64_t)32 << 20) /* cuBLAS workspace */ +
+               (o->dtype == SFI_GPU_BF16 && !o->exact ? ((uint64_t)8 * 64 * 4224 + 64) * 4 + 1056 : 0);
     m->total = m->weights + m->kv + m->compact + m->key_norms + m->selector + m->logits +
                m->activations + m->prefill + m->other;
     return SFI_OK;
@@ -428,13 +435,29 @@ static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t s
         }
         Ly->moe = c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l);
         if (!Ly->moe) {
-            size_t ngu[2] = {(size_t)e->I * H, (size_t)e->I * H}, nd = (size_t)H * e->I;
-            const float *sg[2] = {NULL, NULL};
-            if (m) {
-                sg[0] = sfi_qwen3_weight(m, SFI_W_GATE, l, 0);
-                sg[1] = sfi_qwen3_weight(m, SFI_W_UP, l, 0);
+            size_t nd = (size_t)H * e->I;
+            /* gate and up stacked: [gate; up], or in tiles of 8 gate rows
+             * then the same 8 up rows (the decode GEMM's SwiGLU epilogue) */
+            int nt = e->gu_tiled ? 2 * (e->I / 8) : 2;
+            size_t *ngu = malloc((size_t)nt * sizeof *ngu);
+            const float **sg = malloc((size_t)nt * sizeof *sg);
+            if (!ngu || !sg) {
+                free(ngu);
+                free(sg);
+                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
             }
-            if ((rc = wtensor(e, &Ly->wgu, dt, m ? sg : NULL, ngu, 2, s_mat_h, 0, &seed, err)) ||
+            const float *wg = m ? sfi_qwen3_weight(m, SFI_W_GATE, l, 0) : NULL;
+            const float *wu = m ? sfi_qwen3_weight(m, SFI_W_UP, l, 0) : NULL;
+            for (int i = 0; i < nt; i++) {
+                size_t rows = e->gu_tiled ? 8 : (size_t)e->I;
+                ngu[i] = rows * H;
+                if (m)
+                    sg[i] = (i % 2 ? wu : wg) + (size_t)(i / 2) * rows * H;
+            }
+            rc = wtensor(e, &Ly->wgu, dt, m ? sg : NULL, ngu, nt, s_mat_h, 0, &seed, err);
+            free(ngu);
+            free(sg);
+            if (rc ||
                 (rc = wtensor(e, &Ly->wd, dt, SRC1(SFI_W_DOWN, l, 0), &nd, 1,
                               sqrtf(3.0f / e->I), 0, &seed, err)))
                 return rc;
@@ -525,6 +548,7 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
     e->max_blocks = s.max_blocks; e->ld = s.ld; e->capJ = s.capJ; e->ccap = s.ccap;
     e->rows_act = s.rows_act; e->Wmax = s.Wmax;
     e->eps = (float)cfg->rms_norm_eps;
+    e->gu_tiled = o->dtype == SFI_GPU_BF16 && !o->exact && e->I % 8 == 0;
     *out = e;
     rc = SFI_OK;
 #define TRY(x)                                                                           \
@@ -660,6 +684,14 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         TRY(dalloc((void **)&e->logits, (size_t)B * e->V * 4, err));
         TRY(dalloc((void **)&e->next, 64 * 4, err));
         TRY(dalloc((void **)&e->slots, 64 * 8, err));
+        if (o->dtype == SFI_GPU_BF16 && !o->exact) {
+            /* split-K applies to products with fewer than 264 row tiles */
+            e->gemm_part_floats = (size_t)8 * 64 * 4224 + 64;
+            e->gemm_tiles = 4224 / 16;
+            TRY(dalloc((void **)&e->gemm_part, e->gemm_part_floats * 4, err));
+            TRY(dalloc((void **)&e->gemm_cnt, (size_t)e->gemm_tiles * 4, err));
+            TRYC(cudaMemset(e->gemm_cnt, 0, (size_t)e->gemm_tiles * 4));
+        }
         TRYC(cudaMemset(e->slots, 0, 64 * 8));
         TRY(dalloc((void **)&e->d_prompt, (size_t)e->cap * 4, err));
         if (e->E) {
@@ -685,6 +717,7 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         }
     }
     TRYC(cudaStreamSynchronize(e->main_st));
+    sfi_gpu_gemm_set_ws(e->gemm_part, e->gemm_part_floats, e->gemm_cnt, e->gemm_tiles);
     return SFI_OK;
 fail:
     sfi_gpu_engine_free(e);
@@ -702,6 +735,7 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
         cudaStreamSynchronize(e->main_st);
     if (e->side_st)
         cudaStreamSynchronize(e->side_st);
+    sfi_gpu_gemm_set_ws(NULL, 0, NULL, 0); /* the kernels' split-K scratch was ours */
     if (e->graph_exec)
         cudaGraphExecDestroy(e->graph_exec);
     if (e->lay) {
@@ -741,7 +775,8 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     cudaFree(e->attn_ws_mem); cudaFree(e->win); cudaFree(e->qwin);
     cudaFree(e->x); cudaFree(e->xn); cudaFree(e->qkv); cudaFree(e->q); cudaFree(e->att);
     cudaFree(e->gu); cudaFree(e->act_f); cudaFree(e->xn_b); cudaFree(e->att_b); cudaFree(e->act_b);
-    cudaFree(e->logits); cudaFree(e->next); cudaFree(e->d_prompt); cudaFree(e->slots); cudaFree(e->rl); cudaFree(e->sel_e);
+    cudaFree(e->logits); cudaFree(e->next); cudaFree(e->d_prompt); cudaFree(e->slots);
+    cudaFree(e->gemm_part); cudaFree(e->gemm_cnt); cudaFree(e->rl); cudaFree(e->sel_e);
     cudaFree(e->sel_w); cudaFree(e->y1); cudaFree(e->act2); cudaFree(e->y2);
     cudaFree(e->d_desc); cudaFree(e->d_desc1); cudaFree(e->d_state);
     cudaFree(e->hist_kind); cudaFree(e->hist_tok); cudaFree(e->d_force); cudaFree(e->d_trig);
@@ -801,7 +836,8 @@ static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const fl
         /* decode-sized products: our tensor-core kernel (one pass over the
          * weights, no split-K reduction launch; measured faster than
          * cuBLAS's choices at 16 rows, see sfi-gpu(1)) */
-        CK(sfi_gpu_gemm_skinny(W, X, Y, T, M, N, accumulate, st));
+        CK(sfi_gpu_gemm_skinny(W, X, Y, T, M, N,
+                               accumulate ? SFI_GPU_EPI_ACCUMULATE : SFI_GPU_EPI_STORE, st));
         if (bias)
             CK(sfi_gpu_add_bias(Y, bias, T, M, st));
         return SFI_OK;
@@ -843,11 +879,17 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     if ((rc = norm_rows(e, e->x, Ly->post_norm, T, Ly->moe, st, err)))
         return rc;
     if (!Ly->moe) {
-        if ((rc = gemm(e, Ly->wgu, gemm_in(e, e->xn, e->xn_b), NULL, e->gu, T, 2 * e->I, e->H, 0,
-                       st, err)))
-            return rc;
-        CK(sfi_gpu_silu_mul(e->gu, T, e->I, bf ? e->act_b : (void *)e->act_f,
-                            bf ? SFI_GPU_BF16 : SFI_GPU_F32, e->exact, st));
+        if (e->gu_tiled && T <= 64 && e->H % 32 == 0) {
+            /* the SwiGLU in the GEMM's epilogue: act in bf16 directly */
+            CK(sfi_gpu_gemm_skinny(Ly->wgu, e->xn_b, e->act_b, T, 2 * e->I, e->H,
+                                   SFI_GPU_EPI_SWIGLU, st));
+        } else {
+            if ((rc = gemm(e, Ly->wgu, gemm_in(e, e->xn, e->xn_b), NULL, e->gu, T, 2 * e->I, e->H,
+                           0, st, err)))
+                return rc;
+            CK(sfi_gpu_silu_mul(e->gu, T, e->I, e->gu_tiled, bf ? e->act_b : (void *)e->act_f,
+                                bf ? SFI_GPU_BF16 : SFI_GPU_F32, e->exact, st));
+        }
         return gemm(e, Ly->wd, bf ? e->act_b : (const void *)e->act_f, NULL, e->x, T, e->H, e->I,
                     1, st, err);
     }
@@ -865,7 +907,7 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
                          st));
     CK(sfi_gpu_moe_gemv(Ly->e_gu, e->o.dtype, e->sel_e, T, e->top, e->xn, 0, 2 * e->Im, e->H,
                         e->y1, e->exact, st));
-    CK(sfi_gpu_silu_mul(e->y1, T * e->top, e->Im, e->act2, SFI_GPU_F32, e->exact, st));
+    CK(sfi_gpu_silu_mul(e->y1, T * e->top, e->Im, 0, e->act2, SFI_GPU_F32, e->exact, st));
     CK(sfi_gpu_moe_gemv(Ly->e_d, e->o.dtype, e->sel_e, T, e->top, e->act2, 1, e->H, e->Im, e->y2,
                         e->exact, st));
     CK(sfi_gpu_moe_combine(e->x, e->y2, e->sel_w, T, e->top, e->H, e->exact, st));
@@ -876,7 +918,7 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
 static sfi_status oproj(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_error *err)
 {
     const dlayer *Ly = &e->lay[l];
-    if (e->o.dtype == SFI_GPU_BF16)
+    if (e->o.dtype == SFI_GPU_BF16 && !e->attn_ws.out_bf16) /* else the attention wrote it */
         CK(sfi_gpu_to_bf16(e->att, (size_t)T * e->nq, e->att_b, st));
     return gemm(e, Ly->wo, gemm_in(e, e->att, e->att_b), Ly->bo, e->x, T, e->H, e->nq, 1, st,
                 err);
@@ -1077,13 +1119,33 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
 
 /* ---- one decode step (captured) ---- */
 
+static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
+                                 const sfi_gpu_sel_params *spp, sfi_error *err);
+
 static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
 {
-    cudaStream_t st = e->main_st, side = e->side_st;
     const int B = e->plan.batch;
     const int sfi = e->o.sfi, overlap = e->o.overlap && sfi;
     sfi_status rc;
     sfi_gpu_sel_params sp = sel_params(&e->o.params);
+    /* the main stream's kernels overlap their launch with the previous
+     * one's tail; the attention writes the O projection's bf16 input */
+    sfi_gpu_set_pdl(e->o.pdl);
+    if (e->o.dtype == SFI_GPU_BF16 && !e->exact)
+        e->attn_ws.out_bf16 = e->att_b;
+    sfi_gpu_gemm_set_ws(e->gemm_part, e->gemm_part_floats, e->gemm_cnt, e->gemm_tiles);
+    rc = enqueue_layers(e, B, sfi, overlap, &sp, err);
+    sfi_gpu_set_pdl(0);
+    e->attn_ws.out_bf16 = NULL;
+    return rc;
+}
+
+static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
+                                 const sfi_gpu_sel_params *spp, sfi_error *err)
+{
+    cudaStream_t st = e->main_st, side = e->side_st;
+    sfi_gpu_sel_params sp = *spp;
+    sfi_status rc;
     CK(sfi_gpu_plan_step(&e->plan, e->d_state, e->d_desc, e->hist_kind, st));
     CK(sfi_gpu_embed(e->d_state->in_tok, B, e->embed, e->o.dtype, e->H, e->x, st));
     for (int l = 0; l < e->L; l++) {
@@ -1115,12 +1177,17 @@ static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
                 CK(cudaEventRecord(e->ev_attn[slot], st));
                 CK(cudaStreamWaitEvent(side, e->ev_attn[slot], 0));
             }
-            CK(sfi_gpu_selector(&e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
-                                &e->sel_ws[slot], NULL, e->sel[l], e->exact, ss));
+            int pdl = sfi_gpu_pdl();
+            sfi_gpu_set_pdl(0); /* the side stream's kernels wait on events */
+            if (!e->o.skip_select)
+                CK(sfi_gpu_selector(&e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
+                                    &e->sel_ws[slot], NULL, e->sel[l], e->exact, ss));
             if (overlap)
                 CK(cudaEventRecord(e->ev_free[slot], side));
-            CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l], e->sel[l],
-                             e->ck[l], e->cv[l], NULL, ss));
+            if (!e->o.skip_select)
+                CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l], e->sel[l],
+                                 e->ck[l], e->cv[l], NULL, ss));
+            sfi_gpu_set_pdl(pdl);
         }
         if ((rc = oproj(e, l, B, st, err)) || (rc = mlp(e, l, B, st, err)))
             return rc;

@@ -50,6 +50,9 @@ typedef struct {
     int prefill_chunk;      /* prompt tokens per prefill pass (2048) */
     int graphs;             /* replay decode steps from a CUDA graph (1) */
     int overlap;            /* Selector + reorg on a second stream (1) */
+    int pdl;                /* programmatic dependent launch in decode steps (1) */
+    int skip_select;        /* timing only: slow steps run their dense attention
+                               but no Selector or reorg (results are wrong) */
 } sfi_gpu_engine_opts;
 
 void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o);

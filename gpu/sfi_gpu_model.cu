@@ -10,6 +10,12 @@
 
 namespace {
 
+/* programmatic dependent launch: wait for the previous kernel of the
+ * stream (its writes visible), and let the next one start launching.
+ * Both are no-ops for a kernel launched without the attribute. */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
 /* sfi_step_kind / sfi_step_reason / sfi_trigger_kind values (ref/sfi_state.h),
  * which this CUDA file cannot include */
 enum { kSlow = 1, kFast = 2 };
@@ -49,6 +55,8 @@ __device__ float block_sum(float v, float *sh) {
 
 __global__ void embed_kernel(const int32_t *__restrict__ tok, const void *__restrict__ E,
                              int dtype, int H, float *__restrict__ x) {
+    pdl_wait();
+    pdl_launch();
     const int t = blockIdx.x;
     const size_t base = (size_t)tok[t] * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = ld_elem(E, base + i, dtype);
@@ -59,6 +67,8 @@ __global__ void embed_kernel(const int32_t *__restrict__ tok, const void *__rest
 template <bool EXACT>
 __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int n,
                                float eps, float *__restrict__ yf, __nv_bfloat16 *__restrict__ yb) {
+    pdl_wait();
+    pdl_launch();
     __shared__ float sh[34];
     const int t = blockIdx.x;
     const float *xr = x + (size_t)t * n;
@@ -89,6 +99,8 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
 __global__ void gemv_exact_kernel(const float *__restrict__ W, const float *__restrict__ X,
                                   const float *__restrict__ b, float *__restrict__ Y, int M, int N,
                                   int accumulate) {
+    pdl_wait();
+    pdl_launch();
     const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (i >= M) return;
     const float *wr = W + (size_t)i * N, *xr = X + (size_t)t * N;
@@ -100,16 +112,22 @@ __global__ void gemv_exact_kernel(const float *__restrict__ W, const float *__re
 }
 
 __global__ void add_bias_kernel(float *__restrict__ y, const float *__restrict__ b, int M) {
+    pdl_wait();
+    pdl_launch();
     const int t = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < M; i += gridDim.x * blockDim.x)
         y[(size_t)t * M + i] += b[i];
 }
 
 template <bool EXACT>
-__global__ void silu_mul_kernel(const float *__restrict__ gu, int I, int adtype, void *act) {
+__global__ void silu_mul_kernel(const float *__restrict__ gu, int I, int tiled, int adtype, void *act) {
+    pdl_wait();
+    pdl_launch();
     const int t = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < I; i += gridDim.x * blockDim.x) {
-        const float g = gu[(size_t)t * 2 * I + i], u = gu[(size_t)t * 2 * I + I + i];
+        const size_t gi = tiled ? (size_t)(i / 8) * 16 + i % 8 : (size_t)i;
+        const size_t ui = tiled ? gi + 8 : (size_t)I + i;
+        const float g = gu[(size_t)t * 2 * I + gi], u = gu[(size_t)t * 2 * I + ui];
         const float e = EXACT ? sfi_dev_expf(-g) : __expf(-g);
         const float s = __fdiv_rn(g, __fadd_rn(1.0f, e));
         st_elem(act, (size_t)t * I + i, adtype, __fmul_rn(s, u));
@@ -117,6 +135,8 @@ __global__ void silu_mul_kernel(const float *__restrict__ gu, int I, int adtype,
 }
 
 __global__ void to_bf16_kernel(const float *__restrict__ x, size_t n, __nv_bfloat16 *__restrict__ y) {
+    pdl_wait();
+    pdl_launch();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __float2bfloat16_rn(x[i]);
 }
@@ -135,6 +155,8 @@ __device__ __forceinline__ uint32_t okey(float x) {
  * depend on the order. Then argmax_decode writes the ids. */
 __global__ void argmax_kernel(const float *__restrict__ lg, int V, const int32_t *__restrict__ active,
                               unsigned long long *__restrict__ slot) {
+    pdl_wait();
+    pdl_launch();
     __shared__ unsigned long long sb[32];
     const int t = blockIdx.y;
     if (active && !active[t]) return;
@@ -163,6 +185,8 @@ __global__ void argmax_kernel(const float *__restrict__ lg, int V, const int32_t
 
 __global__ void argmax_decode_kernel(unsigned long long *__restrict__ slot, int T,
                                      const int32_t *__restrict__ active, int32_t *__restrict__ out) {
+    pdl_wait();
+    pdl_launch();
     const int t = threadIdx.x;
     if (t >= T) return;
     if (!active || active[t]) out[t] = (int32_t)~(uint32_t)(slot[t] & 0xffffffffu);
@@ -182,6 +206,8 @@ __global__ void argmax_decode_kernel(unsigned long long *__restrict__ slot, int 
  * every operand is one 16-byte load and the sum is unchanged. Weights
  * stream through once (no shared memory, no split-K pass); X is re-read
  * by every CTA from L2. */
+enum { kEpiStore = 0, kEpiAccumulate = 1, kEpiSwiGLU = 2 };
+
 __device__ __forceinline__ void mma_bf16_g(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                            uint32_t a3, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -193,36 +219,50 @@ __device__ __forceinline__ void mma_bf16_g(float (&c)[4], uint32_t a0, uint32_t 
 template <int NT>
 __global__ void __launch_bounds__(256) skinny_gemm_kernel(const __nv_bfloat16 *__restrict__ W,
                                                           const __nv_bfloat16 *__restrict__ X,
-                                                          float *__restrict__ Y, int T, int M, int N,
-                                                          int accumulate) {
+                                                          void *__restrict__ Yv, int T, int M, int N,
+                                                          int epi, float *__restrict__ part,
+                                                          int *__restrict__ counters) {
     constexpr int U = 4; /* k-blocks in flight per warp */
     __shared__ float red[8][32][NT * 4 + 1];
+    __shared__ int s_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int r0 = blockIdx.x * 16;
+    const int ks = gridDim.y, ky = blockIdx.y;
     const int ra = min(r0 + g, M - 1), rb = min(r0 + g + 8, M - 1);
     const __nv_bfloat16 *wa = W + (size_t)ra * N + 8 * t4, *wb = W + (size_t)rb * N + 8 * t4;
-    const __nv_bfloat16 *xr[NT];
-#pragma unroll
-    for (int j = 0; j < NT; j++) xr[j] = X + (size_t)min(8 * j + g, T - 1) * N + 8 * t4;
     float c[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-    const int nkb = N / 32;
-    for (int kb0 = warp * U; kb0 < nkb; kb0 += 8 * U) {
-        uint4 A[U], Bv[U], Xv[U][NT];
+    /* this CTA's k-blocks: a contiguous share of the reduction (split-K
+     * over gridDim.y when there are few row tiles) */
+    const int nkb_all = N / 32;
+    const int kb_lo = (int)((long)nkb_all * ky / ks), kb_hi = (int)((long)nkb_all * (ky + 1) / ks);
+    uint4 A[U], Bv[U];
+    auto load_w = [&](int kb0) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int kb = kb0 + u;
-            if (kb < nkb) {
-                A[u] = __ldg(reinterpret_cast<const uint4 *>(wa + kb * 32));
-                Bv[u] = __ldg(reinterpret_cast<const uint4 *>(wb + kb * 32));
-#pragma unroll
-                for (int j = 0; j < NT; j++) Xv[u][j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + kb * 32));
+        for (int u = 0; u < U; u++)
+            if (kb0 + u < kb_hi) {
+                A[u] = __ldg(reinterpret_cast<const uint4 *>(wa + (kb0 + u) * 32));
+                Bv[u] = __ldg(reinterpret_cast<const uint4 *>(wb + (kb0 + u) * 32));
             }
-        }
+    };
+    /* the weights do not depend on the previous kernel: their first loads
+     * are issued before waiting for it (programmatic dependent launch) */
+    load_w(kb_lo + warp * U);
+    pdl_wait();
+    const __nv_bfloat16 *xr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) xr[j] = X + (size_t)min(8 * j + g, T - 1) * N + 8 * t4;
+    for (int kb0 = kb_lo + warp * U; kb0 < kb_hi; kb0 += 8 * U) {
+        uint4 Xv[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (kb0 + u < kb_hi)
+#pragma unroll
+                for (int j = 0; j < NT; j++) Xv[u][j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + (kb0 + u) * 32));
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (kb0 + u < nkb) {
+            if (kb0 + u < kb_hi) {
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     mma_bf16_g(c[j], A[u].x, Bv[u].x, A[u].y, Bv[u].y, Xv[u][j].x, Xv[u][j].y);
@@ -230,25 +270,76 @@ __global__ void __launch_bounds__(256) skinny_gemm_kernel(const __nv_bfloat16 *_
                 }
             }
         }
+        if (kb0 + 8 * U < kb_hi) load_w(kb0 + 8 * U);
     }
+    pdl_launch();
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) red[warp][lane][j * 4 + e] = c[j][e];
     __syncthreads();
-    /* warp 0 adds the 8 partials in order and writes */
+    /* warp 0 adds the 8 partials in order; with split-K it stores the
+     * CTA's partial and the last CTA of the row tile adds the splits in
+     * order (deterministic) and finishes */
     if (warp != 0) return;
+    float v[NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; j++) {
+    for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            float v = 0.f;
+            v[j][e] = 0.f;
 #pragma unroll
-            for (int w = 0; w < 8; w++) v += red[w][lane][j * 4 + e];
+            for (int w = 0; w < 8; w++) v[j][e] += red[w][lane][j * 4 + e];
+        }
+    if (ks > 1) {
+        auto pidx = [&](int y, int j, int e) {
+            const int row = r0 + g + (e >= 2 ? 8 : 0), tok = 8 * j + 2 * t4 + (e & 1);
+            return ((size_t)y * 64 + tok) * M + row;
+        };
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) part[pidx(ky, j, e)] = v[j][e];
+        __threadfence();
+        __syncwarp();
+        if (lane == 0) s_last = atomicAdd(&counters[blockIdx.x], 1) == ks - 1;
+        __syncwarp();
+        if (!s_last) return;
+        __threadfence();
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float a = 0.f;
+                for (int y = 0; y < ks; y++) a += __ldcg(part + pidx(y, j, e));
+                v[j][e] = a;
+            }
+        if (lane == 0) counters[blockIdx.x] = 0;
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        if (epi == kEpiSwiGLU) {
+            /* tiled gate/up rows: row g of the tile is gate i, row g + 8 its
+             * up; act [T][M/2] gets silu(gate) * up in bf16 */
+            const int i = r0 / 2 + g;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int tok = 8 * j + 2 * t4 + e;
+                if (r0 + g < M && tok < T) {
+                    const float gt = v[j][e], up = v[j][e + 2];
+                    const float a = gt / (1.0f + __expf(-gt)) * up;
+                    ((__nv_bfloat16 *)Yv)[(size_t)tok * (M / 2) + i] = __float2bfloat16_rn(a);
+                }
+            }
+            continue;
+        }
+        float *Y = (float *)Yv;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
             const int row = r0 + g + (e >= 2 ? 8 : 0), tok = 8 * j + 2 * t4 + (e & 1);
             if (row < M && tok < T) {
                 float *y = Y + (size_t)tok * M + row;
-                *y = accumulate ? *y + v : v;
+                *y = epi == kEpiAccumulate ? *y + v[j][e] : v[j][e];
             }
         }
     }
@@ -262,6 +353,8 @@ __global__ void __launch_bounds__(256) skinny_gemm_kernel(const __nv_bfloat16 *_
  * rotate-half form with the reference's operation order. */
 template <bool EXACT>
 __global__ void qkv_post_kernel(sfi_gpu_qkv_args a) {
+    pdl_wait();
+    pdl_launch();
     __shared__ float v[512];
     __shared__ float sh[34];
     const int t = blockIdx.x, slot = blockIdx.y, D = a.head_dim, i = threadIdx.x;
@@ -353,6 +446,8 @@ __global__ void qkv_post_kernel(sfi_gpu_qkv_args a) {
 template <bool EXACT>
 __global__ void moe_route_kernel(float *__restrict__ rl, int T, int E, int top, int norm,
                                  int32_t *__restrict__ sel_e, float *__restrict__ sel_w) {
+    pdl_wait();
+    pdl_launch();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     float *x = rl + (size_t)t * E, *p = x; /* in place, as sfi_softmax */
@@ -400,6 +495,8 @@ __global__ void moe_route_kernel(float *__restrict__ rl, int T, int E, int top, 
 __global__ void moe_gemv_exact_kernel(const float *const *__restrict__ w, const int32_t *__restrict__ sel_e,
                                       int top, const float *__restrict__ x, int x_per_pair, int M, int N,
                                       float *__restrict__ y) {
+    pdl_wait();
+    pdl_launch();
     const int i = blockIdx.x * blockDim.x + threadIdx.x, p = blockIdx.y;
     if (i >= M) return;
     const float *W = w[sel_e[p]] + (size_t)i * N;
@@ -415,6 +512,8 @@ template <typename T>
 __global__ void __launch_bounds__(256) moe_gemv_kernel(void *const *__restrict__ w, const int32_t *__restrict__ sel_e,
                                 int top, const float *__restrict__ x, int x_per_pair, int M, int N,
                                 float *__restrict__ y) {
+    pdl_wait();
+    pdl_launch();
     extern __shared__ float xs[];
     const int p = blockIdx.y;
     const float *xr = x + (size_t)(x_per_pair ? p : p / top) * N;
@@ -443,6 +542,8 @@ __global__ void __launch_bounds__(256) moe_gemv_kernel(void *const *__restrict__
 
 __global__ void moe_combine_kernel(float *__restrict__ h, const float *__restrict__ y,
                                    const float *__restrict__ sw, int top, int H) {
+    pdl_wait();
+    pdl_launch();
     const int t = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H; i += gridDim.x * blockDim.x) {
         float acc = 0.f;
@@ -500,6 +601,8 @@ __device__ __forceinline__ bool is_trig(const sfi_gpu_plan_cfg &c, int32_t tok) 
  * sfi_trigger_next and sfi_state_candidates / sfi_state_fast_set. */
 __global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ s,
                             sfi_gpu_step_desc *__restrict__ d, int32_t *__restrict__ hist) {
+    pdl_wait();
+    pdl_launch();
     const int b = threadIdx.x;
     const int step = s->step + 1;
     if (b < c.batch) {
@@ -572,6 +675,8 @@ __global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ 
 
 __global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ s,
                                 const int32_t *__restrict__ next, int32_t *__restrict__ hist) {
+    pdl_wait();
+    pdl_launch();
     const int b = threadIdx.x;
     if (b >= c.batch || s->pos[b] < 0) return;
     const int32_t t = next[b];
@@ -579,6 +684,23 @@ __global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restric
     hist[(size_t)s->step * c.batch + b] = t;
     if ((c.stop_token >= 0 && !c.force && t == c.stop_token) || s->step + 1 >= c.max_new)
         s->active[b] = 0;
+}
+
+/* Launches k, with the programmatic-dependent-launch attribute when
+ * sfi_gpu_set_pdl(1) is in force (the engine's decode steps). */
+template <typename... P, typename... A>
+int launch_k(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = sfi_gpu_pdl() ? 1 : 0;
+    return (int)cudaLaunchKernelEx(&cfg, k, (P)args...);
 }
 
 } // namespace
@@ -590,7 +712,7 @@ extern "C" {
 int sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
                   cudaStream_t st) {
     if (T <= 0) return 0;
-    embed_kernel<<<T, 256, 0, st>>>(tok, E, dtype, H, x);
+    launch_k(embed_kernel, dim3(T), dim3(256), 0, st, tok, E, dtype, H, x);
     return (int)cudaGetLastError();
 }
 
@@ -598,22 +720,22 @@ int sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, flo
                     int exact, cudaStream_t st) {
     if (T <= 0) return 0;
     if (exact)
-        rmsnorm_kernel<true><<<T, 256, 0, st>>>(x, w, n, eps, yf, (__nv_bfloat16 *)yb);
+        launch_k(rmsnorm_kernel<true>, dim3(T), dim3(256), 0, st, x, w, n, eps, yf, (__nv_bfloat16 *)yb);
     else
-        rmsnorm_kernel<false><<<T, 256, 0, st>>>(x, w, n, eps, yf, (__nv_bfloat16 *)yb);
+        launch_k(rmsnorm_kernel<false>, dim3(T), dim3(256), 0, st, x, w, n, eps, yf, (__nv_bfloat16 *)yb);
     return (int)cudaGetLastError();
 }
 
 int sfi_gpu_gemv_exact(const float *W, const float *X, const float *b, float *Y, int T, int M,
                        int N, int accumulate, cudaStream_t st) {
     if (T <= 0) return 0;
-    gemv_exact_kernel<<<dim3((M + 127) / 128, T), 128, 0, st>>>(W, X, b, Y, M, N, accumulate);
+    launch_k(gemv_exact_kernel, dim3((M + 127) / 128, T), dim3(128), 0, st, W, X, b, Y, M, N, accumulate);
     return (int)cudaGetLastError();
 }
 
 int sfi_gpu_add_bias(float *y, const float *b, int T, int M, cudaStream_t st) {
     if (T <= 0) return 0;
-    add_bias_kernel<<<dim3((M + 255) / 256, T), 256, 0, st>>>(y, b, M);
+    launch_k(add_bias_kernel, dim3((M + 255) / 256, T), dim3(256), 0, st, y, b, M);
     return (int)cudaGetLastError();
 }
 
@@ -623,20 +745,20 @@ int sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st) {
     const int threads = a->head_dim < 32 ? 32 : (a->head_dim + 31) / 32 * 32;
     dim3 g(a->T, a->n_heads + 2 * a->n_kv);
     if (exact)
-        qkv_post_kernel<true><<<g, threads, 0, st>>>(*a);
+        launch_k(qkv_post_kernel<true>, dim3(g), dim3(threads), 0, st, *a);
     else
-        qkv_post_kernel<false><<<g, threads, 0, st>>>(*a);
+        launch_k(qkv_post_kernel<false>, dim3(g), dim3(threads), 0, st, *a);
     return (int)cudaGetLastError();
 }
 
-int sfi_gpu_silu_mul(const float *gu, int T, int I, void *act, int adtype, int exact,
+int sfi_gpu_silu_mul(const float *gu, int T, int I, int tiled, void *act, int adtype, int exact,
                      cudaStream_t st) {
     if (T <= 0) return 0;
     dim3 g((I + 255) / 256 < 1024 ? (I + 255) / 256 : 1024, T);
     if (exact)
-        silu_mul_kernel<true><<<g, 256, 0, st>>>(gu, I, adtype, act);
+        launch_k(silu_mul_kernel<true>, g, dim3(256), 0, st, gu, I, tiled, adtype, act);
     else
-        silu_mul_kernel<false><<<g, 256, 0, st>>>(gu, I, adtype, act);
+        launch_k(silu_mul_kernel<false>, g, dim3(256), 0, st, gu, I, tiled, adtype, act);
     return (int)cudaGetLastError();
 }
 
@@ -644,7 +766,7 @@ int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st) {
     if (!n) return 0;
     size_t blocks = (n + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    to_bf16_kernel<<<(unsigned)blocks, 256, 0, st>>>(x, n, (__nv_bfloat16 *)y);
+    launch_k(to_bf16_kernel, dim3((unsigned)blocks), dim3(256), 0, st, x, n, (__nv_bfloat16 *)y);
     return (int)cudaGetLastError();
 }
 
@@ -654,22 +776,43 @@ int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int
     if (T > 1024) return (int)cudaErrorInvalidValue;
     int bx = (V + 4095) / 4096;
     if (bx > 64) bx = 64;
-    argmax_kernel<<<dim3(bx, T), 256, 0, st>>>(logits, V, active, slots);
-    argmax_decode_kernel<<<1, ((T + 31) / 32) * 32, 0, st>>>(slots, T, active, out);
+    launch_k(argmax_kernel, dim3(bx, T), dim3(256), 0, st, logits, V, active, slots);
+    launch_k(argmax_decode_kernel, dim3(1), dim3(((T + 31) / 32) * 32), 0, st, slots, T, active, out);
     return (int)cudaGetLastError();
 }
 
-int sfi_gpu_gemm_skinny(const void *W, const void *X, float *Y, int T, int M, int N,
-                        int accumulate, cudaStream_t st) {
+static float *g_gemm_part;
+static int *g_gemm_counters;
+static size_t g_gemm_part_floats;
+static int g_gemm_max_tiles;
+
+void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max_tiles) {
+    g_gemm_part = part;
+    g_gemm_part_floats = part_floats;
+    g_gemm_counters = counters;
+    g_gemm_max_tiles = max_tiles;
+}
+
+int sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
+                        cudaStream_t st) {
     if (T <= 0) return 0;
-    if (T > 64 || N % 32) return (int)cudaErrorInvalidValue;
-    dim3 g((M + 15) / 16);
+    if (T > 64 || N % 32 || (epi == kEpiSwiGLU && M % 16)) return (int)cudaErrorInvalidValue;
+    const int tiles = (M + 15) / 16, nkb = N / 32;
+    /* split the reduction when there are too few row tiles to keep every
+     * SM streaming (at least 8 k-blocks a split) */
+    int ks = 1;
+    while (tiles * ks < 264 && nkb / (ks * 2) >= 8 && ks < 8) ks *= 2;
+    if (ks > 1 && (!g_gemm_part || tiles > g_gemm_max_tiles ||
+                   (size_t)ks * 64 * M > g_gemm_part_floats))
+        ks = 1;
+    dim3 g(tiles, ks);
     const __nv_bfloat16 *w = (const __nv_bfloat16 *)W, *x = (const __nv_bfloat16 *)X;
-    if (T <= 8) skinny_gemm_kernel<1><<<g, 256, 0, st>>>(w, x, Y, T, M, N, accumulate);
-    else if (T <= 16) skinny_gemm_kernel<2><<<g, 256, 0, st>>>(w, x, Y, T, M, N, accumulate);
-    else if (T <= 32) skinny_gemm_kernel<4><<<g, 256, 0, st>>>(w, x, Y, T, M, N, accumulate);
-    else skinny_gemm_kernel<8><<<g, 256, 0, st>>>(w, x, Y, T, M, N, accumulate);
-    return (int)cudaGetLastError();
+    float *p = g_gemm_part;
+    int *c = g_gemm_counters;
+    if (T <= 8) return launch_k(skinny_gemm_kernel<1>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
+    if (T <= 16) return launch_k(skinny_gemm_kernel<2>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
+    if (T <= 32) return launch_k(skinny_gemm_kernel<4>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
+    return launch_k(skinny_gemm_kernel<8>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
 }
 
 int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e,
@@ -677,9 +820,9 @@ int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e
     if (T <= 0) return 0;
     if (top > 64 || top < 1 || top > E) return (int)cudaErrorInvalidValue;
     if (exact)
-        moe_route_kernel<true><<<(T + 63) / 64, 64, 0, st>>>(rl, T, E, top, norm, sel_e, sel_w);
+        launch_k(moe_route_kernel<true>, dim3((T + 63) / 64), dim3(64), 0, st, rl, T, E, top, norm, sel_e, sel_w);
     else
-        moe_route_kernel<false><<<(T + 63) / 64, 64, 0, st>>>(rl, T, E, top, norm, sel_e, sel_w);
+        launch_k(moe_route_kernel<false>, dim3((T + 63) / 64), dim3(64), 0, st, rl, T, E, top, norm, sel_e, sel_w);
     return (int)cudaGetLastError();
 }
 
@@ -690,8 +833,7 @@ int sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int
     const int pairs = T * top;
     if (exact) {
         if (dtype != SFI_GPU_F32) return (int)cudaErrorInvalidValue;
-        moe_gemv_exact_kernel<<<dim3((M + 127) / 128, pairs), 128, 0, st>>>(
-            (const float *const *)w, sel_e, top, x, x_per_pair, M, N, y);
+        launch_k(moe_gemv_exact_kernel, dim3((M + 127) / 128, pairs), dim3(128), 0, st, (const float *const *)w, sel_e, top, x, x_per_pair, M, N, y);
         return (int)cudaGetLastError();
     }
     if (N > 12288) return (int)cudaErrorInvalidValue;
@@ -701,11 +843,11 @@ int sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int
     if (dtype == SFI_GPU_BF16) {
         if (smem > 48 * 1024)
             cudaFuncSetAttribute(moe_gemv_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        moe_gemv_kernel<__nv_bfloat16><<<dim3(gx, pairs), 256, smem, st>>>(w, sel_e, top, x, x_per_pair, M, N, y);
+        launch_k(moe_gemv_kernel<__nv_bfloat16>, dim3(gx, pairs), dim3(256), smem, st, w, sel_e, top, x, x_per_pair, M, N, y);
     } else {
         if (smem > 48 * 1024)
             cudaFuncSetAttribute(moe_gemv_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        moe_gemv_kernel<float><<<dim3(gx, pairs), 256, smem, st>>>(w, sel_e, top, x, x_per_pair, M, N, y);
+        launch_k(moe_gemv_kernel<float>, dim3(gx, pairs), dim3(256), smem, st, w, sel_e, top, x, x_per_pair, M, N, y);
     }
     return (int)cudaGetLastError();
 }
@@ -714,7 +856,7 @@ int sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int
                         int exact, cudaStream_t st) {
     (void)exact; /* one formula: the reference's order, which costs nothing here */
     if (T <= 0) return 0;
-    moe_combine_kernel<<<dim3((H + 255) / 256, T), 256, 0, st>>>(h, y, sel_w, top, H);
+    launch_k(moe_combine_kernel, dim3((H + 255) / 256, T), dim3(256), 0, st, h, y, sel_w, top, H);
     return (int)cudaGetLastError();
 }
 
@@ -741,13 +883,13 @@ int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scal
 int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
                       int32_t *hist_kind, cudaStream_t st_) {
     if (cfg->batch < 1 || cfg->batch > SFI_GPU_MAX_BATCH) return (int)cudaErrorInvalidValue;
-    plan_kernel<<<1, 64, 0, st_>>>(*cfg, st, d, hist_kind);
+    launch_k(plan_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, d, hist_kind);
     return (int)cudaGetLastError();
 }
 
 int sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, const int32_t *next,
                      int32_t *hist_tok, cudaStream_t st_) {
-    end_step_kernel<<<1, 64, 0, st_>>>(*cfg, st, next, hist_tok);
+    launch_k(end_step_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, next, hist_tok);
     return (int)cudaGetLastError();
 }
 

@@ -72,9 +72,10 @@ typedef struct {
 } sfi_gpu_qkv_args;
 int sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st);
 
-/* act[t][i] = silu(gu[t][i]) * gu[t][I + i] (the gate rows first, then
- * the up rows of the fused product); act is f32 or bf16 (adtype). */
-int sfi_gpu_silu_mul(const float *gu, int T, int I, void *act, int adtype, int exact,
+/* act[t][i] = silu(gate) * up from the fused product gu [T][2I]: the gate
+ * rows first, then the up rows, or (tiled) in the gate/up tiles of
+ * sfi_gpu_gemm_skinny's SwiGLU form; act is f32 or bf16 (adtype). */
+int sfi_gpu_silu_mul(const float *gu, int T, int I, int tiled, void *act, int adtype, int exact,
                      cudaStream_t st);
 
 /* bf16 copy of n floats. */
@@ -86,11 +87,20 @@ int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st);
 int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
                    unsigned long long *slots, cudaStream_t st);
 
-/* Decode GEMM on tensor cores: Y[t][i] (= or += with accumulate) sum_k
- * X[t][k] W[i][k], W bf16 [M][N], X bf16 [T][N], Y f32 [T][M]; T <= 64,
- * N a multiple of 32. Deterministic (fixed summation order). */
-int sfi_gpu_gemm_skinny(const void *W, const void *X, float *Y, int T, int M, int N,
-                        int accumulate, cudaStream_t st);
+/* Decode GEMM on tensor cores over W bf16 [M][N] and X bf16 [T][N] (T <=
+ * 64, N a multiple of 32), in a fixed summation order. epi 0: Y f32
+ * [T][M] = X W^T; 1: Y += X W^T; 2 (SwiGLU): W's rows are gate/up tiles
+ * (rows 16j..16j+7 the gate rows 8j..8j+7, rows 16j+8..16j+15 the same up
+ * rows) and Y is bf16 act [T][M/2] = silu(gate) * up. */
+#define SFI_GPU_EPI_STORE 0
+#define SFI_GPU_EPI_ACCUMULATE 1
+#define SFI_GPU_EPI_SWIGLU 2
+int sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
+                        cudaStream_t st);
+/* Split-K scratch of sfi_gpu_gemm_skinny (device): part_floats floats of
+ * partial sums (64 * M per split) and max_tiles zeroed counters (M / 16
+ * row tiles); without it every product runs unsplit. Not thread-safe. */
+void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max_tiles);
 
 /* Qwen3-MoE routing of T tokens from router logits rl[t][E] (turned into
  * probabilities in place): softmax,

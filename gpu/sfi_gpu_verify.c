@@ -25,6 +25,8 @@ typedef struct {
 typedef struct {
     sfi_hasher hs;
     int hs_ok;
+    int final;           /* hex holds the digest (the hasher is finished) */
+    char hex[65];
     float *logits;       /* [max_new][V] (keep) */
     selrec *sel;
     int n_sel, cap_sel;
@@ -151,7 +153,15 @@ const sfi_gpu_observer *sfi_gpu_verify_observer(sfi_gpu_verify *v) { return &v->
 
 sfi_status sfi_gpu_verify_digest(sfi_gpu_verify *v, int b, char hex[65], sfi_error *err)
 {
-    return sfi_hasher_final_hex(&v->r[b].hs, hex, NULL, err);
+    reqobs *r = &v->r[b];
+    if (!r->final) {
+        sfi_status rc = sfi_hasher_final_hex(&r->hs, r->hex, NULL, err);
+        if (rc)
+            return rc;
+        r->final = 1;
+    }
+    memcpy(hex, r->hex, 65);
+    return SFI_OK;
 }
 
 /* ---- the reference, one thread per request ---- */
