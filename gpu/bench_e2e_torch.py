@@ -5,8 +5,9 @@ same GPU (run it in the same device session as `sfi-gpu run --bench`).
 
 For each context length: a batch of random prompts of that many tokens,
 greedy decoding, two ways:
-  static:  a static KV cache and torch.compile(mode="reduce-overhead")
-           (CUDA graphs), the fastest transformers path;
+  static:  a static KV cache, with which generate compiles the decoding
+           step (torch.compile, "reduce-overhead": CUDA graphs), the fastest
+           transformers path;
   dynamic: eager PyTorch with the default dynamic cache.
 Decode tokens/s = batch * (n2 - n1) / (t(n2) - t(n1)), from two generate
 calls of n1 and n2 new tokens after a warm-up (so prefill and compile time
@@ -47,13 +48,16 @@ def main():
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
     ctxs = [int(x) for x in a.ctx.split(",")]
     for way in a.ways.split(","):
-        fwd = model.forward
         if way == "static":
+            # a static cache makes generate compile the decoding forward itself
+            # (CUDA graphs, "reduce-overhead"); wrapping model.forward by hand
+            # breaks on the graphs' reused outputs across generate calls
+            from transformers import CompileConfig
             model.generation_config.cache_implementation = "static"
-            model.forward = torch.compile(fwd, mode="reduce-overhead", fullgraph=True)
+            model.generation_config.compile_config = CompileConfig(fullgraph=True,
+                                                                   mode="reduce-overhead")
         else:
             model.generation_config.cache_implementation = None
-            model.forward = fwd
         for ctx in ctxs:
             ids = torch.randint(0, cfg.vocab_size, (a.batch, ctx), device="cuda")
             mask = torch.ones_like(ids)
@@ -83,7 +87,6 @@ def main():
                 rec["error"] = repr(ex)[:300]
             print(json.dumps(rec), flush=True)
             torch.cuda.empty_cache()
-        model.forward = fwd
         torch._dynamo.reset()
 
 

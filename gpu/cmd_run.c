@@ -87,7 +87,10 @@ static void usage(FILE *out)
             "      --prefill-chunk N  prompt tokens per prefill pass (2048)\n"
             "      --force-ids F      teacher forcing from a file: line i holds the inputs\n"
             "                         of request i's steps 1.. (e.g. another run's ids)\n"
-            "      --no-pdl           no programmatic dependent launch in decode steps\n"
+            "      --pdl, --no-pdl    programmatic dependent launch in decode steps on or\n"
+            "                         off (default: on in SFI mode, off in dense mode)\n"
+            "      --gemm sfi|cublas  decode GEMMs (bf16, <= 64 rows): ours (default) or\n"
+            "                         cuBLAS\n"
             "      --bench-no-selector  timing experiment: slow steps skip the Selector\n"
             "                         and reorg (what the Selector costs; wrong results)\n"
             "  -h, --help             print this help\n\n"
@@ -514,7 +517,7 @@ int sfi_gpu_cmd_run(int argc, char **argv)
     enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
            O_TOKENIZER, O_STOP, O_JSON, O_SYN, O_LAYERS, O_SEED, O_REPLAY, O_REPLAY_CTX,
            O_DTYPE, O_EXACT, O_CHECK, O_CHECK_BACKEND, O_BENCH, O_NODIGEST, O_NOGRAPH,
-           O_NOOVERLAP, O_PAGE, O_CHUNK, O_FORCE, O_NOSEL, O_NOPDL };
+           O_NOOVERLAP, O_PAGE, O_CHUNK, O_FORCE, O_NOSEL, O_NOPDL, O_GEMM, O_PDL };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"synthetic", required_argument, NULL, O_SYN},
@@ -548,6 +551,8 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         {"force-ids", required_argument, NULL, O_FORCE},
         {"bench-no-selector", no_argument, NULL, O_NOSEL},
         {"no-pdl", no_argument, NULL, O_NOPDL},
+        {"pdl", no_argument, NULL, O_PDL},
+        {"gemm", required_argument, NULL, O_GEMM},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -631,6 +636,15 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         case O_FORCE: force_ids = optarg; break;
         case O_NOSEL: eo.skip_select = 1; break;
         case O_NOPDL: eo.pdl = 0; break;
+        case O_PDL: eo.pdl = 1; break;
+        case O_GEMM:
+            if (!strcmp(optarg, "cublas")) eo.gemm_cublas = 1;
+            else if (!strcmp(optarg, "sfi")) eo.gemm_cublas = 0;
+            else {
+                fprintf(stderr, CMD ": --gemm '%s': expected sfi or cublas\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default:
             if (optopt && optopt < 256)

@@ -143,7 +143,7 @@ void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o)
     o->prefill_chunk = 2048;
     o->graphs = 1;
     o->overlap = 1;
-    o->pdl = 1;
+    o->pdl = -1;
 }
 
 /* ---- shape, options, memory plan ---- */
@@ -832,7 +832,7 @@ static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const fl
         CK(sfi_gpu_gemv_exact((const float *)W, (const float *)X, bias, Y, T, M, N, accumulate, st));
         return SFI_OK;
     }
-    if (e->o.dtype == SFI_GPU_BF16 && T <= 64 && N % 32 == 0) {
+    if (e->o.dtype == SFI_GPU_BF16 && T <= 64 && N % 32 == 0 && !e->o.gemm_cublas) {
         /* decode-sized products: our tensor-core kernel (one pass over the
          * weights, no split-K reduction launch; measured faster than
          * cuBLAS's choices at 16 rows, see sfi-gpu(1)) */
@@ -879,7 +879,7 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     if ((rc = norm_rows(e, e->x, Ly->post_norm, T, Ly->moe, st, err)))
         return rc;
     if (!Ly->moe) {
-        if (e->gu_tiled && T <= 64 && e->H % 32 == 0) {
+        if (e->gu_tiled && T <= 64 && e->H % 32 == 0 && !e->o.gemm_cublas) {
             /* the SwiGLU in the GEMM's epilogue: act in bf16 directly */
             CK(sfi_gpu_gemm_skinny(Ly->wgu, e->xn_b, e->act_b, T, 2 * e->I, e->H,
                                    SFI_GPU_EPI_SWIGLU, st));
@@ -1130,7 +1130,10 @@ static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
     sfi_gpu_sel_params sp = sel_params(&e->o.params);
     /* the main stream's kernels overlap their launch with the previous
      * one's tail; the attention writes the O projection's bf16 input */
-    sfi_gpu_set_pdl(e->o.pdl);
+    /* H100, 0.6B shape, batch 16 at 8K: PDL took SFI fast steps from 3.205
+     * to 3.007 ms but dense steps from 6.643 to 7.166 ms (the next kernel's
+     * early CTAs slow the long dense attention), hence the auto rule */
+    sfi_gpu_set_pdl(e->o.pdl < 0 ? e->o.sfi : e->o.pdl);
     if (e->o.dtype == SFI_GPU_BF16 && !e->exact)
         e->attn_ws.out_bf16 = e->att_b;
     sfi_gpu_gemm_set_ws(e->gemm_part, e->gemm_part_floats, e->gemm_cnt, e->gemm_tiles);

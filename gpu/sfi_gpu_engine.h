@@ -50,7 +50,10 @@ typedef struct {
     int prefill_chunk;      /* prompt tokens per prefill pass (2048) */
     int graphs;             /* replay decode steps from a CUDA graph (1) */
     int overlap;            /* Selector + reorg on a second stream (1) */
-    int pdl;                /* programmatic dependent launch in decode steps (1) */
+    int pdl;                /* programmatic dependent launch in decode steps: -1 auto
+                               (SFI mode on, dense mode off: measured faster each way),
+                               0 off, 1 on */
+    int gemm_cublas;        /* decode GEMMs through cuBLAS instead of ours (0) */
     int skip_select;        /* timing only: slow steps run their dense attention
                                but no Selector or reorg (results are wrong) */
 } sfi_gpu_engine_opts;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include "sfi_gpu.h"
 #include "sfi_gpu_math.cuh"
 #include "sfi_gpu_model.h"
@@ -798,10 +799,19 @@ int sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int
     if (T <= 0) return 0;
     if (T > 64 || N % 32 || (epi == kEpiSwiGLU && M % 16)) return (int)cudaErrorInvalidValue;
     const int tiles = (M + 15) / 16, nkb = N / 32;
-    /* split the reduction when there are too few row tiles to keep every
-     * SM streaming (at least 8 k-blocks a split) */
+    /* Split-K over gridDim.y (partials + the last CTA of a row tile
+     * adding them in order) is supported by the kernel, but measured on
+     * the H100 it made the 0.6B and 4B decode steps slower (the extra
+     * partial traffic and fences cost more than the idle SMs of the
+     * 64-160-tile products), so every product runs unsplit unless
+     * SFI_GPU_SPLITK=1 asks for the split (experiments). */
     int ks = 1;
-    while (tiles * ks < 264 && nkb / (ks * 2) >= 8 && ks < 8) ks *= 2;
+    static int split = -1;
+    if (split < 0) {
+        const char *v = getenv("SFI_GPU_SPLITK");
+        split = v && *v == '1';
+    }
+    while (split && tiles * ks < 264 && nkb / (ks * 2) >= 8 && ks < 8) ks *= 2;
     if (ks > 1 && (!g_gemm_part || tiles > g_gemm_max_tiles ||
                    (size_t)ks * 64 * M > g_gemm_part_floats))
         ks = 1;
