@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sfi_io.h"
 #include "sfi_ref_cli.h"
 #include "sfi_tokenizer.h"
 
@@ -33,10 +34,13 @@ int sfi_ref_cmd_decode(int argc, char **argv)
     /* Read all of standard input, then parse: nothing is written unless
      * every id is valid. */
     size_t got = 0;
-    char *in = sfi_ref_read_all(stdin, &got);
+    char *in = NULL;
+    if (sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX, "an input",
+                           &in, &got, &err) != SFI_OK)
+        in = NULL;
     int rc = 0;
     if (!in) {
-        fprintf(stderr, "sfi-ref decode: reading standard input failed\n");
+        fprintf(stderr, "sfi-ref decode: %s\n", err.msg);
         sfi_tokenizer_free(t);
         return 1;
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sfi_io.h"
 #include "sfi_ref_cli.h"
 #include "sfi_tokenizer.h"
 
@@ -30,9 +31,12 @@ int sfi_ref_cmd_encode(int argc, char **argv)
     sfi_error err;
     sfi_error_clear(&err);
     size_t len;
-    char *text = sfi_ref_read_all(stdin, &len);
+    char *text = NULL;
+    if (sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX, "an input",
+                           &text, &len, &err) != SFI_OK)
+        text = NULL;
     if (!text) {
-        fprintf(stderr, "sfi-ref encode: reading standard input failed\n");
+        fprintf(stderr, "sfi-ref encode: %s\n", err.msg);
         sfi_tokenizer_free(t);
         return 1;
     }

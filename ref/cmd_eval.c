@@ -34,7 +34,8 @@ static void usage(FILE *out)
             "                    [--prefix L] [--tokens N] [--offset T] [--budgets LIST]\n"
             "                    [--policies LIST] [--param KEY=VALUE ...] [--params FILE]\n"
             "                    [--backend blas|scalar] [--tokenizer DIR] [--bootstrap R]\n"
-            "                    [--seed S] [--format table|csv|json] [--png FILE] [--quiet]\n\n"
+            "                    [--seed S] [--threads T] [--format table|csv|json] [--png FILE]\n"
+            "                    [--quiet]\n\n"
             "Teacher-forced quality of every KV policy at equal budget. The text's first L\n"
             "tokens are prefilled once; then N tokens are fed one at a time, and at every\n"
             "step each layer's attention is restricted to the positions the policy chooses\n"
@@ -56,8 +57,11 @@ static void usage(FILE *out)
             "                         or 0.02,0.04: B = round(share * (L + N)) positions per\n"
             "                         KV head per step, sink and recent included\n"
             "      --policies LIST    comma-separated: oracle, streaming, h2o, snapkv, quest,\n"
-            "                         lfps, kascade, fasa, sfi, or all (the default); full KV\n"
-            "                         is always run as the reference\n"
+            "                         lfps, kascade, fasa, sfi (the default: these), tmax,\n"
+            "                         interval, boundary, or all; full KV is always run as\n"
+            "                         the reference\n"
+            "      --calib FILE       Kascade/FASA calibration (sfi-ref calibrate); without\n"
+            "                         it, stand-ins measured on the prefix (named as proxies)\n"
             "  -P, --param KEY=VALUE  an SFI parameter or a policy knob (repeatable; see\n"
             "                         sfi-ref-eval(1))\n"
             "      --params FILE      a file of KEY=VALUE lines\n"
@@ -66,6 +70,8 @@ static void usage(FILE *out)
             "                         model directory. SFI's trigger set comes from them\n"
             "      --bootstrap R      bootstrap resamples of the NLL change (1000; 0: none)\n"
             "      --seed S           bootstrap seed (1)\n"
+            "      --threads T        runs in parallel (default: one per CPU); results do not\n"
+            "                         depend on it\n"
             "      --format F         table (default), csv or json on standard output\n"
             "      --png FILE         write NLL change and KL vs budget, one line per policy\n"
             "  -q, --quiet            no progress lines on standard error\n"
@@ -150,8 +156,8 @@ static void print_table(const char *model, const char *src, const sfi_eval_opts 
     printf("model: %s\ntext: %s\nprefix: %d tokens, scored: %d tokens, backend: %s\n", model,
            src, r->n_prefix, r->n_tokens, sfi_backend_name(o->backend));
     printf("full KV: NLL %.4f nats/token, perplexity %.3f\n", r->full_nll, r->full_ppl);
-    printf("seconds: prefill %.1f (once), full KV %.1f, all %.1f\n", r->prefill_seconds,
-           r->full_seconds, r->seconds);
+    printf("seconds: prefill %.1f (once), full KV %.1f, all %.1f (%d runs in parallel)\n",
+           r->prefill_seconds, r->full_seconds, r->seconds, r->n_threads);
     if (r->n_kascade_anchors) {
         printf("kascade anchors:");
         for (int i = 0; i < r->n_kascade_anchors; i++)
@@ -172,8 +178,21 @@ static void print_table(const char *model, const char *src, const sfi_eval_opts 
         else
             snprintf(slow, sizeof slow, "-");
         printf("%-9s %6.1f%% %6d %7.2f%% %8.4f %9.3f %+9.4f %21s %6.3f %9.5f %6s %7.1f\n",
-               sfi_peer_kind_name(w->kind), pct(w->share), w->budget, pct(w->retained), w->nll,
+               sfi_policy_kind_name(w->kind), pct(w->share), w->budget, pct(w->retained), w->nll,
                w->ppl, w->dnll, ci, w->top1, w->kl, slow, w->seconds);
+    }
+    /* Each proxy a peer had to use, once per policy. */
+    int notes = 0;
+    for (int i = 0; i < r->n_rows; i++) {
+        const sfi_eval_row *w = &r->rows[i];
+        int seen = 0;
+        for (int j = 0; j < i; j++)
+            seen |= r->rows[j].kind == w->kind && r->rows[j].proxy;
+        if (!w->proxy || seen)
+            continue;
+        if (!notes++)
+            printf("\nproxies (a policy not listed ran its paper's rule):\n");
+        printf("  %-9s %s\n", sfi_policy_kind_name(w->kind), w->proxy);
     }
 }
 
@@ -183,7 +202,7 @@ static void print_csv(const sfi_eval_result *r)
            "slow_fraction,seconds,full_nll,prefix,tokens\n");
     for (int i = 0; i < r->n_rows; i++) {
         const sfi_eval_row *w = &r->rows[i];
-        printf("%s,%.6g,%d,%.6f,%.6f,%.6f,%.6f,", sfi_peer_kind_name(w->kind), w->share,
+        printf("%s,%.6g,%d,%.6f,%.6f,%.6f,%.6f,", sfi_policy_kind_name(w->kind), w->share,
                w->budget, w->retained, w->nll, w->ppl, w->dnll);
         if (isnan(w->dnll_lo))
             printf(",,");
@@ -211,12 +230,13 @@ static int print_json(const char *model, const char *src, const sfi_eval_opts *o
     json_object_set_new(j, "full_seconds", json_real(r->full_seconds));
     json_object_set_new(j, "seconds", json_real(r->seconds));
     json_object_set_new(j, "cpu_seconds", json_real(r->cpu_seconds));
+    json_object_set_new(j, "threads", json_integer(r->n_threads));
     json_object_set_new(j, "bootstrap", json_integer(o->n_boot));
     json_object_set_new(j, "confidence", json_real(o->conf));
     for (int i = 0; i < r->n_rows; i++) {
         const sfi_eval_row *w = &r->rows[i];
         json_t *x = json_object();
-        json_object_set_new(x, "policy", json_string(sfi_peer_kind_name(w->kind)));
+        json_object_set_new(x, "policy", json_string(sfi_policy_kind_name(w->kind)));
         json_object_set_new(x, "share", json_real(w->share));
         json_object_set_new(x, "budget", json_integer(w->budget));
         json_object_set_new(x, "retained", json_real(w->retained));
@@ -231,6 +251,8 @@ static int print_json(const char *model, const char *src, const sfi_eval_opts *o
         json_object_set_new(x, "slow_fraction",
                             w->slow_fraction >= 0.0 ? json_real(w->slow_fraction) : json_null());
         json_object_set_new(x, "seconds", json_real(w->seconds));
+        json_object_set_new(x, "cpu_seconds", json_real(w->cpu_seconds));
+        json_object_set_new(x, "proxy", w->proxy ? json_string(w->proxy) : json_null());
         json_array_append_new(rows, x);
     }
     json_object_set_new(j, "rows", rows);
@@ -279,7 +301,7 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
     double *y1 = malloc(sizeof(double) * (size_t)o->n_shares);
     if (!rc && (!x || !y0 || !y1))
         rc = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    for (int k = 0; k < SFI_PEER_N_KINDS && !rc; k++) {
+    for (int k = 0; k < SFI_POLICY_N_KINDS && !rc; k++) {
         size_t n = 0;
         for (int i = 0; i < r->n_rows; i++)
             if ((int)r->rows[i].kind == k) {
@@ -290,7 +312,7 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
             }
         if (!n)
             continue;
-        const char *name = sfi_peer_kind_name((sfi_peer_kind)k);
+        const char *name = sfi_policy_kind_name((sfi_policy_kind)k);
         rc = sfi_plot_line(p, 0, name, x, y0, n, 1, err);
         if (!rc)
             rc = sfi_plot_line(p, 1, name, x, y1, n, 1, err);
@@ -306,8 +328,8 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
 
 int sfi_ref_cmd_eval(int argc, char **argv)
 {
-    enum { O_TEXT = 256, O_IDS, O_TRACE, O_REQUEST, O_OFFSET, O_POLICIES, O_PARAMS, O_BACKEND,
-           O_TOKENIZER, O_BOOT, O_SEED, O_FORMAT, O_PNG };
+    enum { O_TEXT = 256, O_IDS, O_TRACE, O_REQUEST, O_OFFSET, O_POLICIES, O_CALIB, O_PARAMS,
+           O_BACKEND, O_TOKENIZER, O_BOOT, O_SEED, O_THREADS, O_FORMAT, O_PNG };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"text", required_argument, NULL, O_TEXT},
@@ -319,12 +341,14 @@ int sfi_ref_cmd_eval(int argc, char **argv)
         {"offset", required_argument, NULL, O_OFFSET},
         {"budgets", required_argument, NULL, 'b'},
         {"policies", required_argument, NULL, O_POLICIES},
+        {"calib", required_argument, NULL, O_CALIB},
         {"param", required_argument, NULL, 'P'},
         {"params", required_argument, NULL, O_PARAMS},
         {"backend", required_argument, NULL, O_BACKEND},
         {"tokenizer", required_argument, NULL, O_TOKENIZER},
         {"bootstrap", required_argument, NULL, O_BOOT},
         {"seed", required_argument, NULL, O_SEED},
+        {"threads", required_argument, NULL, O_THREADS},
         {"format", required_argument, NULL, O_FORMAT},
         {"png", required_argument, NULL, O_PNG},
         {"quiet", no_argument, NULL, 'q'},
@@ -332,6 +356,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *model = NULL, *text = NULL, *idsf = NULL, *trace = NULL, *tok_dir = NULL, *png = NULL;
+    const char *calib_path = NULL;
     int request = 0, offset = 0, quiet = 0, format = 0; /* 0 table, 1 csv, 2 json */
     sfi_eval_opts o;
     sfi_eval_opts_default(&o);
@@ -369,13 +394,14 @@ int sfi_ref_cmd_eval(int argc, char **argv)
             }
             break;
         case O_POLICIES:
-            if (sfi_peer_set_parse_list(optarg, &o.policies, &e)) {
+            if (sfi_policy_parse_list(optarg, &o.policies, &e)) {
                 fprintf(stderr, "sfi-ref eval: --policies: %s\n", e.msg);
                 return 2;
             }
             break;
+        case O_CALIB: calib_path = optarg; break;
         case 'P':
-            if (sfi_peer_config_set(&o.cfg, optarg, &e)) {
+            if (sfi_policy_config_set(&o.cfg, optarg, &e)) {
                 fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
                 return 2;
             }
@@ -409,6 +435,15 @@ int sfi_ref_cmd_eval(int argc, char **argv)
             o.seed = s;
             break;
         }
+        case O_THREADS:
+            if (parse_int(optarg, "--threads", 1, &o.n_threads))
+                return 2;
+            if (o.n_threads > SFI_EVAL_MAX_THREADS) {
+                fprintf(stderr, "sfi-ref eval: --threads %d: at most %d\n", o.n_threads,
+                        SFI_EVAL_MAX_THREADS);
+                return 2;
+            }
+            break;
         case O_FORMAT:
             if (!strcmp(optarg, "table"))
                 format = 0;
@@ -449,7 +484,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
         fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
         return 2;
     }
-    if (!(o.policies & ~(1u << SFI_PEER_FULL))) {
+    if (!(o.policies & ~(1u << SFI_POLICY_FULL))) {
         fprintf(stderr, "sfi-ref eval: --policies: nothing to compare with full KV\n");
         return 2;
     }
@@ -464,6 +499,8 @@ int sfi_ref_cmd_eval(int argc, char **argv)
     int n_ids = 0;
     sfi_eval_result res;
     memset(&res, 0, sizeof res);
+    sfi_policy_calib calib;
+    memset(&calib, 0, sizeof calib);
 
     if (sfi_qwen3_load(model, &m, &e)) {
         fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
@@ -473,7 +510,8 @@ int sfi_ref_cmd_eval(int argc, char **argv)
     if (!tok_dir)
         tok_dir = model;
     if (file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt")) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e)) {
+        if (sfi_tokenizer_load(tok_dir, &tk, &e) ||
+            sfi_ref_tokenizer_fits(tk, tok_dir, sfi_qwen3_config(m), &e)) {
             fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
             goto out;
         }
@@ -506,12 +544,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
             goto out;
         }
         if (idsf) {
-            if (memchr(s, 0, len)) {
-                free(s);
-                fprintf(stderr, "sfi-ref eval: %s: a NUL byte: not a list of token ids\n", path);
-                goto out;
-            }
-            st = sfi_ref_parse_ids(path, s, &ids, &n_ids, &e);
+            st = sfi_ref_parse_ids(path, s, len, &ids, &n_ids, &e);
             free(s);
             if (st) {
                 fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
@@ -548,6 +581,13 @@ int sfi_ref_cmd_eval(int argc, char **argv)
                     src, i, (int)ids[i], cfg->vocab_size);
             goto out;
         }
+    if (calib_path) {
+        if (sfi_policy_calib_load(calib_path, &calib, &e)) {
+            fprintf(stderr, "sfi-ref eval: --calib: %s\n", e.msg);
+            goto out;
+        }
+        o.calib = &calib;
+    }
     if (sfi_eval_run(m, &o, ids + offset, n_ids - offset, &res, &e)) {
         fprintf(stderr, "sfi-ref eval: %s: %s\n", model, e.msg);
         goto out;
@@ -577,6 +617,7 @@ out:
     if (png)
         sfi_plot_release_fonts();
     sfi_eval_result_free(&res);
+    sfi_policy_calib_free(&calib);
     free(ids);
     if (have_ts)
         sfi_trigger_set_free(&ts);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "sfi_decode.h"
+#include "sfi_io.h"
 #include "sfi_params.h"
 #include "sfi_qwen3.h"
 #include "sfi_recorder.h"
@@ -50,7 +51,8 @@ static void usage(FILE *out)
             "      --tokenizer DIR    tokenizer files (vocab.json, merges.txt); default the\n"
             "                         model directory. Without them the trigger set is empty\n"
             "                         and only ids are printed\n"
-            "      --stop-at-eos      stop after generating the config's eos_token_id\n"
+            "      --stop-at-eos      stop after generating one of the config's\n"
+            "                         eos_token_id (every id of a list)\n"
             "      --json             print one JSON object\n"
             "  -h, --help             print this help\n"
             "%s\n"
@@ -66,46 +68,16 @@ static int file_exists(const char *dir, const char *name)
     return stat(p, &sb) == 0;
 }
 
-static char *read_all(const char *path, size_t *len, sfi_error *err)
+/* A prompt file, or standard input for "-", with a limit: /dev/zero or an
+ * endless pipe is refused instead of filling memory. */
+static char *read_prompt(const char *path, const char *what, size_t *len, sfi_error *err)
 {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        sfi_error_set(err, SFI_EIO, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0)
-            break;
-    }
-    int bad = ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (!buf) {
-        sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-        return NULL;
-    }
-    if (bad) {
-        free(buf);
-        sfi_error_set(err, SFI_EIO, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    char *buf = NULL;
+    sfi_status st = strcmp(path, "-")
+                        ? sfi_io_read(path, SFI_REF_PROMPT_FILE_MAX, what, &buf, len, err)
+                        : sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX,
+                                             what, &buf, len, err);
+    return st ? NULL : buf;
 }
 
 static int parse_int(const char *s, const char *what, int lo, int *out)
@@ -209,7 +181,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
         case O_JSON: json = 1; break;
         case O_TRACE:
             if (sfi_recorder_set_option(&ro, opts[long_index].name, optarg, &e) != 1) {
-                fprintf(stderr, "sfi-ref run: --%s: %s\n", opts[long_index].name, e.msg);
+                fprintf(stderr, "sfi-ref run: %s\n", e.msg);
                 return 2;
             }
             break;
@@ -262,10 +234,12 @@ int sfi_ref_cmd_run(int argc, char **argv)
         tok_dir = model;
     int have_tok_files = file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt");
     if (have_tok_files) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e)) {
+        if (sfi_tokenizer_load(tok_dir, &tk, &e) || sfi_ref_tokenizer_fits(tk, tok_dir, cfg, &e)) {
             fprintf(stderr, "sfi-ref run: %s\n", e.msg);
             goto out;
         }
+        if (tok_dir != model)
+            ro.tokenizer_dir = tok_dir;
         if (sfi_trigger_set_build(sfi_tokenizer_vocab(tk), o.params.trigger_chars, &ts, &e)) {
             fprintf(stderr, "sfi-ref run: %s\n", e.msg);
             goto out;
@@ -283,8 +257,8 @@ int sfi_ref_cmd_run(int argc, char **argv)
     }
     if (prompt_ids) {
         size_t len;
-        char *s = read_all(prompt_ids, &len, &e);
-        if (!s || sfi_ref_parse_ids(prompt_ids, s, &ids, &n_ids, &e)) {
+        char *s = read_prompt(prompt_ids, "a list of token ids", &len, &e);
+        if (!s || sfi_ref_parse_ids(prompt_ids, s, len, &ids, &n_ids, &e)) {
             free(s);
             fprintf(stderr, "sfi-ref run: %s\n", e.msg);
             goto out;
@@ -292,7 +266,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
         free(s);
     } else {
         size_t len = 0;
-        char *s = prompt ? strdup(prompt) : read_all(prompt_file, &len, &e);
+        char *s = prompt ? strdup(prompt) : read_prompt(prompt_file, "a prompt file", &len, &e);
         if (!s) {
             fprintf(stderr, "sfi-ref run: %s\n", prompt ? "out of memory" : e.msg);
             goto out;
@@ -322,6 +296,8 @@ int sfi_ref_cmd_run(int argc, char **argv)
         goto out;
     }
     o.stop_token = stop ? cfg->eos_token_id : -1;
+    o.stop_tokens = stop ? cfg->eos_token_ids : NULL;
+    o.n_stop_tokens = stop ? cfg->n_eos : 0;
     /* the trace file is created (or refused: unwritable) before decoding */
     if (sfi_recorder_open(&ro, model, cfg, &o, &rec, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);

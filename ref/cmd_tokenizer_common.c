@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sfi_ref_cli.h"
+#include "sfi_vocab.h"
 
 int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
                           void (*usage)(FILE *), sfi_tokenizer **out)
@@ -48,66 +49,16 @@ int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
     return -1;
 }
 
-char *sfi_ref_read_all(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            if (ferror(f)) {
-                free(buf);
-                return NULL;
-            }
-            break;
-        }
-        char *nb = realloc(buf, cap * 2);
-        if (!nb)
-            free(buf);
-        buf = nb;
-        cap *= 2;
-    }
-    *len = n;
-    return buf;
-}
-
 /* Whitespace-separated decimal ids. */
-sfi_status sfi_ref_parse_ids(const char *path, const char *s, int32_t **ids, int *n,
-                            sfi_error *err)
+sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_t **ids,
+                             int *n, sfi_error *err)
 {
-    size_t cap = 64, k = 0;
-    int32_t *v = malloc(cap * sizeof *v);
-    if (!v)
-        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-    const char *p = s;
-    while (*p) {
-        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
-            p++;
-        if (!*p)
-            break;
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX ||
-            (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
-            free(v);
-            return sfi_error_set(err, SFI_EFORMAT,
-                                 "%s: byte %ld: expected a non-negative decimal token id",
-                                 path, (long)(p - s));
-        }
-        if (k == cap) {
-            int32_t *nv = realloc(v, cap * 2 * sizeof *v);
-            if (!nv) {
-                free(v);
-                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-            }
-            v = nv;
-            cap *= 2;
-        }
-        v[k++] = (int32_t)x;
-        p = end;
-    }
+    /* The one parser of id lists (sfi-ref decode's too). */
+    size_t k = 0;
+    int32_t *v = NULL;
+    sfi_status st = sfi_token_ids_parse(s, len, path, &v, &k, err);
+    if (st)
+        return st;
     if (k == 0) {
         free(v);
         return sfi_error_set(err, SFI_EFORMAT, "%s: no token ids", path);
@@ -118,5 +69,16 @@ sfi_status sfi_ref_parse_ids(const char *path, const char *s, int32_t **ids, int
     }
     *ids = v;
     *n = (int)k;
+    return SFI_OK;
+}
+
+sfi_status sfi_ref_tokenizer_fits(const sfi_tokenizer *tk, const char *tok_dir,
+                                  const sfi_model_config *cfg, sfi_error *err)
+{
+    int32_t n = sfi_vocab_size(sfi_tokenizer_vocab(tk));
+    if (n > cfg->vocab_size)
+        return sfi_error_set(err, SFI_EINVAL, "%s: the tokenizer's ids reach %d, past the "
+                             "model's vocab_size %d: not this model's tokenizer", tok_dir, n - 1,
+                             cfg->vocab_size);
     return SFI_OK;
 }

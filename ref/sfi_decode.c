@@ -548,6 +548,16 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
         if ((rc = obs->on_prefill(obs->user, &pi, err)))
             goto fail;
     }
+    /* Step 0's forward pass is the prefill's last position: its dense
+     * attention goes to observers like every later step's (n_ctx = the
+     * prompt), so a full-level trace has every step. */
+    if (obs && obs->want_attention && obs->on_attention) {
+        d.step = 0;
+        d.kind = SFI_STEP_SLOW;
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            if ((rc = observe_attention(&d, l, qslot(&d, l, n_prompt - 1), n_prompt)))
+                goto fail;
+    }
     double t1 = now_s(), c1 = cpu_s();
     res->prefill_seconds = pre ? pre->seconds + (t1 - t0) : t1 - t0;
     res->prefill_cpu_seconds = pre ? pre->cpu_seconds + (c1 - c0) : c1 - c0;
@@ -589,7 +599,10 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
                 goto fail;
         }
         prev = o->forced && t + 1 < o->max_new ? o->forced[t] : tok;
-        if (tok == o->stop_token)
+        int stop = tok == o->stop_token;
+        for (int i = 0; !stop && o->stop_tokens && i < o->n_stop_tokens; i++)
+            stop = tok == o->stop_tokens[i];
+        if (stop)
             break;
     }
     res->decode_seconds = now_s() - t1;

@@ -4,17 +4,17 @@
  * pair, each from a copy of the prefix's cache. SFI runs through the decode
  * loop itself (sfi_decode_run_prefix with teacher forcing: the same
  * slow/fast steps, Selector and fast sets as sfi-ref run); every other
- * policy is an sfi_peer of ref/sfi_policies.h (one instance per layer)
- * asked at each step and layer for its sets, which the attend hook then
- * attends to.
+ * policy is an sfi_policy of ref/sfi_policies.h (one object for all
+ * layers) asked at each step and layer for its sets, which the attend hook
+ * then attends to.
  *
- * What a peer sees of a step: the real query and the layer's cached keys
- * (q/K snapshots), and, for the kinds whose rule reads attention weights
- * (oracle, H2O, SnapKV, LFPS, Kascade), the step's dense attention of the
- * layer pooled over each KV head's query heads (mean), every position
- * ranked (an sfi_peer_obs with n_top = n_ctx and no tail). Kascade's plan
- * is built per budget from the last KASCADE_CALIB prompt queries (the
- * minimum over them, as method.md section 8 says).
+ * What a peer sees: after the prefill, each layer's last prompt queries
+ * and keys (its prompt observation: H2O, SnapKV, LFPS are defined on it);
+ * at a step, the real query and the layer's cached keys, from which it
+ * computes whatever attention its rule observes. Kascade and FASA take the
+ * calibration of o->calib; without one, Kascade's is a stand-in measured
+ * on the last KASCADE_CALIB prompt queries of the prefix, which the row's
+ * proxy note names (it leaks), and FASA calibrates on its first step.
  *
  * Metrics use sfi_math's exp/log (no libm): log-softmax in float with a
  * double sum, KL and means accumulated in double. */
@@ -23,13 +23,19 @@
 #include "sfi_eval.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sfi_decode.h"
 #include "sfi_math.h"
 #include "sfi_state.h"
+
+#ifdef SFI_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
 #define KASCADE_CALIB 16
 #define EVAL_MAX_KV_HEADS 1024
@@ -48,6 +54,14 @@ static double cpu_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* CPU time of the calling thread: a run's own cost while others run. */
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 void sfi_eval_opts_default(sfi_eval_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -56,8 +70,8 @@ void sfi_eval_opts_default(sfi_eval_opts *o)
     static const double def[] = {0.02, 0.04, 0.06, 0.12, 0.27};
     o->n_shares = (int)(sizeof def / sizeof def[0]);
     memcpy(o->shares, def, sizeof def);
-    o->policies = (1u << SFI_PEER_N_KINDS) - 1;
-    sfi_peer_config_default(&o->cfg);
+    o->policies = SFI_EVAL_DEFAULT_POLICIES;
+    sfi_policy_config_default(&o->cfg);
     o->backend = sfi_backend_available(SFI_BACKEND_BLAS) ? SFI_BACKEND_BLAS : SFI_BACKEND_SCALAR;
     o->n_boot = 1000;
     o->conf = 0.95;
@@ -97,29 +111,16 @@ sfi_status sfi_eval_parse_shares(const char *list, sfi_eval_opts *o, sfi_error *
 
 int sfi_eval_budget(double share, int n_prefix, int n_tokens)
 {
-    double ctx = (double)n_prefix + n_tokens;
-    double b = share * ctx + 0.5;
-    if (!(b >= 1.0))
-        return 1;
-    if (b >= ctx)
-        return (int)ctx;
-    return (int)b;
+    /* The one budget definition at the run's largest context. */
+    sfi_budget b = {.ratio = share};
+    sfi_params prm;
+    sfi_params_default(&prm);
+    return sfi_budget_positions(&b, &prm, n_prefix + n_tokens);
 }
 
 void sfi_eval_sfi_split(const sfi_params *prm, int B, int n_ctx_max, int *n_recent, int *K)
 {
-    int r = (B - prm->n_sink) / 2;
-    if (r > prm->n_recent)
-        r = prm->n_recent;
-    if (B >= n_ctx_max)
-        r = B - prm->n_sink;
-    if (r < 1)
-        r = 1;
-    int k = B - prm->n_sink - r;
-    if (k < 1)
-        k = 1;
-    *n_recent = r;
-    *K = k;
+    sfi_budget_sfi_split(prm, B, n_ctx_max, n_recent, K);
 }
 
 void sfi_eval_result_free(sfi_eval_result *r)
@@ -269,14 +270,15 @@ static sfi_status sfi_on_step(void *user, const sfi_decode_step_info *si, sfi_er
     return SFI_OK;
 }
 
-static sfi_status run_sfi(ectx *e, int B)
+static sfi_status run_sfi(ectx *e, sfi_policy_kind kind, int B)
 {
     sfi_decode_opts o;
     sfi_decode_opts_default(&o);
     o.mode = SFI_DECODE_SFI;
     o.params = e->o->cfg.prm;
-    sfi_eval_sfi_split(&e->o->cfg.prm, B, e->L + e->N, &o.params.n_recent, &o.params.K);
-    o.trigger = SFI_TRIG_SFI;
+    sfi_budget_sfi_split(&e->o->cfg.prm, B, e->L + e->N, &o.params.n_recent, &o.params.K);
+    o.trigger = sfi_policy_trigger_kind(kind);
+    o.interval = e->o->cfg.interval;
     o.is_trigger = e->o->is_trigger;
     o.n_trigger_vocab = e->o->n_trigger_vocab;
     o.max_new = e->N + 1;
@@ -295,70 +297,38 @@ static sfi_status run_sfi(ectx *e, int B)
 /* ---------------------------------------------------------------- */
 /* Peers of ref/sfi_policies.h                                        */
 
-typedef struct {
-    float p;
-    int32_t i;
-} pv;
-
-static int cmp_pv_desc(const void *a, const void *b)
-{
-    const pv *x = a, *y = b;
-    if (x->p > y->p) return -1;
-    if (x->p < y->p) return 1;
-    return (x->i > y->i) - (x->i < y->i);
-}
-
-int sfi_eval_kind_reads_attention(sfi_peer_kind k)
-{
-    return k == SFI_PEER_ORACLE || k == SFI_PEER_H2O || k == SFI_PEER_SNAPKV ||
-           k == SFI_PEER_LFPS || k == SFI_PEER_KASCADE;
-}
-
 struct sfi_eval_policy {
-    sfi_peer_kind kind;
+    sfi_policy_kind kind;
     int nl, nh, nkv, hd, cap;
-    int n_sink;
-    sfi_peer **peers;       /* [nl] */
-    sfi_peer_obs *obs;      /* [nl][nkv] of the current step */
-    int32_t *obs_pos;       /* [nl][nkv][cap] */
-    float *obs_prob;
-    pv *sortbuf;            /* [cap] */
+    sfi_policy *pol;
     int32_t *idx;           /* [nkv][cap] */
     int *n_idx;             /* [nkv] */
-    uint8_t *mean_v;        /* [nkv] */
-    sfi_peer_set *sets;     /* [nkv] */
+    sfi_policy_set *sets;   /* [nkv] */
 };
 
 void sfi_eval_policy_free(sfi_eval_policy *p)
 {
     if (!p)
         return;
-    if (p->peers)
-        for (int l = 0; l < p->nl; l++)
-            sfi_peer_free(p->peers[l]);
-    free(p->peers);
-    free(p->obs);
-    free(p->obs_pos);
-    free(p->obs_prob);
-    free(p->sortbuf);
+    sfi_policy_free(p->pol);
     free(p->idx);
     free(p->n_idx);
-    free(p->mean_v);
     free(p->sets);
     free(p);
 }
 
-sfi_status sfi_eval_policy_create(sfi_peer_kind kind, const sfi_peer_config *cfg, int n_layers,
-                                  int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-                                  const sfi_peer_kascade_plan *plan, sfi_eval_policy **out,
-                                  sfi_error *err)
+sfi_status sfi_eval_policy_create(sfi_policy_kind kind, const sfi_policy_config *cfg,
+                                  int n_layers, int n_heads, int n_kv_heads, int head_dim,
+                                  int max_ctx, const sfi_policy_calib *calib,
+                                  sfi_eval_policy **out, sfi_error *err)
 {
     *out = NULL;
-    if (kind == SFI_PEER_SFI || kind == SFI_PEER_FULL || (unsigned)kind >= SFI_PEER_N_KINDS)
+    if (kind == SFI_POLICY_FULL || sfi_policy_has_slow_steps(kind) ||
+        (unsigned)kind >= SFI_POLICY_N_KINDS)
         return sfi_error_set(err, SFI_EINVAL, "eval policy: %s is not a peer policy",
-                             sfi_peer_kind_name(kind));
+                             sfi_policy_kind_name(kind));
     if (n_layers < 1 || n_kv_heads < 1 || n_kv_heads > EVAL_MAX_KV_HEADS || n_heads < 1 ||
-        n_heads % n_kv_heads || head_dim < 1 || max_ctx < 1)
+        n_heads % n_kv_heads || head_dim < 2 || max_ctx < 1)
         return sfi_error_set(err, SFI_EINVAL, "eval policy: bad shape (%d layers, %d/%d heads, "
                              "head_dim %d, context %d)", n_layers, n_heads, n_kv_heads,
                              head_dim, max_ctx);
@@ -371,161 +341,72 @@ sfi_status sfi_eval_policy_create(sfi_peer_kind kind, const sfi_peer_config *cfg
     p->nkv = n_kv_heads;
     p->hd = head_dim;
     p->cap = max_ctx;
-    p->n_sink = cfg->prm.n_sink;
-    size_t cap = (size_t)max_ctx;
-    p->peers = calloc((size_t)n_layers, sizeof *p->peers);
-    p->obs = calloc((size_t)n_layers * n_kv_heads, sizeof *p->obs);
-    p->sortbuf = malloc(sizeof(pv) * cap);
-    p->idx = malloc(sizeof(int32_t) * (size_t)n_kv_heads * cap);
+    p->idx = malloc(sizeof(int32_t) * (size_t)n_kv_heads * max_ctx);
     p->n_idx = calloc((size_t)n_kv_heads, sizeof(int));
-    p->mean_v = calloc((size_t)n_kv_heads, 1);
     p->sets = calloc((size_t)n_kv_heads, sizeof *p->sets);
-    int ok = p->peers && p->obs && p->sortbuf && p->idx && p->n_idx && p->mean_v && p->sets;
-    if (ok && sfi_eval_kind_reads_attention(kind)) {
-        p->obs_pos = malloc(sizeof(int32_t) * (size_t)n_layers * n_kv_heads * cap);
-        p->obs_prob = malloc(sizeof(float) * (size_t)n_layers * n_kv_heads * cap);
-        ok = p->obs_pos && p->obs_prob;
-    }
-    if (!ok) {
+    if (!p->idx || !p->n_idx || !p->sets) {
         sfi_eval_policy_free(p);
         return sfi_error_set(err, SFI_ENOMEM, "eval policy %s: out of memory",
-                             sfi_peer_kind_name(kind));
+                             sfi_policy_kind_name(kind));
     }
-    for (int l = 0; l < n_layers; l++) {
-        sfi_status rc = sfi_peer_create(kind, cfg, l, n_layers, n_kv_heads, n_heads, head_dim,
-                                        max_ctx, kind == SFI_PEER_KASCADE ? plan : NULL,
-                                        &p->peers[l], err);
-        if (rc) {
-            sfi_eval_policy_free(p);
-            return rc;
-        }
+    sfi_policy_shape sh = {n_layers, n_heads, n_kv_heads, head_dim};
+    sfi_status rc = sfi_policy_create(kind, cfg, &sh, max_ctx, calib, &p->pol, err);
+    if (rc) {
+        sfi_eval_policy_free(p);
+        return rc;
     }
     *out = p;
     return SFI_OK;
 }
 
-/* The pooled (mean over the KV head's query heads), ranked attention of
- * one KV head from probabilities probs[nh][n] (rows of length ld). */
-static void make_obs(pv *buf, int nh, int nkv, int h, const float *probs, size_t ld, int n,
-                     sfi_peer_obs *o, int32_t *pos, float *prob)
+sfi_status sfi_eval_policy_prompt(sfi_eval_policy *p, int layer, const sfi_policy_prompt *pr,
+                                  sfi_error *err)
 {
-    int G = nh / nkv;
-    for (int j = 0; j < n; j++) {
-        float s = 0.0f;
-        for (int g = 0; g < G; g++)
-            s += probs[(size_t)(h * G + g) * ld + j];
-        buf[j].p = s / (float)G;
-        buf[j].i = j;
-    }
-    qsort(buf, (size_t)n, sizeof(pv), cmp_pv_desc);
-    for (int j = 0; j < n; j++) {
-        pos[j] = buf[j].i;
-        prob[j] = buf[j].p;
-    }
-    o->n_ctx = n;
-    o->n_top = n;
-    o->pos = pos;
-    o->prob = prob;
-    o->tail = 0.0f;
+    return sfi_policy_prompt_run(p->pol, layer, pr, err);
 }
 
-static const sfi_peer_obs *layer_obs(void *ctx, int layer, int kv_head)
+const char *sfi_eval_policy_proxy(const sfi_eval_policy *p)
 {
-    sfi_eval_policy *p = ctx;
-    if (layer < 0 || layer >= p->nl || kv_head < 0 || kv_head >= p->nkv)
-        return NULL;
-    return &p->obs[(size_t)layer * p->nkv + kv_head];
+    return sfi_policy_proxy_note(p->pol);
 }
 
-static void set_dense(sfi_peer_set *s, int n_ctx)
+int sfi_eval_policy_anchors(const sfi_eval_policy *p, int *anchors, int max)
 {
-    memset(s, 0, sizeof *s);
-    s->n_ctx = n_ctx;
-    s->dense = 1;
-    s->recent_begin = n_ctx;
-    s->size = n_ctx;
-}
-
-/* Positions of a set, ascending, into idx; returns the count. */
-static int set_positions(const sfi_peer_set *s, int n_ctx, int32_t *idx)
-{
-    int n = 0;
-    if (s->dense) {
-        for (int j = 0; j < n_ctx; j++)
-            idx[n++] = j;
-        return n;
-    }
-    int se = s->sink_end < n_ctx ? s->sink_end : n_ctx;
-    int rb = s->recent_begin < n_ctx ? s->recent_begin : n_ctx;
-    if (rb < se)
-        rb = se;
-    for (int j = 0; j < se; j++)
-        idx[n++] = j;
-    if (s->bits)
-        for (int w = se >> 6; rb > se && w <= (rb - 1) >> 6; w++) {
-            uint64_t b = s->bits[w];
-            while (b) {
-                int j = (w << 6) + __builtin_ctzll(b);
-                b &= b - 1;
-                if (j >= se && j < rb)
-                    idx[n++] = j;
-            }
-        }
-    for (int j = rb; j < n_ctx; j++)
-        idx[n++] = j;
-    return n;
+    return sfi_policy_kascade_anchor_list(p->pol, anchors, max);
 }
 
 sfi_status sfi_eval_policy_sets(sfi_eval_policy *p, const sfi_eval_layer_step *ls,
-                                const int32_t **idx, const int **n_idx, const uint8_t **mean_v,
-                                sfi_error *err)
+                                const int32_t **idx, const int **n_idx, sfi_error *err)
 {
     int layer = ls->layer, n_ctx = ls->n_ctx, nkv = p->nkv;
     if (layer < 0 || layer >= p->nl || n_ctx < 1 || n_ctx > p->cap || ls->budget < 1 ||
-        !ls->q || !ls->k || (sfi_eval_kind_reads_attention(p->kind) && !ls->probs))
+        !ls->q || !ls->k)
         return sfi_error_set(err, SFI_EINVAL, "eval policy %s: bad step (layer %d, context %d, "
-                             "budget %d)", sfi_peer_kind_name(p->kind), layer, n_ctx,
+                             "budget %d)", sfi_policy_kind_name(p->kind), layer, n_ctx,
                              ls->budget);
-    if (ls->probs)
-        for (int h = 0; h < nkv; h++) {
-            size_t i = (size_t)layer * nkv + h;
-            make_obs(p->sortbuf, p->nh, nkv, h, ls->probs, (size_t)n_ctx, n_ctx, &p->obs[i],
-                     p->obs_pos + i * p->cap, p->obs_prob + i * p->cap);
-        }
-    sfi_peer_step st;
-    memset(&st, 0, sizeof st);
-    st.step = ls->step;
-    st.n_ctx = n_ctx;
-    st.prev_trigger = ls->prev_trigger;
-    st.budget = ls->budget;
-    st.obs = ls->probs ? &p->obs[(size_t)layer * nkv] : NULL;
-    st.layer_obs = layer_obs;
-    st.layer_obs_ctx = p;
-    st.q = ls->q;
-    st.k = ls->k;
+    sfi_policy_step st = {.step = ls->step, .n_ctx = n_ctx, .budget = ls->budget,
+                          .prev_trigger = ls->prev_trigger, .q = ls->q, .k = ls->k};
     int avail = 1;
-    sfi_status rc = sfi_peer_step_run(p->peers[layer], &st, p->sets, &avail, NULL, err);
+    sfi_status rc = sfi_policy_run(p->pol, layer, &st, p->sets, &avail, NULL, err);
     if (rc)
-        return sfi_error_prefix(err, "policy %s, layer %d, step %d", sfi_peer_kind_name(p->kind),
-                                layer, ls->step);
+        return sfi_error_prefix(err, "policy %s, layer %d, step %d",
+                                sfi_policy_kind_name(p->kind), layer, ls->step);
     if (!avail)
         return sfi_error_set(err, SFI_EINVAL, "policy %s: no set at layer %d, step %d",
-                             sfi_peer_kind_name(p->kind), layer, ls->step);
-    if (ls->budget >= n_ctx)
-        for (int h = 0; h < nkv; h++)
-            set_dense(&p->sets[h], n_ctx);
+                             sfi_policy_kind_name(p->kind), layer, ls->step);
     for (int h = 0; h < nkv; h++) {
-        const sfi_peer_set *s = &p->sets[h];
-        if (s->n_virtual > 0)
-            return sfi_error_set(err, SFI_EINVAL,
-                                 "policy %s: %d positions of unknown identity at layer %d",
-                                 sfi_peer_kind_name(p->kind), s->n_virtual, layer);
-        p->n_idx[h] = set_positions(s, n_ctx, p->idx + (size_t)h * p->cap);
-        p->mean_v[h] = (uint8_t)(s->mean_v != 0);
+        int32_t *ix = p->idx + (size_t)h * p->cap;
+        if (ls->budget >= n_ctx) {
+            /* nothing to choose: every position (the policy's state went on) */
+            for (int j = 0; j < n_ctx; j++)
+                ix[j] = j;
+            p->n_idx[h] = n_ctx;
+        } else {
+            sfi_policy_set_indices(&p->sets[h], ix, &p->n_idx[h]);
+        }
     }
     *idx = p->idx;
     *n_idx = p->n_idx;
-    *mean_v = p->mean_v;
     return SFI_OK;
 }
 
@@ -534,8 +415,6 @@ typedef struct {
     ectx *e;
     sfi_eval_policy *pol;
     int budget, step, prev_trigger;
-    float *logits_l;        /* [nh][cap] */
-    float *dense_out;       /* [nh*hd] */
 } pctx;
 
 static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_kv_cache *kv,
@@ -545,23 +424,12 @@ static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_k
     ectx *e = p->e;
     int nkv = e->nkv, G = e->nh / nkv, hd = e->hd;
     sfi_status rc;
-    int have_dense = 0;
-    if (sfi_eval_kind_reads_attention(p->pol->kind)) {
-        rc = sfi_qwen3_attn_dense(e->m, e->o->backend, layer, q, kv, n_ctx, p->dense_out,
-                                  p->logits_l, err);
-        if (rc)
-            return rc;
-        have_dense = 1;
-        for (int h = 0; h < e->nh; h++)
-            sfi_softmax(p->logits_l + (size_t)h * n_ctx, (size_t)n_ctx);
-    }
     sfi_eval_layer_step ls = {.layer = layer, .step = p->step, .n_ctx = n_ctx,
                               .budget = p->budget, .prev_trigger = p->prev_trigger, .q = q,
-                              .k = sfi_kv_k(kv, layer), .probs = have_dense ? p->logits_l : NULL};
+                              .k = sfi_kv_k(kv, layer)};
     const int32_t *idx;
     const int *n_idx;
-    const uint8_t *mean_v;
-    if ((rc = sfi_eval_policy_sets(p->pol, &ls, &idx, &n_idx, &mean_v, err)))
+    if ((rc = sfi_eval_policy_sets(p->pol, &ls, &idx, &n_idx, err)))
         return rc;
     int all = 1;
     const int32_t *ix[EVAL_MAX_KV_HEADS];
@@ -569,7 +437,7 @@ static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_k
     static const int32_t zero = 0;
     for (int h = 0; h < nkv; h++) {
         e->attended += n_idx[h];
-        all = all && n_idx[h] == n_ctx && !mean_v[h];
+        all = all && n_idx[h] == n_ctx;
         /* An empty set attends to nothing: its heads' output is zero (a
          * dummy position keeps the sparse call well formed; its output is
          * dropped below). */
@@ -577,115 +445,104 @@ static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_k
         nn[h] = n_idx[h] ? n_idx[h] : 1;
     }
     e->attend_den += (int64_t)n_ctx * nkv;
-    if (all) {
-        if (have_dense) {
-            memcpy(out, p->dense_out, (size_t)e->nh * hd * sizeof(float));
-            return SFI_OK;
-        }
+    if (all)
         return sfi_qwen3_attn_dense(e->m, e->o->backend, layer, q, kv, n_ctx, out, NULL, err);
-    }
     if ((rc = sfi_qwen3_attn_sparse(e->m, e->o->backend, layer, q, kv, n_ctx, ix, nn, out, err)))
         return rc;
-    const float *V = sfi_kv_v(kv, layer);
-    for (int h = 0; h < nkv; h++) {
-        float *og = out + (size_t)h * G * hd;
-        if (!n_idx[h]) {
-            memset(og, 0, (size_t)G * hd * sizeof(float));
-        } else if (mean_v[h]) {
-            /* LFPS sink head: the mean value vector over its set */
-            for (int c = 0; c < hd; c++) {
-                float s = 0.0f;
-                for (int i = 0; i < n_idx[h]; i++)
-                    s += V[((size_t)ix[h][i] * nkv + h) * hd + c];
-                s /= (float)n_idx[h];
-                for (int g = 0; g < G; g++)
-                    og[(size_t)g * hd + c] = s;
-            }
-        }
-    }
+    for (int h = 0; h < nkv; h++)
+        if (!n_idx[h])
+            memset(out + (size_t)h * G * hd, 0, (size_t)G * hd * sizeof(float));
     return SFI_OK;
 }
 
-/* Kascade's plan at budget B from the last prompt queries' dense
- * attention (top_k = B). */
-static sfi_status kascade_plan(ectx *e, int B, sfi_peer_kascade_plan *plan)
+/* The prompt's last n queries of layer l, oldest first, from the prefix's
+ * ring (position p in slot p % n_queries). */
+static void prompt_tail(const ectx *e, int l, int n, float *out)
 {
-    int S = e->pre.n_queries < KASCADE_CALIB ? e->pre.n_queries : KASCADE_CALIB;
-    int L = e->nl, H = e->nkv;
-    size_t n = (size_t)S * L * H;
-    sfi_peer_obs *cal = malloc(sizeof *cal * n);
-    int32_t *pos = malloc(sizeof(int32_t) * n * e->L);
-    float *prob = malloc(sizeof(float) * n * e->L);
-    float *probs = malloc(sizeof(float) * (size_t)e->nh * e->L);
-    float *out = malloc(sizeof(float) * (size_t)e->nh * e->hd);
-    pv *buf = malloc(sizeof(pv) * (size_t)e->L);
-    sfi_status rc = SFI_OK;
-    if (!cal || !pos || !prob || !probs || !out || !buf) {
-        rc = sfi_error_set(e->err, SFI_ENOMEM, "kascade: out of memory for calibration");
-        goto out;
+    size_t qd = (size_t)e->nh * e->hd;
+    for (int t = 0; t < n; t++) {
+        int pos = e->L - n + t;
+        memcpy(out + (size_t)t * qd,
+               e->pre.qhist + ((size_t)l * e->pre.n_queries + (size_t)(pos % e->pre.n_queries)) * qd,
+               sizeof(float) * qd);
     }
+}
+
+/* A stand-in calibration when none is given: the calibrator over the last
+ * KASCADE_CALIB prompt queries of the evaluated prefix (it leaks: the
+ * rows say so). */
+static sfi_status standin_calib(ectx *e, sfi_policy_calib *cal)
+{
+    const sfi_policy_config *c = &e->o->cfg;
+    int S = e->pre.n_queries < KASCADE_CALIB ? e->pre.n_queries : KASCADE_CALIB;
+    if (S > e->L)
+        S = e->L;
+    int kk = c->kascade_calib_k, lo = e->L - S + 1;
+    if (kk >= lo)
+        kk = lo / 2 > 0 ? lo / 2 : 1;
+    sfi_policy_calibrator *cb = NULL;
+    sfi_status rc = sfi_policy_calibrator_create(kk, c->fasa_calib_k, sfi_policy_fasa_tip(c, e->hd),
+                                                 e->nl, e->nh, e->nkv, e->hd, e->L, &cb, e->err);
+    if (rc)
+        return rc;
+    sfi_policy_calibrator_begin(cb);
     size_t qd = (size_t)e->nh * e->hd;
     for (int s = 0; s < S && !rc; s++) {
-        int qp = e->L - S + s;  /* query position; it sees qp + 1 keys */
-        for (int l = 0; l < L && !rc; l++) {
-            const float *q = e->pre.qhist + ((size_t)l * e->pre.n_queries +
-                                             (size_t)(qp % e->pre.n_queries)) * qd;
-            rc = sfi_qwen3_attn_dense(e->m, e->o->backend, l, q, &e->pre.kv, qp + 1, out, probs,
-                                      e->err);
-            for (int h = 0; h < e->nh && !rc; h++)
-                sfi_softmax(probs + (size_t)h * (qp + 1), (size_t)(qp + 1));
-            for (int h = 0; h < H && !rc; h++) {
-                size_t i = ((size_t)s * L + l) * H + h;
-                make_obs(buf, e->nh, H, h, probs, (size_t)(qp + 1), qp + 1, &cal[i],
-                         pos + i * e->L, prob + i * e->L);
-            }
-        }
+        int qp = e->L - S + s;
+        for (int l = 0; l < e->nl && !rc; l++)
+            rc = sfi_policy_calibrator_add(
+                cb, l, e->pre.qhist + ((size_t)l * e->pre.n_queries + (size_t)(qp % e->pre.n_queries)) * qd,
+                sfi_kv_k(&e->pre.kv, l), qp + 1, e->err);
     }
     if (!rc)
-        rc = sfi_peer_kascade_plan_build(cal, S, L, H, B, e->o->cfg.kascade_anchors, plan,
-                                         e->err);
-out:
-    free(cal);
-    free(pos);
-    free(prob);
-    free(probs);
-    free(out);
-    free(buf);
+        rc = sfi_policy_calibrator_finish(cb, "the evaluated prefix's last queries", cal, e->err);
+    if (!rc)
+        cal->leaks = 1;
+    sfi_policy_calibrator_free(cb);
     return rc;
 }
 
-static sfi_status run_peer(ectx *e, sfi_peer_kind kind, int B, sfi_eval_result *res)
+static sfi_status run_peer(ectx *e, sfi_policy_kind kind, int B, sfi_eval_row *row)
 {
     pctx p;
     memset(&p, 0, sizeof p);
     p.e = e;
     p.budget = B;
-    p.logits_l = malloc(sizeof(float) * (size_t)e->nh * e->cap);
-    p.dense_out = malloc(sizeof(float) * (size_t)e->nh * e->hd);
-    sfi_peer_kascade_plan plan;
-    memset(&plan, 0, sizeof plan);
+    sfi_policy_calib own;
+    memset(&own, 0, sizeof own);
+    const sfi_policy_calib *cal = e->o->calib;
     sfi_status rc = SFI_OK;
-    if (!p.logits_l || !p.dense_out) {
-        rc = sfi_error_set(e->err, SFI_ENOMEM, "policy %s: out of memory",
-                           sfi_peer_kind_name(kind));
-        goto out;
-    }
-    if (kind == SFI_PEER_KASCADE) {
-        if ((rc = kascade_plan(e, B, &plan)))
+    float *tail = NULL;
+    if (kind == SFI_POLICY_KASCADE && !(cal && cal->has_kascade)) {
+        if ((rc = standin_calib(e, &own)))
             goto out;
-        res->n_kascade_anchors = 0;
-        for (int l = 0; l < e->nl && res->n_kascade_anchors < 64; l++)
-            if (plan.is_anchor[l])
-                res->kascade_anchors[res->n_kascade_anchors++] = l;
+        cal = &own;
     }
-    if ((rc = sfi_eval_policy_create(kind, &e->o->cfg, e->nl, e->nh, e->nkv, e->hd, e->cap,
-                                     &plan, &p.pol, e->err)))
+    if ((rc = sfi_eval_policy_create(kind, &e->o->cfg, e->nl, e->nh, e->nkv, e->hd, e->cap, cal,
+                                     &p.pol, e->err)))
         goto out;
-    if ((rc = sfi_kv_cache_copy(&e->work, &e->pre.kv, e->err)))
+    if (kind == SFI_POLICY_KASCADE)
+        row->n_anchors = sfi_eval_policy_anchors(p.pol, row->anchors, 64);
+    /* What the prompt showed each layer: its last queries (the prefix
+     * keeps pre.n_queries) and its keys. */
+    int nt = e->pre.n_queries < e->L ? e->pre.n_queries : e->L;
+    tail = malloc(sizeof(float) * (size_t)nt * e->nh * e->hd);
+    if (!tail) {
+        rc = sfi_error_set(e->err, SFI_ENOMEM, "policy %s: out of memory",
+                           sfi_policy_kind_name(kind));
         goto out;
+    }
+    for (int l = 0; l < e->nl && !rc; l++) {
+        prompt_tail(e, l, nt, tail);
+        sfi_policy_prompt pr = {.n_prompt = e->L, .n_tail = nt, .q_tail = tail,
+                                .k = sfi_kv_k(&e->pre.kv, l), .budget = B};
+        rc = sfi_eval_policy_prompt(p.pol, l, &pr, e->err);
+    }
+    if (!rc)
+        rc = sfi_kv_cache_copy(&e->work, &e->pre.kv, e->err);
     for (int s = 1; s <= e->N && !rc; s++) {
         int32_t in = e->tok[e->L + s - 1];
-        p.step = s - 1;
+        p.step = s;
         p.prev_trigger = e->o->is_trigger && in >= 0 && in < e->o->n_trigger_vocab &&
                          e->o->is_trigger[in];
         rc = sfi_qwen3_step(e->m, e->o->backend, &e->work, in, peer_attend, &p, e->logits,
@@ -693,11 +550,12 @@ static sfi_status run_peer(ectx *e, sfi_peer_kind kind, int B, sfi_eval_result *
         if (!rc)
             score(e, s, e->logits);
     }
+    if (!rc)
+        row->proxy = sfi_eval_policy_proxy(p.pol);
 out:
     sfi_eval_policy_free(p.pol);
-    sfi_peer_kascade_plan_free(&plan);
-    free(p.logits_l);
-    free(p.dense_out);
+    sfi_policy_calib_free(&own);
+    free(tail);
     return rc;
 }
 
@@ -717,6 +575,127 @@ static void ectx_free(ectx *e)
     free(e->nll);
     free(e->kl);
     free(e->agree);
+}
+
+/* A worker's own buffers (the shared fields are the parent's, read only). */
+static sfi_status worker_init(ectx *w, const ectx *parent, sfi_error *err)
+{
+    /* the prefix and full KV's reference stay shared: worker_free never
+     * frees them */
+    *w = *parent;
+    memset(&w->work, 0, sizeof w->work);
+    size_t N = (size_t)w->N, V = (size_t)w->V;
+    w->logits = malloc(sizeof(float) * V);
+    w->lp = malloc(sizeof(float) * V);
+    w->nll = malloc(sizeof(double) * N);
+    w->kl = malloc(sizeof(double) * N);
+    w->agree = malloc(N);
+    w->err = err;
+    if (!w->logits || !w->lp || !w->nll || !w->kl || !w->agree)
+        return sfi_error_set(err, SFI_ENOMEM, "eval: out of memory");
+    return sfi_kv_cache_init(&w->work, w->c, w->cap, err);
+}
+
+static void worker_free(ectx *w)
+{
+    sfi_kv_cache_free(&w->work);
+    free(w->logits);
+    free(w->lp);
+    free(w->nll);
+    free(w->kl);
+    free(w->agree);
+}
+
+/* The jobs (budget, policy) shared by the workers. */
+typedef struct {
+    const ectx *e;          /* shared state: prefix, full KV's reference */
+    const double *full_nll;
+    sfi_eval_row *rows;
+    int n_jobs, next;
+    pthread_mutex_t mu;
+    int failed;
+    sfi_error err;
+} jobs;
+
+/* Runs one job and fills its row. */
+static sfi_status run_job(ectx *w, const double *full_nll, double full_mean, sfi_eval_row *r,
+                          double *delta)
+{
+    const sfi_eval_opts *o = w->o;
+    w->attended = w->attend_den = 0;
+    w->n_slow = 0;
+    double r0 = now_s(), rc0 = thread_cpu_s();
+    sfi_status rc = sfi_policy_has_slow_steps(r->kind) ? run_sfi(w, r->kind, r->budget)
+                                                       : run_peer(w, r->kind, r->budget, r);
+    if (rc)
+        return sfi_error_prefix(w->err, "%s at budget %g", sfi_policy_kind_name(r->kind),
+                                r->share);
+    r->seconds = now_s() - r0;
+    r->cpu_seconds = thread_cpu_s() - rc0;
+    double sn = 0.0, sk = 0.0, kmax = 0.0;
+    int agree = 0;
+    for (int t = 0; t < w->N; t++) {
+        sn += w->nll[t];
+        sk += w->kl[t];
+        if (w->kl[t] > kmax)
+            kmax = w->kl[t];
+        agree += w->agree[t];
+        delta[t] = w->nll[t] - full_nll[t];
+    }
+    r->nll = sn / w->N;
+    r->ppl = (double)sfi_expf((float)r->nll);
+    r->dnll = r->nll - full_mean;
+    r->kl = sk / w->N;
+    r->kl_max = kmax;
+    r->top1 = (double)agree / w->N;
+    r->retained = w->attend_den ? (double)w->attended / (double)w->attend_den : 1.0;
+    r->slow_fraction = sfi_policy_has_slow_steps(r->kind) ? (double)w->n_slow / w->N : -1.0;
+    return bootstrap(delta, w->N, o->n_boot, o->conf, o->seed, &r->dnll_lo, &r->dnll_hi,
+                     w->err);
+}
+
+typedef struct {
+    jobs *J;
+    double full_mean;
+} worker_arg;
+
+static void *worker(void *arg)
+{
+    worker_arg *a = arg;
+    jobs *J = a->J;
+    sfi_error err;
+    sfi_error_clear(&err);
+    ectx w;
+    double *delta = malloc(sizeof(double) * (size_t)J->e->N);
+    sfi_status rc = worker_init(&w, J->e, &err);
+    if (!rc && !delta)
+        rc = sfi_error_set(&err, SFI_ENOMEM, "eval: out of memory");
+    for (;;) {
+        pthread_mutex_lock(&J->mu);
+        if (rc && !J->failed) {
+            J->failed = 1;
+            J->err = err;
+        }
+        int i = J->failed || J->next >= J->n_jobs ? -1 : J->next++;
+        pthread_mutex_unlock(&J->mu);
+        if (i < 0)
+            break;
+        sfi_eval_row *r = &J->rows[i];
+        rc = run_job(&w, J->full_nll, a->full_mean, r, delta);
+        if (!rc && w.o->progress) {
+            pthread_mutex_lock(&J->mu);
+            fprintf(w.o->progress,
+                    "eval: %-9s budget %5.1f%% (B %d): retained %.4f, NLL %.4f (%+.4f), "
+                    "KL %.5f, top-1 %.3f (%.1f s)\n",
+                    sfi_policy_kind_name(r->kind), 100.0 * r->share, r->budget, r->retained,
+                    r->nll, r->dnll, r->kl, r->top1, r->seconds);
+            fflush(w.o->progress);
+            pthread_mutex_unlock(&J->mu);
+        }
+    }
+    free(delta);
+    worker_free(&w);
+    return NULL;
 }
 
 sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_t *tokens,
@@ -748,6 +727,9 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
     if (o->n_boot < 0 || !(o->conf > 0.0 && o->conf < 1.0))
         return sfi_error_set(err, SFI_EINVAL, "eval: bootstrap %d resamples at level %g",
                              o->n_boot, o->conf);
+    if (o->n_threads < 0 || o->n_threads > SFI_EVAL_MAX_THREADS)
+        return sfi_error_set(err, SFI_EINVAL, "eval: %d threads (0..%d)", o->n_threads,
+                             SFI_EVAL_MAX_THREADS);
     if (c->num_key_value_heads > EVAL_MAX_KV_HEADS)
         return sfi_error_set(err, SFI_EUNSUPPORTED, "eval: %d KV heads (up to %d)",
                              c->num_key_value_heads, EVAL_MAX_KV_HEADS);
@@ -760,7 +742,7 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
                                  "eval: token %d (id %d) outside the vocabulary [0, %d)", i,
                                  (int)tokens[i], c->vocab_size);
     /* full KV is the reference every row is compared with, not a row */
-    unsigned mask = o->policies & ((1u << SFI_PEER_N_KINDS) - 1) & ~(1u << SFI_PEER_FULL);
+    unsigned mask = o->policies & SFI_POLICY_ALL & ~(1u << SFI_POLICY_FULL);
 
     double t0 = now_s(), c0 = cpu_s();
     ectx e;
@@ -788,12 +770,11 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
     e.kl = malloc(sizeof(double) * N);
     e.agree = malloc(N);
     int n_kinds = 0;
-    for (int k = 0; k < SFI_PEER_N_KINDS; k++)
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
         n_kinds += (mask >> k) & 1u;
     res->rows = calloc((size_t)o->n_shares * (n_kinds ? n_kinds : 1), sizeof *res->rows);
-    double *delta = malloc(sizeof(double) * N);
     if (!e.full_lp || !e.full_arg || !e.full_nll || !e.logits || !e.lp || !e.nll || !e.kl ||
-        !e.agree || !res->rows || !delta) {
+        !e.agree || !res->rows) {
         rc = sfi_error_set(err, SFI_ENOMEM, "eval: out of memory (%d tokens x vocabulary %d)",
                            e.N, e.V);
         goto fail;
@@ -803,10 +784,16 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
     if ((rc = sfi_kv_cache_init(&e.work, c, e.cap, err)))
         goto fail;
     {
+        /* The prompt's last queries the policies observe: SFI's W_prefill,
+         * SnapKV's window, LFPS's s, the Kascade stand-in's. */
         int nq = o->cfg.prm.W_prefill > o->cfg.prm.W_decode ? o->cfg.prm.W_prefill
                                                             : o->cfg.prm.W_decode;
         if (nq < KASCADE_CALIB)
             nq = KASCADE_CALIB;
+        if (nq < o->cfg.snapkv_window)
+            nq = o->cfg.snapkv_window;
+        if (nq < o->cfg.lfps_s)
+            nq = o->cfg.lfps_s;
         if (o->progress)
             fprintf(o->progress, "eval: prefilling %d tokens (%s backend)\n", e.L,
                     sfi_backend_name(o->backend));
@@ -815,10 +802,24 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
     }
     res->prefill_seconds = e.pre.seconds;
     res->prefill_cpu_seconds = e.pre.cpu_seconds;
+    /* Decode steps multiply single vectors: BLAS threads only wait on
+     * each other there, so they run on one thread each and the runs
+     * themselves go in parallel (sfi_eval_opts.n_threads). */
+    int nt = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (nt < 1)
+        nt = 1;
+    if (nt > SFI_EVAL_MAX_THREADS)
+        nt = SFI_EVAL_MAX_THREADS;
+#ifdef SFI_HAVE_OPENBLAS
+    int blas_threads = openblas_get_num_threads();
+    if (o->backend == SFI_BACKEND_BLAS)
+        openblas_set_num_threads(1);
+#endif
     double ts = now_s();
-    if ((rc = run_full(&e)))
-        goto fail;
+    rc = run_full(&e);
     res->full_seconds = now_s() - ts;
+    if (rc)
+        goto fail_blas;
     double fs = 0.0;
     for (int t = 0; t < e.N; t++)
         fs += e.full_nll[t];
@@ -828,67 +829,57 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
         fprintf(o->progress, "eval: prefill %.1f s; full KV: NLL %.4f, perplexity %.3f (%.1f s)\n",
                 res->prefill_seconds, res->full_nll, res->full_ppl, res->full_seconds);
 
-    for (int b = 0; b < o->n_shares; b++) {
-        int B = sfi_eval_budget(o->shares[b], e.L, e.N);
-        for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
-            if (!((mask >> k) & 1u))
-                continue;
-            sfi_eval_row *r = &res->rows[res->n_rows];
-            r->kind = (sfi_peer_kind)k;
-            r->share = o->shares[b];
-            r->budget = B;
-            e.attended = e.attend_den = 0;
-            e.n_slow = 0;
-            double r0 = now_s(), rc0 = cpu_s();
-            if (k == SFI_PEER_SFI) {
-                rc = run_sfi(&e, B);
-            } else {
-                rc = run_peer(&e, (sfi_peer_kind)k, B, res);
+    jobs J;
+    memset(&J, 0, sizeof J);
+    J.e = &e;
+    J.full_nll = e.full_nll;
+    J.rows = res->rows;
+    for (int b = 0; b < o->n_shares; b++)
+        for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+            if ((mask >> k) & 1u) {
+                sfi_eval_row *r = &res->rows[J.n_jobs++];
+                r->kind = (sfi_policy_kind)k;
+                r->share = o->shares[b];
+                r->budget = sfi_eval_budget(o->shares[b], e.L, e.N);
             }
-            if (rc) {
-                sfi_error_prefix(err, "%s at budget %g", sfi_peer_kind_name((sfi_peer_kind)k),
-                                 o->shares[b]);
-                goto fail;
-            }
-            r->seconds = now_s() - r0;
-            r->cpu_seconds = cpu_s() - rc0;
-            double sn = 0.0, sk = 0.0, kmax = 0.0;
-            int agree = 0;
-            for (int t = 0; t < e.N; t++) {
-                sn += e.nll[t];
-                sk += e.kl[t];
-                if (e.kl[t] > kmax)
-                    kmax = e.kl[t];
-                agree += e.agree[t];
-                delta[t] = e.nll[t] - e.full_nll[t];
-            }
-            r->nll = sn / e.N;
-            r->ppl = (double)sfi_expf((float)r->nll);
-            r->dnll = r->nll - res->full_nll;
-            r->kl = sk / e.N;
-            r->kl_max = kmax;
-            r->top1 = (double)agree / e.N;
-            r->retained = e.attend_den ? (double)e.attended / (double)e.attend_den : 1.0;
-            r->slow_fraction = k == SFI_PEER_SFI ? (double)e.n_slow / e.N : -1.0;
-            if ((rc = bootstrap(delta, e.N, o->n_boot, o->conf, o->seed, &r->dnll_lo,
-                                &r->dnll_hi, err)))
-                goto fail;
-            res->n_rows++;
-            if (o->progress)
-                fprintf(o->progress,
-                        "eval: %-9s budget %5.1f%% (B %d): retained %.4f, NLL %.4f (%+.4f), "
-                        "KL %.5f, top-1 %.3f (%.1f s)\n",
-                        sfi_peer_kind_name(r->kind), 100.0 * r->share, B, r->retained, r->nll,
-                        r->dnll, r->kl, r->top1, r->seconds);
-        }
+    if (nt > J.n_jobs)
+        nt = J.n_jobs;
+    pthread_mutex_init(&J.mu, NULL);
+    worker_arg wa = {.J = &J, .full_mean = res->full_nll};
+    pthread_t th[SFI_EVAL_MAX_THREADS];
+    int started = 0;
+    for (int i = 1; i < nt; i++)
+        if (!pthread_create(&th[started], NULL, worker, &wa))
+            started++;
+    worker(&wa);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&J.mu);
+    if (J.failed) {
+        if (err)
+            *err = J.err;
+        rc = J.err.code ? J.err.code : SFI_EINVAL;
+        goto fail_blas;
     }
+    res->n_rows = J.n_jobs;
+    for (int i = 0; i < res->n_rows; i++)
+        if (res->rows[i].kind == SFI_POLICY_KASCADE) {
+            res->n_kascade_anchors = res->rows[i].n_anchors;
+            memcpy(res->kascade_anchors, res->rows[i].anchors, sizeof res->kascade_anchors);
+        }
+#ifdef SFI_HAVE_OPENBLAS
+    openblas_set_num_threads(blas_threads);
+#endif
     res->seconds = now_s() - t0;
     res->cpu_seconds = cpu_s() - c0;
-    free(delta);
+    res->n_threads = nt;
     ectx_free(&e);
     return SFI_OK;
+fail_blas:
+#ifdef SFI_HAVE_OPENBLAS
+    openblas_set_num_threads(blas_threads);
+#endif
 fail:
-    free(delta);
     ectx_free(&e);
     sfi_eval_result_free(res);
     return rc;

@@ -38,15 +38,22 @@
 #include "sfi_qwen3.h"
 
 #define SFI_EVAL_MAX_BUDGETS 32
+#define SFI_EVAL_MAX_THREADS 64
+/* Every peer and SFI (its trigger variants on request). */
+#define SFI_EVAL_DEFAULT_POLICIES                                                               \
+    (SFI_POLICY_ALL & ~((1u << SFI_POLICY_TMAX) | (1u << SFI_POLICY_INTERVAL) |                   \
+                        (1u << SFI_POLICY_BOUNDARY)))
 
 typedef struct {
     int n_prefix;               /* L (8192) */
     int n_tokens;               /* N scored tokens (512) */
     double shares[SFI_EVAL_MAX_BUDGETS]; /* retained shares in (0, 1] */
     int n_shares;               /* default 2%, 4%, 6%, 12%, 27% */
-    unsigned policies;          /* mask (1u << sfi_peer_kind); full KV is always run, as
-                                   the reference, and has no row */
-    sfi_peer_config cfg;        /* every policy's knobs, SFI's sfi_params included */
+    unsigned policies;          /* mask (1u << sfi_policy_kind); full KV is always run, as
+                                   the reference, and has no row; default
+                                   SFI_EVAL_DEFAULT_POLICIES */
+    sfi_policy_config cfg;      /* every policy's knobs, SFI's sfi_params included */
+    const sfi_policy_calib *calib; /* Kascade/FASA (NULL: stand-ins, see sfi_eval.c) */
     const uint8_t *is_trigger;  /* SFI's trigger set [n_trigger_vocab], may be NULL */
     int32_t n_trigger_vocab;
     sfi_backend backend;        /* blas when built in, else scalar */
@@ -54,6 +61,7 @@ typedef struct {
     double conf;                /* two-sided interval level (0.95) */
     uint64_t seed;              /* bootstrap seed (1) */
     FILE *progress;             /* a line per run, may be NULL */
+    int n_threads;              /* runs in parallel; 0: one per online CPU */
 } sfi_eval_opts;
 
 void sfi_eval_opts_default(sfi_eval_opts *o);
@@ -62,23 +70,20 @@ void sfi_eval_opts_default(sfi_eval_opts *o);
  * o->shares, ascending as given. */
 sfi_status sfi_eval_parse_shares(const char *list, sfi_eval_opts *o, sfi_error *err);
 
-/* B for a share (see above). */
+/* B for a share: sfi_budget_positions at the run's context L + N. */
 int sfi_eval_budget(double share, int n_prefix, int n_tokens);
 
-/* SFI at budget B for a run whose context reaches n_ctx_max: n_sink as
- * configured, recent = min(n_recent, (B - n_sink) / 2), K = B - n_sink -
- * recent (at least 1 each; below B = n_sink + 2 the set is larger than B,
- * and the retained share says so). The fast set sink U recent U selected
- * then holds at most B positions. When B >= n_ctx_max the budget covers
- * every position the run will hold and recent = B - n_sink, K = 1: sink and
- * recent then cover the context at every step, J stays empty (a split
- * with a short recent window would not cover it: positions written after a
- * slow step leave the window before the next selection). */
+/* SFI at budget B for a run whose context reaches n_ctx_max:
+ * sfi_budget_sfi_split (n_sink as configured, recent = min(n_recent,
+ * (B - n_sink) / 2), K = B - n_sink - recent, at least 1 each; when
+ * B >= n_ctx_max recent = B - n_sink and K = 1, so that sink and recent
+ * cover the context at every step: positions written after a slow step
+ * would otherwise leave a short window before the next selection). */
 void sfi_eval_sfi_split(const sfi_params *prm, int B, int n_ctx_max, int *n_recent, int *K);
 
 /* One policy at one budget. */
 typedef struct {
-    sfi_peer_kind kind;
+    sfi_policy_kind kind;
     double share;               /* requested */
     int budget;                 /* B */
     double retained;            /* mean over steps, layers, KV heads of |set| / n_ctx */
@@ -89,7 +94,10 @@ typedef struct {
     double kl;                  /* mean KL(full || policy), nats */
     double kl_max;              /* largest per-token KL */
     double slow_fraction;       /* SFI: slow steps among the N; -1 for the others */
-    double seconds, cpu_seconds;
+    const char *proxy;          /* the proxy the policy had to use, or NULL */
+    double seconds, cpu_seconds; /* wall clock, CPU time of its thread */
+    int n_anchors;              /* Kascade: its plan's anchor layers */
+    int anchors[64];
 } sfi_eval_row;
 
 typedef struct {
@@ -97,53 +105,53 @@ typedef struct {
     double full_nll, full_ppl;
     double full_seconds;
     double prefill_seconds, prefill_cpu_seconds;
-    double seconds, cpu_seconds;      /* the whole evaluation */
+    double seconds, cpu_seconds;      /* the whole evaluation (process CPU time) */
+    int n_threads;                    /* runs in parallel */
     int n_rows;
     sfi_eval_row *rows;               /* budget-major, policies in kind order */
     int n_kascade_anchors;            /* Kascade's plan at the last budget */
     int kascade_anchors[64];
 } sfi_eval_result;
 
-/* A peer policy as the harness runs it, one instance for all layers of a
- * model (exposed for tests: hand-made steps in, positions out). What it
- * hands the sfi_peer of a layer at a step: the real query, the layer's
- * cached keys, and, for the kinds that read attention weights
- * (sfi_eval_kind_reads_attention: oracle, H2O, SnapKV, LFPS, Kascade), the
- * step's dense attention pooled over each KV head's query heads (mean),
- * every position ranked. */
+/* A peer policy as the harness runs it: an sfi_policy for all layers of a
+ * model (exposed for tests: hand-made steps in, positions out). It sees
+ * what the policy's interface gives (ref/sfi_policies.h): the prompt
+ * observation, then at each step and layer the real query and the layer's
+ * cached keys. */
 typedef struct sfi_eval_policy sfi_eval_policy;
 
-int sfi_eval_kind_reads_attention(sfi_peer_kind k);
-
-/* kind: a peer (not full KV or SFI, which the harness runs itself). plan:
- * Kascade's (must outlive the policy), else ignored. */
-sfi_status sfi_eval_policy_create(sfi_peer_kind kind, const sfi_peer_config *cfg, int n_layers,
-                                  int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-                                  const sfi_peer_kascade_plan *plan, sfi_eval_policy **out,
-                                  sfi_error *err);
+/* kind: a peer (not full KV or an SFI kind, which the harness runs through
+ * the decode loop). calib: Kascade's and FASA's (must outlive the policy;
+ * Kascade needs one). */
+sfi_status sfi_eval_policy_create(sfi_policy_kind kind, const sfi_policy_config *cfg,
+                                  int n_layers, int n_heads, int n_kv_heads, int head_dim,
+                                  int max_ctx, const sfi_policy_calib *calib,
+                                  sfi_eval_policy **out, sfi_error *err);
 void sfi_eval_policy_free(sfi_eval_policy *p);
+/* The prompt of layer `layer` (before the first step). */
+sfi_status sfi_eval_policy_prompt(sfi_eval_policy *p, int layer, const sfi_policy_prompt *pr,
+                                  sfi_error *err);
+/* The proxy note (sfi_policy_proxy_note) and Kascade's anchors. */
+const char *sfi_eval_policy_proxy(const sfi_eval_policy *p);
+int sfi_eval_policy_anchors(const sfi_eval_policy *p, int *anchors, int max);
 
 /* One layer of one step. Layers of a step go in order (Kascade's reuse
- * layers read the anchor layer's attention of the same step). */
+ * layers take the anchor layer's set of the same step). */
 typedef struct {
-    int layer, step;          /* step: 0, 1, ... within the run */
+    int layer, step;          /* step: 1, 2, ... after the prompt (0 without one) */
     int n_ctx;                /* cached positions, the current token's included */
     int budget;               /* B */
     int prev_trigger;         /* the fed token ends a sentence */
     const float *q;           /* [n_heads][head_dim], roped */
     const float *k;           /* the layer's cache [n_ctx][n_kv_heads][head_dim] */
-    const float *probs;       /* [n_heads][n_ctx] dense attention, or NULL when the
-                                 kind does not read it */
 } sfi_eval_layer_step;
 
 /* Writes, per KV head h, the ascending positions attended at
- * (*idx)[h * max_ctx ..], their count (*n_idx)[h] (0: the head attends to
- * nothing, its output is zero) and (*mean_v)[h] (the head outputs the mean
- * value vector of its set instead: LFPS's sink heads); valid until the
- * next call. When budget >= n_ctx every position is attended (see above). */
+ * (*idx)[h * max_ctx ..] and their count (*n_idx)[h] (0: the head attends
+ * to nothing, its output is zero); valid until the next call. When budget
+ * >= n_ctx every position is attended (see above). */
 sfi_status sfi_eval_policy_sets(sfi_eval_policy *p, const sfi_eval_layer_step *ls,
-                                const int32_t **idx, const int **n_idx, const uint8_t **mean_v,
-                                sfi_error *err);
+                                const int32_t **idx, const int **n_idx, sfi_error *err);
 
 /* tokens: the text's ids, n_text >= n_prefix + n_tokens + 1. */
 sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_t *tokens,

@@ -16,6 +16,7 @@ int sfi_ref_cmd_eval(int argc, char **argv);
 #include <stdio.h>
 #include <stdint.h>
 #include "sfi_error.h"
+#include "sfi_model.h"
 #include "sfi_tokenizer.h"
 
 /* encode/decode: parses --tokenizer DIR and --help, and loads the
@@ -23,12 +24,19 @@ int sfi_ref_cmd_eval(int argc, char **argv);
  * status the command should return (messages already printed). */
 int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
                           void (*usage)(FILE *), sfi_tokenizer **out);
-/* All of f (malloc'd, *len bytes); NULL when reading fails or memory
- * runs out. */
-char *sfi_ref_read_all(FILE *f, size_t *len);
-/* Whitespace-separated non-negative decimal token ids of s (read from
- * path, named in messages) into *ids (malloc'd), at least one. */
-sfi_status sfi_ref_parse_ids(const char *path, const char *s, int32_t **ids, int *n,
-                             sfi_error *err);
+/* Prompt files (--prompt-file, --prompt-ids) and the standard input of
+ * encode/decode are refused beyond this size (a 128K-token prompt is
+ * under 1 MB of text). */
+#define SFI_REF_PROMPT_FILE_MAX ((size_t)256 << 20)
+/* Whitespace-separated non-negative decimal token ids of s[0..len) (read
+ * from path, named in messages) into *ids (malloc'd), at least one; a NUL
+ * byte is an error, not the end of the list (sfi_token_ids_parse). */
+sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_t **ids,
+                             int *n, sfi_error *err);
+
+/* A tokenizer whose ids reach past the model's vocab_size (embedding
+ * rows) is not the model's: refused, naming tok_dir. */
+sfi_status sfi_ref_tokenizer_fits(const sfi_tokenizer *tk, const char *tok_dir,
+                                  const sfi_model_config *cfg, sfi_error *err);
 
 #endif

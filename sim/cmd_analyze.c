@@ -17,21 +17,29 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: sfi-sim analyze TRACE [--policies LIST] [--budget K|RATIO]\n"
-            "                       [--layer L --head H] [--format table|csv|json]\n"
-            "                       [--png-prefix P] [--threads N] [--request R]\n"
-            "                       [--vocab DIR] [--param KEY=VALUE]...\n\n"
+            "usage: sfi-sim analyze TRACE [--policies LIST] [--budget B]\n"
+            "                       [--calib FILE] [--layer L --head H]\n"
+            "                       [--format table|csv|json] [--png-prefix P]\n"
+            "                       [--threads N] [--request R] [--vocab DIR]\n"
+            "                       [--param KEY=VALUE]...\n\n"
             "Replays a full-level trace's dense attention (top-M records) through the\n"
             "comparison policies at one budget and prints, per policy, the mean retained\n"
             "share of the context, the attention-mass recall, the overlap with the oracle\n"
             "top set and, where the trace has q/K/V snapshots, the output error; for SFI\n"
             "the slow-step fraction, recall by steps since the last slow step and around\n"
             "triggers; and the support stability (Jaccard of consecutive top sets within\n"
-            "a sentence vs across a boundary) per layer as a distribution.\n\n"
-            "  --policies LIST   comma-separated: oracle full streaming h2o snapkv quest\n"
-            "                    lfps kascade fasa sfi, or all (default all)\n"
-            "  --budget K|RATIO  positions per KV head per step: an integer K >= 1, or a\n"
-            "                    share of the context in (0,1) (default 0.06)\n"
+            "a sentence vs across a boundary) per layer as a distribution. Where the\n"
+            "trace has query/key snapshots the policies run their rules on them and\n"
+            "recall is exact; each proxy a policy had to use is named in the output.\n\n"
+            "  --policies LIST   comma-separated: full oracle streaming h2o snapkv quest\n"
+            "                    lfps kascade fasa sfi tmax interval boundary, or all\n"
+            "                    (default all)\n"
+            "  --budget B        positions per KV head per step, sink and recent\n"
+            "                    included: a share (6%%, 0.06), a count (512), or sfi\n"
+            "                    = n_sink + K + n_recent (default 6%%)\n"
+            "  --calib FILE      Kascade/FASA calibration (sfi-ref calibrate); default:\n"
+            "                    the trace's meta peer_calibration, else a stand-in\n"
+            "                    measured on the trace itself (reported as a proxy)\n"
             "  --layer L --head H  layer and KV head of the support heatmap (default 0 0)\n"
             "  --format F        table (default), csv or json, on standard output\n"
             "  --png-prefix P    also write P-support.png, P-recall-budget.png (recall at\n"
@@ -40,10 +48,10 @@ static void usage(FILE *out)
             "  --request R       analyze only request R (default all)\n"
             "  --vocab DIR       tokenizer directory for sentence ends (trigger set);\n"
             "                    without it they come from the recorded step reasons\n"
-            "  --param KEY=VALUE a policy parameter (h2o_recent_frac, snapkv_pool,\n"
-            "                    quest_page, lfps_r, lfps_a, lfps_sink_share, lfps_prune,\n"
-            "                    kascade_anchors, fasa_tip, fasa_calib_k) or an SFI\n"
-            "                    parameter (n_sink, n_recent, T_max, alpha, ...)\n"
+            "  --param KEY=VALUE a policy parameter (see sfi-sim presets: h2o_recent_frac,\n"
+            "                    snapkv_window, quest_page, lfps_a, kascade_anchors,\n"
+            "                    fasa_tip, ...) or an SFI parameter (n_sink, n_recent,\n"
+            "                    T_max, alpha, ...)\n"
             "  -h, --help        this text\n\n"
             "Exit status: 0 ok, 1 bad trace or failure, 2 usage error.\n");
 }
@@ -70,7 +78,7 @@ static const char *arg_value(int argc, char **argv, int *i)
 
 int sfi_sim_cmd_analyze(int argc, char **argv)
 {
-    const char *trace = NULL, *budget = "0.06", *png = NULL, *vocab = NULL;
+    const char *trace = NULL, *budget = "6%", *png = NULL, *vocab = NULL, *calib_path = NULL;
     const char *policies = "all";
     int layer = 0, head = 0, request = -1, threads = 2;
     sfi_analyze_format fmt = SFI_ANALYZE_TABLE;
@@ -91,6 +99,10 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
             if (!(v = arg_value(argc, argv, &i)))
                 return 2;
             budget = v;
+        } else if (!strcmp(a, "--calib")) {
+            if (!(v = arg_value(argc, argv, &i)))
+                return 2;
+            calib_path = v;
         } else if (!strcmp(a, "--layer") || !strcmp(a, "--head") || !strcmp(a, "--threads") ||
                    !strcmp(a, "--request")) {
             if (!(v = arg_value(argc, argv, &i)))
@@ -127,7 +139,7 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
         } else if (!strcmp(a, "--param")) {
             if (!(v = arg_value(argc, argv, &i)))
                 return 2;
-            if (sfi_peer_config_set(&opt.cfg, v, &err)) {
+            if (sfi_policy_config_set(&opt.cfg, v, &err)) {
                 fprintf(stderr, "sfi-sim analyze: %s\n", err.msg);
                 return 2;
             }
@@ -147,7 +159,7 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (sfi_peer_set_parse_list(policies, &opt.policies, &err)) {
+    if (sfi_policy_parse_list(policies, &opt.policies, &err)) {
         fprintf(stderr, "sfi-sim analyze: --policies: %s\n", err.msg);
         return 2;
     }
@@ -155,41 +167,45 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
         fprintf(stderr, "sfi-sim analyze: %s\n", err.msg);
         return 2;
     }
-    {
-        char *end;
-        errno = 0;
-        double b = strtod(budget, &end);
-        int is_int = strspn(budget, "0123456789") == strlen(budget);
-        if (errno || end == budget || *end || !(b > 0) || (!is_int && b >= 1.0) ||
-            (is_int && b > INT_MAX)) {
-            fprintf(stderr, "sfi-sim analyze: --budget: '%s' is neither a count >= 1 nor a "
-                            "share in (0,1)\n", budget);
-            return 2;
-        }
-        if (is_int) {
-            opt.budget_abs = (int)b;
-            opt.budget_ratio = 0;
-        } else {
-            opt.budget_ratio = b;
-        }
+    if (sfi_budget_parse(budget, &opt.budget, &err)) {
+        fprintf(stderr, "sfi-sim analyze: --budget: %s\n", err.msg);
+        return 2;
     }
     opt.n_threads = threads;
+    sfi_policy_calib calib = {0};
+    const char *calib_from = NULL;
+    if (calib_path) {
+        if (sfi_policy_calib_load(calib_path, &calib, &err)) {
+            fprintf(stderr, "sfi-sim analyze: --calib: %s\n", err.msg);
+            return 1;
+        }
+        calib_from = calib_path;
+    }
     sfi_analyze_trace *t = NULL;
     if (sfi_analyze_trace_open(trace, vocab, opt.cfg.prm.trigger_chars, request, &t, &err)) {
         fprintf(stderr, "sfi-sim analyze: %s\n", err.msg);
+        sfi_policy_calib_free(&calib);
         return 1;
+    }
+    if (!calib_path && sfi_analyze_trace_calib(t)) {
+        calib_from = "the trace's meta peer_calibration";
+        opt.calib = sfi_analyze_trace_calib(t);
+    } else if (calib_path) {
+        opt.calib = &calib;
     }
     const sfi_analyze_source *src = sfi_analyze_trace_source(t);
     if (layer >= src->n_layers || head >= src->n_kv_heads) {
         fprintf(stderr, "sfi-sim analyze: --layer %d --head %d: the trace has %d layers x %d KV "
                         "heads\n", layer, head, src->n_layers, src->n_kv_heads);
         sfi_analyze_trace_free(t);
+        sfi_policy_calib_free(&calib);
         return 2;
     }
     sfi_analyze_result res;
     if (sfi_analyze_run(src, &opt, &res, &err)) {
         fprintf(stderr, "sfi-sim analyze: %s: %s\n", trace, err.msg);
         sfi_analyze_trace_free(t);
+        sfi_policy_calib_free(&calib);
         return 1;
     }
     int rc = 0;
@@ -201,8 +217,8 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
         sfi_analyze_opts o2 = opt;
         o2.keep_jaccard = 0;
         for (int i = 0; i < NR && ok; i++, done++) {
-            o2.budget_ratio = ratios[i];
-            o2.budget_abs = 0;
+            o2.budget.ratio = ratios[i];
+            o2.budget.positions = 0;
             ok = sfi_analyze_run(src, &o2, &sweep[i], &err) == SFI_OK;
         }
         if (!ok)
@@ -232,6 +248,8 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
             .trace = trace, .budget = budget, .n_steps = src->n_steps,
             .n_layers = src->n_layers, .n_kv_heads = src->n_kv_heads,
             .n_snapshots = sfi_analyze_trace_n_snapshots(t),
+            .calib = calib_from,
+            .has_prompt = src->prompt != NULL,
         };
         if (sfi_analyze_report_write(stdout, fmt, &info, &res) || fflush(stdout)) {
             fprintf(stderr, "sfi-sim analyze: writing the report failed\n");
@@ -240,5 +258,6 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
     }
     sfi_analyze_result_free(&res);
     sfi_analyze_trace_free(t);
+    sfi_policy_calib_free(&calib);
     return rc;
 }

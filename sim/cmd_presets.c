@@ -60,9 +60,14 @@ int sfi_sim_cmd_presets(int argc, char **argv)
                sfi_model_param_count(&m) / 1e9, sfi_model_kv_bytes_per_token(&m, 2) / 1e3,
                m.max_position_embeddings);
     }
-    printf("\nPolicies (--policies NAME or NAME:key=value,...; k=N sets a peer's top-k):\n");
-    for (int k = 0; k < SFI_SIM_POLICY_COUNT; k++)
-        printf("  %-10s %s\n", sfi_sim_policy_name((sfi_sim_policy_kind)k),
-               sfi_sim_policy_help((sfi_sim_policy_kind)k));
+    printf("\nPolicies (--policies NAME or NAME:key=value,...; every policy gets the\n"
+           "sweep's --budget B positions per KV head per step):\n");
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+        printf("  %-10s %s\n", sfi_policy_kind_name((sfi_policy_kind)k),
+               sfi_policy_kind_help((sfi_policy_kind)k));
+    printf("\nPolicy parameters (--param KEY=VALUE, or NAME:KEY=VALUE where KEY may drop\n"
+           "the policy's prefix, e.g. quest:page=32):\n");
+    for (size_t i = 0; i < sfi_policy_config_key_count(); i++)
+        printf("  %-19s %s\n", sfi_policy_config_key_name(i), sfi_policy_config_key_help(i));
     return 0;
 }

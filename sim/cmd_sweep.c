@@ -34,7 +34,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: sfi-sim [sweep] [OPTIONS]\n\n"
             "Replays a trace's token stream through trigger policies and prices each step\n"
-            "with a GPU cost model, for every combination of the lists below. Without\n"
+            "of every policy at one budget with a GPU cost model, for every combination\n"
+            "of the lists below. Without\n"
             "options: contexts 8K..128K, Qwen3 presets, B200, all policies, the bundled\n"
             "sample trace; prints a table and writes " DEFAULT_PNG ".\n\n"
             "options (LIST = comma-separated values; --model, --gpu, --context and\n"
@@ -48,7 +49,10 @@ static void usage(FILE *out)
             "  --batch LIST      requests decoded together [8]\n"
             "  --policies LIST   policies, NAME or NAME:key=value,... [all]; keys: the\n"
             "                    policy's own (see 'sfi-sim presets') and K, n_sink,\n"
-            "                    n_recent, T_max, e.g. sfi,sfi:T_max=32,sfi:K=1024\n"
+            "                    n_recent, T_max, e.g. sfi,sfi:T_max=32,quest:page=32\n"
+            "  --budget B        positions per KV head per step, sink and recent\n"
+            "                    included, for every policy: a share (6%%, 0.06), a\n"
+            "                    count, or sfi = n_sink + K + n_recent [sfi]\n"
             "  --trace FILE      tokens-level trace (default: $SFI_TRACE, else the\n"
             "                    bundled traces/sample-*.db, else traces/*.db)\n"
             "  --tokenizer DIR   vocabulary for the trigger set [the trace's recorded\n"
@@ -56,8 +60,10 @@ static void usage(FILE *out)
             "  --synthetic       use a synthetic trigger stream instead of a trace\n"
             "  --steps N         batch steps replayed per cell [2048]\n"
             "  --profile FILE    calibration profile JSON [built-in default]\n"
-            "  --param KEY=VAL   SFI parameter (K, n_sink, n_recent, T_max, ...); repeatable\n"
+            "  --param KEY=VAL   SFI or policy parameter (K, n_sink, n_recent, T_max,\n"
+            "                    quest_page, lfps_cand, ...); repeatable\n"
             "  --weight-bytes N  bytes per weight: 2 (bf16) or 1 (fp8) [2]\n"
+            "  --kv-dtype T      KV cache elements: bf16 or fp8 [bf16]\n"
             "  --format F        table, csv or json [table]\n"
             "  -o, --output FILE write the table there instead of stdout\n"
             "  --png FILE        figure: tokens/s per GPU and speedup vs context (bars\n"
@@ -84,10 +90,10 @@ typedef struct {
 
 typedef struct {
     char *name; /* policy spec as given */
-    sfi_sim_policy pol;
-    /* SFI parameters of this policy: --param's, overridden by the spec's
-     * own K, n_sink, n_recent or T_max (e.g. "sfi:T_max=32"). */
-    sfi_params prm;
+    sfi_policy_kind kind;
+    /* Its parameters: --param's, overridden by the spec's own (policy keys,
+     * and K, n_sink, n_recent or T_max, e.g. "sfi:T_max=32"). */
+    sfi_policy_config cfg;
 } policy_spec;
 
 typedef struct {
@@ -105,8 +111,10 @@ typedef struct {
     policy_spec *pols;
     int n_pols;
     sfi_hw_profile prof;
-    sfi_params prm;
+    sfi_policy_config cfg;   /* --param: SFI and policy parameters */
+    sfi_budget budget;       /* --budget, the same for every policy */
     int weight_bytes;
+    int kv_bytes;
     int64_t steps;
     sfi_sim_stream stream;
 } sweep;
@@ -151,22 +159,9 @@ static double quantile(tn *v, int m, double total, double q)
     return m ? v[m - 1].t : 0;
 }
 
-static sfi_trigger_kind trigger_of(sfi_sim_policy_kind k)
+static int64_t stagger_of(const policy_spec *p)
 {
-    switch (k) {
-    case SFI_SIM_SFI: return SFI_TRIG_SFI;
-    case SFI_SIM_TMAX: return SFI_TRIG_TMAX;
-    case SFI_SIM_INTERVAL: return SFI_TRIG_INTERVAL;
-    case SFI_SIM_BOUNDARY: return SFI_TRIG_BOUNDARY;
-    default: return SFI_TRIG_NEVER;
-    }
-}
-
-/* Requests of a batch are spread over one period of the policy's refresh
- * cycle (see sfi_replay.h), as they would be under continuous batching. */
-static int64_t stagger_of(const sfi_sim_policy *p, const sfi_params *prm)
-{
-    return p->kind == SFI_SIM_INTERVAL ? p->interval : prm->T_max;
+    return p->kind == SFI_POLICY_INTERVAL ? p->cfg.interval : p->cfg.prm.T_max;
 }
 
 static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *rp, row *r,
@@ -220,7 +215,7 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
     r->bytes_per_tok = sum_b / total / B;
     r->exposed_s = sum_x / total;
     r->slow_frac = rp ? (double)rp->slow / ((double)rp->steps * B)
-                      : (cs->pol.kind == SFI_SIM_FULL || cs->pol.kind == SFI_SIM_ORACLE ? 1.0 : 0.0);
+                      : (cs->kind == SFI_POLICY_FULL ? 1.0 : 0.0);
     free(v);
     if (step_time)
         *step_time = tt;
@@ -228,74 +223,6 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
 }
 
 /* ---- option parsing ---- */
-
-static int split_list(const char *arg, char ***out)
-{
-    int n = 1;
-    for (const char *p = arg; *p; p++)
-        n += *p == ',';
-    char **v = calloc((size_t)n, sizeof *v);
-    if (!v)
-        return -1;
-    int k = 0;
-    const char *p = arg;
-    for (;;) {
-        size_t len = strcspn(p, ",");
-        v[k] = malloc(len + 1);
-        if (!v[k]) {
-            for (int i = 0; i < k; i++)
-                free(v[i]);
-            free(v);
-            return -1;
-        }
-        memcpy(v[k], p, len);
-        v[k][len] = 0;
-        k++;
-        if (!p[len])
-            break;
-        p += len + 1;
-    }
-    *out = v;
-    return k;
-}
-
-static void free_list(char **v, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
-/* Policy lists are split on commas that start a new policy name, so
- * "quest:page=32,k=1024,sfi" gives two policies. */
-static int split_policies(const char *arg, char ***out)
-{
-    char **parts;
-    int n = split_list(arg, &parts);
-    if (n < 0)
-        return -1;
-    char **v = calloc((size_t)n, sizeof *v);
-    int k = 0;
-    for (int i = 0; i < n && v; i++) {
-        if (k > 0 && strchr(parts[i], '=') && !strchr(parts[i], ':')) {
-            size_t a = strlen(v[k - 1]), b = strlen(parts[i]);
-            char *j = realloc(v[k - 1], a + b + 2);
-            if (!j)
-                continue;
-            j[a] = ',';
-            memcpy(j + a + 1, parts[i], b + 1);
-            v[k - 1] = j;
-        } else {
-            v[k++] = parts[i];
-            parts[i] = NULL;
-        }
-    }
-    free_list(parts, n);
-    if (!v)
-        return -1;
-    *out = v;
-    return k;
-}
 
 /* SFI parameters a policy spec may set for itself: the ones the cost
  * model and the replay read (the Selector's own knobs do not change what a
@@ -314,88 +241,64 @@ static int is_sfi_key(const char *key)
     return 0;
 }
 
-/* "NAME[:key=value,...]": K, n_sink, n_recent and T_max go to the policy's
- * own copy of the SFI parameters (starting from --param's), the other keys
- * to the policy's parameters (sfi_sim_policy_parse). */
-static sfi_status parse_policy_spec(const char *spec, const sfi_params *global, policy_spec *out,
-                                    sfi_error *err)
+/* "NAME[:key=value,...]" (sfi_policy_spec_parse) from --param's values; of
+ * the SFI parameters a spec may set only those that change what a step
+ * costs or when it is slow (K, n_sink, n_recent, T_max), T_max for sfi and
+ * tmax only. */
+static sfi_status parse_policy_spec(const char *spec, const sfi_policy_config *global,
+                                    policy_spec *out, sfi_error *err)
 {
-    out->prm = *global;
-    const char *colon = strchr(spec, ':');
-    if (!colon)
-        return sfi_sim_policy_parse(spec, &out->pol, err);
-    size_t nlen = (size_t)(colon - spec), len = strlen(spec);
-    char *peer = malloc(len + 1), *items = malloc(len + 1);
-    if (!peer || !items) {
-        free(peer);
-        free(items);
-        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
-    }
-    memcpy(peer, spec, nlen);
-    peer[nlen] = 0;
-    size_t plen = nlen;
-    int n_peer = 0, has_tmax = 0;
-    strcpy(items, colon + 1);
-    sfi_status st = SFI_OK;
-    for (char *it = items; it && !st;) {
-        char *comma = strchr(it, ',');
-        if (comma)
-            *comma = 0;
-        size_t klen = strcspn(it, "=");
+    out->cfg = *global;
+    sfi_status st = sfi_policy_spec_parse(spec, &out->kind, &out->cfg, err);
+    if (st)
+        return st;
+    int has_tmax = 0;
+    for (const char *it = strchr(spec, ':'); it && *it;) {
+        it++;
+        size_t klen = strcspn(it, "=,");
         char key[64];
         snprintf(key, sizeof key, "%.*s", (int)(klen < sizeof key ? klen : sizeof key - 1), it);
-        if (it[klen] == '=' && is_policy_sfi_key(key)) {
-            st = sfi_params_set(&out->prm, it, spec, err);
-            has_tmax |= !strcmp(key, "T_max");
-        } else if (it[klen] == '=' && is_sfi_key(key)) {
-            st = sfi_error_set(err, SFI_EINVAL,
-                               "policy '%s': %s does not change what a step costs; a policy may "
-                               "set K, n_sink, n_recent and T_max (the others: --param)",
-                               spec, key);
-        } else {
-            peer[plen++] = n_peer++ ? ',' : ':';
-            strcpy(peer + plen, it);
-            plen += strlen(it);
-        }
-        it = comma ? comma + 1 : NULL;
+        if (is_sfi_key(key) && !is_policy_sfi_key(key))
+            return sfi_error_set(err, SFI_EINVAL,
+                                 "policy '%s': %s does not change what a step costs; a policy "
+                                 "may set K, n_sink, n_recent and T_max (the others: --param)",
+                                 spec, key);
+        has_tmax |= !strcmp(key, "T_max");
+        it = strchr(it, ',');
     }
-    if (!st)
-        st = sfi_sim_policy_parse(peer, &out->pol, err);
-    if (!st && has_tmax && out->pol.kind != SFI_SIM_SFI && out->pol.kind != SFI_SIM_TMAX)
-        st = sfi_error_set(err, SFI_EINVAL, "policy '%s': T_max applies to sfi and tmax only",
-                           spec);
-    if (!st && (st = sfi_params_validate(&out->prm, err)) != SFI_OK)
+    if (has_tmax && out->kind != SFI_POLICY_SFI && out->kind != SFI_POLICY_TMAX)
+        return sfi_error_set(err, SFI_EINVAL, "policy '%s': T_max applies to sfi and tmax only",
+                             spec);
+    if ((st = sfi_params_validate(&out->cfg.prm, err)) != SFI_OK)
         sfi_error_prefix(err, "policy '%s'", spec);
-    free(peer);
-    free(items);
     return st;
 }
 
-/* Set from two places (the policy list and the defaults). */
-static int all_policies(const sfi_params *prm, policy_spec **out)
+/* Every policy of ref/sfi_policies.h with the sweep's parameters. */
+static int all_policies(const sfi_policy_config *cfg, policy_spec **out)
 {
-    policy_spec *p = calloc(SFI_SIM_POLICY_COUNT, sizeof *p);
+    policy_spec *p = calloc(SFI_POLICY_N_KINDS, sizeof *p);
     if (!p)
         return -1;
-    for (int k = 0; k < SFI_SIM_POLICY_COUNT; k++) {
-        p[k].prm = *prm;
-        sfi_sim_policy_default(&p[k].pol, (sfi_sim_policy_kind)k);
-        p[k].name = strdup(sfi_sim_policy_name((sfi_sim_policy_kind)k));
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
+        p[k].kind = (sfi_policy_kind)k;
+        p[k].cfg = *cfg;
+        p[k].name = strdup(sfi_policy_kind_name((sfi_policy_kind)k));
     }
     *out = p;
-    return SFI_SIM_POLICY_COUNT;
+    return SFI_POLICY_N_KINDS;
 }
 
 static int parse_int_list(const char *what, const char *arg, int allow_auto, int kilo, int lo,
                           int hi, int **out)
 {
     char **v;
-    int n = split_list(arg, &v);
+    int n = sfi_sim_split_list(arg, &v);
     if (n < 0)
         return -1;
     int *x = calloc((size_t)n, sizeof *x);
     if (!x) {
-        free_list(v, n);
+        sfi_sim_free_list(v, n);
         return -1;
     }
     for (int i = 0; i < n; i++) {
@@ -408,12 +311,12 @@ static int parse_int_list(const char *what, const char *arg, int allow_auto, int
             fprintf(stderr, "sfi-sim sweep: %s: '%s' is not %s in %d..%d\n", what, v[i],
                     kilo ? "a size (e.g. 32K)" : "an integer", lo, hi);
             free(x);
-            free_list(v, n);
+            sfi_sim_free_list(v, n);
             return -2;
         }
         x[i] = (int)val;
     }
-    free_list(v, n);
+    sfi_sim_free_list(v, n);
     *out = x;
     return n;
 }
@@ -459,9 +362,13 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
 {
     char usable[512];
     usable_list(s, usable, sizeof usable);
-    fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; K=%d n_sink=%d n_recent=%d T_max=%d\n",
-            s->stream.label, (long long)s->steps, s->prof.name, s->prm.K, s->prm.n_sink,
-            s->prm.n_recent, s->prm.T_max);
+    char bud[32];
+    sfi_budget_format(&s->budget, bud, sizeof bud);
+    fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; budget %s (positions per "
+               "KV head per step, every policy); K=%d n_sink=%d n_recent=%d T_max=%d%s\n",
+            s->stream.label, (long long)s->steps, s->prof.name, bud, s->cfg.prm.K,
+            s->cfg.prm.n_sink, s->cfg.prm.n_recent, s->cfg.prm.T_max,
+            s->kv_bytes == 1 ? "; KV fp8" : "");
     fprintf(f, "# GPUs: the tensor-parallel group serving one batch%s; tok/s is the group's, "
                "tok/s/GPU = tok/s / GPUs\n",
             any_auto(s) ? " (--tp auto: per context, the fewest GPUs, a power of two up to 8, at "
@@ -519,22 +426,6 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
                    "request's KV_GB/req beside them; use more GPUs (--tp) or a shorter context\n");
 }
 
-static void csv_str(FILE *f, const char *s)
-{
-    int q = strpbrk(s, ",\"\n") != NULL;
-    if (!q) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void print_csv(FILE *f, const sweep *s, const row *rows, int n)
 {
     fprintf(f, "model,gpu,tp,context,batch,policy,fits,tokens_per_s,speedup,mean_ms,p50_ms,p99_ms,"
@@ -543,11 +434,11 @@ static void print_csv(FILE *f, const sweep *s, const row *rows, int n)
                "usable_hbm_bytes_per_gpu\n");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
-        csv_str(f, model_label(s, r->model));
+        sfi_sim_csv_str(f, model_label(s, r->model));
         fputc(',', f);
-        csv_str(f, s->gpus[r->gpu].name);
+        sfi_sim_csv_str(f, s->gpus[r->gpu].name);
         fprintf(f, ",%d,%d,%d,", r->tp, r->context, r->batch);
-        csv_str(f, s->pols[r->policy].name);
+        sfi_sim_csv_str(f, s->pols[r->policy].name);
         if (r->fits) {
             fprintf(f, ",1,%.6g,", r->tok_s);
             if (isfinite(r->speedup)) /* empty: full KV does not fit (no baseline) */
@@ -575,10 +466,14 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
     json_object_set_new(root, "stream", json_string(s->stream.label));
     json_object_set_new(root, "steps_per_cell", json_integer(s->steps));
     json_object_set_new(root, "profile", json_string(s->prof.name));
-    json_object_set_new(root, "K", json_integer(s->prm.K));
-    json_object_set_new(root, "n_sink", json_integer(s->prm.n_sink));
-    json_object_set_new(root, "n_recent", json_integer(s->prm.n_recent));
-    json_object_set_new(root, "T_max", json_integer(s->prm.T_max));
+    char bud[32];
+    sfi_budget_format(&s->budget, bud, sizeof bud);
+    json_object_set_new(root, "budget", json_string(bud));
+    json_object_set_new(root, "K", json_integer(s->cfg.prm.K));
+    json_object_set_new(root, "n_sink", json_integer(s->cfg.prm.n_sink));
+    json_object_set_new(root, "n_recent", json_integer(s->cfg.prm.n_recent));
+    json_object_set_new(root, "T_max", json_integer(s->cfg.prm.T_max));
+    json_object_set_new(root, "kv_dtype", json_string(s->kv_bytes == 1 ? "fp8" : "bf16"));
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         json_t *o = json_object();
@@ -616,9 +511,11 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
     return rc;
 }
 
-static sfi_plot_emphasis emphasis_of(sfi_sim_policy_kind k)
+static sfi_plot_emphasis emphasis_of(sfi_policy_kind k)
 {
-    return k == SFI_SIM_SFI ? SFI_PLOT_PRIMARY : k == SFI_SIM_FULL ? SFI_PLOT_REFERENCE : SFI_PLOT_PLAIN;
+    return k == SFI_POLICY_SFI    ? SFI_PLOT_PRIMARY
+           : k == SFI_POLICY_FULL ? SFI_PLOT_REFERENCE
+                                  : SFI_PLOT_PLAIN;
 }
 
 static int same_group(const row *a, const row *b)
@@ -740,7 +637,7 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
             st = sfi_plot_axes(p, 2 * g + 1, title, bars ? "speedup over full KV (x)" : "context (tokens)",
                                bars ? "" : "speedup over full KV (x)",
                                bars ? 0u : SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
-        char note[256];
+        char note[sizeof nobase + 64]; /* the longest note quotes nobase */
         if (!st && !any_fit) {
             if (wmin >= usable)
                 snprintf(note, sizeof note,
@@ -758,7 +655,7 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
             st = sfi_plot_note(p, 2 * g + 1, note, err);
         }
         for (int pi = 0; pi < s->n_pols && !st; pi++) {
-            sfi_plot_emphasis em = emphasis_of(s->pols[pi].pol.kind);
+            sfi_plot_emphasis em = emphasis_of(s->pols[pi].kind);
             int m = 0;
             for (int i = 0; i < n; i++) {
                 const row *r = &rows[i];
@@ -842,7 +739,7 @@ static void note_recycling(const sweep *s)
 {
     int any = 0, bmax = 0;
     for (int pi = 0; pi < s->n_pols; pi++)
-        any |= sfi_sim_policy_has_slow_steps(s->pols[pi].pol.kind);
+        any |= sfi_policy_has_slow_steps(s->pols[pi].kind);
     for (int bi = 0; bi < s->n_batches; bi++)
         if (s->batches[bi] > bmax)
             bmax = s->batches[bi];
@@ -874,11 +771,13 @@ static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int c
         cs.context = context;
         cs.batch = batch;
         cs.prof = s->prof;
+        cs.budget = s->budget;
         cs.weight_bytes = s->weight_bytes;
+        cs.kv_bytes = s->kv_bytes;
         int all_fit = 1, valid = 1;
         for (int pi = 0; pi < s->n_pols && valid; pi++) {
-            cs.pol = s->pols[pi].pol;
-            cs.prm = s->pols[pi].prm;
+            cs.kind = s->pols[pi].kind;
+            cs.pol = s->pols[pi].cfg;
             sfi_cost_memory mem;
             sfi_error e2;
             if (sfi_cost_memory_of(&cs, &mem, &e2) != SFI_OK) {
@@ -911,9 +810,10 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         {"synthetic", no_argument, NULL, 'S'},      {"steps", required_argument, NULL, 's'},
         {"profile", required_argument, NULL, 'p'},  {"param", required_argument, NULL, 'x'},
         {"weight-bytes", required_argument, NULL, 'w'}, {"format", required_argument, NULL, 'f'},
+        {"kv-dtype", required_argument, NULL, 'K'},
         {"output", required_argument, NULL, 'o'},   {"png", required_argument, NULL, 'G'},
         {"no-png", no_argument, NULL, 'N'},         {"timeline-png", required_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},
+        {"budget", required_argument, NULL, 'B'},   {"help", no_argument, NULL, 'h'},
         /* Singular spellings of the list options. */
         {"model", required_argument, NULL, 'm'},    {"gpu", required_argument, NULL, 'g'},
         {"context", required_argument, NULL, 'c'},  {"policy", required_argument, NULL, 'P'},
@@ -924,10 +824,10 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                *a_png = DEFAULT_PNG, *a_tl = NULL;
     int synthetic = 0;
     int64_t steps = 2048;
-    int wbytes = 2;
+    int wbytes = 2, kvbytes = 2;
     sweep s;
     memset(&s, 0, sizeof s);
-    sfi_params_default(&s.prm);
+    sfi_policy_config_default(&s.cfg);
     sfi_hw_profile_default(&s.prof);
     sfi_error err;
     int rc = 1;
@@ -960,8 +860,14 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             break;
         }
         case 'p': a_prof = optarg; break;
+        case 'B':
+            if (sfi_budget_parse(optarg, &s.budget, &err) != SFI_OK) {
+                fprintf(stderr, "sfi-sim sweep: --budget: %s\n", err.msg);
+                return 2;
+            }
+            break;
         case 'x':
-            if (sfi_params_set(&s.prm, optarg, "--param", &err) != SFI_OK) {
+            if (sfi_policy_config_set(&s.cfg, optarg, &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                 return 1;
             }
@@ -972,6 +878,16 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                 return 2;
             }
             wbytes = atoi(optarg);
+            break;
+        case 'K':
+            if (!strcasecmp(optarg, "bf16")) {
+                kvbytes = 2;
+            } else if (!strcasecmp(optarg, "fp8")) {
+                kvbytes = 1;
+            } else {
+                fprintf(stderr, "sfi-sim sweep: --kv-dtype: '%s' is not bf16 or fp8\n", optarg);
+                return 2;
+            }
             break;
         case 'f': a_fmt = optarg; break;
         case 'o': a_out = optarg; break;
@@ -994,12 +910,13 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         fprintf(stderr, "sfi-sim sweep: --format: '%s' is not table, csv or json\n", a_fmt);
         return 2;
     }
-    if (sfi_params_validate(&s.prm, &err) != SFI_OK) {
+    if (sfi_params_validate(&s.cfg.prm, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         return 1;
     }
     s.steps = steps;
     s.weight_bytes = wbytes;
+    s.kv_bytes = kvbytes;
     if (a_prof && sfi_hw_profile_load(a_prof, &s.prof, NULL, NULL, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         return 1;
@@ -1008,7 +925,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     /* Models. */
     {
         char **v;
-        int n = split_list(a_models, &v);
+        int n = sfi_sim_split_list(a_models, &v);
         if (n < 0)
             goto oom;
         s.model_names = v;
@@ -1025,7 +942,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     /* GPUs. */
     {
         char **v;
-        int n = split_list(a_gpus, &v);
+        int n = sfi_sim_split_list(a_gpus, &v);
         if (n < 0)
             goto oom;
         s.gpus = calloc((size_t)n, sizeof *s.gpus);
@@ -1033,10 +950,10 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         for (int i = 0; i < n && s.gpus; i++)
             if (sfi_gpu_resolve(v[i], &s.gpus[i], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: --gpus: %s\n", err.msg);
-                free_list(v, n);
+                sfi_sim_free_list(v, n);
                 goto out;
             }
-        free_list(v, n);
+        sfi_sim_free_list(v, n);
         if (!s.gpus)
             goto oom;
     }
@@ -1048,11 +965,11 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     }
     /* Policies. */
     if (!a_pols || !strcasecmp(a_pols, "all")) {
-        if ((s.n_pols = all_policies(&s.prm, &s.pols)) < 0)
+        if ((s.n_pols = all_policies(&s.cfg, &s.pols)) < 0)
             goto oom;
     } else {
         char **v;
-        int n = split_policies(a_pols, &v);
+        int n = sfi_sim_split_policies(a_pols, &v);
         if (n < 0)
             goto oom;
         s.pols = calloc((size_t)n, sizeof *s.pols);
@@ -1067,12 +984,12 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         if (!s.pols)
             goto oom;
         for (int i = 0; i < n; i++)
-            if (parse_policy_spec(s.pols[i].name, &s.prm, &s.pols[i], &err) != SFI_OK) {
+            if (parse_policy_spec(s.pols[i].name, &s.cfg, &s.pols[i], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: --policies: %s\n", err.msg);
                 goto out;
             }
     }
-    if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.prm, &s.stream, &err) != SFI_OK) {
+    if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.cfg.prm, &s.stream, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         goto out;
     }
@@ -1084,14 +1001,14 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     if (!replays)
         goto oom;
     for (int pi = 0; pi < s.n_pols; pi++) {
-        if (!sfi_sim_policy_has_slow_steps(s.pols[pi].pol.kind))
+        const policy_spec *ps = &s.pols[pi];
+        if (!sfi_policy_has_slow_steps(ps->kind))
             continue;
         for (int bi = 0; bi < s.n_batches; bi++)
             if (sfi_replay_run(&(sfi_replay_stream){s.stream.tokens, s.stream.n_tokens,
                                                    s.stream.is_trigger, s.stream.n_vocab},
-                               trigger_of(s.pols[pi].pol.kind), &s.pols[pi].prm,
-                               s.pols[pi].pol.interval, s.batches[bi],
-                               stagger_of(&s.pols[pi].pol, &s.pols[pi].prm), s.steps,
+                               sfi_policy_trigger_kind(ps->kind), &ps->cfg.prm,
+                               ps->cfg.interval, s.batches[bi], stagger_of(ps), s.steps,
                                a_tl ? TIMELINE_STEPS : 0,
                                &replays[pi * s.n_batches + bi], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
@@ -1120,27 +1037,29 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                         cs.model = &s.models[m];
                         cs.gpu = s.gpus[g];
                         cs.prof = s.prof;
-                        cs.prm = s.prm;
+                        cs.budget = s.budget;
                         cs.tp = tp;
                         cs.context = s.contexts[ci];
                         cs.batch = s.batches[bi];
                         cs.weight_bytes = s.weight_bytes;
+                        cs.kv_bytes = s.kv_bytes;
                         /* Full-KV baseline of the speedup column, on the
                          * same GPUs. */
                         row base;
                         memset(&base, 0, sizeof base);
-                        sfi_sim_policy_default(&cs.pol, SFI_SIM_FULL);
+                        cs.kind = SFI_POLICY_FULL;
+                        cs.pol = s.cfg;
                         if (price_cell(&cs, NULL, &base, NULL, &err) != SFI_OK) {
                             fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                             goto out;
                         }
                         for (int pi = 0; pi < s.n_pols; pi++) {
                             row *r = &rows[n_rows];
-                            cs.pol = s.pols[pi].pol;
-                            cs.prm = s.pols[pi].prm;
+                            cs.kind = s.pols[pi].kind;
+                            cs.pol = s.pols[pi].cfg;
                             const sfi_replay_result *rp =
-                                sfi_sim_policy_has_slow_steps(cs.pol.kind) ? &replays[pi * s.n_batches + bi]
-                                                                           : NULL;
+                                sfi_policy_has_slow_steps(cs.kind) ? &replays[pi * s.n_batches + bi]
+                                                                   : NULL;
                             if (price_cell(&cs, rp, r, NULL, &err) != SFI_OK) {
                                 fprintf(stderr, "sfi-sim sweep: %s (model %s, context %d, policy %s)\n",
                                         err.msg, model_label(&s, m), cs.context, s.pols[pi].name);
@@ -1187,7 +1106,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         }
     }
     if (n_fit < n_rows)
-        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch)\n",
+        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch; "
+                        "'sfi-sim serve' admits what fits and queues the rest)\n",
                 n_rows - n_fit, n_rows);
     if (n_fit == 0) {
         fprintf(stderr, "sfi-sim sweep: nothing fits: the batch does not fit at any context "
@@ -1213,7 +1133,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
          * reference; no replayed policy: full KV alone. */
         int n_panels = 0;
         for (int pi = 0; pi < s.n_pols; pi++)
-            n_panels += sfi_sim_policy_has_slow_steps(s.pols[pi].pol.kind);
+            n_panels += sfi_policy_has_slow_steps(s.pols[pi].kind);
         if (n_panels == 0)
             n_panels = 1;
         if (n_panels > 16)
@@ -1239,11 +1159,12 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         cs.model = &s.models[0];
         cs.gpu = s.gpus[0];
         cs.prof = s.prof;
-        cs.prm = s.prm;
+        cs.budget = s.budget;
         cs.tp = tp;
         cs.context = s.contexts[ci_max];
         cs.batch = s.batches[0];
         cs.weight_bytes = s.weight_bytes;
+        cs.kv_bytes = s.kv_bytes;
         row tmp;
         double full_t = 0;
         char cl[32], gl[128];
@@ -1252,7 +1173,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             snprintf(gl, sizeof gl, "1 %s", s.gpus[0].name);
         else
             snprintf(gl, sizeof gl, "%dx %s (TP %d)", tp, s.gpus[0].name, tp);
-        sfi_sim_policy_default(&cs.pol, SFI_SIM_FULL);
+        cs.kind = SFI_POLICY_FULL;
+        cs.pol = s.cfg;
         if (!st)
             st = price_cell(&cs, NULL, &tmp, NULL, &err);
         full_t = tmp.mean_s;
@@ -1262,9 +1184,9 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         }
         int panel = 0;
         for (int pi = 0; pi < s.n_pols && !st && panel < n_panels; pi++) {
-            cs.pol = s.pols[pi].pol;
-            cs.prm = s.pols[pi].prm;
-            if (!sfi_sim_policy_has_slow_steps(cs.pol.kind))
+            cs.kind = s.pols[pi].kind;
+            cs.pol = s.pols[pi].cfg;
+            if (!sfi_policy_has_slow_steps(cs.kind))
                 continue;
             const sfi_replay_result *rp = &replays[pi * s.n_batches];
             double *tt = NULL;
@@ -1285,7 +1207,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                                           SFI_PLOT_REFERENCE, &err);
             if (!st)
                 st = sfi_plot_line_styled(p, panel, s.pols[pi].name, x, y, (size_t)nt, 0,
-                                          emphasis_of(cs.pol.kind), &err);
+                                          emphasis_of(cs.kind), &err);
             panel++;
         }
         if (!st && panel == 0) {

@@ -61,7 +61,7 @@ static void setup_for(const sfi_hw_measurement *m, const sfi_gpu *gpu, sfi_model
     s->batch = m->batch ? m->batch : 1;
     s->context = m->context;
     if (m->K)
-        s->prm.K = m->K;
+        s->pol.prm.K = m->K;
 }
 
 /* Roofline time at efficiency 1 (x) and launch count of a measurement's
@@ -338,7 +338,7 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         s.batch = m->batch ? m->batch : 1;
         s.context = m->context;
         if (m->K)
-            s.prm.K = m->K;
+            s.pol.prm.K = m->K;
         double layers = m->layers > 0 ? m->layers : 1;
         double t_def, t_prof;
         s.prof = def;
@@ -356,7 +356,7 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         if (pipeline)
             layers = 1;
         printf("%-18s %5d %7d %5d %4d %4d %5d %11.1f ", m->kernel, s.batch, m->context,
-               mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.prm.K, m->time_s * 1e6);
+               mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.pol.prm.K, m->time_s * 1e6);
         if (st) {
             printf("%11s %8s %11s %8s  (%s)\n", "-", "-", "-", "-", err.msg);
             continue;

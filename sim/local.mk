@@ -2,8 +2,8 @@
 noinst_LTLIBRARIES = libsfisim.la
 libsfisim_la_SOURCES = sim/sfi_sim_cli.h sim/sfi_hw.h sim/sfi_hw.c sim/sfi_cost.h sim/sfi_cost.c \
 	sim/sfi_replay.h sim/sfi_replay.c sim/sfi_sim_util.h sim/sfi_sim_util.c \
-	sim/sfi_sim_stream.h sim/sfi_sim_stream.c \
-	sim/cmd_sweep.c sim/cmd_trace.c sim/cmd_analyze.c sim/cmd_presets.c sim/cmd_validate.c
+	sim/sfi_sim_stream.h sim/sfi_sim_stream.c sim/sfi_serve.h sim/sfi_serve.c \
+	sim/cmd_sweep.c sim/cmd_serve.c sim/cmd_trace.c sim/cmd_analyze.c sim/cmd_presets.c sim/cmd_validate.c
 bin_PROGRAMS += sfi-sim
 sfi_sim_SOURCES = sim/main.c
 sfi_sim_LDADD = libsfisim.la libsfi.la $(SFI_DEP_LIBS) -lm
@@ -11,8 +11,11 @@ sfi_sim_LDADD = libsfisim.la libsfi.la $(SFI_DEP_LIBS) -lm
 # the source tree (uninstalled use, make demo) and the installed data dir.
 libsfisim_la_CPPFLAGS = $(AM_CPPFLAGS) -DSFI_SIM_SRCDIR='"$(abs_top_srcdir)"' \
 	-DSFI_SIM_PKGDATADIR='"$(pkgdatadir)"'
-dist_man_MANS += man/sfi-sim-sweep.1 man/sfi-sim-presets.1 man/sfi-sim-validate.1
-# The documented default calibration profile, installed next to the data.
+dist_man_MANS += man/sfi-sim-sweep.1 man/sfi-sim-serve.1 man/sfi-sim-presets.1 man/sfi-sim-validate.1
+# The documented default calibration profile and the named engine profiles
+# (sfi-sim serve --engine NAME), installed next to the data; the B200 as
+# vLLM sees it (192.3 GB).
 simprofilesdir = $(pkgdatadir)/profiles
-dist_simprofiles_DATA = sim/profiles/default.json
-EXTRA_DIST += sim/profiles/VALIDATION.md
+dist_simprofiles_DATA = sim/profiles/default.json sim/profiles/vllm-triton-b200.json \
+	sim/profiles/b200-192g.json
+EXTRA_DIST += sim/profiles/VALIDATION.md sim/profiles/fit_vllm_triton_b200.py

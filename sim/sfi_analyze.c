@@ -1,8 +1,8 @@
 /* The analyzer's engine (see sfi_analyze.h). Per layer and step it asks
- * each policy for its sets and measures them against the step's recorded
- * attention; work per (step, head, policy) is O(M log M + B), so a 32K
- * context costs no more than a short one except in the policies that say
- * otherwise. */
+ * each policy for its sets and measures them against the step's attention:
+ * exact where the step has q/K snapshots, else the recorded top-M (work per
+ * (step, head, policy) O(M log M + B) then, so a 32K context costs no more
+ * than a short one except in the policies that say otherwise). */
 #include <config.h>
 
 #include <math.h>
@@ -16,9 +16,9 @@
 void sfi_analyze_opts_default(sfi_analyze_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->policies = (1u << SFI_PEER_N_KINDS) - 1;
-    sfi_peer_config_default(&o->cfg);
-    o->budget_ratio = 0.06;
+    o->policies = SFI_POLICY_ALL;
+    sfi_policy_config_default(&o->cfg);
+    o->budget.ratio = 0.06;
     o->n_threads = 2;
     o->kascade_calib_steps = 16;
     o->keep_jaccard = 1;
@@ -64,14 +64,6 @@ double sfi_analyze_quantile(float *v, long n, double q)
     return v[i] * (1.0 - f) + v[i + 1] * f;
 }
 
-static int budget_of(const sfi_analyze_opts *o, int n_ctx)
-{
-    long b = o->budget_ratio > 0.0 ? lround(o->budget_ratio * n_ctx) : o->budget_abs;
-    if (b < 1)
-        b = 1;
-    return (int)b;
-}
-
 /* Everything one worker needs; per layer results go to shared slots that
  * only the layer's worker writes. */
 typedef struct {
@@ -80,26 +72,27 @@ typedef struct {
     sfi_analyze_result *res;
     sfi_analyze_policy *lpol;     /* [n_layers][N_KINDS] per layer partials */
     double *lstat;                /* [n_layers][3] budget, ctx, steps */
-    const sfi_peer_kascade_plan *plan;
+    const sfi_policy_calib *calib;
     pthread_mutex_t mu;
     int next_layer;
     int failed;
     sfi_error err;
 } shared;
 
-/* Other layers' obs of the current step, generated on demand (Kascade). */
+/* Other layers' records and snapshots of the current step, on demand
+ * (Kascade's reuse layers). */
 typedef struct {
     const sfi_analyze_source *src;
     int step;
     int *stamp;                   /* [L*H] step the slot holds, -1 */
-    sfi_peer_obs *obs;            /* [L*H] */
+    sfi_policy_obs *obs;          /* [L*H] */
     int32_t *pos;                 /* [L*H][max_top] */
     float *prob;
     int failed;
     sfi_error err;
 } lo_cache;
 
-static const sfi_peer_obs *lo_get(void *ctx, int layer, int kvh)
+static const sfi_policy_obs *lo_get(void *ctx, int layer, int kvh)
 {
     lo_cache *c = ctx;
     const sfi_analyze_source *s = c->src;
@@ -117,7 +110,17 @@ static const sfi_peer_obs *lo_get(void *ctx, int layer, int kvh)
     return &c->obs[i];
 }
 
-static int check_obs(const sfi_analyze_source *s, const sfi_peer_obs *o, int step, int layer,
+static int lo_qk(void *ctx, int layer, const float **q, const float **k)
+{
+    lo_cache *c = ctx;
+    const sfi_analyze_source *s = c->src;
+    const float *v;
+    if (!s->snapshot || layer < 0 || layer >= s->n_layers)
+        return 0;
+    return s->snapshot(s->ctx, c->step, layer, q, k, &v);
+}
+
+static int check_obs(const sfi_analyze_source *s, const sfi_policy_obs *o, int step, int layer,
                      int kvh, int n_ctx, sfi_error *err)
 {
     if (o->n_ctx != n_ctx || o->n_top < 0 || o->n_top > s->max_top || !(o->tail >= 0.0f)) {
@@ -136,10 +139,10 @@ static int check_obs(const sfi_analyze_source *s, const sfi_peer_obs *o, int ste
     return 0;
 }
 
-/* Relative output error of sets vs dense attention for one layer-step. */
-/* Per KV head, positions by the step's dense attention (mean over the
- * group's query heads of the softmax of logits[n_heads][n_ctx]),
- * descending; rank[h][0..n_ctx). */
+/* The step's exact dense attention per KV head from q and K: per query
+ * head the softmax over all positions, the mean over the group
+ * (dense[h][n_ctx]); and each head's positions by that attention,
+ * descending, ties to the smaller position (rank[h][n_ctx]). */
 static int cmp_rank(const void *a, const void *b)
 {
     const double *x = a, *y = b;  /* (score, position) pairs */
@@ -148,92 +151,58 @@ static int cmp_rank(const void *a, const void *b)
     return (x[1] > y[1]) - (x[1] < y[1]);
 }
 
-static int dense_ranking(const sfi_analyze_source *s, const float *logits, int n_ctx,
-                         int32_t **rank, sfi_error *err)
+static int exact_attention(const sfi_analyze_source *s, const float *q, const float *k,
+                           int n_ctx, double *dense, int32_t *rank, double *pr, sfi_error *err)
 {
-    int H = s->n_kv_heads, G = s->n_heads / s->n_kv_heads;
-    double *pr = malloc(sizeof(double) * 2 * (size_t)n_ctx);
-    if (!pr)
-        return sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory"), -1;
+    int H = s->n_kv_heads, G = s->n_heads / s->n_kv_heads, d = s->head_dim;
+    double scale = 1.0 / sqrt((double)d);
+    (void)err;
     for (int h = 0; h < H; h++) {
+        double *p = dense + (size_t)h * n_ctx;
         for (int j = 0; j < n_ctx; j++)
-            pr[2 * j] = 0.0, pr[2 * j + 1] = j;
+            p[j] = 0.0;
         for (int g = 0; g < G; g++) {
-            const float *l = logits + (size_t)(h * G + g) * n_ctx;
-            double mx = l[0], z = 0.0;
-            for (int j = 1; j < n_ctx; j++)
-                if (l[j] > mx)
-                    mx = l[j];
+            const float *qh = q + (size_t)(h * G + g) * d;
+            double mx = -INFINITY, z = 0.0;
+            for (int j = 0; j < n_ctx; j++) {
+                const float *kj = k + ((size_t)j * H + h) * d;
+                double l = 0.0;
+                for (int x = 0; x < d; x++)
+                    l += (double)qh[x] * kj[x];
+                pr[2 * j] = l * scale;
+                if (pr[2 * j] > mx)
+                    mx = pr[2 * j];
+            }
             for (int j = 0; j < n_ctx; j++)
-                z += exp(l[j] - mx);
+                z += (pr[2 * j] = exp(pr[2 * j] - mx));
             for (int j = 0; j < n_ctx; j++)
-                pr[2 * j] += exp(l[j] - mx) / z / G;
+                p[j] += pr[2 * j] / z / G;
         }
+        for (int j = 0; j < n_ctx; j++)
+            pr[2 * j] = p[j], pr[2 * j + 1] = j;
         qsort(pr, (size_t)n_ctx, 2 * sizeof(double), cmp_rank);
         for (int j = 0; j < n_ctx; j++)
-            rank[h][j] = (int32_t)pr[2 * j + 1];
+            rank[(size_t)h * n_ctx + j] = (int32_t)pr[2 * j + 1];
     }
-    free(pr);
     return 0;
 }
 
 /* Relative output error of one policy's sets against dense attention for
- * one layer-step. A set's n_virtual unnamed members (positions past the
- * trace's top-M) become, for the oracle, the next positions of the exact
- * dense ranking (what its definition picks); for other policies
- * pseudo-random positions outside the set (the even spread the recall
- * estimate assumes). */
+ * one layer-step (sets from q/K name all their members). */
 static int output_error(const sfi_analyze_source *s, const float *q, const float *k,
-                        const float *v, int n_ctx, const sfi_peer_set *sets, int is_oracle,
-                        int32_t *const *rank, uint8_t *mark, int32_t **idx, int *n_idx,
-                        float *o_dense, float *o_set, double *out, sfi_error *err)
+                        const float *v, int n_ctx, const sfi_policy_set *sets, int32_t **idx,
+                        int *n_idx, float *o_dense, float *o_set, double *out, sfi_error *err)
 {
     sfi_attn_shape sh = {s->n_heads, s->n_kv_heads, s->head_dim};
-    int H = s->n_kv_heads, G = s->n_heads / s->n_kv_heads, d = s->head_dim;
+    int H = s->n_kv_heads, d = s->head_dim;
     for (int h = 0; h < H; h++) {
-        int n = 0;
-        for (int32_t j = 0; j < n_ctx; j++) {
-            mark[j] = (uint8_t)sfi_peer_set_contains(&sets[h], j);
-            if (mark[j])
-                idx[h][n++] = j;
-        }
-        int want = sets[h].n_virtual;
-        if (want > n_ctx - n)
-            want = n_ctx - n;
-        if (is_oracle) {
-            for (int r = 0; r < n_ctx && want > 0; r++)
-                if (!mark[rank[h][r]])
-                    mark[rank[h][r]] = 1, idx[h][n++] = rank[h][r], want--;
-        } else {
-            uint32_t x = 2463534242u ^ (uint32_t)(h * 7919 + n_ctx);
-            for (int tries = 0; want > 0 && tries < 8 * n_ctx; tries++) {
-                x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-                int32_t j = (int32_t)(x % (uint32_t)n_ctx);
-                if (!mark[j])
-                    mark[j] = 1, idx[h][n++] = j, want--;
-            }
-            for (int32_t j = 0; j < n_ctx && want > 0; j++)
-                if (!mark[j])
-                    mark[j] = 1, idx[h][n++] = j, want--;
-        }
-        if (n == 0)
-            idx[h][n++] = n_ctx - 1;  /* an empty set attends to itself */
-        n_idx[h] = n;
+        sfi_policy_set_indices(&sets[h], idx[h], &n_idx[h]);
+        if (n_idx[h] == 0)
+            idx[h][n_idx[h]++] = n_ctx - 1;  /* an empty set attends to itself */
     }
     if (sfi_attn_sparse_decode(&sh, q, k, v, n_ctx, (const int32_t *const *)idx, n_idx, o_set,
                                err))
         return -1;
-    for (int h = 0; h < H; h++) {
-        if (!sets[h].mean_v)
-            continue;
-        for (int x = 0; x < d; x++) {
-            double m = 0.0;
-            for (int j = 0; j < n_ctx; j++)
-                m += v[((size_t)j * H + h) * d + x];
-            for (int g = 0; g < G; g++)
-                o_set[(size_t)(h * G + g) * d + x] = (float)(m / n_ctx);
-        }
-    }
     double num = 0.0, den = 0.0;
     for (int i = 0; i < s->n_heads * d; i++) {
         double e = (double)o_set[i] - o_dense[i];
@@ -244,278 +213,355 @@ static int output_error(const sfi_analyze_source *s, const float *q, const float
     return 0;
 }
 
+/* A layer's per-run buffers. */
+typedef struct {
+    int H, M, GQ;
+    sfi_policy *pol[SFI_POLICY_N_KINDS];
+    sfi_policy_set *sets;         /* [N_KINDS][H] */
+    sfi_policy_obs *obs, *qobs;
+    int32_t *pos, *qpos, *prev;
+    float *prob, *qprob;
+    int *n_prev, *stampv, stamp_id;
+    lo_cache lc;
+    /* exact measurement and output error */
+    double *dense, *pr;
+    int32_t *rank;
+    int32_t **idx;
+    int *n_idx;
+    float *o_dense, *o_set, *dlog;
+    uint8_t *mark;
+} layer_bufs;
+
+static void bufs_free(layer_bufs *b)
+{
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+        sfi_policy_free(b->pol[k]);
+    free(b->sets);
+    free(b->obs);
+    free(b->qobs);
+    free(b->pos);
+    free(b->qpos);
+    free(b->prev);
+    free(b->prob);
+    free(b->qprob);
+    free(b->n_prev);
+    free(b->stampv);
+    free(b->lc.stamp);
+    free(b->lc.obs);
+    free(b->lc.pos);
+    free(b->lc.prob);
+    free(b->dense);
+    free(b->pr);
+    free(b->rank);
+    if (b->idx)
+        for (int h = 0; h < b->H; h++)
+            free(b->idx[h]);
+    free(b->idx);
+    free(b->n_idx);
+    free(b->o_dense);
+    free(b->o_set);
+    free(b->dlog);
+    free(b->mark);
+}
+
+static int bufs_init(shared *sh, layer_bufs *b, sfi_error *err)
+{
+    const sfi_analyze_source *src = sh->src;
+    const sfi_analyze_opts *opt = sh->opt;
+    int H = src->n_kv_heads, M = src->max_top, L = src->n_layers;
+    size_t N = (size_t)src->max_ctx + 1;
+    memset(b, 0, sizeof *b);
+    b->H = H;
+    b->M = M;
+    b->GQ = (opt->policies & ((1u << SFI_POLICY_SFI) | (1u << SFI_POLICY_TMAX) |
+                              (1u << SFI_POLICY_INTERVAL) | (1u << SFI_POLICY_BOUNDARY))) &&
+                    src->get_q && src->q_per_kv > 0 && src->max_top_q > 0
+                ? src->q_per_kv : 0;
+    b->sets = malloc(sizeof(sfi_policy_set) * (size_t)H * SFI_POLICY_N_KINDS);
+    b->obs = malloc(sizeof(sfi_policy_obs) * (size_t)H);
+    b->pos = malloc(sizeof(int32_t) * (size_t)H * M);
+    b->prob = malloc(sizeof(float) * (size_t)H * M);
+    b->prev = malloc(sizeof(int32_t) * (size_t)H * M);
+    b->n_prev = calloc((size_t)H, sizeof(int));
+    b->stampv = malloc(sizeof(int) * N);
+    int ok = b->sets && b->obs && b->pos && b->prob && b->prev && b->n_prev && b->stampv;
+    if (ok)
+        for (size_t i = 0; i < N; i++)
+            b->stampv[i] = -1;
+    if (ok && b->GQ) {
+        size_t nq = (size_t)H * b->GQ;
+        b->qobs = malloc(sizeof(sfi_policy_obs) * nq);
+        b->qpos = malloc(sizeof(int32_t) * nq * src->max_top_q);
+        b->qprob = malloc(sizeof(float) * nq * src->max_top_q);
+        ok = b->qobs && b->qpos && b->qprob;
+    }
+    if (ok && ((opt->policies >> SFI_POLICY_KASCADE) & 1)) {
+        size_t LH = (size_t)L * H;
+        b->lc.src = src;
+        b->lc.stamp = malloc(sizeof(int) * LH);
+        b->lc.obs = malloc(sizeof(sfi_policy_obs) * LH);
+        b->lc.pos = malloc(sizeof(int32_t) * LH * M);
+        b->lc.prob = malloc(sizeof(float) * LH * M);
+        ok = b->lc.stamp && b->lc.obs && b->lc.pos && b->lc.prob;
+        for (size_t i = 0; ok && i < LH; i++)
+            b->lc.stamp[i] = -1;
+    }
+    if (ok && src->snapshot && src->head_dim > 0) {
+        b->dense = malloc(sizeof(double) * (size_t)H * N);
+        b->pr = malloc(sizeof(double) * 2 * N);
+        b->rank = malloc(sizeof(int32_t) * (size_t)H * N);
+        b->idx = calloc((size_t)H, sizeof *b->idx);
+        b->n_idx = calloc((size_t)H, sizeof *b->n_idx);
+        b->o_dense = malloc(sizeof(float) * (size_t)src->n_heads * src->head_dim);
+        b->o_set = malloc(sizeof(float) * (size_t)src->n_heads * src->head_dim);
+        b->dlog = malloc(sizeof(float) * (size_t)src->n_heads * N);
+        b->mark = malloc(N);
+        ok = b->dense && b->pr && b->rank && b->idx && b->n_idx && b->o_dense && b->o_set &&
+             b->dlog && b->mark;
+        for (int h = 0; ok && h < H; h++)
+            ok = (b->idx[h] = malloc(sizeof(int32_t) * N)) != NULL;
+    }
+    if (!ok)
+        return sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory"), -1;
+    sfi_policy_shape shape = {src->n_layers, src->n_heads > 0 ? src->n_heads : H, H,
+                              src->head_dim};
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+        if (((opt->policies >> k) & 1) &&
+            sfi_policy_create((sfi_policy_kind)k, &opt->cfg, &shape, src->max_ctx, sh->calib,
+                              &b->pol[k], err))
+            return -1;
+    return 0;
+}
+
+/* Support stability: Jaccard of the top sets of consecutive steps. */
+static void stability(shared *sh, layer_bufs *b, int layer, int first, int prev_trig, int B)
+{
+    const sfi_analyze_opts *opt = sh->opt;
+    sfi_analyze_result *res = sh->res;
+    for (int h = 0; h < b->H; h++) {
+        const sfi_policy_obs *o = &b->obs[h];
+        int K = opt->stab_k > 0 ? opt->stab_k : B;
+        if (K > o->n_top)
+            K = o->n_top;
+        if (!first && b->n_prev[h] > 0 && K > 0) {
+            b->stamp_id++;
+            for (int i = 0; i < b->n_prev[h]; i++)
+                b->stampv[b->prev[(size_t)h * b->M + i]] = b->stamp_id;
+            int inter = 0;
+            for (int i = 0; i < K; i++)
+                inter += b->stampv[o->pos[i]] == b->stamp_id;
+            float jac = (float)inter / (float)(K + b->n_prev[h] - inter);
+            if (prev_trig) {
+                res->ja_sum[layer] += jac;
+                if (res->ja)
+                    res->ja[layer][res->ja_n[layer]] = jac;
+                res->ja_n[layer]++;
+            } else {
+                res->jw_sum[layer] += jac;
+                if (res->jw)
+                    res->jw[layer][res->jw_n[layer]] = jac;
+                res->jw_n[layer]++;
+            }
+        }
+        memcpy(b->prev + (size_t)h * b->M, o->pos, sizeof(int32_t) * (size_t)K);
+        b->n_prev[h] = K;
+    }
+}
+
+/* SFI's slow-step bookkeeping of one step. */
+typedef struct {
+    int prev_slow, since, prev_fast_pending;
+    double prev_recall;
+} sfi_track;
+
+static void track_sfi(sfi_analyze_policy *P, sfi_track *tr, int slow, int first, int prev_trig,
+                      double rmean)
+{
+    P->n_steps += 1;
+    P->n_slow += slow;
+    if (slow) {
+        tr->since = 0;
+        if (prev_trig && !first && !tr->prev_slow) {
+            P->before_n += 1;
+            P->before_recall += tr->prev_recall;
+            tr->prev_fast_pending = 1;
+        } else {
+            tr->prev_fast_pending = 0;
+        }
+    } else {
+        tr->since++;
+        P->fast_n += 1;
+        P->fast_recall += rmean;
+        if (tr->prev_fast_pending) {
+            P->after_n += 1;
+            P->after_recall += rmean;
+        }
+        tr->prev_fast_pending = 0;
+        int si = tr->since < SFI_ANALYZE_SINCE_MAX ? tr->since : SFI_ANALYZE_SINCE_MAX;
+        P->since_n[si] += 1;
+        P->since_recall[si] += rmean;
+    }
+    tr->prev_slow = slow;
+    tr->prev_recall = rmean;
+}
+
+/* Measures one policy's sets at one layer-step. */
+static int measure(shared *sh, layer_bufs *b, int k, int layer, int t, int B, int n_ctx,
+                   const float *q, const float *kk, const float *vv, int exact, double *rmean,
+                   sfi_error *err)
+{
+    const sfi_analyze_source *src = sh->src;
+    sfi_analyze_policy *P = &sh->lpol[(size_t)layer * SFI_POLICY_N_KINDS + k];
+    const sfi_policy_set *ks = &b->sets[(size_t)k * b->H];
+    double rsum = 0.0;
+    int Kt = B < n_ctx ? B : n_ctx;
+    for (int h = 0; h < b->H; h++) {
+        double rc, lo, ov;
+        if (exact) {
+            const double *p = b->dense + (size_t)h * n_ctx;
+            const int32_t *rk = b->rank + (size_t)h * n_ctx;
+            rc = 0.0;
+            int in_top = 0;
+            for (int32_t j = 0; j < n_ctx; j++)
+                if (sfi_policy_set_contains(&ks[h], j))
+                    rc += p[j];
+            for (int i = 0; i < Kt; i++)
+                in_top += sfi_policy_set_contains(&ks[h], rk[i]);
+            lo = rc;
+            ov = Kt > 0 ? (double)in_top / Kt : 1.0;
+            P->exact += 1;
+        } else {
+            int n_in, n_in_top, Ko = B < b->obs[h].n_top ? B : b->obs[h].n_top;
+            rc = sfi_policy_set_recall(&ks[h], &b->obs[h], Ko, &lo, &n_in, &n_in_top);
+            ov = Ko > 0 ? (double)n_in_top / Ko : 1.0;
+        }
+        if (rc > 1.0)
+            rc = 1.0;
+        P->n += 1;
+        P->recall += rc;
+        P->recall_lo += lo;
+        P->overlap += ov;
+        P->ratio += (double)ks[h].size / n_ctx;
+        if (k == SFI_POLICY_LFPS)
+            P->cand += (double)sfi_policy_lfps_candidates(b->pol[k], layer, h) / n_ctx;
+        rsum += rc;
+    }
+    *rmean = rsum / b->H;
+    if (exact && vv) {
+        double e;
+        if (output_error(src, q, kk, vv, n_ctx, ks, b->idx, b->n_idx, b->o_dense, b->o_set, &e,
+                         err))
+            return -1;
+        P->n_err += 1;
+        P->out_err += e;
+    }
+    (void)t;
+    return 0;
+}
+
 static int run_layer(shared *sh, int layer, sfi_error *err)
 {
     const sfi_analyze_source *src = sh->src;
     const sfi_analyze_opts *opt = sh->opt;
-    int H = src->n_kv_heads, M = src->max_top;
-    sfi_analyze_policy *lp = &sh->lpol[(size_t)layer * SFI_PEER_N_KINDS];
     double *lstat = &sh->lstat[(size_t)layer * 3];
-    sfi_peer *peers[SFI_PEER_N_KINDS] = {0};
-    sfi_peer_set *sets = malloc(sizeof(sfi_peer_set) * (size_t)H * SFI_PEER_N_KINDS);
-    sfi_peer_obs *obs = malloc(sizeof(sfi_peer_obs) * (size_t)H);
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)H * M);
-    float *prob = malloc(sizeof(float) * (size_t)H * M);
-    int32_t *prev = malloc(sizeof(int32_t) * (size_t)H * M);
-    int *n_prev = calloc((size_t)H, sizeof(int));
-    int *stampv = malloc(sizeof(int) * ((size_t)src->max_ctx + 1));
-    double *step_rec = calloc(SFI_PEER_N_KINDS, sizeof(double));
-    lo_cache lc = {0};
-    int32_t **idx = NULL;
-    int *n_idx = NULL;
-    float *o_dense = NULL, *o_set = NULL, *dlog = NULL;
-    int32_t **rank = NULL;
-    uint8_t *mark = NULL;
+    layer_bufs b;
     int rc = -1;
-    int stamp_id = 0;
-    int want_lo = (opt->policies >> SFI_PEER_KASCADE) & 1;
-    int want_q = ((opt->policies >> SFI_PEER_SFI) & 1) && src->get_q && src->q_per_kv > 0 &&
-                 src->max_top_q > 0;
-    int GQ = want_q ? src->q_per_kv : 0;
-    sfi_peer_obs *qobs = NULL;
-    int32_t *qpos = NULL;
-    float *qprob = NULL;
-    if (!sets || !obs || !pos || !prob || !prev || !n_prev || !stampv || !step_rec) {
-        sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
+    if (bufs_init(sh, &b, err))
         goto out;
-    }
-    for (int i = 0; i <= src->max_ctx; i++)
-        stampv[i] = -1;
-    if (want_q) {
-        size_t nq = (size_t)H * GQ;
-        qobs = malloc(sizeof(sfi_peer_obs) * nq);
-        qpos = malloc(sizeof(int32_t) * nq * src->max_top_q);
-        qprob = malloc(sizeof(float) * nq * src->max_top_q);
-        if (!qobs || !qpos || !qprob) {
-            sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
-            goto out;
-        }
-    }
-    if (want_lo) {
-        size_t LH = (size_t)src->n_layers * H;
-        lc.src = src;
-        lc.stamp = malloc(sizeof(int) * LH);
-        lc.obs = malloc(sizeof(sfi_peer_obs) * LH);
-        lc.pos = malloc(sizeof(int32_t) * LH * M);
-        lc.prob = malloc(sizeof(float) * LH * M);
-        if (!lc.stamp || !lc.obs || !lc.pos || !lc.prob) {
-            sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < LH; i++)
-            lc.stamp[i] = -1;
-    }
-    if (src->snapshot && src->head_dim > 0) {
-        idx = calloc((size_t)H, sizeof *idx);
-        n_idx = calloc((size_t)H, sizeof *n_idx);
-        o_dense = malloc(sizeof(float) * (size_t)src->n_heads * src->head_dim);
-        o_set = malloc(sizeof(float) * (size_t)src->n_heads * src->head_dim);
-        dlog = malloc(sizeof(float) * (size_t)src->n_heads * ((size_t)src->max_ctx + 1));
-        rank = calloc((size_t)H, sizeof *rank);
-        mark = malloc((size_t)src->max_ctx + 1);
-        if (!idx || !n_idx || !o_dense || !o_set || !dlog || !rank || !mark) {
-            sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
-            goto out;
-        }
-        for (int h = 0; h < H; h++)
-            if (!(idx[h] = malloc(sizeof(int32_t) * ((size_t)src->max_ctx + 1))) ||
-                !(rank[h] = malloc(sizeof(int32_t) * ((size_t)src->max_ctx + 1)))) {
-                sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
-                goto out;
-            }
-    }
-    for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
-        if (!((opt->policies >> k) & 1))
-            continue;
-        if (sfi_peer_create((sfi_peer_kind)k, &opt->cfg, layer, src->n_layers, H, src->n_heads,
-                            src->head_dim, src->max_ctx, sh->plan, &peers[k], err))
-            goto out;
-    }
+    int H = b.H, M = b.M, GQ = b.GQ;
     for (int r = 0; r < src->n_seq; r++) {
-        for (int k = 0; k < SFI_PEER_N_KINDS; k++)
-            if (peers[k])
-                sfi_peer_reset(peers[k]);
-        int prev_slow = 0, since = 0, prev_fast_pending = 0;
-        double prev_sfi_recall = 0.0;
+        for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+            if (b.pol[k])
+                sfi_policy_reset(b.pol[k]);
+        sfi_track trk[SFI_POLICY_N_KINDS];
+        memset(trk, 0, sizeof trk);
         for (int h = 0; h < H; h++)
-            n_prev[h] = 0;
-        for (int t = src->seq_begin[r]; t < src->seq_begin[r + 1]; t++) {
+            b.n_prev[h] = 0;
+        /* The prompt observation, when the trace has one: the request's
+         * first step is the prompt's last position and is not measured. */
+        int t0 = src->seq_begin[r];
+        sfi_policy_prompt pr;
+        if (src->prompt && src->prompt(src->ctx, r, layer, &pr)) {
+            pr.budget = sfi_budget_positions(&opt->budget, &opt->cfg.prm, pr.n_prompt);
+            for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+                if (b.pol[k] && sfi_policy_prompt_run(b.pol[k], layer, &pr, err)) {
+                    sfi_error_prefix(err, "request %d layer %d: prompt", r, layer);
+                    goto out;
+                }
+            t0++;
+        }
+        for (int t = t0; t < src->seq_begin[r + 1]; t++) {
             int n_ctx = src->n_ctx[t];
-            int B = budget_of(opt, n_ctx);
-            int first = t == src->seq_begin[r];
-            int prev_trig = !first && src->trigger[t - 1];
-            for (int h = 0; h < H; h++) {
-                if (src->get(src->ctx, t, layer, h, &obs[h], pos + (size_t)h * M,
-                             prob + (size_t)h * M, err))
+            int B = sfi_budget_positions(&opt->budget, &opt->cfg.prm, n_ctx);
+            int first = t == t0;
+            int prev_trig = t > src->seq_begin[r] && src->trigger[t - 1];
+            for (int h = 0; h < H; h++)
+                if (src->get(src->ctx, t, layer, h, &b.obs[h], b.pos + (size_t)h * M,
+                             b.prob + (size_t)h * M, err) ||
+                    check_obs(src, &b.obs[h], t, layer, h, n_ctx, err))
                     goto out;
-                if (check_obs(src, &obs[h], t, layer, h, n_ctx, err))
+            for (int i = 0; i < H * GQ; i++)
+                if (src->get_q(src->ctx, t, layer, i, &b.qobs[i],
+                               b.qpos + (size_t)i * src->max_top_q,
+                               b.qprob + (size_t)i * src->max_top_q, err) ||
+                    check_obs(src, &b.qobs[i], t, layer, i, n_ctx, err))
                     goto out;
-            }
-            for (int i = 0; i < H * GQ; i++) {
-                if (src->get_q(src->ctx, t, layer, i, &qobs[i], qpos + (size_t)i * src->max_top_q,
-                               qprob + (size_t)i * src->max_top_q, err))
-                    goto out;
-                if (check_obs(src, &qobs[i], t, layer, i, n_ctx, err))
-                    goto out;
-            }
-            lstat[0] += B < n_ctx ? B : n_ctx;
+            lstat[0] += B;
             lstat[1] += n_ctx;
             lstat[2] += 1;
-            /* Support stability: top sets of consecutive steps. */
-            for (int h = 0; h < H; h++) {
-                const sfi_peer_obs *o = &obs[h];
-                int K = opt->stab_k > 0 ? opt->stab_k : B;
-                if (K > o->n_top)
-                    K = o->n_top;
-                if (!first && n_prev[h] > 0 && K > 0) {
-                    stamp_id++;
-                    for (int i = 0; i < n_prev[h]; i++)
-                        stampv[prev[(size_t)h * M + i]] = stamp_id;
-                    int inter = 0;
-                    for (int i = 0; i < K; i++)
-                        inter += stampv[o->pos[i]] == stamp_id;
-                    float jac = (float)inter / (float)(K + n_prev[h] - inter);
-                    if (prev_trig) {
-                        sh->res->ja_sum[layer] += jac;
-                        if (sh->res->ja)
-                            sh->res->ja[layer][sh->res->ja_n[layer]] = jac;
-                        sh->res->ja_n[layer]++;
-                    } else {
-                        sh->res->jw_sum[layer] += jac;
-                        if (sh->res->jw)
-                            sh->res->jw[layer][sh->res->jw_n[layer]] = jac;
-                        sh->res->jw_n[layer]++;
-                    }
-                }
-                memcpy(prev + (size_t)h * M, o->pos, sizeof(int32_t) * (size_t)K);
-                n_prev[h] = K;
-            }
+            stability(sh, &b, layer, first, prev_trig, B);
             const float *q = NULL, *kk = NULL, *vv = NULL;
             if (src->snapshot && src->head_dim > 0 &&
                 !src->snapshot(src->ctx, t, layer, &q, &kk, &vv))
                 q = kk = vv = NULL;
-            int have_err = q && kk && vv;
-            if (have_err) {
-                sfi_attn_shape shp = {src->n_heads, src->n_kv_heads, src->head_dim};
-                if (sfi_attn_dense_decode(&shp, q, kk, vv, n_ctx, o_dense, dlog, err))
-                    goto out;
-                if (dense_ranking(src, dlog, n_ctx, rank, err))
-                    goto out;
+            int exact = q && kk;
+            if (exact) {
+                exact_attention(src, q, kk, n_ctx, b.dense, b.rank, b.pr, err);
+                if (vv) {
+                    sfi_attn_shape shp = {src->n_heads, src->n_kv_heads, src->head_dim};
+                    if (sfi_attn_dense_decode(&shp, q, kk, vv, n_ctx, b.o_dense, b.dlog, err))
+                        goto out;
+                }
             }
-            lc.step = t;
-            sfi_peer_step st = {
-                .step = t - src->seq_begin[r], .n_ctx = n_ctx, .prev_trigger = prev_trig,
-                .budget = B, .next_unused = src->trigger[t] || t + 1 == src->seq_begin[r + 1],
-                .obs = obs, .qobs = qobs, .q_per_kv = GQ, .layer_obs = want_lo ? lo_get : NULL,
-                .layer_obs_ctx = &lc, .q = q, .k = kk,
+            b.lc.step = t;
+            sfi_policy_step st = {
+                .step = t - src->seq_begin[r], .n_ctx = n_ctx, .budget = B,
+                .prev_trigger = prev_trig,
+                .next_unused = src->trigger[t] || t + 1 == src->seq_begin[r + 1],
+                .q = exact ? q : NULL, .k = exact ? kk : NULL,
+                .obs = b.obs, .qobs = b.qobs, .q_per_kv = GQ,
+                .layer_qk = exact ? lo_qk : NULL, .layer_obs = b.lc.stamp ? lo_get : NULL,
+                .layer_ctx = &b.lc,
             };
-            for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
-                if (!peers[k])
+            for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
+                if (!b.pol[k])
                     continue;
-                sfi_peer_set *ks = &sets[(size_t)k * H];
+                sfi_analyze_policy *P = &sh->lpol[(size_t)layer * SFI_POLICY_N_KINDS + k];
                 int avail = 0, slow = 0;
-                if (sfi_peer_step_run(peers[k], &st, ks, &avail, &slow, err)) {
-                    if (lc.failed)
-                        *err = lc.err;
+                if (sfi_policy_run(b.pol[k], layer, &st, &b.sets[(size_t)k * H], &avail, &slow,
+                                   err)) {
+                    if (b.lc.failed)
+                        *err = b.lc.err;
                     sfi_error_prefix(err, "step %d layer %d", t, layer);
                     goto out;
                 }
-                sfi_analyze_policy *P = &lp[k];
                 P->used = 1;
+                if (!P->proxy)
+                    P->proxy = sfi_policy_proxy_note(b.pol[k]);
                 if (!avail)
                     continue;
                 P->available = 1;
-                double rsum = 0.0;
-                for (int h = 0; h < H; h++) {
-                    double lo;
-                    int n_in, n_in_top;
-                    int Kt = B < obs[h].n_top ? B : obs[h].n_top;
-                    double rc_ = sfi_peer_set_recall(&ks[h], &obs[h], Kt, &lo, &n_in, &n_in_top);
-                    if (rc_ > 1.0)
-                        rc_ = 1.0;
-                    P->n += 1;
-                    P->recall += rc_;
-                    P->recall_lo += lo;
-                    P->overlap += Kt > 0 ? (double)n_in_top / Kt : 1.0;
-                    P->ratio += (double)ks[h].size / n_ctx;
-                    P->mean_v += ks[h].mean_v;
-                    rsum += rc_;
-                }
-                double rmean = rsum / H;
-                if (have_err) {
-                    double e;
-                    if (output_error(src, q, kk, vv, n_ctx, ks, k == SFI_PEER_ORACLE, rank,
-                                     mark, idx, n_idx, o_dense, o_set, &e, err))
-                        goto out;
-                    P->n_err += 1;
-                    P->out_err += e;
-                }
-                if (k == SFI_PEER_SFI) {
-                    P->n_steps += 1;
-                    P->n_slow += slow;
-                    if (slow) {
-                        since = 0;
-                        if (prev_trig && !first && !prev_slow) {
-                            P->before_n += 1;
-                            P->before_recall += prev_sfi_recall;
-                            prev_fast_pending = 1;
-                        } else {
-                            prev_fast_pending = 0;
-                        }
-                    } else {
-                        since++;
-                        P->fast_n += 1;
-                        P->fast_recall += rmean;
-                        if (prev_fast_pending) {
-                            P->after_n += 1;
-                            P->after_recall += rmean;
-                        }
-                        prev_fast_pending = 0;
-                    }
-                    int si = since < SFI_ANALYZE_SINCE_MAX ? since : SFI_ANALYZE_SINCE_MAX;
-                    if (!slow) {
-                        P->since_n[si] += 1;
-                        P->since_recall[si] += rmean;
-                    }
-                    prev_slow = slow;
-                    prev_sfi_recall = rmean;
-                }
-                step_rec[k] = rmean;
+                double rmean;
+                if (measure(sh, &b, k, layer, t, B, n_ctx, q, kk, vv, exact, &rmean, err))
+                    goto out;
+                if (sfi_policy_has_slow_steps((sfi_policy_kind)k))
+                    track_sfi(P, &trk[k], slow, first, prev_trig, rmean);
             }
         }
     }
     rc = 0;
 out:
-    for (int k = 0; k < SFI_PEER_N_KINDS; k++)
-        sfi_peer_free(peers[k]);
-    free(sets);
-    free(obs);
-    free(pos);
-    free(prob);
-    free(prev);
-    free(n_prev);
-    free(stampv);
-    free(step_rec);
-    free(qobs);
-    free(qpos);
-    free(qprob);
-    free(lc.stamp);
-    free(lc.obs);
-    free(lc.pos);
-    free(lc.prob);
-    if (idx)
-        for (int h = 0; h < H; h++)
-            free(idx[h]);
-    if (rank)
-        for (int h = 0; h < H; h++)
-            free(rank[h]);
-    free(rank);
-    free(mark);
-    free(dlog);
-    free(idx);
-    free(n_idx);
-    free(o_dense);
-    free(o_set);
+    bufs_free(&b);
     return rc;
 }
 
@@ -543,9 +589,10 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* Kascade's plan from the first calibration steps of request 0. */
+/* A stand-in Kascade calibration from the first steps of request 0 (when
+ * no calibration is given; reported as a proxy). */
 static sfi_status plan_kascade(const sfi_analyze_source *src, const sfi_analyze_opts *opt,
-                               sfi_peer_kascade_plan *plan, sfi_error *err)
+                               sfi_policy_calib *cal, sfi_error *err)
 {
     int S = opt->kascade_calib_steps;
     int avail = src->seq_begin[1] - src->seq_begin[0];
@@ -556,11 +603,13 @@ static sfi_status plan_kascade(const sfi_analyze_source *src, const sfi_analyze_
                              "calibrate on");
     int L = src->n_layers, H = src->n_kv_heads, M = src->max_top;
     size_t n = (size_t)S * L * H;
-    sfi_peer_obs *cal = malloc(sizeof *cal * n);
+    const int32_t **pp = malloc(sizeof *pp * n);
+    const float **qq = malloc(sizeof *qq * n);
+    int *cnt = malloc(sizeof(int) * n);
     int32_t *pos = malloc(sizeof(int32_t) * n * M);
     float *prob = malloc(sizeof(float) * n * M);
     sfi_status st = SFI_OK;
-    if (!cal || !pos || !prob) {
+    if (!pp || !qq || !cnt || !pos || !prob) {
         st = sfi_error_set(err, SFI_ENOMEM, "kascade: out of memory for calibration");
         goto out;
     }
@@ -569,26 +618,28 @@ static sfi_status plan_kascade(const sfi_analyze_source *src, const sfi_analyze_
             for (int h = 0; h < H; h++) {
                 size_t i = ((size_t)s * L + l) * H + h;
                 int t = src->seq_begin[0] + s;
-                if (src->get(src->ctx, t, l, h, &cal[i], pos + i * M, prob + i * M, err)) {
+                sfi_policy_obs o;
+                if (src->get(src->ctx, t, l, h, &o, pos + i * M, prob + i * M, err)) {
                     st = err ? err->code : SFI_EFORMAT;
                     goto out;
                 }
-                if (check_obs(src, &cal[i], t, l, h, src->n_ctx[t], err)) {
+                if (check_obs(src, &o, t, l, h, src->n_ctx[t], err)) {
                     st = SFI_EFORMAT;
                     goto out;
                 }
                 /* Copy entries a source may own (they must outlive the call). */
-                if (cal[i].pos != pos + i * M) {
-                    memcpy(pos + i * M, cal[i].pos, sizeof(int32_t) * (size_t)cal[i].n_top);
-                    memcpy(prob + i * M, cal[i].prob, sizeof(float) * (size_t)cal[i].n_top);
-                    cal[i].pos = pos + i * M;
-                    cal[i].prob = prob + i * M;
-                }
+                memmove(pos + i * M, o.pos, sizeof(int32_t) * (size_t)o.n_top);
+                memmove(prob + i * M, o.prob, sizeof(float) * (size_t)o.n_top);
+                pp[i] = pos + i * M;
+                qq[i] = prob + i * M;
+                cnt[i] = o.n_top;
             }
-    int k = budget_of(opt, src->n_ctx[src->seq_begin[0]]);
-    st = sfi_peer_kascade_plan_build(cal, S, L, H, k, opt->cfg.kascade_anchors, plan, err);
+    st = sfi_policy_calib_kascade_from_records(pp, qq, cnt, S, L, H, opt->cfg.kascade_calib_k,
+                                               cal, err);
 out:
-    free(cal);
+    free(pp);
+    free(qq);
+    free(cnt);
     free(pos);
     free(prob);
     return st;
@@ -607,14 +658,14 @@ sfi_status sfi_analyze_run(const sfi_analyze_source *src, const sfi_analyze_opts
         return sfi_error_set(err, SFI_EINVAL, "analyze: no policies");
     int L = src->n_layers;
     res->n_layers = L;
-    res->layer_recall = calloc((size_t)L * SFI_PEER_N_KINDS, sizeof(double));
-    res->layer_n = calloc((size_t)L * SFI_PEER_N_KINDS, sizeof(double));
+    res->layer_recall = calloc((size_t)L * SFI_POLICY_N_KINDS, sizeof(double));
+    res->layer_n = calloc((size_t)L * SFI_POLICY_N_KINDS, sizeof(double));
     res->jw_sum = calloc((size_t)L, sizeof(double));
     res->ja_sum = calloc((size_t)L, sizeof(double));
     res->jw_n = calloc((size_t)L, sizeof(long));
     res->ja_n = calloc((size_t)L, sizeof(long));
-    shared sh = {.src = src, .opt = opt, .res = res};
-    sh.lpol = calloc((size_t)L * SFI_PEER_N_KINDS, sizeof(sfi_analyze_policy));
+    shared sh = {.src = src, .opt = opt, .res = res, .calib = opt->calib};
+    sh.lpol = calloc((size_t)L * SFI_POLICY_N_KINDS, sizeof(sfi_analyze_policy));
     sh.lstat = calloc((size_t)L * 3, sizeof(double));
     int ok = res->layer_recall && res->layer_n && res->jw_sum && res->ja_sum && res->jw_n &&
              res->ja_n && sh.lpol && sh.lstat;
@@ -629,19 +680,40 @@ sfi_status sfi_analyze_run(const sfi_analyze_source *src, const sfi_analyze_opts
             ok = res->jw[l] && res->ja[l];
         }
     }
-    sfi_peer_kascade_plan plan = {0};
+    sfi_policy_calib proxy = {0};
     sfi_status st = SFI_OK;
     if (!ok) {
         st = sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
         goto out;
     }
-    if ((opt->policies >> SFI_PEER_KASCADE) & 1) {
-        if ((st = plan_kascade(src, opt, &plan, err)))
+    if (((opt->policies >> SFI_POLICY_KASCADE) & 1) && !(opt->calib && opt->calib->has_kascade)) {
+        if ((st = plan_kascade(src, opt, &proxy, err)))
             goto out;
-        for (int l = 0; l < L && res->n_kascade_anchors < 64; l++)
-            if (plan.is_anchor[l])
-                res->kascade_anchors[res->n_kascade_anchors++] = l;
-        sh.plan = &plan;
+        if (opt->calib && opt->calib->has_fasa) {
+            /* keep the given FASA calibration next to the stand-in */
+            proxy.has_fasa = 1;
+            proxy.fasa_k = opt->calib->fasa_k;
+            proxy.n_tip = opt->calib->n_tip;
+            proxy.head_dim = opt->calib->head_dim;
+            size_t n = (size_t)L * src->n_kv_heads * proxy.n_tip;
+            if (!(proxy.tip = malloc(sizeof(int) * n))) {
+                st = sfi_error_set(err, SFI_ENOMEM, "analyze: out of memory");
+                goto out;
+            }
+            memcpy(proxy.tip, opt->calib->tip, sizeof(int) * n);
+        }
+        sh.calib = &proxy;
+        res->kascade_proxy = 1;
+    }
+    if ((opt->policies >> SFI_POLICY_KASCADE) & 1) {
+        sfi_policy_shape shape = {L, src->n_heads > 0 ? src->n_heads : src->n_kv_heads,
+                                  src->n_kv_heads, src->head_dim};
+        sfi_policy *kp = NULL;
+        if ((st = sfi_policy_create(SFI_POLICY_KASCADE, &opt->cfg, &shape, src->max_ctx, sh.calib,
+                                    &kp, err)))
+            goto out;
+        res->n_kascade_anchors = sfi_policy_kascade_anchor_list(kp, res->kascade_anchors, 64);
+        sfi_policy_free(kp);
     }
     pthread_mutex_init(&sh.mu, NULL);
     int nt = opt->n_threads < 1 ? 1 : opt->n_threads > 64 ? 64 : opt->n_threads;
@@ -668,11 +740,13 @@ sfi_status sfi_analyze_run(const sfi_analyze_source *src, const sfi_analyze_opts
         res->budget_sum += sh.lstat[l * 3];
         res->ctx_sum += sh.lstat[l * 3 + 1];
         res->n_steps += sh.lstat[l * 3 + 2];
-        for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
-            const sfi_analyze_policy *a = &sh.lpol[(size_t)l * SFI_PEER_N_KINDS + k];
+        for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
+            const sfi_analyze_policy *a = &sh.lpol[(size_t)l * SFI_POLICY_N_KINDS + k];
             sfi_analyze_policy *b = &res->pol[k];
             b->used |= a->used;
             b->available |= a->available;
+            if (!b->proxy)
+                b->proxy = a->proxy;
             const double *x = &a->n;
             double *y = &b->n;
             /* every double field from n to the end, in declaration order */
@@ -684,7 +758,7 @@ sfi_status sfi_analyze_run(const sfi_analyze_source *src, const sfi_analyze_opts
         }
     }
 out:
-    sfi_peer_kascade_plan_free(&plan);
+    sfi_policy_calib_free(&proxy);
     free(sh.lpol);
     free(sh.lstat);
     if (st)

@@ -5,6 +5,14 @@
  * support stability (Jaccard of consecutive top sets within a sentence vs
  * across a boundary).
  *
+ * Where a step has the query and key snapshots the policies run on them
+ * (their real rules) and recall and overlap are exact (the step's dense
+ * attention computed from q and K); elsewhere the policies run on the
+ * top-M records and recall spreads the tail mass evenly. With a prompt
+ * observation (sfi_analyze_source.prompt) the first step of a request is
+ * the prompt's last position: the policies see the prompt and are measured
+ * from the second step on.
+ *
  * The engine reads steps through a source (callbacks), so a trace file, a
  * test's hand-made steps and the benchmark's generator look the same.
  * Layers are independent except for Kascade's calibration (done first), so
@@ -33,31 +41,37 @@ typedef struct {
      * entries) are the caller's, for sources that generate entries; a
      * source holding arrays may point o at its own memory. Thread-safe.
      * Returns 0, or -1 with a message in err. */
-    int (*get)(void *ctx, int step, int layer, int kvh, sfi_peer_obs *o, int32_t *pos_buf,
+    int (*get)(void *ctx, int step, int layer, int kvh, sfi_policy_obs *o, int32_t *pos_buf,
                float *prob_buf, sfi_error *err);
     /* Optional (NULL = none): the record of query head qh (0..n_heads-1)
      * when the trace keeps query-head records; q_per_kv = n_heads /
      * n_kv_heads, max_top_q >= every such entry count. SFI's Selector then
      * sees the group's query heads as its window queries. */
-    int (*get_q)(void *ctx, int step, int layer, int qh, sfi_peer_obs *o, int32_t *pos_buf,
+    int (*get_q)(void *ctx, int step, int layer, int qh, sfi_policy_obs *o, int32_t *pos_buf,
                  float *prob_buf, sfi_error *err);
     int q_per_kv, max_top_q;
     /* Optional (NULL = no snapshots): the q/K/V of (step, layer) or 0 when
      * that step has none. q[n_heads][head_dim], k and v
-     * [n_ctx][n_kv_heads][head_dim]. */
+     * [>= n_ctx][n_kv_heads][head_dim] (v may be NULL: no output error). */
     int (*snapshot)(void *ctx, int step, int layer, const float **q, const float **k,
                     const float **v);
+    /* Optional (NULL = none): what request seq's prompt showed layer
+     * `layer` (sfi_policy_prompt); 0 when absent. */
+    int (*prompt)(void *ctx, int seq, int layer, sfi_policy_prompt *pr);
     void *ctx;
 } sfi_analyze_source;
 
 typedef struct {
-    unsigned policies;           /* mask of 1u << sfi_peer_kind */
-    sfi_peer_config cfg;
-    int budget_abs;              /* B positions per KV head, or */
-    double budget_ratio;         /* B = round(ratio * n_ctx) when > 0 */
+    unsigned policies;           /* mask of 1u << sfi_policy_kind */
+    sfi_policy_config cfg;
+    sfi_budget budget;           /* B per step (sfi_budget_positions) */
     int n_threads;               /* >= 1 */
-    int kascade_calib_steps;     /* first steps of request 0 used to plan
-                                    Kascade (16) */
+    /* Kascade and FASA's calibration (NULL: Kascade falls back to the
+     * first kascade_calib_steps steps of request 0, FASA to each request's
+     * first step -- both measured on what they are evaluated on, and
+     * reported as proxies). */
+    const sfi_policy_calib *calib;
+    int kascade_calib_steps;     /* 16 */
     int stab_k;                  /* top set size of the stability measure;
                                     0 = min(B, entries) */
     int keep_jaccard;            /* keep every Jaccard value (distributions) */
@@ -70,10 +84,12 @@ void sfi_analyze_opts_default(sfi_analyze_opts *o);
 typedef struct {
     int used;                    /* asked for */
     int available;               /* produced sets on at least one step */
+    const char *proxy;           /* the policy's proxy note, or NULL */
     double n;                    /* (head, step) pairs measured */
     double recall, recall_lo, overlap, ratio; /* sums; divide by n */
     double n_err, out_err;       /* layer-steps with snapshots; sum */
-    double mean_v;               /* (head, step) pairs answered by mean V */
+    double cand;                 /* LFPS: candidates / context, summed */
+    double exact;                /* (head, step) pairs measured on q/K */
     /* SFI only */
     double n_slow, n_steps;      /* layer-steps */
     double fast_n, fast_recall;
@@ -83,7 +99,7 @@ typedef struct {
 
 typedef struct {
     int n_layers;
-    sfi_analyze_policy pol[SFI_PEER_N_KINDS];
+    sfi_analyze_policy pol[SFI_POLICY_N_KINDS];
     double *layer_recall;        /* [kind][layer] sums */
     double *layer_n;             /* [kind][layer] */
     /* Stability: per layer sums and counts, plus (keep_jaccard) values. */
@@ -93,6 +109,7 @@ typedef struct {
     double budget_sum, ctx_sum, n_steps; /* for the mean budget ratio */
     int kascade_anchors[64];
     int n_kascade_anchors;
+    int kascade_proxy;           /* planned from the trace itself */
 } sfi_analyze_result;
 
 /* Runs every requested policy over the source. Result arrays are malloc'd

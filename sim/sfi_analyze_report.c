@@ -83,33 +83,60 @@ static int write_table(FILE *out, const sfi_analyze_report_info *info, sfi_analy
     fprintf(out, "trace %s: %d steps, %d layers x %d KV heads; budget %s (mean %.1f%% of the "
                  "context)\n", info->trace, info->n_steps, info->n_layers, info->n_kv_heads,
             info->budget, 100.0 * div0(r->budget_sum, r->ctx_sum));
-    fprintf(out, "\n%-10s %8s %9s %8s %8s %8s %9s\n", "policy", "ratio", "recall", "rec_lo",
-            "overlap", "out_err", "n");
-    for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
+    fprintf(out, "\n%-10s %8s %9s %8s %8s %8s %9s %6s\n", "policy", "ratio", "recall",
+            "rec_lo", "overlap", "out_err", "n", "exact");
+    int any_exact = 0;
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
         sfi_analyze_policy *p = &r->pol[k];
         if (!p->used)
             continue;
         if (!p->available) {
-            fprintf(out, "%-10s %s\n", sfi_peer_kind_name((sfi_peer_kind)k),
+            fprintf(out, "%-10s %s\n", sfi_policy_kind_name((sfi_policy_kind)k),
                     "n/a: needs q/K snapshots, the trace has none");
             continue;
         }
         char e[32];
         fmt(e, sizeof e, div0(p->out_err, p->n_err), "%8.4f");
-        fprintf(out, "%-10s %7.2f%% %9.4f %8.4f %8.4f %8s %9.0f\n",
-                sfi_peer_kind_name((sfi_peer_kind)k), 100.0 * p->ratio / p->n, p->recall / p->n,
-                p->recall_lo / p->n, p->overlap / p->n, e, p->n);
+        any_exact |= p->exact > 0;
+        fprintf(out, "%-10s %7.2f%% %9.4f %8.4f %8.4f %8s %9.0f %5.0f%%\n",
+                sfi_policy_kind_name((sfi_policy_kind)k), 100.0 * p->ratio / p->n, p->recall / p->n,
+                p->recall_lo / p->n, p->overlap / p->n, e, p->n, 100.0 * p->exact / p->n);
     }
     fprintf(out, "(ratio: mean retained share of the context; recall: dense attention mass in the "
-                 "set, tail spread evenly; rec_lo: recorded entries only; overlap: share of the "
-                 "oracle top set kept)\n");
-    if (r->n_kascade_anchors > 0 && r->pol[SFI_PEER_KASCADE].used) {
-        fprintf(out, "kascade anchors:");
+                 "set%s; rec_lo: recorded entries only; overlap: share of the oracle top set "
+                 "kept; exact: share measured on q/K snapshots with the policy's own rule)\n",
+            any_exact ? " (exact on q/K snapshots, else the tail spread evenly)"
+                      : ", tail spread evenly");
+    /* What each policy stood on: its paper's rule, or a named proxy. */
+    fprintf(out, "\nproxies (a policy not listed ran its paper's rule on what it needed):\n");
+    int n_notes = 0;
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
+        sfi_analyze_policy *p = &r->pol[k];
+        if (!p->used || !p->available)
+            continue;
+        const char *nm = sfi_policy_kind_name((sfi_policy_kind)k);
+        if (p->proxy)
+            fprintf(out, "  %-10s %s\n", nm, p->proxy), n_notes++;
+        if (p->exact < p->n && k != SFI_POLICY_FULL && k != SFI_POLICY_STREAMING)
+            fprintf(out, "  %-10s %.0f%% of head-steps on the recorded top-M attention instead "
+                         "of q/K\n", nm, 100.0 * (1.0 - p->exact / p->n)), n_notes++;
+    }
+    if (!n_notes)
+        fprintf(out, "  none\n");
+    if (r->n_kascade_anchors > 0 && r->pol[SFI_POLICY_KASCADE].used) {
+        fprintf(out, "kascade anchors (layer 0 dense):");
         for (int i = 0; i < r->n_kascade_anchors; i++)
             fprintf(out, " %d", r->kascade_anchors[i]);
-        fprintf(out, "\n");
+        fprintf(out, "; calibration: %s\n",
+                r->kascade_proxy ? "a stand-in from the trace's first steps (leaks)"
+                                 : info->calib ? info->calib : "given");
     }
-    sfi_analyze_policy *s = &r->pol[SFI_PEER_SFI];
+    sfi_analyze_policy *lf = &r->pol[SFI_POLICY_LFPS];
+    if (lf->used && lf->available && lf->n > 0)
+        fprintf(out, "lfps candidates: %.2f%% of the context on average (sfi-sim sweep "
+                     "--param lfps_cand=%.4f prices them)\n", 100.0 * lf->cand / lf->n,
+                lf->cand / lf->n);
+    sfi_analyze_policy *s = &r->pol[SFI_POLICY_SFI];
     if (s->used && s->n_steps > 0) {
         char a[32], b[32], c[32];
         fmt(a, sizeof a, div0(s->fast_recall, s->fast_n), "%.4f");
@@ -164,9 +191,9 @@ static int write_csv(FILE *out, const sfi_analyze_report_info *info, sfi_analyze
     fprintf(out, "section,name,layer,metric,value\n");
     csv_row(out, "trace", "budget_ratio", -1, "mean", div0(r->budget_sum, r->ctx_sum));
     csv_row(out, "trace", "steps", -1, "count", info->n_steps);
-    for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
         sfi_analyze_policy *p = &r->pol[k];
-        const char *nm = sfi_peer_kind_name((sfi_peer_kind)k);
+        const char *nm = sfi_policy_kind_name((sfi_policy_kind)k);
         if (!p->used || !p->available)
             continue;
         csv_row(out, "policy", nm, -1, "ratio", p->ratio / p->n);
@@ -176,13 +203,16 @@ static int write_csv(FILE *out, const sfi_analyze_report_info *info, sfi_analyze
         if (p->n_err > 0)
             csv_row(out, "policy", nm, -1, "out_err", p->out_err / p->n_err);
         csv_row(out, "policy", nm, -1, "n", p->n);
+        csv_row(out, "policy", nm, -1, "exact_share", p->exact / p->n);
+        if (k == SFI_POLICY_LFPS)
+            csv_row(out, "policy", nm, -1, "candidates", p->cand / p->n);
         for (int l = 0; l < r->n_layers; l++) {
             size_t i = (size_t)k * r->n_layers + l;
             if (r->layer_n[i] > 0)
                 csv_row(out, "policy", nm, l, "recall", r->layer_recall[i] / r->layer_n[i]);
         }
     }
-    sfi_analyze_policy *s = &r->pol[SFI_PEER_SFI];
+    sfi_analyze_policy *s = &r->pol[SFI_POLICY_SFI];
     if (s->used && s->n_steps > 0) {
         csv_row(out, "sfi", "slow_fraction", -1, "value", s->n_slow / s->n_steps);
         csv_row(out, "sfi", "fast_recall", -1, "value", div0(s->fast_recall, s->fast_n));
@@ -243,13 +273,14 @@ static int write_json(FILE *out, const sfi_analyze_report_info *info, sfi_analyz
     json_object_set_new(o, "kv_heads", json_integer(info->n_kv_heads));
     json_object_set_new(o, "snapshots", json_integer(info->n_snapshots));
     json_t *pols = json_array();
-    for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
         sfi_analyze_policy *p = &r->pol[k];
         if (!p->used)
             continue;
         json_t *j = json_object();
-        json_object_set_new(j, "name", json_string(sfi_peer_kind_name((sfi_peer_kind)k)));
+        json_object_set_new(j, "name", json_string(sfi_policy_kind_name((sfi_policy_kind)k)));
         json_object_set_new(j, "available", json_boolean(p->available));
+        json_object_set_new(j, "proxy", p->proxy ? json_string(p->proxy) : json_null());
         if (p->available) {
             json_object_set_new(j, "n", json_real(p->n));
             json_object_set_new(j, "ratio", json_real(p->ratio / p->n));
@@ -257,6 +288,9 @@ static int write_json(FILE *out, const sfi_analyze_report_info *info, sfi_analyz
             json_object_set_new(j, "recall_lo", json_real(p->recall_lo / p->n));
             json_object_set_new(j, "overlap", json_real(p->overlap / p->n));
             json_object_set_new(j, "out_err", jnum(div0(p->out_err, p->n_err)));
+            json_object_set_new(j, "exact_share", json_real(p->exact / p->n));
+            if (k == SFI_POLICY_LFPS)
+                json_object_set_new(j, "candidates", json_real(p->cand / p->n));
             json_t *lr = json_array();
             for (int l = 0; l < r->n_layers; l++) {
                 size_t i = (size_t)k * r->n_layers + l;
@@ -267,7 +301,7 @@ static int write_json(FILE *out, const sfi_analyze_report_info *info, sfi_analyz
         json_array_append_new(pols, j);
     }
     json_object_set_new(o, "policies", pols);
-    sfi_analyze_policy *s = &r->pol[SFI_PEER_SFI];
+    sfi_analyze_policy *s = &r->pol[SFI_POLICY_SFI];
     if (s->used && s->n_steps > 0) {
         json_t *j = json_object();
         json_object_set_new(j, "slow_fraction", json_real(s->n_slow / s->n_steps));
@@ -286,7 +320,7 @@ static int write_json(FILE *out, const sfi_analyze_report_info *info, sfi_analyz
         json_object_set_new(j, "recall_since_slow", since);
         json_object_set_new(o, "sfi", j);
     }
-    if (r->n_kascade_anchors > 0 && r->pol[SFI_PEER_KASCADE].used) {
+    if (r->n_kascade_anchors > 0 && r->pol[SFI_POLICY_KASCADE].used) {
         json_t *a = json_array();
         for (int i = 0; i < r->n_kascade_anchors; i++)
             json_array_append_new(a, json_integer(r->kascade_anchors[i]));
@@ -343,7 +377,7 @@ sfi_status sfi_analyze_png_support(const char *path, const sfi_analyze_source *s
     }
     double ymax = src->max_ctx;
     for (int t = 0; t < S; t++) {
-        sfi_peer_obs o;
+        sfi_policy_obs o;
         if (src->get(src->ctx, t, layer, kvh, &o, pb, qb, err)) {
             st = err ? err->code : SFI_EFORMAT;
             goto out;
@@ -385,7 +419,7 @@ sfi_status sfi_analyze_png_budget(const char *path, const double *ratios, sfi_an
     sfi_status st = sfi_plot_axes(p, 0, "attention-mass recall vs budget",
                                   "budget (share of the context)", "recall", SFI_PLOT_XLOG10, err);
     double x[64], y[64];
-    for (int k = 0; !st && k < SFI_PEER_N_KINDS; k++) {
+    for (int k = 0; !st && k < SFI_POLICY_N_KINDS; k++) {
         int m = 0;
         for (int i = 0; i < n && m < 64; i++) {
             sfi_analyze_policy *q = &res[i].pol[k];
@@ -397,10 +431,10 @@ sfi_status sfi_analyze_png_budget(const char *path, const double *ratios, sfi_an
         }
         /* SFI stands out, full KV (recall 1) is the reference line. */
         if (m > 0)
-            st = sfi_plot_line_styled(p, 0, sfi_peer_kind_name((sfi_peer_kind)k), x, y, (size_t)m,
+            st = sfi_plot_line_styled(p, 0, sfi_policy_kind_name((sfi_policy_kind)k), x, y, (size_t)m,
                                       1,
-                                      k == SFI_PEER_SFI    ? SFI_PLOT_PRIMARY
-                                      : k == SFI_PEER_FULL ? SFI_PLOT_REFERENCE
+                                      k == SFI_POLICY_SFI    ? SFI_PLOT_PRIMARY
+                                      : k == SFI_POLICY_FULL ? SFI_PLOT_REFERENCE
                                                            : SFI_PLOT_PLAIN,
                                       err);
     }

@@ -12,6 +12,9 @@ typedef struct {
     const char *budget;       /* the --budget text */
     int n_steps, n_layers, n_kv_heads;
     long n_snapshots;
+    const char *calib;        /* where Kascade/FASA's calibration came from,
+                                 NULL: none given */
+    int has_prompt;           /* the trace has prompt observations */
 } sfi_analyze_report_info;
 
 typedef enum { SFI_ANALYZE_TABLE = 0, SFI_ANALYZE_CSV, SFI_ANALYZE_JSON } sfi_analyze_format;

@@ -71,7 +71,7 @@ void sfi_analyze_synth_free(sfi_analyze_synth *s)
  * stripe of a rank is permuted per sentence; ranks past 3/4 of M drift
  * every step. Probabilities ~ 1/(rank+2)^1.1 with a per-step jitter,
  * sorted, scaled to 1 - tail. */
-static int synth_get(void *ctx, int step, int layer, int kvh, sfi_peer_obs *o,
+static int synth_get(void *ctx, int step, int layer, int kvh, sfi_policy_obs *o,
                          int32_t *pos, float *prob, sfi_error *err)
 {
     (void)err;

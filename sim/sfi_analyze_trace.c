@@ -10,6 +10,21 @@
 #include "sfi_trace.h"
 #include "sfi_vocab.h"
 
+/* Snapshots of one (request, layer): the keys and values of the request's
+ * last step that has them (every earlier step's cache is a prefix: a
+ * position's key never changes once written), [pos][kvh][d]; the prompt
+ * observation: the first step's query snapshot when it holds W > 1
+ * queries (the prompt's last W positions, the step's own last), and the
+ * accumulated prompt attention ('a'). */
+typedef struct {
+    float *k, *v;
+    int n_kv;             /* positions k/v hold */
+    float *tail;          /* [n_tail][n_heads][d] */
+    int n_tail;
+    float *colsum;        /* [n_heads][n_prompt] */
+    int n_prompt;
+} req_snap;
+
 struct sfi_analyze_trace {
     sfi_analyze_source src;
     int *seq_begin;
@@ -20,7 +35,10 @@ struct sfi_analyze_trace {
     float *prob;
     int32_t *n;           /* [step][layer][kvh] */
     float *tail;
-    float **snap;         /* [step][layer] -> q | k | v block, or NULL */
+    float **snap;         /* [step][layer] -> the step's query, or NULL */
+    req_snap *rs;         /* [request][layer] */
+    int *step_req;        /* [step] request index */
+    sfi_policy_calib *calib;
     int Mq;               /* query-head records (0: the trace has KV-head ones) */
     int32_t *qpos;        /* [step][layer][qhead][Mq] */
     float *qprob;
@@ -47,6 +65,18 @@ void sfi_analyze_trace_free(sfi_analyze_trace *t)
         for (size_t i = 0; i < (size_t)t->src.n_steps * t->src.n_layers; i++)
             free(t->snap[i]);
     free(t->snap);
+    if (t->rs)
+        for (size_t i = 0; i < (size_t)t->src.n_seq * t->src.n_layers; i++) {
+            free(t->rs[i].k);
+            free(t->rs[i].v);
+            free(t->rs[i].tail);
+            free(t->rs[i].colsum);
+        }
+    free(t->rs);
+    free(t->step_req);
+    if (t->calib)
+        sfi_policy_calib_free(t->calib);
+    free(t->calib);
     free(t->seq_begin);
     free(t->n_ctx);
     free(t->trigger);
@@ -61,7 +91,7 @@ void sfi_analyze_trace_free(sfi_analyze_trace *t)
     free(t);
 }
 
-static int tr_get(void *ctx, int step, int layer, int kvh, sfi_peer_obs *o, int32_t *pb,
+static int tr_get(void *ctx, int step, int layer, int kvh, sfi_policy_obs *o, int32_t *pb,
                   float *qb, sfi_error *err)
 {
     (void)pb;
@@ -77,7 +107,7 @@ static int tr_get(void *ctx, int step, int layer, int kvh, sfi_peer_obs *o, int3
     return 0;
 }
 
-static int tr_get_q(void *ctx, int step, int layer, int qh, sfi_peer_obs *o, int32_t *pb,
+static int tr_get_q(void *ctx, int step, int layer, int qh, sfi_policy_obs *o, int32_t *pb,
                     float *qb, sfi_error *err)
 {
     (void)pb;
@@ -98,14 +128,34 @@ static int tr_snap(void *ctx, int step, int layer, const float **q, const float 
 {
     const sfi_analyze_trace *t = ctx;
     const float *b = t->snap[(size_t)step * t->src.n_layers + layer];
-    if (!b)
+    const req_snap *r = &t->rs[(size_t)t->step_req[step] * t->src.n_layers + layer];
+    if (!b || !r->k || r->n_kv < t->n_ctx[step])
         return 0;
-    size_t qn = (size_t)t->src.n_heads * t->src.head_dim;
-    size_t kn = (size_t)t->n_ctx[step] * t->src.n_kv_heads * t->src.head_dim;
     *q = b;
-    *k = b + qn;
-    *v = b + qn + kn;
+    *k = r->k;
+    *v = r->v && r->n_kv >= t->n_ctx[step] ? r->v : NULL;
     return 1;
+}
+
+static int tr_prompt(void *ctx, int seq, int layer, sfi_policy_prompt *pr)
+{
+    const sfi_analyze_trace *t = ctx;
+    const req_snap *r = &t->rs[(size_t)seq * t->src.n_layers + layer];
+    int n_prompt = t->n_ctx[t->seq_begin[seq]];
+    if (!r->k || r->n_tail < 2 || r->n_kv < n_prompt)
+        return 0;
+    memset(pr, 0, sizeof *pr);
+    pr->n_prompt = n_prompt;
+    pr->n_tail = r->n_tail;
+    pr->q_tail = r->tail;
+    pr->k = r->k;
+    pr->colsum = r->colsum && r->n_prompt == n_prompt ? r->colsum : NULL;
+    return 1;
+}
+
+const sfi_policy_calib *sfi_analyze_trace_calib(const sfi_analyze_trace *t)
+{
+    return t->calib;
 }
 
 /* Sorts entries by probability descending, ties to the smaller position
@@ -126,68 +176,138 @@ static void sort_entries(int32_t *pos, float *prob, int n)
     }
 }
 
-static sfi_status load_snapshot(sfi_trace *tr, const char *path, int64_t req, int64_t step,
-                                int layer, int n_ctx, const sfi_trace_meta *m, float **out,
-                                sfi_error *err)
+/* Reads one snapshot matrix, checking its width; SFI_ENOTFOUND passes
+ * through. */
+static sfi_status read_mat(sfi_trace *tr, const char *path, int64_t req, int64_t step, int layer,
+                           char kind, int cols, float **out, int32_t *rows, sfi_error *err)
 {
-    *out = NULL;
-    float *q = NULL, *k = NULL, *v = NULL;
-    int32_t r, c;
-    sfi_status s = sfi_trace_read_snapshot(tr, req, step, layer, 'q', &q, &r, &c, err);
-    if (s == SFI_ENOTFOUND)
-        return SFI_OK;
+    int32_t c;
+    sfi_status s = sfi_trace_read_snapshot(tr, req, step, layer, kind, out, rows, &c, err);
     if (s)
         return s;
-    if (r != m->n_heads || c != m->head_dim) {
-        free(q);
-        return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld layer %d: query "
-                             "snapshot is %dx%d, expected %dx%d", path, (long long)req,
-                             (long long)step, layer, r, c, m->n_heads, m->head_dim);
+    if (c != cols || *rows < 1) {
+        free(*out);
+        *out = NULL;
+        return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld layer %d: '%c' "
+                             "snapshot is %dx%d, expected %d columns", path, (long long)req,
+                             (long long)step, layer, kind, *rows, c, cols);
     }
-    s = sfi_trace_read_snapshot(tr, req, step, layer, 'k', &k, &r, &c, err);
-    if (s == SFI_OK)
-        s = sfi_trace_read_snapshot(tr, req, step, layer, 'v', &v, &r, &c, err);
-    if (s == SFI_ENOTFOUND) {
-        /* a query without keys and values measures nothing */
-        free(q);
+    return SFI_OK;
+}
+
+/* Keys/values of (request r, layer): the last step that has them. */
+static sfi_status load_kv(sfi_trace *tr, const char *path, int64_t req, const sfi_trace_steps *st,
+                          int layer, const sfi_trace_meta *m, req_snap *rs, sfi_error *err)
+{
+    int H = m->n_kv_heads, d = m->head_dim;
+    for (int64_t i = st->n - 1; i >= 0; i--) {
+        float *k = NULL, *v = NULL;
+        int32_t r = 0, rv = 0;
+        sfi_status s = read_mat(tr, path, req, i, layer, 'k', d, &k, &r, err);
+        if (s == SFI_ENOTFOUND)
+            continue;
+        if (s)
+            return s;
+        int n = st->ctx_len[i];
+        if (r != H * n) {
+            free(k);
+            return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld layer %d: key "
+                                 "snapshot has %d rows, expected %d (KV heads x context %d)",
+                                 path, (long long)req, (long long)i, layer, r, H * n, n);
+        }
+        s = read_mat(tr, path, req, i, layer, 'v', d, &v, &rv, err);
+        if (s && s != SFI_ENOTFOUND) {
+            free(k);
+            return s;
+        }
+        if (v && rv != r) {
+            free(k);
+            free(v);
+            return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld layer %d: value "
+                                 "snapshot has %d rows, the keys %d", path, (long long)req,
+                                 (long long)i, layer, rv, r);
+        }
+        rs->k = malloc(sizeof(float) * (size_t)r * d);
+        rs->v = v ? malloc(sizeof(float) * (size_t)r * d) : NULL;
+        if (!rs->k || (v && !rs->v)) {
+            free(k);
+            free(v);
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for snapshots", path);
+        }
+        /* head-major [kvh][pos][d] in the file, [pos][kvh][d] for ref/ */
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < n; j++) {
+                memcpy(rs->k + ((size_t)j * H + h) * d, k + ((size_t)h * n + j) * d,
+                       sizeof(float) * d);
+                if (v)
+                    memcpy(rs->v + ((size_t)j * H + h) * d, v + ((size_t)h * n + j) * d,
+                           sizeof(float) * d);
+            }
+        rs->n_kv = n;
         free(k);
+        free(v);
         return SFI_OK;
     }
-    if (s) {
-        free(q);
-        free(k);
-        return s;
-    }
-    int H = m->n_kv_heads, d = m->head_dim;
-    if (r != H * n_ctx || c != d) {
-        free(q);
-        free(k);
-        free(v);
-        return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld layer %d: key/value "
-                             "snapshot is %dx%d, expected %dx%d (KV heads x context %d)", path,
-                             (long long)req, (long long)step, layer, r, c, H * n_ctx, d, n_ctx);
-    }
-    size_t qn = (size_t)m->n_heads * d, kn = (size_t)n_ctx * H * d;
-    float *b = malloc(sizeof(float) * (qn + 2 * kn));
-    if (!b) {
-        free(q);
-        free(k);
-        free(v);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for snapshots", path);
-    }
-    memcpy(b, q, sizeof(float) * qn);
-    /* head-major [kvh][pos][d] in the file, [pos][kvh][d] for ref/ */
-    for (int h = 0; h < H; h++)
-        for (int j = 0; j < n_ctx; j++) {
-            memcpy(b + qn + ((size_t)j * H + h) * d, k + ((size_t)h * n_ctx + j) * d,
-                   sizeof(float) * d);
-            memcpy(b + qn + kn + ((size_t)j * H + h) * d, v + ((size_t)h * n_ctx + j) * d,
-                   sizeof(float) * d);
+    return SFI_OK;
+}
+
+/* Every step's query of (request, layer), and the prompt observation of
+ * the request's first step. */
+static sfi_status load_queries(sfi_analyze_trace *t, sfi_trace *tr, const char *path,
+                               int64_t req, int r, const sfi_trace_steps *st, int layer,
+                               const sfi_trace_meta *m, sfi_error *err)
+{
+    int L = m->n_layers, nh = m->n_heads, d = m->head_dim;
+    req_snap *rs = &t->rs[(size_t)r * L + layer];
+    for (int64_t i = 0; i < st->n; i++) {
+        float *q = NULL;
+        int32_t rows = 0;
+        sfi_status s = read_mat(tr, path, req, i, layer, 'q', d, &q, &rows, err);
+        if (s == SFI_ENOTFOUND)
+            continue;
+        if (s)
+            return s;
+        if (rows % nh || (i > 0 && rows != nh)) {
+            free(q);
+            return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld layer %d: query "
+                                 "snapshot has %d rows, expected %d%s", path, (long long)req,
+                                 (long long)i, layer, rows, nh,
+                                 i == 0 ? " or a multiple (prompt tail)" : "");
         }
-    free(q);
-    free(k);
-    free(v);
-    *out = b;
+        int g = t->seq_begin[r] + (int)i;
+        size_t qn = (size_t)nh * d;
+        float *own = malloc(sizeof(float) * qn);
+        if (!own) {
+            free(q);
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for snapshots", path);
+        }
+        memcpy(own, q + (size_t)(rows - nh) * d, sizeof(float) * qn);
+        t->snap[(size_t)g * L + layer] = own;
+        t->n_snap++;
+        if (i == 0 && rows > nh) {
+            rs->tail = q;
+            rs->n_tail = rows / nh;
+        } else {
+            free(q);
+        }
+    }
+    if (rs->n_tail > 0) {
+        float *a = NULL;
+        int32_t rows = 0, cols;
+        sfi_status s = sfi_trace_read_snapshot(tr, req, 0, layer, 'a', &a, &rows, &cols, err);
+        if (s == SFI_OK) {
+            if (rows != nh || cols != st->ctx_len[0]) {
+                free(a);
+                return sfi_error_set(err, SFI_EFORMAT, "%s: request %lld layer %d: prompt "
+                                     "attention snapshot is %dx%d, expected %dx%d", path,
+                                     (long long)req, layer, rows, cols, nh, st->ctx_len[0]);
+            }
+            rs->colsum = a;
+            rs->n_prompt = cols;
+        } else if (s != SFI_ENOTFOUND) {
+            return s;
+        }
+    }
     return SFI_OK;
 }
 
@@ -200,6 +320,12 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
     sfi_status s = sfi_trace_open(path, &tr, err);
     if (s)
         return s;
+    /* The analyzer accepts exactly what `sfi-sim trace check` accepts: one
+     * validator, then only what analysis adds (level, every record). */
+    if ((s = sfi_trace_check(tr, err))) {
+        sfi_trace_close(tr);
+        return s;
+    }
     const sfi_trace_meta *m = sfi_trace_get_meta(tr);
     sfi_analyze_trace *t = calloc(1, sizeof *t);
     sfi_trace_steps *steps = NULL;
@@ -221,6 +347,16 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
                           (long long)sfi_trace_n_topm(tr));
         goto fail;
     }
+    char *layers = NULL;
+    if (sfi_trace_get_meta_value(tr, "topm_layers", &layers, NULL) == SFI_OK &&
+        strcmp(layers, "all")) {
+        s = sfi_error_set(err, SFI_EUNSUPPORTED, "%s: top-M records of layers %.200s only "
+                          "(recorded with --trace-layers); the analyzer needs every layer: "
+                          "record again without --trace-layers", path, layers);
+        free(layers);
+        goto fail;
+    }
+    free(layers);
     if (m->n_layers < 1 || m->n_kv_heads < 1 || m->n_heads < m->n_kv_heads ||
         m->n_heads % m->n_kv_heads || m->top_m < 1) {
         s = sfi_error_set(err, SFI_EFORMAT, "%s: bad model shape in meta (%d layers, %d heads, "
@@ -407,6 +543,16 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
     t->src.n_layers = L;
     t->src.n_kv_heads = H;
     t->src.n_steps = (int)total;
+    t->src.n_seq = nr;
+    t->step_req = malloc(sizeof(int) * (size_t)total);
+    t->rs = calloc((size_t)nr * L, sizeof *t->rs);
+    if (!t->step_req || !t->rs) {
+        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    for (int r = 0; r < nr; r++)
+        for (int g = t->seq_begin[r]; g < t->seq_begin[r + 1]; g++)
+            t->step_req[g] = r;
     if (sfi_trace_n_snapshots(tr) > 0 && m->head_dim > 0) {
         t->snap = calloc((size_t)total * L, sizeof(float *));
         if (!t->snap) {
@@ -414,20 +560,35 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
             goto fail;
         }
         for (int r = 0; r < nr; r++)
-            for (int64_t i = 0; i < steps[r].n; i++) {
-                int g = t->seq_begin[r] + (int)i;
-                for (int l = 0; l < L; l++) {
-                    float *b;
-                    if ((s = load_snapshot(tr, path, r0 + r, i, l, t->n_ctx[g], m, &b, err)))
-                        goto fail;
-                    t->snap[(size_t)g * L + l] = b;
-                    t->n_snap += b != NULL;
-                }
+            for (int l = 0; l < L; l++) {
+                if ((s = load_kv(tr, path, r0 + r, &steps[r], l, m, &t->rs[(size_t)r * L + l],
+                                 err)) ||
+                    (s = load_queries(t, tr, path, r0 + r, r, &steps[r], l, m, err)))
+                    goto fail;
             }
+    }
+    /* Kascade/FASA calibration recorded with the trace. */
+    {
+        char *cj = NULL;
+        s = sfi_trace_get_meta_value(tr, "peer_calibration", &cj, err);
+        if (s == SFI_OK) {
+            t->calib = calloc(1, sizeof *t->calib);
+            s = t->calib ? sfi_policy_calib_from_json(cj, path, t->calib, err)
+                         : sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+            free(cj);
+            if (s) {
+                sfi_error_prefix(err, "meta peer_calibration");
+                free(t->calib);
+                t->calib = NULL;
+                goto fail;
+            }
+        } else if (s != SFI_ENOTFOUND) {
+            goto fail;
+        }
+        s = SFI_OK;
     }
     t->src.n_heads = m->n_heads;
     t->src.head_dim = t->n_snap ? m->head_dim : 0;
-    t->src.n_seq = nr;
     t->src.seq_begin = t->seq_begin;
     t->src.n_ctx = t->n_ctx;
     t->src.trigger = t->trigger;
@@ -435,6 +596,9 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
     t->src.max_top = M;
     t->src.get = tr_get;
     t->src.snapshot = t->n_snap ? tr_snap : NULL;
+    for (size_t i = 0; i < (size_t)nr * L && t->rs; i++)
+        if (t->rs[i].n_tail > 1 && t->rs[i].k)
+            t->src.prompt = tr_prompt;
     if (pooled) {
         t->src.get_q = tr_get_q;
         t->src.q_per_kv = G;

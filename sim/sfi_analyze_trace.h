@@ -24,5 +24,7 @@ void sfi_analyze_trace_free(sfi_analyze_trace *t);
 const sfi_analyze_source *sfi_analyze_trace_source(const sfi_analyze_trace *t);
 /* Snapshot layer-steps loaded. */
 long sfi_analyze_trace_n_snapshots(const sfi_analyze_trace *t);
+/* The calibration in the trace's meta key peer_calibration, or NULL. */
+const sfi_policy_calib *sfi_analyze_trace_calib(const sfi_analyze_trace *t);
 
 #endif

@@ -30,113 +30,12 @@
  * a prefill (method.md section 4: W = 16). */
 #define PREFILL_WINDOW 16
 
-static const struct {
-    const char *name, *help;
-} policy_info[SFI_SIM_POLICY_COUNT] = {
-    {"full", "full KV: dense attention every step"},
-    {"sfi", "SFI: slow at step 0, after a boundary token, or after T_max steps"},
-    {"tmax", "SFI state, slow every T_max steps only"},
-    {"interval", "SFI state, slow every `interval` steps (interval=N, default 16)"},
-    {"boundary", "SFI state, slow after boundary tokens only (no T_max)"},
-    {"oracle", "exact top-k of a dense QK pass every step (upper bound)"},
-    {"streaming", "StreamingLLM: sink + recent window only"},
-    {"quest", "Quest: per-page min/max key scoring, top pages (page=16)"},
-    {"lfps", "LFPS: decayed vertical/slash score tables, top-k of candidates (cand=0.1)"},
-    {"kascade", "Kascade: dense top-k in anchor layers, reused elsewhere (anchors=4)"},
-    {"fasa", "FASA: scoring on N_tip RoPE frequency chunks, exact top N_fac (tip=16)"},
-};
-
-const char *sfi_sim_policy_name(sfi_sim_policy_kind k)
-{
-    return (unsigned)k < SFI_SIM_POLICY_COUNT ? policy_info[k].name : "?";
-}
-
-const char *sfi_sim_policy_help(sfi_sim_policy_kind k)
-{
-    return (unsigned)k < SFI_SIM_POLICY_COUNT ? policy_info[k].help : "?";
-}
-
-int sfi_sim_policy_has_slow_steps(sfi_sim_policy_kind k)
-{
-    return k == SFI_SIM_SFI || k == SFI_SIM_TMAX || k == SFI_SIM_INTERVAL || k == SFI_SIM_BOUNDARY;
-}
-
-void sfi_sim_policy_default(sfi_sim_policy *p, sfi_sim_policy_kind k)
-{
-    memset(p, 0, sizeof *p);
-    p->kind = k;
-    p->interval = 16;
-    p->quest_page = 16;
-    p->lfps_cand_frac = 0.1;
-    p->kascade_anchors = 4;
-    p->fasa_tip = 16;
-    p->peer_k = 0;
-}
-
-/* NAME or NAME:key=value,key=value (e.g. "interval:interval=32",
- * "quest:page=32,k=1024"). */
-sfi_status sfi_sim_policy_parse(const char *spec, sfi_sim_policy *out, sfi_error *err)
-{
-    if (!spec || !spec[0])
-        return sfi_error_set(err, SFI_EINVAL, "empty policy name");
-    size_t nlen = strcspn(spec, ":");
-    int k = 0;
-    while (k < SFI_SIM_POLICY_COUNT &&
-           !(strlen(policy_info[k].name) == nlen && !strncasecmp(spec, policy_info[k].name, nlen)))
-        k++;
-    if (k == SFI_SIM_POLICY_COUNT)
-        return sfi_error_set(err, SFI_ENOTFOUND,
-                             "unknown policy '%.*s' (see 'sfi-sim presets')", (int)nlen, spec);
-    sfi_sim_policy p;
-    sfi_sim_policy_default(&p, (sfi_sim_policy_kind)k);
-    const char *s = spec + nlen;
-    while (*s) {
-        s++; /* ':' or ',' */
-        size_t len = strcspn(s, ",");
-        char kv[64];
-        if (len == 0 || len >= sizeof kv)
-            return sfi_error_set(err, SFI_EINVAL, "policy '%s': bad parameter list", spec);
-        memcpy(kv, s, len);
-        kv[len] = 0;
-        s += len;
-        char *eq = strchr(kv, '=');
-        if (!eq)
-            return sfi_error_set(err, SFI_EINVAL, "policy '%s': '%s' is not key=value", spec, kv);
-        *eq = 0;
-        char *end;
-        double v = strtod(eq + 1, &end);
-        if (end == eq + 1 || *end || !isfinite(v))
-            return sfi_error_set(err, SFI_EINVAL, "policy '%s': %s: bad number '%s'", spec, kv, eq + 1);
-        /* Convert only in range: (int) of 1e300 is undefined behaviour. */
-        int is_int = v == floor(v) && v >= 1 && v <= 1e8;
-        int iv = is_int ? (int)v : 0;
-        if (!strcmp(kv, "interval") && is_int)
-            p.interval = iv;
-        else if (!strcmp(kv, "page") && is_int)
-            p.quest_page = iv;
-        else if (!strcmp(kv, "cand") && v > 0 && v <= 1)
-            p.lfps_cand_frac = v;
-        else if (!strcmp(kv, "anchors") && is_int)
-            p.kascade_anchors = iv;
-        else if (!strcmp(kv, "tip") && is_int)
-            p.fasa_tip = iv;
-        else if (!strcmp(kv, "k") && is_int)
-            p.peer_k = iv;
-        else
-            return sfi_error_set(err, SFI_EINVAL,
-                                 "policy '%s': unknown parameter or value out of range: %s=%s",
-                                 spec, kv, eq + 1);
-    }
-    *out = p;
-    return SFI_OK;
-}
-
 void sfi_cost_setup_init(sfi_cost_setup *s)
 {
     memset(s, 0, sizeof *s);
     sfi_hw_profile_default(&s->prof);
-    sfi_params_default(&s->prm);
-    sfi_sim_policy_default(&s->pol, SFI_SIM_SFI);
+    s->kind = SFI_POLICY_SFI;
+    sfi_policy_config_default(&s->pol);
     s->tp = 1;
     s->weight_bytes = 2;
     s->kv_bytes = 2;
@@ -156,10 +55,25 @@ static int kv_heads(const sfi_cost_setup *s)
     return kv >= s->tp ? kv / s->tp : 1;
 }
 
+int sfi_cost_budget(const sfi_cost_setup *s)
+{
+    return sfi_budget_positions(&s->budget, &s->pol.prm, s->context);
+}
+
+/* SFI's parameters at the setup's budget (sfi_budget_sfi_split). */
+static sfi_params sfi_prm(const sfi_cost_setup *s)
+{
+    sfi_params p = s->pol.prm;
+    if (s->budget.ratio > 0.0 || s->budget.positions > 0)
+        sfi_budget_sfi_split(&s->pol.prm, sfi_cost_budget(s), s->context, &p.n_recent, &p.K);
+    return p;
+}
+
 /* Candidates J = [n_sink, L - n_recent) (method.md section 2). */
 static int n_candidates(const sfi_cost_setup *s)
 {
-    int j = s->context - s->prm.n_recent - s->prm.n_sink;
+    sfi_params p = sfi_prm(s);
+    int j = s->context - p.n_recent - p.n_sink;
     return j > 0 ? j : 0;
 }
 
@@ -207,24 +121,32 @@ sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err)
         return sfi_error_set(err, SFI_EINVAL, "weight bytes %d: must be 1, 2 or 4", s->weight_bytes);
     if (s->kv_bytes != 1 && s->kv_bytes != 2 && s->kv_bytes != 4)
         return sfi_error_set(err, SFI_EINVAL, "KV bytes %d: must be 1, 2 or 4", s->kv_bytes);
-    if (s->prm.K < 1 || s->prm.n_sink < 0 || s->prm.n_recent < 1)
+    const sfi_params *prm = &s->pol.prm;
+    if (prm->K < 1 || prm->n_sink < 0 || prm->n_recent < 1)
         return sfi_error_set(err, SFI_EINVAL, "K >= 1, n_sink >= 0, n_recent >= 1 needed");
-    if (s->prm.K > s->context)
+    if (!(s->budget.ratio > 0.0) && !(s->budget.positions > 0) && prm->K > s->context)
         return sfi_error_set(err, SFI_EINVAL, "K = %d is larger than the context (%d positions)",
-                             s->prm.K, s->context);
-    if (s->pol.peer_k > s->context)
-        return sfi_error_set(err, SFI_EINVAL, "policy %s: k = %d is larger than the context (%d)",
-                             sfi_sim_policy_name(s->pol.kind), s->pol.peer_k, s->context);
-    if ((unsigned)s->pol.kind >= SFI_SIM_POLICY_COUNT)
+                             prm->K, s->context);
+    /* Like K: a sink or recent window longer than the context is a typo
+     * (n_recent=16777216 once priced a 2.4e11-byte KV per request). */
+    if (prm->n_sink > s->context)
+        return sfi_error_set(err, SFI_EINVAL, "n_sink = %d is larger than the context (%d "
+                             "positions)", prm->n_sink, s->context);
+    if (prm->n_recent > s->context)
+        return sfi_error_set(err, SFI_EINVAL, "n_recent = %d is larger than the context (%d "
+                             "positions)", prm->n_recent, s->context);
+    if (s->budget.ratio < 0.0 || s->budget.ratio > 1.0 || s->budget.positions < 0)
+        return sfi_error_set(err, SFI_EINVAL, "budget: a share in (0, 1] or a count >= 1");
+    if ((unsigned)s->kind >= SFI_POLICY_N_KINDS)
         return sfi_error_set(err, SFI_EINVAL, "unknown policy");
-    if (s->pol.kind == SFI_SIM_KASCADE &&
-        (s->pol.kascade_anchors < 1 || s->pol.kascade_anchors > m->num_hidden_layers))
-        return sfi_error_set(err, SFI_EINVAL, "kascade: anchors=%d must be in 1..%d layers",
-                             s->pol.kascade_anchors, m->num_hidden_layers);
-    if (s->pol.kind == SFI_SIM_FASA && (s->pol.fasa_tip < 1 || s->pol.fasa_tip > m->head_dim / 2))
+    if (s->kind == SFI_POLICY_KASCADE && s->pol.kascade_anchors > m->num_hidden_layers - 1)
+        return sfi_error_set(err, SFI_EINVAL, "kascade: anchors=%d must be in 1..%d (layers "
+                             "besides the dense layer 0)", s->pol.kascade_anchors,
+                             m->num_hidden_layers - 1);
+    if (s->kind == SFI_POLICY_FASA && s->pol.fasa_tip > m->head_dim / 2)
         return sfi_error_set(err, SFI_EINVAL, "fasa: tip=%d must be in 1..%d (head_dim/2 chunks)",
                              s->pol.fasa_tip, m->head_dim / 2);
-    if (s->pol.kind == SFI_SIM_QUEST && s->pol.quest_page < 1)
+    if (s->kind == SFI_POLICY_QUEST && s->pol.quest_page < 1)
         return sfi_error_set(err, SFI_EINVAL, "quest: page must be >= 1");
     for (int c = 0; c < SFI_KC_COUNT; c++)
         if (!(s->prof.efficiency[c] > 0 && s->prof.efficiency[c] <= 1))
@@ -279,9 +201,10 @@ static double kv_pos_bytes(const sfi_cost_setup *s)
 
 int sfi_cost_fast_positions(const sfi_cost_setup *s)
 {
+    sfi_params p = sfi_prm(s);
     int J = n_candidates(s);
-    int sel = s->prm.K < J ? s->prm.K : J;
-    long n = (long)s->prm.n_sink + sel + s->prm.n_recent;
+    int sel = p.K < J ? p.K : J;
+    long n = (long)p.n_sink + sel + p.n_recent;
     return n < s->context ? (int)n : s->context;
 }
 
@@ -295,19 +218,28 @@ double sfi_cost_kv_bytes_fast(const sfi_cost_setup *s)
     return (double)sfi_cost_fast_positions(s) * kv_pos_bytes(s);
 }
 
-/* Roofline time over efficiency, without the launch and fixed costs. The
- * dense decode attention's efficiency may depend on the request's context
- * (an engine profile's curve). */
-static double roofline_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
-                            double flops)
+/* Roofline time over efficiency, without the launch and fixed costs.
+ * `stock`: the engine's own dense decode attention (full KV and the other
+ * plain dense passes), whose efficiency an engine profile may give by
+ * context; the kernels that expose logits (SFI's slow step, oracle,
+ * Kascade) are ours and keep efficiency.attn_dense. */
+static double roofline_x(const sfi_cost_setup *s, sfi_kernel_class c, double bytes, double flops,
+                         int stock)
 {
     double peak = s->weight_bytes == 1 && c == SFI_KC_GEMM ? s->gpu.fp8_flops : s->gpu.bf16_flops;
     if (c == SFI_KC_SELECTOR || c == SFI_KC_TOPK || c == SFI_KC_OTHER)
         peak = s->gpu.bf16_flops * FP32_OF_BF16;
     double t = fmax(bytes / s->gpu.hbm_bandwidth, flops / peak);
-    double eff = c == SFI_KC_ATTN_DENSE ? sfi_hw_attn_dense_efficiency(&s->prof, s->context)
-                                        : s->prof.efficiency[c];
+    double eff = c == SFI_KC_ATTN_DENSE && stock
+                     ? sfi_hw_attn_dense_efficiency(&s->prof, s->context)
+                     : s->prof.efficiency[c];
     return t / eff;
+}
+
+static double roofline_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
+                            double flops)
+{
+    return roofline_x(s, c, bytes, flops, 1);
 }
 
 double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
@@ -352,8 +284,8 @@ typedef struct {
     unsigned char occ[SFI_KC_COUNT];  /* with merge: this group's kernels by class */
 } acc;
 
-static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
-                       double flops, int is_kv)
+static void add_kernel_x(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
+                         double flops, int is_kv, int stock)
 {
     int own_launch = 1;
     if (a->merge) {
@@ -362,7 +294,8 @@ static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, doub
         if (own_launch)
             a->merge->launched[c] = (unsigned char)(k + 1);
     }
-    a->t += own_launch ? sfi_cost_kernel_time(s, c, bytes, flops) : roofline_time(s, c, bytes, flops);
+    a->t += roofline_x(s, c, bytes, flops, stock) +
+            (own_launch ? s->prof.launch_s + s->prof.fixed_s[c] : 0);
     a->launches += own_launch;
     a->bytes += bytes;
     if (is_kv)
@@ -370,17 +303,38 @@ static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, doub
     a->flops += flops;
 }
 
+static void add_kernel(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
+                       double flops, int is_kv)
+{
+    add_kernel_x(s, a, c, bytes, flops, is_kv, 1);
+}
+
 /* A dense attention kernel reading kv bytes and writing logit bytes. */
 static void add_dense_logits(const sfi_cost_setup *s, acc *a, double kv, double logit_bytes,
                              double flops)
 {
-    add_kernel(s, a, SFI_KC_ATTN_DENSE, kv, flops, 1);
+    add_kernel_x(s, a, SFI_KC_ATTN_DENSE, kv, flops, 1, 0);
     a->t += logits_time(s, logit_bytes);
     a->bytes += logit_bytes;
     a->kvb += logit_bytes;
 }
 
-/* Attention (main stream) of one layer for the whole batch, by policy. */
+/* QK over `n` keys of every KV head with fp32 logits of every query head
+ * written (a dense pass that exposes its scores), then the scores pooled
+ * over each GQA group and a top-k over them: what an exact top-k needs. */
+static void add_exact_topk(const sfi_cost_setup *s, acc *a, double n)
+{
+    const int B = s->batch, hd = s->model->head_dim;
+    const double hq = q_heads(s), hkv = kv_heads(s), key_b = kv_pos_bytes(s) / 2;
+    add_dense_logits(s, a, B * n * key_b, B * hq * n * 4.0, B * 2.0 * hq * hd * n);
+    /* softmax + group pooling: logits in, pooled scores out; top-k reads them */
+    add_kernel(s, a, SFI_KC_OTHER, B * (hq * n * 4.0 + hkv * n * 4.0), B * 4.0 * hq * n, 1);
+    add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * n * 4.0, 0, 1);
+}
+
+/* Attention (main stream) of one layer for the whole batch, by policy, at
+ * the budget of B positions per KV head (the layouts are in sfi-sim(1),
+ * COST MODEL). */
 static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc *a)
 {
     const int B = s->batch, L = s->context, hd = s->model->head_dim;
@@ -388,79 +342,112 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
     const double dense_b = sfi_cost_kv_bytes_dense(s);
     /* QK^T and PV: 2 FLOPs per multiply-add, 2 products per position. */
     const double fl_pos = 4.0 * hq * hd;
-    int pk = s->pol.peer_k ? s->pol.peer_k : s->prm.n_sink + s->prm.K + s->prm.n_recent;
-    if (pk > L)
-        pk = L;
-    switch (s->pol.kind) {
-    case SFI_SIM_FULL:
+    const double P = sfi_cost_budget(s);
+    const sfi_policy_config *c = &s->pol;
+    switch (s->kind) {
+    case SFI_POLICY_FULL:
         add_kernel(s, a, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1);
         break;
-    case SFI_SIM_SFI:
-    case SFI_SIM_TMAX:
-    case SFI_SIM_INTERVAL:
-    case SFI_SIM_BOUNDARY: {
+    case SFI_POLICY_SFI:
+    case SFI_POLICY_TMAX:
+    case SFI_POLICY_INTERVAL:
+    case SFI_POLICY_BOUNDARY: {
         int n_fast = B - n_slow;
         if (n_slow > 0) /* dense, writing fp32 logits over J for the Selector */
             add_dense_logits(s, a, n_slow * dense_b, n_slow * hq * n_candidates(s) * 4.0,
                              n_slow * fl_pos * L);
         if (n_fast > 0) {
-            int P = sfi_cost_fast_positions(s);
-            add_kernel(s, a, SFI_KC_ATTN_SPARSE, n_fast * P * pos_b, n_fast * fl_pos * P, 1);
+            int F = sfi_cost_fast_positions(s);
+            add_kernel(s, a, SFI_KC_ATTN_SPARSE, n_fast * F * pos_b, n_fast * fl_pos * F, 1);
         }
         break;
     }
-    case SFI_SIM_ORACLE:
-        /* QK over all keys (K half of the cache), logits out, top-k per KV
-         * head, then attention over the k positions. */
-        add_dense_logits(s, a, B * dense_b / 2, B * hq * L * 4.0, B * fl_pos / 2 * L);
-        add_kernel(s, a, SFI_KC_TOPK, B * (hq * L * 4.0 + TOPK_PASSES * hkv * L * 4.0), 0, 1);
-        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
+    case SFI_POLICY_ORACLE:
+        add_exact_topk(s, a, L);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * P * pos_b, B * fl_pos * P, 1);
         break;
-    case SFI_SIM_STREAMING: {
-        long P = (long)s->prm.n_sink + s->prm.n_recent;
-        if (P > L)
-            P = L;
+    case SFI_POLICY_STREAMING:
+        /* the cache holds only sink + window: one contiguous read */
         add_kernel(s, a, SFI_KC_ATTN_DENSE, B * P * pos_b, B * fl_pos * P, 1);
         break;
-    }
-    case SFI_SIM_QUEST: {
+    case SFI_POLICY_H2O:
+        /* The evicting cache holds B positions; its attention must write
+         * the probabilities (not a fused kernel's habit) to accumulate
+         * them into the scores (read + write), then the eviction scan. */
+        add_kernel(s, a, SFI_KC_ATTN_DENSE, B * P * pos_b, B * fl_pos * P, 1);
+        a->t += logits_time(s, B * hq * P * 4.0);
+        a->bytes += B * hq * P * 4.0;
+        a->kvb += B * hq * P * 4.0;
+        add_kernel(s, a, SFI_KC_OTHER, B * (hq * P * 4.0 + 3.0 * hkv * P * 4.0),
+                   B * 2.0 * hq * P, 1);
+        break;
+    case SFI_POLICY_SNAPKV:
+        /* compressed once at prefill: the cache is the kept B positions */
+        add_kernel(s, a, SFI_KC_ATTN_DENSE, B * P * pos_b, B * fl_pos * P, 1);
+        break;
+    case SFI_POLICY_QUEST: {
+        if (layer < c->quest_dense_layers) {
+            add_kernel(s, a, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1);
+            break;
+        }
         /* Per page: elementwise min and max of its keys (2 vectors). */
-        double pages = ceil((double)L / s->pol.quest_page);
+        double pages = ceil((double)L / c->quest_page);
+        double sel = floor(P / c->quest_page) * c->quest_page;
+        if (sel < c->quest_page)
+            sel = c->quest_page;
+        if (sel > L)
+            sel = L;
         add_kernel(s, a, SFI_KC_OTHER, B * pages * 2.0 * hkv * hd * s->kv_bytes,
                    B * pages * 2.0 * 2.0 * hq * hd, 1);
         add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * pages * 4.0, 0, 1);
-        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * sel * pos_b, B * fl_pos * sel, 1);
         break;
     }
-    case SFI_SIM_LFPS: {
-        /* Two decayed fp32 tables per query head, read and rewritten every
-         * step, thresholded into candidates; exact QK over candidates (keys
-         * only), top-k, attention. */
-        double cand = ceil(s->pol.lfps_cand_frac * L);
-        add_kernel(s, a, SFI_KC_OTHER, B * 2.0 * 2.0 * hq * L * 4.0, B * 2.0 * 4.0 * hq * L, 1);
+    case SFI_POLICY_LFPS: {
+        /* Two fp32 tables per KV head over the context: one pass for mean
+         * and kurtosis, one thresholding into candidates (the decay is a
+         * running factor); the sink-share prior reads the d x d key
+         * covariance; exact QK over the candidates (keys only), top-k,
+         * then attention over min(B, candidates) that also writes the
+         * weights the table update adds. */
+        double cand = ceil(sfi_policy_lfps_cand_share(c, L) * L) + c->lfps_keep;
+        if (cand > L)
+            cand = L;
+        double fin = P < cand ? P : cand;
+        add_kernel(s, a, SFI_KC_OTHER, B * hkv * (2.0 * 2.0 * L * 4.0 + hd * hd * 8.0),
+                   B * hkv * 2.0 * 6.0 * L, 1);
         add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * cand * pos_b / 2, B * fl_pos / 2 * cand, 1);
         add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * cand * 4.0, 0, 1);
-        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * fin * pos_b, B * fl_pos * fin, 1);
+        a->t += logits_time(s, B * hq * fin * 4.0);
+        a->bytes += B * hq * fin * 4.0 + B * hkv * fin * 2.0 * 8.0;
+        a->kvb += B * hq * fin * 4.0 + B * hkv * fin * 2.0 * 8.0;
         break;
     }
-    case SFI_SIM_KASCADE: {
-        int kk = L / 10 > 128 ? L / 10 : 128;
-        if (kk > L)
-            kk = L;
-        if (layer < s->pol.kascade_anchors) {
-            add_dense_logits(s, a, B * dense_b / 2, B * hq * L * 4.0, B * fl_pos / 2 * L);
-            add_kernel(s, a, SFI_KC_TOPK, B * (hq * L * 4.0 + TOPK_PASSES * hkv * L * 4.0), 0, 1);
+    case SFI_POLICY_KASCADE: {
+        /* Layer 0 dense; anchor layers 1..A an exact top-k (any A layers
+         * cost the same); every other layer reads its anchor's indices. */
+        int A = sfi_policy_kascade_anchors(c, s->model->num_hidden_layers);
+        if (layer == 0) {
+            add_kernel(s, a, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1);
+            break;
         }
-        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * (double)kk * pos_b, B * fl_pos * kk, 1);
+        if (layer <= A)
+            add_exact_topk(s, a, L);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * P * (pos_b + hkv * 4.0), B * fl_pos * P, 1);
         break;
     }
-    case SFI_SIM_FASA: {
-        /* Keys stored chunk-major, so scoring streams tip of the hd/2
-         * frequency chunks of every key. */
-        double frac = 2.0 * s->pol.fasa_tip / hd;
-        add_kernel(s, a, SFI_KC_ATTN_DENSE, B * dense_b / 2 * frac, B * fl_pos / 2 * frac * L, 1);
+    case SFI_POLICY_FASA: {
+        /* The cache is token-major (a row per position), so scoring on
+         * N_tip chunks reads a compact copy of those 2 N_tip dims of every
+         * key, kept per KV head (charged in memory); scores out, top-k,
+         * then attention over the top B. */
+        double tip = sfi_policy_fasa_tip(c, hd);
+        double copy_b = B * (double)L * hkv * 2.0 * tip * s->kv_bytes;
+        add_kernel(s, a, SFI_KC_ATTN_DENSE, copy_b + B * hkv * L * 4.0,
+                   B * 2.0 * 2.0 * tip * hq * L, 1);
         add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * L * 4.0, 0, 1);
-        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * pk * pos_b, B * fl_pos * pk, 1);
+        add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * P * pos_b, B * fl_pos * P, 1);
         break;
     }
     default:
@@ -473,7 +460,12 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
  * layers): keep it in step with attention_layer and side_layer. */
 static int attention_layer_key(const sfi_cost_setup *s, int layer)
 {
-    return s->pol.kind == SFI_SIM_KASCADE && layer < s->pol.kascade_anchors;
+    if (s->kind == SFI_POLICY_KASCADE)
+        return layer == 0 ? 2
+                          : layer <= sfi_policy_kascade_anchors(&s->pol, s->model->num_hidden_layers);
+    if (s->kind == SFI_POLICY_QUEST)
+        return layer < s->pol.quest_dense_layers;
+    return 0;
 }
 
 /* Side stream of one layer on a slow step: Selector, Top-K, reorg of the
@@ -489,10 +481,11 @@ static void side_layer(const sfi_cost_setup *s, int n_slow, int window, acc *a)
     double sel_f = n_slow * 30.0 * window * hq * J;
     for (int k = 0; k < SELECTOR_LAUNCHES; k++)
         add_kernel(s, a, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES, sel_f / SELECTOR_LAUNCHES, 1);
-    double K = s->prm.K < J ? s->prm.K : J;
+    const sfi_params p = sfi_prm(s);
+    double K = p.K < J ? p.K : J;
     add_kernel(s, a, SFI_KC_TOPK, n_slow * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
     /* Copy sink + selected K/V into the compact buffer: read + write. */
-    add_kernel(s, a, SFI_KC_REORG, n_slow * 2.0 * (s->prm.n_sink + K) * kv_pos_bytes(s), 0, 1);
+    add_kernel(s, a, SFI_KC_REORG, n_slow * 2.0 * (p.n_sink + K) * kv_pos_bytes(s), 0, 1);
 }
 
 sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, double *time_s,
@@ -520,7 +513,8 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
          * Top-K, then reorg: take the requested part. */
         acc only = {0};
         const double J = n_candidates(s), hkv = kv_heads(s);
-        double K = s->prm.K < J ? s->prm.K : J;
+        const sfi_params p = sfi_prm(s);
+        double K = p.K < J ? p.K : J;
         if (!strcmp(kernel, "selector")) {
             double sel_b = B * (hq * J * 4.0 + hkv * J * 4.0), sel_f = B * 30.0 * hq * J;
             for (int k = 0; k < SELECTOR_LAUNCHES; k++)
@@ -529,7 +523,7 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
         } else if (!strcmp(kernel, "topk")) {
             add_kernel(s, &only, SFI_KC_TOPK, B * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
         } else if (!strcmp(kernel, "reorg")) {
-            add_kernel(s, &only, SFI_KC_REORG, B * 2.0 * (s->prm.n_sink + K) * pos_b, 0, 1);
+            add_kernel(s, &only, SFI_KC_REORG, B * 2.0 * (p.n_sink + K) * pos_b, 0, 1);
         } else {
             only = sd;
         }
@@ -580,31 +574,42 @@ static double request_bytes(const sfi_cost_setup *s)
 {
     const sfi_model_config *m = s->model;
     const double L = s->context, layers = m->num_hidden_layers, pos_b = kv_pos_bytes(s);
-    const double J = n_candidates(s), hq = q_heads(s), hkv = kv_heads(s);
+    const double J = n_candidates(s), hq = q_heads(s), hkv = kv_heads(s), hd = m->head_dim;
+    const double P = sfi_cost_budget(s);
+    const sfi_policy_config *c = &s->pol;
     double kv = layers * L * pos_b;
-    switch (s->pol.kind) {
-    case SFI_SIM_STREAMING: { /* evicts everything but sink + recent */
-        double P = s->prm.n_sink + s->prm.n_recent;
-        kv = layers * (P < L ? P : L) * pos_b;
+    switch (s->kind) {
+    case SFI_POLICY_STREAMING: /* evicting: only sink + window stay */
+    case SFI_POLICY_SNAPKV:    /* compressed at prefill to the budget */
+        kv = layers * P * pos_b;
         break;
-    }
-    case SFI_SIM_SFI:
-    case SFI_SIM_TMAX:
-    case SFI_SIM_INTERVAL:
-    case SFI_SIM_BOUNDARY: {
+    case SFI_POLICY_H2O:       /* evicting, plus a score per kept position */
+        kv = layers * P * (pos_b + hkv * 4.0);
+        break;
+    case SFI_POLICY_SFI:
+    case SFI_POLICY_TMAX:
+    case SFI_POLICY_INTERVAL:
+    case SFI_POLICY_BOUNDARY: {
         /* The full cache stays (slow steps are dense), plus the compact
          * sink + selected buffer of every layer and the ring of Selector
          * scratch (logits over J and two score arrays per slot). */
-        double K = s->prm.K < J ? s->prm.K : J;
-        kv += layers * (s->prm.n_sink + K) * pos_b;
+        const sfi_params p = sfi_prm(s);
+        double K = p.K < J ? p.K : J;
+        kv += layers * (p.n_sink + K) * pos_b;
         kv += SCRATCH_RING * (hq * J * 4.0 + 2.0 * hkv * J * 4.0);
         break;
     }
-    case SFI_SIM_QUEST:
-        kv += layers * ceil(L / s->pol.quest_page) * 2.0 * hkv * m->head_dim * s->kv_bytes;
+    case SFI_POLICY_QUEST: /* page min/max metadata */
+        kv += layers * ceil(L / c->quest_page) * 2.0 * hkv * hd * s->kv_bytes;
         break;
-    case SFI_SIM_LFPS:
-        kv += layers * 2.0 * hq * L * 4.0;
+    case SFI_POLICY_LFPS: /* two fp32 tables and the key statistics per KV head */
+        kv += layers * hkv * (2.0 * L * 4.0 + hd * hd * 8.0 + hd * 8.0);
+        break;
+    case SFI_POLICY_FASA: /* the compact copy of the dominant dims */
+        kv += layers * L * hkv * 2.0 * sfi_policy_fasa_tip(c, m->head_dim) * s->kv_bytes;
+        break;
+    case SFI_POLICY_KASCADE: /* anchor indices, per anchor layer */
+        kv += sfi_policy_kascade_anchors(c, m->num_hidden_layers) * hkv * P * 4.0;
         break;
     default:
         break;
@@ -631,7 +636,7 @@ static void prefill_attention(const sfi_cost_setup *s, int n_new, acc *a)
 static void attention_groups(const sfi_cost_setup *s, int layer, const sfi_cost_group *g, int n,
                              acc *a, acc *side)
 {
-    const int has_slow = sfi_sim_policy_has_slow_steps(s->pol.kind);
+    const int has_slow = sfi_policy_has_slow_steps(s->kind);
     sfi_cost_setup gs = *s;
     merge_state ma, ms;
     memset(&ma, 0, sizeof ma);
@@ -693,7 +698,7 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
             n_out += g[i].count;
         any_slow |= g[i].prefill ? g[i].last_chunk : g[i].slow;
     }
-    any_slow &= sfi_sim_policy_has_slow_steps(s->pol.kind);
+    any_slow &= sfi_policy_has_slow_steps(s->kind);
     const int Ti = T > 2e9 ? 2000000000 : (int)T;
     memset(out, 0, sizeof *out);
 
@@ -784,7 +789,7 @@ sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out
     sfi_status st = sfi_cost_validate(s, err);
     if (st)
         return st;
-    if (!sfi_sim_policy_has_slow_steps(s->pol.kind))
+    if (!sfi_policy_has_slow_steps(s->kind))
         n_slow = 0;
     if (n_slow < 0 || n_slow > s->batch)
         return sfi_error_set(err, SFI_EINVAL, "n_slow %d outside 0..%d", n_slow, s->batch);
@@ -803,7 +808,9 @@ sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out
 static sfi_status validate_shape(const sfi_cost_setup *s, sfi_error *err)
 {
     sfi_cost_setup v = *s;
-    v.context = v.prm.K > v.pol.peer_k ? v.prm.K : v.pol.peer_k;
+    v.context = v.pol.prm.K;
+    if (v.budget.positions > v.context)
+        v.context = v.budget.positions;
     if (v.context < 1)
         v.context = 1;
     v.batch = 1;

@@ -20,51 +20,21 @@
 #include "sfi_hw.h"
 #include "sfi_model.h"
 #include "sfi_params.h"
+#include "sfi_policies.h"
 
-typedef enum {
-    SFI_SIM_FULL = 0,   /* full KV: dense every step */
-    SFI_SIM_SFI,        /* SFI: boundary + T_max trigger */
-    SFI_SIM_TMAX,       /* SFI state, T_max trigger only */
-    SFI_SIM_INTERVAL,   /* SFI state, slow every `interval` steps */
-    SFI_SIM_BOUNDARY,   /* SFI state, boundary trigger only */
-    SFI_SIM_ORACLE,     /* exact top-K of a dense QK pass, every step */
-    SFI_SIM_STREAMING,  /* StreamingLLM: sink + recent only */
-    SFI_SIM_QUEST,      /* Quest: page min/max scoring, top pages */
-    SFI_SIM_LFPS,       /* LFPS: decayed score tables, candidate top-k */
-    SFI_SIM_KASCADE,    /* Kascade: dense top-k in anchor layers, reuse */
-    SFI_SIM_FASA,       /* FASA: reduced-dimension scoring, top N_fac */
-    SFI_SIM_POLICY_COUNT
-} sfi_sim_policy_kind;
-
-typedef struct {
-    sfi_sim_policy_kind kind;
-    int interval;          /* INTERVAL: steps between slow steps [16] */
-    int quest_page;        /* QUEST: tokens per page [16] */
-    double lfps_cand_frac; /* LFPS: candidate fraction of the context [0.1] */
-    int kascade_anchors;   /* KASCADE: anchor layers, layer 0 included [4] */
-    int fasa_tip;          /* FASA: frequency chunks used to score [16] */
-    /* Top-k of the peer methods (oracle, Quest tokens, LFPS, FASA N_fac);
-     * 0 = the SFI budget n_sink + K + n_recent, so every method reads the
-     * same number of positions. Kascade uses max(10% of L, 128). */
-    int peer_k;
-} sfi_sim_policy;
-
-/* Short names: full sfi tmax interval boundary oracle streaming quest lfps
- * kascade fasa. */
-const char *sfi_sim_policy_name(sfi_sim_policy_kind k);
-const char *sfi_sim_policy_help(sfi_sim_policy_kind k);
-sfi_status sfi_sim_policy_parse(const char *name, sfi_sim_policy *out, sfi_error *err);
-void sfi_sim_policy_default(sfi_sim_policy *p, sfi_sim_policy_kind k);
-/* 1 for the policies whose steps are slow or fast by a trigger (sfi, tmax,
- * interval, boundary); the others cost the same every step. */
-int sfi_sim_policy_has_slow_steps(sfi_sim_policy_kind k);
-
+/* Every policy of ref/sfi_policies.h is priced at one budget B (positions
+ * per KV head per step, sfi_budget_positions): the memory traffic, compute
+ * and memory its kernels need at B, with the layout each assumes stated in
+ * sfi-sim(1), COST MODEL (any extra copy of the keys is charged as memory
+ * and traffic). */
 typedef struct {
     const sfi_model_config *model;
     sfi_gpu gpu;
     sfi_hw_profile prof;
-    sfi_params prm;        /* n_sink, n_recent, K (T_max is the replay's) */
-    sfi_sim_policy pol;
+    sfi_policy_kind kind;  /* the policy priced */
+    sfi_policy_config pol; /* its knobs; pol.prm: n_sink, n_recent, K (T_max
+                              and interval are the replay's) */
+    sfi_budget budget;     /* B; default "sfi": n_sink + K + n_recent */
     int tp;                /* tensor-parallel degree >= 1 */
     int context;           /* cached positions per request (current included) */
     int batch;             /* requests decoded together */
@@ -72,8 +42,9 @@ typedef struct {
     int kv_bytes;          /* bytes per K/V element, 2 = bf16 */
 } sfi_cost_setup;
 
-/* Fills defaults: tp 1, weight_bytes 2, kv_bytes 2, default profile and
- * params, policy sfi; model/gpu/context/batch must be set by the caller. */
+/* Fills defaults: tp 1, weight_bytes 2, kv_bytes 2, default profile, policy
+ * sfi with sfi_policy_config_default, budget "sfi"; model/gpu/context/batch
+ * must be set by the caller. */
 void sfi_cost_setup_init(sfi_cost_setup *s);
 /* Checks the setup (positive sizes, K <= candidates, TP dividing the query
  * heads, ...). */
@@ -134,8 +105,11 @@ double sfi_cost_layer_weight_bytes(const sfi_cost_setup *s, int layer, int b);
 double sfi_cost_kv_bytes_dense(const sfi_cost_setup *s);
 double sfi_cost_kv_bytes_fast(const sfi_cost_setup *s);
 /* Positions a fast step reads: n_sink + min(K, |J|) + n_recent, clipped to
- * the context. */
+ * the context, with n_recent and K the budget's split
+ * (sfi_budget_sfi_split). */
 int sfi_cost_fast_positions(const sfi_cost_setup *s);
+/* B for the setup's context. */
+int sfi_cost_budget(const sfi_cost_setup *s);
 /* Time of one kernel: roofline over efficiency plus the launch cost. */
 double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
                             double flops);

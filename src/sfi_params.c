@@ -537,3 +537,78 @@ char *sfi_params_to_json(const sfi_params *p)
     json_decref(o);
     return s;
 }
+
+sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *origin,
+                                sfi_error *err)
+{
+    if (!p || !json)
+        return sfi_error_set(err, SFI_EINVAL, "sfi_params_from_json: NULL argument");
+    if (!origin)
+        origin = "params";
+    json_error_t je;
+    json_t *o = json_loads(json, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: invalid JSON: %s", origin, je.text);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: not a JSON object", origin);
+    }
+    sfi_params tmp = *p;
+    sfi_status st = SFI_OK;
+    const char *name;
+    json_t *v;
+    json_object_foreach(o, name, v) {
+        size_t i = 0;
+        while (i < N_KEYS && strcmp(keys[i].name, name))
+            i++;
+        if (i == N_KEYS)
+            continue; /* another producer's key: not ours to judge */
+        /* Through sfi_params_set, so that the ranges are those of --param. */
+        char kv[256];
+        if (keys[i].type == KEY_CHARS) {
+            const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+            size_t n = s ? json_string_length(v) : 0, off = 0;
+            int ok = s && strlen(s) == n;
+            off = (size_t)snprintf(kv, sizeof kv, "%s=", name);
+            for (size_t j = 0; ok && j < n; j++) {
+                const char *e = s[j] == '\\' ? "\\\\" : s[j] == '\n' ? "\\n"
+                              : s[j] == '\t' ? "\\t" : s[j] == '\r' ? "\\r" : NULL;
+                size_t add = e ? 2 : 1;
+                if (off + add >= sizeof kv) {
+                    ok = 0;
+                    break;
+                }
+                if (e)
+                    memcpy(kv + off, e, 2);
+                else
+                    kv[off] = s[j];
+                off += add;
+            }
+            kv[off < sizeof kv ? off : sizeof kv - 1] = '\0';
+            if (!ok) {
+                st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: not a string of at most %d bytes",
+                                   origin, name, SFI_TRIGGER_CHARS_MAX - 1);
+                break;
+            }
+        } else if (keys[i].type == KEY_INT ? json_is_integer(v) : json_is_number(v)) {
+            if (json_is_integer(v))
+                snprintf(kv, sizeof kv, "%s=%" JSON_INTEGER_FORMAT, name, json_integer_value(v));
+            else
+                snprintf(kv, sizeof kv, "%s=%.17g", name, json_real_value(v));
+        } else {
+            st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected %s, found %s", origin, name,
+                               keys[i].type == KEY_INT ? "an integer" : "a number",
+                               json_is_null(v) ? "null" : json_is_string(v) ? "a string"
+                                                                              : "another type");
+            break;
+        }
+        if ((st = sfi_params_set(&tmp, kv, origin, err)) != SFI_OK)
+            break;
+    }
+    json_decref(o);
+    if (!st)
+        st = sfi_params_validate(&tmp, err);
+    if (!st)
+        *p = tmp;
+    return st;
+}

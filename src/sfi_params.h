@@ -50,6 +50,13 @@ sfi_status sfi_params_validate(const sfi_params *p, sfi_error *err);
 /* A JSON object of every field (malloc'd; caller frees). NULL on ENOMEM. */
 char *sfi_params_to_json(const sfi_params *p);
 
+/* The inverse: applies the keys of a JSON object (sfi_params_to_json's
+ * form) with the ranges of sfi_params_set, then sfi_params_validate. Keys
+ * that are not parameters are ignored (other producers may add theirs);
+ * anything else wrong is an error naming origin and leaves *p unchanged. */
+sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *origin,
+                                sfi_error *err);
+
 /* Number of keys and the i-th key's name and description, for --help. */
 size_t sfi_params_key_count(void);
 const char *sfi_params_key_name(size_t i);

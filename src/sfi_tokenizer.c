@@ -692,6 +692,12 @@ sfi_status sfi_token_ids_parse(const char *text, size_t len, const char *origin,
         }
         if (!ok) {
             free(out.v);
+            /* A NUL would end the quoted word early (and once ended the
+             * whole list in a strtol loop: issue 20.6): name it. */
+            const char *nul = memchr(text + w, '\0', i - w);
+            if (nul)
+                return sfi_error_set(err, SFI_EFORMAT, "%s: byte %zu is a NUL byte, not part of "
+                                     "a decimal token id", origin, (size_t)(nul - text));
             return sfi_error_set(err, SFI_EFORMAT, "%s: id %zu: '%.*s' is not a decimal token id",
                                  origin, count, (int)(i - w > 40 ? 40 : i - w), text + w);
         }

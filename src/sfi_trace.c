@@ -13,9 +13,11 @@
 #include <config.h>
 
 #include "sfi_trace.h"
+#include "sfi_params.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -116,6 +118,79 @@ static int valid_kind_reason(int kind, int reason, int64_t step)
     return 0;
 }
 
+/* One definition, for the writer and every reader, of what sfi-trace(5)
+ * allows in steps and records. */
+
+/* Decoding appends one token per step; a step never sees fewer positions
+ * than the prompt had. ctx0: ctx_len of step 0. */
+static int step_ctx_follows(int64_t n_prompt, int64_t ctx0, int64_t step, int64_t ctx_len)
+{
+    return ctx_len >= n_prompt && ctx_len == ctx0 + step;
+}
+
+static int by_int32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A top-M record: positions distinct and inside [0, ctx); probabilities in
+ * [0,1], descending (ties by ascending position), summing with the tail to
+ * 1. where: "topm of request R step S layer L head H". */
+static sfi_status topm_contents(const char *path, const char *where, const int32_t *pos,
+                                const float *prob, int64_t n, double tail, int64_t ctx,
+                                sfi_error *err)
+{
+    if (!(tail >= 0.0 && tail <= 1.0))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: tail mass %g outside [0,1]", path, where,
+                             tail);
+    double sum = tail;
+    for (int64_t i = 0; i < n; i++) {
+        if (pos[i] < 0 || pos[i] >= ctx || !(prob[i] >= 0.0f && prob[i] <= 1.0f))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: entry %lld (position %d, prob %g) "
+                                 "outside [0, ctx_len %lld) x [0,1]", path, where, (long long)i,
+                                 pos[i], (double)prob[i], (long long)ctx);
+        if (i && (prob[i] > prob[i - 1] || (prob[i] == prob[i - 1] && pos[i] < pos[i - 1])))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s is not in descending probability "
+                                 "order (ties by ascending position) at entry %lld", path, where,
+                                 (long long)i);
+        sum += prob[i];
+    }
+    if (fabs(sum - 1.0) > 1e-3)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: probabilities + tail sum to %g, not 1",
+                             path, where, sum);
+    if (n < 2)
+        return SFI_OK;
+    /* Duplicates: a sorted copy (records are small). */
+    int32_t *c = malloc((size_t)n * sizeof *c);
+    if (!c)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    memcpy(c, pos, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, by_int32);
+    sfi_status st = SFI_OK;
+    for (int64_t i = 1; !st && i < n; i++)
+        if (c[i] == c[i - 1])
+            st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: position %d appears twice", path, where,
+                               c[i]);
+    free(c);
+    return st;
+}
+
+/* A selected set: strictly ascending positions inside [0, ctx). */
+static sfi_status selection_contents(const char *path, const char *where, const int32_t *sel,
+                                     int64_t n, int64_t ctx, sfi_error *err)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (sel[i] < 0 || (i && sel[i] <= sel[i - 1]))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s is not ascending non-negative "
+                                 "positions", path, where);
+        if (sel[i] >= ctx)
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: position %d is not inside the step's "
+                                 "context of %lld", path, where, sel[i], (long long)ctx);
+    }
+    return SFI_OK;
+}
+
 /* ------------------------------------------------------------------ */
 /* Writer                                                              */
 
@@ -146,6 +221,8 @@ struct sfi_trace_writer {
     int64_t n_requests;
     int64_t *next_step;   /* [n_requests] */
     uint8_t *dirty;       /* [n_requests]: n_steps to update at commit */
+    int32_t *n_prompt;    /* [n_requests] */
+    int32_t *ctx0;        /* [n_requests]: ctx_len of step 0 (step s has ctx0 + s) */
     int64_t cap_requests;
     void *scratch;        /* byte-swapping buffer on big-endian hosts */
     size_t scratch_cap;
@@ -279,6 +356,8 @@ static void writer_free(sfi_trace_writer *w)
     free(w->path);
     free(w->next_step);
     free(w->dirty);
+    free(w->n_prompt);
+    free(w->ctx0);
     free(w->scratch);
     free(w);
 }
@@ -607,6 +686,14 @@ sfi_status sfi_trace_add_request(sfi_trace_writer *w, const int32_t *prompt, int
         if (!d)
             return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", w->path);
         w->dirty = d;
+        int32_t *np = realloc(w->n_prompt, cap * sizeof *np);
+        if (!np)
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", w->path);
+        w->n_prompt = np;
+        int32_t *c0 = realloc(w->ctx0, cap * sizeof *c0);
+        if (!c0)
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", w->path);
+        w->ctx0 = c0;
         w->cap_requests = cap;
     }
     if ((st = begin(w, err)) != SFI_OK)
@@ -624,6 +711,8 @@ sfi_status sfi_trace_add_request(sfi_trace_writer *w, const int32_t *prompt, int
         return wsql(w, err, "requests");
     w->next_step[w->n_requests] = 0;
     w->dirty[w->n_requests] = 0;
+    w->n_prompt[w->n_requests] = n_prompt;
+    w->ctx0[w->n_requests] = 0;
     if (id)
         *id = w->n_requests;
     w->n_requests++;
@@ -646,6 +735,10 @@ static sfi_status check_step_args(sfi_trace_writer *w, int64_t req, int64_t step
     if (ctx_len < 1)
         return sfi_error_set(err, SFI_EINVAL, "%s: step %lld: ctx_len %d < 1", w->path,
                              (long long)step, ctx_len);
+    if (!step_ctx_follows(w->n_prompt[req], step ? w->ctx0[req] : ctx_len, step, ctx_len))
+        return sfi_error_set(err, SFI_EINVAL, "%s: request %lld step %lld: ctx_len %d does not "
+                             "follow prompt %d + one per step", w->path, (long long)req,
+                             (long long)step, ctx_len, w->n_prompt[req]);
     if (token < 0 || (w->meta.n_vocab > 0 && token >= w->meta.n_vocab))
         return sfi_error_set(err, SFI_ERANGE, "%s: step %lld: token %d outside [0, %d)", w->path,
                              (long long)step, token, w->meta.n_vocab);
@@ -672,6 +765,8 @@ static sfi_status insert_step(sfi_trace_writer *w, int64_t req, int64_t step, in
     r->token = token;
     r->kind = kind;
     r->reason = reason;
+    if (step == 0)
+        w->ctx0[req] = ctx_len;
     w->next_step[req] = step + 1;
     w->dirty[req] = 1;
     w->pending++;
@@ -735,12 +830,11 @@ sfi_status sfi_trace_add_selection(sfi_trace_writer *w, int64_t req, int64_t ste
         return st;
     if (n_selected < 0 || n_selected > SFI_TRACE_MAX_TOKENS_PER_REQUEST || (n_selected && !selected))
         return sfi_error_set(err, SFI_EINVAL, "%s: selection size %d", w->path, n_selected);
-    for (int32_t i = 0; i < n_selected; i++)
-        if (selected[i] < 0 || (i && selected[i] <= selected[i - 1]))
-            return sfi_error_set(err, SFI_EINVAL,
-                                 "%s: selection of step %lld layer %d head %d is not ascending "
-                                 "non-negative positions",
-                                 w->path, (long long)step, layer, kv_head);
+    char where[160];
+    snprintf(where, sizeof where, "selection of request %lld step %lld layer %d head %d",
+             (long long)req, (long long)step, layer, kv_head);
+    if ((st = selection_contents(w->path, where, selected, n_selected, w->ctx0[req] + step, err)))
+        return err ? (err->code = SFI_EINVAL) : SFI_EINVAL;
     if (!(captured_mass >= 0.0f && captured_mass <= 1.0f + 1e-3f) || !(lambda >= 0.0f && lambda <= 1.0f))
         return sfi_error_set(err, SFI_ERANGE, "%s: selection mass %g or lambda %g outside [0,1]",
                              w->path, (double)captured_mass, (double)lambda);
@@ -792,13 +886,11 @@ sfi_status sfi_trace_add_topm(sfi_trace_writer *w, int64_t req, int64_t step, in
     if (m < 0 || m > w->meta.top_m || (m && (!pos || !prob)))
         return sfi_error_set(err, SFI_EINVAL, "%s: top-M count %d outside [0, %d]", w->path, m,
                              w->meta.top_m);
-    for (int32_t i = 0; i < m; i++)
-        if (pos[i] < 0 || !(prob[i] >= 0.0f && prob[i] <= 1.0f))
-            return sfi_error_set(err, SFI_ERANGE, "%s: top-M entry %d: position %d prob %g", w->path,
-                                 i, pos[i], (double)prob[i]);
-    if (!(tail_mass >= 0.0f && tail_mass <= 1.0f))
-        return sfi_error_set(err, SFI_ERANGE, "%s: tail mass %g outside [0,1]", w->path,
-                             (double)tail_mass);
+    char where[160];
+    snprintf(where, sizeof where, "topm of request %lld step %lld layer %d head %d",
+             (long long)req, (long long)step, layer, head);
+    if ((st = topm_contents(w->path, where, pos, prob, m, tail_mass, w->ctx0[req] + step, err)))
+        return err ? (err->code = SFI_ERANGE) : SFI_ERANGE;
     sqlite3_stmt *s = w->st[ST_TOPM];
     sqlite3_bind_int64(s, 1, req);
     sqlite3_bind_int64(s, 2, step);
@@ -1000,6 +1092,116 @@ static sfi_status meta_int(sfi_trace *t, const char *key, const char *v, long lo
     return SFI_OK;
 }
 
+/* Free-text meta values are printed by `trace info`: no control
+ * characters (a terminal escape in a hostile file would reach the user's
+ * terminal) and valid UTF-8. */
+static sfi_status meta_text(sfi_trace *t, const char *key, const char *v, sfi_error *err)
+{
+    const unsigned char *u = (const unsigned char *)v;
+    for (size_t i = 0; u[i];) {
+        unsigned c = u[i];
+        size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+                 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        int bad = n == 0 || (n == 1 && (c < 0x20 || c == 0x7f)) || (n == 2 && c < 0xc2) ||
+                  (n == 4 && c > 0xf4);
+        for (size_t k = 1; !bad && k < n; k++)
+            bad = (u[i + k] & 0xc0) != 0x80;
+        if (bad)
+            return sfi_error_set(err, SFI_EFORMAT, "%s: meta %s: byte %zu is a control "
+                                 "character or not UTF-8", t->path, key, i);
+        i += n;
+    }
+    return SFI_OK;
+}
+
+/* "YYYY-MM-DDTHH:MM:SSZ", what every writer stores. */
+static sfi_status meta_created(sfi_trace *t, const char *v, sfi_error *err)
+{
+    int Y, M, D, h, m, sec, n = 0;
+    if (strlen(v) != 20 || sscanf(v, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &Y, &M, &D, &h, &m, &sec, &n) != 6 ||
+        n != 20 || M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60 || Y < 1970)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: meta created '%.40s' is not an ISO 8601 UTC "
+                             "time (YYYY-MM-DDTHH:MM:SSZ)", t->path, v);
+    for (int i = 0; i < 20; i++)
+        if ((i == 4 || i == 7) ? v[i] != '-' : (i == 13 || i == 16) ? v[i] != ':'
+            : i == 10 ? v[i] != 'T' : i == 19 ? v[i] != 'Z' : (v[i] < '0' || v[i] > '9'))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: meta created '%.40s' is not an ISO 8601 "
+                                 "UTC time (YYYY-MM-DDTHH:MM:SSZ)", t->path, v);
+    return SFI_OK;
+}
+
+/* "all" or ascending comma-separated layers in [0, n_layers). */
+static sfi_status meta_layers(sfi_trace *t, const char *key, const char *v, sfi_error *err)
+{
+    if (!strcmp(v, "all"))
+        return SFI_OK;
+    const char *p = v;
+    long prev = -1;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || *p == '-' || *p == '+' || *p == ' ' || x <= prev ||
+            x >= t->meta.n_layers || (*end && (*end != ',' || !end[1])))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: meta %s '%.40s' is not \"all\" or "
+                                 "ascending layers in [0, %d) separated by commas", t->path, key,
+                                 v, t->meta.n_layers);
+        prev = x;
+        p = *end ? end + 1 : end;
+    }
+    if (prev < 0)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: meta %s is empty", t->path, key);
+    return SFI_OK;
+}
+
+/* The meta values read_meta keeps as strings, checked once the shape is
+ * known. */
+static sfi_status check_meta_values(sfi_trace *t, sfi_error *err)
+{
+    const sfi_trace_meta *m = &t->meta;
+    sfi_status st;
+    if ((st = meta_text(t, "tool", m->tool, err)) ||
+        (st = meta_text(t, "tool_version", m->tool_version, err)) ||
+        (st = meta_text(t, "tokenizer", m->tokenizer, err)) ||
+        (st = meta_text(t, "policy", m->policy, err)) || (st = meta_created(t, t->created, err)))
+        return st;
+    sfi_trigger_kind tk;
+    if (*m->policy && strcmp(m->policy, "dense") &&
+        sfi_trigger_policy_parse(m->policy, &tk, NULL) != SFI_OK)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: meta policy '%.40s' is not a trigger policy "
+                             "(sfi, tmax, boundary, interval, always, never) or dense", t->path,
+                             m->policy);
+    json_error_t je;
+    json_t *mc = json_loads(m->model_config_json, JSON_REJECT_DUPLICATES, &je);
+    int obj = json_is_object(mc);
+    json_decref(mc);
+    if (!obj)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: meta model_config is not a JSON object%s%s",
+                             t->path, mc ? "" : ": ", mc ? "" : je.text);
+    sfi_params prm;
+    sfi_params_default(&prm);
+    char origin[64];
+    snprintf(origin, sizeof origin, "meta params");
+    sfi_error pe;
+    if (sfi_params_from_json(&prm, m->params_json, origin, &pe) != SFI_OK)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s", t->path, pe.msg);
+    static const char *const layer_keys[] = {"topm_layers", "layers_recorded"};
+    for (int i = 0; i < 2; i++) {
+        char *v = NULL;
+        sfi_error ge;
+        st = sfi_trace_get_meta_value(t, layer_keys[i], &v, &ge);
+        if (st == SFI_ENOTFOUND)
+            continue;
+        if (st)
+            return sfi_error_set(err, st, "%s", ge.msg);
+        st = meta_layers(t, layer_keys[i], v, err);
+        free(v);
+        if (st)
+            return st;
+    }
+    return SFI_OK;
+}
+
 static sfi_status read_meta(sfi_trace *t, sfi_error *err)
 {
     static const char *const str_keys[7] = {"tool", "tool_version", "model_config", "tokenizer",
@@ -1102,7 +1304,7 @@ static sfi_status read_meta(sfi_trace *t, sfi_error *err)
                              t->path, m->n_heads, m->n_kv_heads);
     if (m->level == SFI_TRACE_FULL && (m->top_m < 1 || m->head_dim < 1))
         return sfi_error_set(err, SFI_EFORMAT, "%s: meta: level full without top_m/head_dim", t->path);
-    return SFI_OK;
+    return check_meta_values(t, err);
 }
 
 void sfi_trace_close(sfi_trace *t)
@@ -1232,17 +1434,23 @@ sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err)
                            -1, &t->q_steps, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(t->db, "SELECT n_prompt, prompt, n_steps FROM requests WHERE id = ?", -1,
                            &t->q_req, NULL) != SQLITE_OK ||
+        /* Records carry their step's ctx_len (NULL for an orphan record,
+         * which check reports as such): positions must lie below it. */
         sqlite3_prepare_v2(t->db,
-                           "SELECT n_selected, selected, captured_mass, lambda FROM selections "
-                           "WHERE request = ? AND step = ? AND layer = ? AND kv_head = ?",
+                           "SELECT x.n_selected, x.selected, x.captured_mass, x.lambda, "
+                           "(SELECT s.ctx_len FROM steps s WHERE s.request = x.request AND "
+                           "s.step = x.step) FROM selections x "
+                           "WHERE x.request = ? AND x.step = ? AND x.layer = ? AND x.kv_head = ?",
                            -1, &t->q_sel, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(t->db,
                            "SELECT mass FROM fast_mass WHERE request = ? AND step = ? AND layer = ? "
                            "AND kv_head = ?",
                            -1, &t->q_fast, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(t->db,
-                           "SELECT m, positions, probs, tail_mass FROM topm WHERE request = ? AND "
-                           "step = ? AND layer = ? AND head = ?",
+                           "SELECT x.m, x.positions, x.probs, x.tail_mass, "
+                           "(SELECT s.ctx_len FROM steps s WHERE s.request = x.request AND "
+                           "s.step = x.step) FROM topm x WHERE x.request = ? AND "
+                           "x.step = ? AND x.layer = ? AND x.head = ?",
                            -1, &t->q_topm, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(t->db,
                            "SELECT rows, cols, data FROM snapshots WHERE request = ? AND step = ? "
@@ -1506,6 +1714,13 @@ static sfi_status step_key(sfi_trace *t, sqlite3_stmt *s, const char *what, int6
     return rsql(t, err, what);
 }
 
+/* The ctx_len a record's query carried (column col): the positions a record
+ * may name lie below it; an orphan record (no step) allows none. */
+static int64_t step_ctx(sqlite3_stmt *s, int col)
+{
+    return sqlite3_column_type(s, col) == SQLITE_INTEGER ? sqlite3_column_int64(s, col) : 0;
+}
+
 sfi_status sfi_trace_read_selection(sfi_trace *t, int64_t req, int64_t step, int layer, int kv_head,
                                     int32_t **selected, int32_t *n_selected, float *captured_mass,
                                     float *lambda, sfi_error *err)
@@ -1530,10 +1745,12 @@ sfi_status sfi_trace_read_selection(sfi_trace *t, int64_t req, int64_t step, int
         st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", t->path);
     if (!st)
         st = blob32(t, s, 1, n, sel, "selection", err);
-    for (int64_t i = 0; !st && i < n; i++)
-        if (sel[i] < 0 || (i && sel[i] <= sel[i - 1]))
-            st = sfi_error_set(err, SFI_EFORMAT, "%s: selection of step %lld layer %d head %d is "
-                               "not ascending", t->path, (long long)step, layer, kv_head);
+    if (!st) {
+        char where[160];
+        snprintf(where, sizeof where, "selection of request %lld step %lld layer %d head %d",
+                 (long long)req, (long long)step, layer, kv_head);
+        st = selection_contents(t->path, where, sel, n, step_ctx(s, 4), err);
+    }
     sqlite3_reset(s);
     if (st) {
         free(sel);
@@ -1566,28 +1783,27 @@ sfi_status sfi_trace_read_topm(sfi_trace *t, int64_t req, int64_t step, int laye
                                int32_t *pos, float *prob, int32_t *m, float *tail_mass,
                                sfi_error *err)
 {
+    /* Every reader (trace check, the analyzer, a user's program) gets a
+     * record only after the same checks: sfi-trace(5), table topm. */
     sqlite3_stmt *s = t->q_topm;
     bind_key(s, req, step, layer, head);
     sfi_status st = step_key(t, s, "topm", req, step, layer, head, err);
     int64_t n = 0;
     double tail = 0;
+    char where[160];
+    snprintf(where, sizeof where, "topm of request %lld step %lld layer %d head %d",
+             (long long)req, (long long)step, layer, head);
     if (!st && (!col_int(s, 0, &n) || !col_real(s, 3, &tail)))
-        st = sfi_error_set(err, SFI_EFORMAT, "%s: topm: bad column types", t->path);
+        st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: bad column types", t->path, where);
     if (!st && (n < 0 || n > t->meta.top_m))
-        st = sfi_error_set(err, SFI_EFORMAT, "%s: topm of step %lld layer %d head %d: m = %lld "
-                           "outside [0, top_m = %d]", t->path, (long long)step, layer, head,
-                           (long long)n, t->meta.top_m);
-    if (!st && !(tail >= 0.0 && tail <= 1.0))
-        st = sfi_error_set(err, SFI_EFORMAT, "%s: topm tail mass %g outside [0,1]", t->path, tail);
+        st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: m = %lld outside [0, top_m = %d]", t->path,
+                           where, (long long)n, t->meta.top_m);
     if (!st)
         st = blob32(t, s, 1, n, pos, "topm positions", err);
     if (!st)
         st = blob32(t, s, 2, n, prob, "topm probs", err);
-    for (int64_t i = 0; !st && i < n; i++)
-        if (pos[i] < 0 || !(prob[i] >= 0.0f && prob[i] <= 1.0f))
-            st = sfi_error_set(err, SFI_EFORMAT, "%s: topm of step %lld layer %d head %d: entry "
-                               "%lld (position %d, prob %g) out of range", t->path,
-                               (long long)step, layer, head, (long long)i, pos[i], (double)prob[i]);
+    if (!st)
+        st = topm_contents(t->path, where, pos, prob, n, tail, step_ctx(s, 4), err);
     sqlite3_reset(s);
     if (!st) {
         *m = (int32_t)n;
@@ -1661,7 +1877,7 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
         for (int64_t i = 0; i < sv.n; i++) {
             /* Decoding appends one token per step; a step never sees
              * fewer positions than the prompt had. */
-            if ((i && sv.ctx_len[i] != sv.ctx_len[0] + i) || sv.ctx_len[i] < np) {
+            if (!step_ctx_follows(np, sv.ctx_len[0], i, sv.ctx_len[i])) {
                 st = sfi_error_set(err, SFI_EFORMAT,
                                    "%s: request %lld step %lld: ctx_len %d does not follow "
                                    "prompt %d + one per step",
@@ -1715,6 +1931,11 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
         int64_t n = 0;
         if ((st = query_int64(t, shape[i].sql, &n, err)))
             return st;
+        if (n && i == 2)
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %lld topm records lie outside the model "
+                                 "shape in meta (layer < %d, head < %d: topm_heads is %s)",
+                                 t->path, (long long)n, m->n_layers, nh_topm,
+                                 m->topm_heads == SFI_TRACE_HEADS_KV ? "kv" : "query");
         if (n)
             return sfi_error_set(err, SFI_EFORMAT, "%s: %lld %s records lie outside the model shape "
                                  "in meta", t->path, (long long)n, shape[i].what);
@@ -1772,22 +1993,6 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
             st = sfi_trace_read_topm(t, sqlite3_column_int64(it, 0), sqlite3_column_int64(it, 1),
                                      sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), pos, prob,
                                      &n, &tail, err);
-            double sum = tail;
-            for (int32_t i = 0; !st && i < n; i++) {
-                sum += prob[i];
-                if (i && prob[i] > prob[i - 1])
-                    st = sfi_error_set(err, SFI_EFORMAT, "%s: topm of request %lld step %lld layer "
-                                       "%d head %d is not in descending probability order",
-                                       t->path, (long long)sqlite3_column_int64(it, 0),
-                                       (long long)sqlite3_column_int64(it, 1),
-                                       sqlite3_column_int(it, 2), sqlite3_column_int(it, 3));
-            }
-            if (!st && fabs(sum - 1.0) > 1e-3)
-                st = sfi_error_set(err, SFI_EFORMAT, "%s: topm of request %lld step %lld layer %d "
-                                   "head %d: probabilities + tail sum to %g, not 1",
-                                   t->path, (long long)sqlite3_column_int64(it, 0),
-                                   (long long)sqlite3_column_int64(it, 1),
-                                   sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), sum);
         }
         if (!st && rc != SQLITE_DONE)
             st = rsql(t, err, "topm");

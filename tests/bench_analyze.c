@@ -42,8 +42,8 @@ int main(int argc, char **argv)
     sfi_analyze_opts opt;
     sfi_analyze_opts_default(&opt);
     opt.n_threads = threads;
-    opt.budget_ratio = ratio;
-    if (sfi_peer_set_parse_list(pols, &opt.policies, &err)) {
+    opt.budget.ratio = ratio;
+    if (sfi_policy_parse_list(pols, &opt.policies, &err)) {
         fprintf(stderr, "bench_analyze: %s\n", err.msg);
         sfi_analyze_synth_free(&syn);
         return 1;
@@ -61,16 +61,16 @@ int main(int argc, char **argv)
     printf("analyze: %d steps x %d layers x %d KV heads, context %d..%d, M=%d, budget %.0f%%, "
            "%d threads: %.2f s wall, %.2f s CPU (target < 60 s wall)\n", steps, layers, heads, ctx,
            ctx + steps - 1, M, ratio * 100, threads, dt, cpu);
-    for (int k = 0; k < SFI_PEER_N_KINDS; k++) {
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
         const sfi_analyze_policy *p = &res.pol[k];
         if (!p->used)
             continue;
         if (!p->available) {
-            printf("  %-10s n/a (needs snapshots)\n", sfi_peer_kind_name((sfi_peer_kind)k));
+            printf("  %-10s n/a (needs snapshots)\n", sfi_policy_kind_name((sfi_policy_kind)k));
             continue;
         }
         printf("  %-10s recall %.4f  overlap %.4f  ratio %.4f\n",
-               sfi_peer_kind_name((sfi_peer_kind)k), p->recall / p->n, p->overlap / p->n,
+               sfi_policy_kind_name((sfi_policy_kind)k), p->recall / p->n, p->overlap / p->n,
                p->ratio / p->n);
     }
     sfi_analyze_result_free(&res);

@@ -54,7 +54,7 @@ int main(void)
     o.n_prefix = env_int("SFI_BENCH_EVAL_PREFIX", 8192);
     o.n_tokens = env_int("SFI_BENCH_EVAL_TOKENS", 512);
     if (sfi_eval_parse_shares(env_str("SFI_BENCH_EVAL_BUDGET", "6%"), &o, &e) ||
-        sfi_peer_set_parse_list(env_str("SFI_BENCH_EVAL_POLICIES", "all"), &o.policies, &e)) {
+        sfi_policy_parse_list(env_str("SFI_BENCH_EVAL_POLICIES", "all"), &o.policies, &e)) {
         fprintf(stderr, "bench_eval: %s\n", e.msg);
         return 1;
     }
@@ -100,7 +100,7 @@ int main(void)
     printf("full KV: %.1f s wall\n", r.full_seconds);
     for (int i = 0; i < r.n_rows; i++)
         printf("%-9s %.1f s wall, %.1f s CPU, %.2f ms/token\n",
-               sfi_peer_kind_name(r.rows[i].kind), r.rows[i].seconds, r.rows[i].cpu_seconds,
+               sfi_policy_kind_name(r.rows[i].kind), r.rows[i].seconds, r.rows[i].cpu_seconds,
                1e3 * r.rows[i].seconds / o.n_tokens);
     printf("eval total (%d policies, one budget, %d+%d tokens): %.1f s wall, %.1f s CPU "
            "(target < 600 s wall on 2 cores: %s)\n",

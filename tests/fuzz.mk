@@ -31,7 +31,8 @@ tests_fuzz_replay_safetensors_LDADD = $(TEST_LDADD)
 tests_fuzz_replay_trace_SOURCES = tests/fuzz/fuzz_trace.c tests/fuzz/replay_main.c \
 	tests/fuzz/fuzz_util.h
 tests_fuzz_replay_trace_CPPFLAGS = $(TEST_CPPFLAGS) -DSFI_FUZZ_NAME='"trace"'
-tests_fuzz_replay_trace_LDADD = $(TEST_LDADD)
+# The analyzer (libsfisim) must refuse what trace check refuses.
+tests_fuzz_replay_trace_LDADD = libsfisim.la $(TEST_LDADD)
 tests_fuzz_replay_hw_SOURCES = tests/fuzz/fuzz_hw.c tests/fuzz/replay_main.c
 tests_fuzz_replay_hw_CPPFLAGS = $(TEST_CPPFLAGS) -DSFI_FUZZ_NAME='"hw"'
 # The hardware files are parsed in sfi-sim's library.

@@ -38,3 +38,15 @@ tests_test_sweep_plot_SOURCES = tests/test_sweep_plot.c
 tests_test_sweep_plot_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_sweep_plot_LDADD = $(TEST_LDADD) -lm
 TESTS += tests/test_sweep_plot
+
+check_PROGRAMS += tests/test_serve
+tests_test_serve_SOURCES = tests/test_serve.c
+tests_test_serve_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_serve_LDADD = $(SIM_TEST_LDADD)
+TESTS += tests/test_serve
+
+check_PROGRAMS += tests/test_serve_cli
+tests_test_serve_cli_SOURCES = tests/test_serve_cli.c
+tests_test_serve_cli_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_serve_cli_LDADD = $(TEST_LDADD) -lm
+TESTS += tests/test_serve_cli

@@ -191,11 +191,11 @@ START_TEST(step_costs_add_up)
     sfi_step_cost full, fast, slow;
     sfi_error e;
     setup(&s, &qwen4b, "H100", 32768, 1);
-    s.pol.kind = SFI_SIM_FULL;
+    s.kind = SFI_POLICY_FULL;
     ck_assert_int_eq(sfi_cost_step(&s, 0, &full, &e), SFI_OK);
     /* Full KV reads every layer's whole cache once. */
     ck_assert(full.kv_bytes == 36 * 134217728.0);
-    s.pol.kind = SFI_SIM_SFI;
+    s.kind = SFI_POLICY_SFI;
     ck_assert_int_eq(sfi_cost_step(&s, 0, &fast, &e), SFI_OK);
     ck_assert(fast.kv_bytes == 36 * 2308.0 * 4096);
     ck_assert(fast.weight_bytes == full.weight_bytes);
@@ -207,13 +207,14 @@ START_TEST(step_costs_add_up)
     /* The step is dominated by 8 GB of weights + KV: sane magnitudes. */
     ck_assert(full.time_s > 2e-3 && full.time_s < 10e-3);
     ck_assert(fast.time_s < full.time_s * 0.8);
-    /* A policy without slow steps ignores n_slow. */
-    s.pol.kind = SFI_SIM_STREAMING;
+    /* A policy without slow steps ignores n_slow; StreamingLLM reads the
+     * same budget as SFI's fast step (n_sink + K + n_recent). */
+    s.kind = SFI_POLICY_STREAMING;
     sfi_step_cost a, b;
     ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
     ck_assert_int_eq(sfi_cost_step(&s, 1, &b, &e), SFI_OK);
     ck_assert(a.time_s == b.time_s);
-    ck_assert(a.kv_bytes == 36 * 260.0 * 4096);
+    ck_assert(a.kv_bytes == 36 * 2308.0 * 4096);
 }
 END_TEST
 
@@ -240,7 +241,7 @@ START_TEST(mixed_steps)
     ck_assert(close_rel(m.time_s, u.time_s, 1e-12));
     ck_assert_int_eq(m.launches, u.launches);
     /* Full KV at two contexts reads the sum of their caches. */
-    s.pol.kind = SFI_SIM_FULL;
+    s.kind = SFI_POLICY_FULL;
     sfi_cost_group two[2] = {{.context = 8192, .n_new = 1, .count = 2},
                              {.context = 65536, .n_new = 1, .count = 1}};
     ck_assert_int_eq(sfi_cost_step_mix(&s, two, 2, &m, &e), SFI_OK);
@@ -261,7 +262,7 @@ START_TEST(mixed_steps)
     ck_assert_int_eq(sfi_cost_step_mix(&s, &pf, 1, &last, &e), SFI_OK);
     ck_assert(last.weight_bytes > m.weight_bytes);
     /* Under SFI the last chunk also starts the Selector (side stream). */
-    s.pol.kind = SFI_SIM_SFI;
+    s.kind = SFI_POLICY_SFI;
     ck_assert_int_eq(sfi_cost_step_mix(&s, &pf, 1, &last, &e), SFI_OK);
     ck_assert(last.side_s > 0);
     /* A decode step with a prefill chunk beside it costs more than alone. */
@@ -293,7 +294,7 @@ START_TEST(engine_terms)
     sfi_error e;
     setup(&s, &qwen4b, "B200", 8192, 4);
     round_profile(&s);
-    s.pol.kind = SFI_SIM_FULL;
+    s.kind = SFI_POLICY_FULL;
     ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
     /* Per-request overhead: paid once per request. */
     s.prof.request_overhead_s = 1e-3;
@@ -317,6 +318,13 @@ START_TEST(engine_terms)
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense_nologits", &t2, &e), SFI_OK);
     /* 16x the bytes at a fifth of the efficiency: 80x the roofline time. */
     ck_assert(close_rel(t2 - 3e-6, 80 * (t1 - 3e-6), 1e-9));
+    /* The curve is the engine's stock kernel: SFI's dense kernel that
+     * writes logits keeps efficiency.attn_dense (0.75). */
+    double tl, tn;
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense", &tl, &e), SFI_OK);
+    s.prof.n_attn_curve = 0;
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense", &tn, &e), SFI_OK);
+    ck_assert(tl == tn);
 }
 END_TEST
 
@@ -325,16 +333,17 @@ START_TEST(monotonicity)
     sfi_error e;
     const sfi_model_config *models[] = {&qwen4b, &qwen30b};
     for (int mi = 0; mi < 2; mi++)
-        for (int pk = 0; pk < SFI_SIM_POLICY_COUNT; pk++) {
+        for (int pk = 0; pk < SFI_POLICY_N_KINDS; pk++) {
             double prev = 0;
             for (int ctx = 4096; ctx <= 262144; ctx *= 2) {
                 sfi_cost_setup s;
                 sfi_step_cost c, full, fastb, fullb;
                 setup(&s, models[mi], "B200", ctx, 4);
-                sfi_sim_policy_default(&s.pol, (sfi_sim_policy_kind)pk);
+                s.kind = (sfi_policy_kind)pk;
                 /* More context never makes a step faster. */
                 ck_assert_int_eq(sfi_cost_step(&s, 4, &c, &e), SFI_OK);
-                ck_assert_msg(c.time_s >= prev, "%s at %d", sfi_sim_policy_name(pk), ctx);
+                ck_assert_msg(c.time_s >= prev, "%s at %d",
+                              sfi_policy_kind_name((sfi_policy_kind)pk), ctx);
                 prev = c.time_s;
                 /* More bandwidth never slower. */
                 sfi_cost_setup f = s;
@@ -345,9 +354,9 @@ START_TEST(monotonicity)
                 /* SFI never reads more KV than full KV. */
                 ck_assert(sfi_cost_kv_bytes_fast(&s) <= sfi_cost_kv_bytes_dense(&s));
                 sfi_cost_setup sf = s;
-                sf.pol.kind = SFI_SIM_FULL;
+                sf.kind = SFI_POLICY_FULL;
                 ck_assert_int_eq(sfi_cost_step(&sf, 0, &full, &e), SFI_OK);
-                sf.pol.kind = SFI_SIM_SFI;
+                sf.kind = SFI_POLICY_SFI;
                 ck_assert_int_eq(sfi_cost_step(&sf, 0, &fastb, &e), SFI_OK);
                 ck_assert(fastb.kv_bytes <= full.kv_bytes);
                 (void)fullb;
@@ -368,7 +377,7 @@ START_TEST(memory_and_max_batch)
     sfi_cost_memory m;
     sfi_error e;
     setup(&s, &qwen4b, "B200", 131072, 1);
-    s.pol.kind = SFI_SIM_FULL;
+    s.kind = SFI_POLICY_FULL;
     ck_assert_int_eq(sfi_cost_memory_of(&s, &m, &e), SFI_OK);
     /* 36 layers x 131072 x 4096 B = 18 GiB per request. */
     ck_assert(m.kv_per_request == 36.0 * 131072 * 4096);
@@ -377,14 +386,89 @@ START_TEST(memory_and_max_batch)
     ck_assert_int_eq(m.max_batch, (int)floor((180e9 * 0.9 - m.weights) / m.kv_per_request));
     /* SFI keeps the cache plus compact buffers: never more requests. */
     sfi_cost_memory ms;
-    s.pol.kind = SFI_SIM_SFI;
+    s.kind = SFI_POLICY_SFI;
     ck_assert_int_eq(sfi_cost_memory_of(&s, &ms, &e), SFI_OK);
     ck_assert(ms.kv_per_request > m.kv_per_request);
     ck_assert(ms.max_batch <= m.max_batch);
-    /* StreamingLLM evicts: many more. */
-    s.pol.kind = SFI_SIM_STREAMING;
+    /* StreamingLLM, SnapKV and H2O evict down to the budget: many more. */
+    s.kind = SFI_POLICY_STREAMING;
     ck_assert_int_eq(sfi_cost_memory_of(&s, &ms, &e), SFI_OK);
-    ck_assert(ms.max_batch > 100 * m.max_batch);
+    ck_assert(ms.kv_per_request == 36.0 * 2308 * 4096);
+    ck_assert(ms.max_batch > 40 * m.max_batch);
+    s.kind = SFI_POLICY_H2O; /* plus an fp32 score per kept position and KV head */
+    ck_assert_int_eq(sfi_cost_memory_of(&s, &ms, &e), SFI_OK);
+    ck_assert(ms.kv_per_request == 36.0 * 2308 * (4096 + 8 * 4));
+    /* FASA keeps a compact copy of the dominant dims of every key:
+     * 2 x 16 dims x 2 B x 8 KV heads per position and layer. */
+    s.kind = SFI_POLICY_FASA;
+    ck_assert_int_eq(sfi_cost_memory_of(&s, &ms, &e), SFI_OK);
+    ck_assert(ms.kv_per_request == m.kv_per_request + 36.0 * 131072 * 8 * 32 * 2);
+    /* LFPS: two fp32 tables over the context plus the d x d key
+     * statistics per KV head. */
+    s.kind = SFI_POLICY_LFPS;
+    ck_assert_int_eq(sfi_cost_memory_of(&s, &ms, &e), SFI_OK);
+    ck_assert(ms.kv_per_request ==
+              m.kv_per_request + 36.0 * 8 * (2.0 * 131072 * 4 + 128.0 * 128 * 8 + 128 * 8));
+}
+END_TEST
+
+START_TEST(one_budget_for_every_policy)
+{
+    /* At a budget of 6% of 64K (3932 positions) every policy's final
+     * attention reads B positions; what differs is what each pays to
+     * choose them. Qwen3-4B: 36 layers, 8 KV heads, 32 query heads. */
+    sfi_cost_setup s;
+    sfi_step_cost c, full;
+    sfi_error e;
+    setup(&s, &qwen4b, "H100", 65536, 1);
+    ck_assert_int_eq(sfi_budget_parse("6%", &s.budget, &e), SFI_OK);
+    ck_assert_int_eq(sfi_cost_budget(&s), 3932);
+    s.kind = SFI_POLICY_FULL;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &full, &e), SFI_OK);
+    const double pos_b = 4096, key_b = 2048, P = 3932, L = 65536;
+    /* SFI: K = B - n_sink - n_recent, so its fast step reads B. */
+    ck_assert_int_eq(sfi_cost_fast_positions(&s), 3932);
+    s.kind = SFI_POLICY_STREAMING;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+    ck_assert(c.kv_bytes == 36 * P * pos_b);
+    s.kind = SFI_POLICY_SNAPKV;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+    ck_assert(c.kv_bytes == 36 * P * pos_b);
+    /* Oracle: keys of the whole context, fp32 logits of 32 heads, their
+     * pooling and a top-k, then B positions. */
+    s.kind = SFI_POLICY_ORACLE;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+    double topk = L * key_b + 32 * L * 4.0 + (32 * L * 4.0 + 8 * L * 4.0) + 8 * L * 4.0;
+    ck_assert_msg(close_rel(c.kv_bytes, 36 * (topk + P * pos_b), 1e-12), "%g", c.kv_bytes);
+    /* Kascade (36 layers: 5 anchors): layer 0 dense, 5 anchors pay the
+     * exact top-k, every layer but 0 reads B positions and their indices. */
+    s.kind = SFI_POLICY_KASCADE;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+    double want = L * pos_b + 5 * topk + 35 * P * (pos_b + 8 * 4.0);
+    ck_assert_msg(close_rel(c.kv_bytes, want, 1e-12), "%g vs %g", c.kv_bytes, want);
+    /* FASA: the compact copy of 2 N_tip = 32 dims of every key (not the
+     * whole key), scores out and a top-k, then B positions. */
+    s.kind = SFI_POLICY_FASA;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+    want = 36 * (L * 8 * 32 * 2.0 + 8 * L * 4.0 + 8 * L * 4.0 + P * pos_b);
+    ck_assert_msg(close_rel(c.kv_bytes, want, 1e-12), "%g vs %g", c.kv_bytes, want);
+    /* LFPS: candidates from the paper's table at 64K (between 4.6% at 8K
+     * and 1.7% at 128K); the final attention reads min(B, candidates). */
+    s.kind = SFI_POLICY_LFPS;
+    double share = sfi_policy_lfps_cand_share(&s.pol, 65536);
+    ck_assert(share > 0.017 && share < 0.046);
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+    double cand = ceil(share * L) + 4, fin = cand < P ? cand : P;
+    want = 36 * (8 * (2 * 2 * L * 4.0 + 128 * 128 * 8.0) + cand * key_b + 8 * cand * 4.0 +
+                 fin * pos_b + 32 * fin * 4.0 + 8 * fin * 2 * 8.0);
+    ck_assert_msg(close_rel(c.kv_bytes, want, 1e-12), "%g vs %g", c.kv_bytes, want);
+    /* Quest: the first 2 layers dense, then page metadata and whole pages
+     * up to B (floor(B / 16) pages). */
+    s.kind = SFI_POLICY_QUEST;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+    want = 2 * L * pos_b + 34 * (4096 * 2.0 * 8 * 128 * 2 + 8 * 4096 * 4.0 + 3920 * pos_b);
+    ck_assert_msg(close_rel(c.kv_bytes, want, 1e-12), "%g vs %g", c.kv_bytes, want);
+    ck_assert(c.kv_bytes < full.kv_bytes);
 }
 END_TEST
 
@@ -405,14 +489,17 @@ START_TEST(bad_input)
     ck_assert_int_ne(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
     s.batch = 2;
     ck_assert_int_ne(sfi_cost_step(&s, 3, &c, &e), SFI_OK);
-    sfi_sim_policy p;
-    ck_assert_int_eq(sfi_sim_policy_parse("h2o-ish", &p, &e), SFI_ENOTFOUND);
+    sfi_policy_kind k;
+    sfi_policy_config p;
+    sfi_policy_config_default(&p);
+    ck_assert_int_eq(sfi_policy_spec_parse("h2o-ish", &k, &p, &e), SFI_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(e.msg, "unknown policy"));
-    ck_assert_int_eq(sfi_sim_policy_parse("quest:page=32,k=1024", &p, &e), SFI_OK);
-    ck_assert(p.kind == SFI_SIM_QUEST && p.quest_page == 32 && p.peer_k == 1024);
-    ck_assert_int_eq(sfi_sim_policy_parse("interval:interval=0", &p, &e), SFI_EINVAL);
-    ck_assert_int_eq(sfi_sim_policy_parse("quest:page", &p, &e), SFI_EINVAL);
-    ck_assert_int_eq(sfi_sim_policy_parse("fasa:tip=65", &p, &e), SFI_OK);
+    ck_assert_int_eq(sfi_policy_spec_parse("quest:page=32", &k, &p, &e), SFI_OK);
+    ck_assert(k == SFI_POLICY_QUEST && p.quest_page == 32);
+    ck_assert_int_eq(sfi_policy_spec_parse("interval:interval=0", &k, &p, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_policy_spec_parse("quest:page", &k, &p, &e), SFI_EINVAL);
+    ck_assert_int_eq(sfi_policy_spec_parse("fasa:tip=65", &k, &p, &e), SFI_OK);
+    s.kind = k;
     s.pol = p;
     ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "tip=65"));
@@ -433,6 +520,7 @@ int main(void)
     tcase_add_test(tc, engine_terms);
     tcase_add_test(tc, monotonicity);
     tcase_add_test(tc, memory_and_max_batch);
+    tcase_add_test(tc, one_budget_for_every_policy);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -135,7 +135,8 @@ static void run(const char *model, sfi_decode_opts *o, rec *r, sfi_decode_result
     ck_assert_msg(r->bad == 0, "observer saw an inconsistency (check at line %d)", r->bad);
     ck_assert_int_eq(r->n_prefill, 1);
     ck_assert_int_eq(r->n_step, res->n_generated);
-    ck_assert_int_eq(r->n_attn, (res->n_generated - 1) * r->n_layers);
+    /* every step, step 0 (the prefill's last query) included */
+    ck_assert_int_eq(r->n_attn, res->n_generated * r->n_layers);
     free(ids);
     sfi_qwen3_free(m);
 }
@@ -393,7 +394,7 @@ START_TEST(cli_run)
     char sfi_ref[2048];
     snprintf(sfi_ref, sizeof sfi_ref, "%s", sfi_test_build("sfi-ref"));
     char *dir = sfi_test_tmpdir();
-    char ids_path[2048], cmd[8192];
+    char ids_path[2048], cmd[16384];
     snprintf(ids_path, sizeof ids_path, "%s/p.ids", dir);
     int n;
     int32_t *ids = prompt0("tiny-qwen3", &n);
@@ -456,6 +457,10 @@ START_TEST(cli_run)
         {"--max-new 3 --param K=-1", 2, "K"},
         {"--max-new 3 --backend gpu", 2, "backend 'gpu'"},
         {"--max-new 3 --bogus", 2, "--bogus"},
+        /* the option once, not "--trace-top-m: --trace-top-m: ..." */
+        {"--max-new 3 --trace-top-m 0", 2, "run: --trace-top-m: '0' is not an integer"},
+        {"--max-new 3 --trace-level all", 2, "run: --trace-level: trace level 'all'"},
+        {"--max-new 3 --trace-layers x", 2, "run: --trace-layers: 'x' is not"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s %s",
@@ -481,7 +486,20 @@ START_TEST(cli_run)
     fprintf(f, "1 2 x3\n");
     fclose(f);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
-    ck_assert_ptr_nonnull(strstr(err, "p.ids: byte 4"));
+    ck_assert_ptr_nonnull(strstr(err, "p.ids: id 3: 'x3' is not a decimal token id"));
+    free(out);
+    free(err);
+    /* A NUL byte once ended the list silently (issue 20.6: prompt_tokens 2,
+     * exit 0); an endless file is refused at the limit. */
+    ck_assert_int_eq(sfi_test_write_file(ids_path, "5 6\0 7 8\n", 9), 0);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "p.ids: byte 3 is a NUL byte"), "%s", err);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids /dev/zero --max-new 1", sfi_ref,
+             hf_path("tiny-qwen3"));
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "/dev/zero: more than 268435456 bytes is too large"), "%s", err);
     free(out);
     free(err);
     snprintf(cmd, sizeof cmd, "%s run --model %s/none --prompt-ids %s --max-new 1",
@@ -536,6 +554,105 @@ START_TEST(cli_run)
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --trace %s/t.db",
              sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    free(out);
+    free(err);
+    /* The recorder-to-analyzer path (issue 20.4): a full-level trace of
+     * sfi-ref is complete (step 0 included) and sfi-sim analyze reads it;
+     * one recorded with --trace-layers is refused with a message. */
+    char sfi_sim[2048];
+    snprintf(sfi_sim, sizeof sfi_sim, "%s", sfi_test_build("sfi-sim"));
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 10 --param K=2 "
+             "--param n_recent=2 --param T_max=3 --trace %s/full.db --trace-level full "
+             "--trace-top-m 6 && %s trace check %s/full.db && %s analyze %s/full.db --format json "
+             "--budget 4", sfi_ref, hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir, sfi_sim,
+             dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    ck_assert_msg(strstr(out, "\"steps\": 10,") && strstr(out, "\"layers\": 3,"), "%s", out);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "sqlite3 %s/full.db 'SELECT count(*) FROM topm WHERE step = 0'",
+             dir);
+    if (sfi_test_run(cmd, &out, NULL) == 0) /* the sqlite3 program is optional here */
+        ck_assert_msg(atoi(out) == 3 * 4, "step 0 top-M records: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 4 --trace %s/part.db "
+             "--trace-level full --trace-layers 1 && %s analyze %s/part.db", sfi_ref,
+             hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "top-M records of layers 1 only"), "%s", err);
+    free(out);
+    free(err);
+    /* Issue 20.7. Every id of an eos_token_id list stops --stop-at-eos
+     * (the later ones were unchecked and unused). */
+    snprintf(cmd, sizeof cmd, "%s run --model %s/m --prompt-ids %s --max-new 6 --json", sfi_ref,
+             dir, ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    json_t *gj = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(gj);
+    json_t *gen = json_object_get(gj, "generated_ids");
+    int gid[6], stop_at = -1;
+    for (int i = 0; i < 6; i++)
+        gid[i] = (int)json_integer_value(json_array_get(gen, (size_t)i));
+    json_decref(gj);
+    free(out);
+    free(err);
+    for (int i = 1; i < 6 && stop_at < 0; i++) {
+        int seen = 0;
+        for (int k = 0; k < i; k++)
+            seen |= gid[k] == gid[i];
+        if (!seen)
+            stop_at = i;
+    }
+    if (stop_at > 0) {
+        int never = 0;
+        for (int c = 0; c < 512; c++) {
+            int used = 0;
+            for (int k = 0; k < 6; k++)
+                used |= gid[k] == c;
+            if (!used) {
+                never = c;
+                break;
+            }
+        }
+        char cfgp[4200];
+        snprintf(cfgp, sizeof cfgp, "%s/m/config.json", dir);
+        json_t *cj = json_load_file(cfgp, 0, NULL);
+        ck_assert_ptr_nonnull(cj);
+        json_t *eos = json_array();
+        json_array_append_new(eos, json_integer(never));
+        json_array_append_new(eos, json_integer(gid[stop_at]));
+        json_object_set_new(cj, "eos_token_id", eos);
+        ck_assert_int_eq(json_dump_file(cj, cfgp, 0), 0);
+        json_decref(cj);
+        snprintf(cmd, sizeof cmd, "%s run --model %s/m --prompt-ids %s --max-new 6 --json "
+                 "--stop-at-eos", sfi_ref, dir, ids_path);
+        ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+        gj = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(gj);
+        ck_assert_int_eq(json_array_size(json_object_get(gj, "generated_ids")), stop_at + 1);
+        json_decref(gj);
+        free(out);
+        free(err);
+    }
+    /* NaN weights: refused at load, naming the tensor (they printed "!!!!"
+     * and exited 0). */
+    snprintf(cmd, sizeof cmd, "cp -r %s %s/nan && printf '\\377\\377\\377\\377' | "
+             "dd of=%s/nan/model.safetensors bs=1 seek=$(( $(stat -c %%s %s/nan/model.safetensors) "
+             "- 4 )) conv=notrunc 2>/dev/null && %s run --model %s/nan --prompt-ids %s --max-new 2",
+             hf_path("tiny-qwen3"), dir, dir, dir, sfi_ref, dir, ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "is NaN; weights must be finite"), "%s", err);
+    ck_assert_ptr_null(strstr(out, "digest"));
+    free(out);
+    free(err);
+    /* A tokenizer with more ids than the model's vocabulary (512 here). */
+    char big_tok[2048];
+    snprintf(big_tok, sizeof big_tok, "%s", sfi_test_src("tests/fixtures/sfi-small-qwen3-tokenizer"));
+    snprintf(cmd, sizeof cmd, "%s run --model %s --tokenizer %s --prompt hello --max-new 2",
+             sfi_ref, hf_path("tiny-qwen3"), big_tok);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "past the model's vocab_size 512: not this model's tokenizer"),
+                  "%s", err);
     free(out);
     free(err);
     /* standard output that cannot be written */

@@ -40,11 +40,11 @@ static void fixture_opts(sfi_eval_opts *o, sfi_backend be)
     o->n_tokens = 60;
     o->n_boot = 200;
     sfi_error e;
-    ck_assert_int_eq(sfi_peer_config_set(&o->cfg, "n_recent=8", &e), SFI_OK);
-    ck_assert_int_eq(sfi_peer_config_set(&o->cfg, "n_sink=2", &e), SFI_OK);
-    ck_assert_int_eq(sfi_peer_config_set(&o->cfg, "T_max=16", &e), SFI_OK);
-    ck_assert_int_eq(sfi_peer_config_set(&o->cfg, "fasa_tip=4", &e), SFI_OK);
-    ck_assert_int_eq(sfi_peer_config_set(&o->cfg, "fasa_calib_k=16", &e), SFI_OK);
+    ck_assert_int_eq(sfi_policy_config_set(&o->cfg, "n_recent=8", &e), SFI_OK);
+    ck_assert_int_eq(sfi_policy_config_set(&o->cfg, "n_sink=2", &e), SFI_OK);
+    ck_assert_int_eq(sfi_policy_config_set(&o->cfg, "T_max=16", &e), SFI_OK);
+    ck_assert_int_eq(sfi_policy_config_set(&o->cfg, "fasa_tip=4", &e), SFI_OK);
+    ck_assert_int_eq(sfi_policy_config_set(&o->cfg, "fasa_calib_k=16", &e), SFI_OK);
 }
 
 START_TEST(full_budget_is_full_kv)
@@ -64,7 +64,9 @@ START_TEST(full_budget_is_full_kv)
             int32_t *ids = text_ids(211);
             sfi_eval_result r;
             ck_assert_msg(sfi_eval_run(m, &o, ids, 211, &r, &e) == SFI_OK, "%s", e.msg);
-            ck_assert_int_eq(r.n_rows, SFI_PEER_N_KINDS - 1); /* every policy but full KV */
+            /* every policy of the default list (the peers and SFI) */
+            ck_assert_int_eq(r.n_rows, __builtin_popcount(SFI_EVAL_DEFAULT_POLICIES &
+                                                          ~(1u << SFI_POLICY_FULL)));
             ck_assert(r.full_nll > 0.0);
             for (int i = 0; i < r.n_rows; i++) {
                 const sfi_eval_row *w = &r.rows[i];
@@ -72,12 +74,32 @@ START_TEST(full_budget_is_full_kv)
                                   w->kl_max == 0.0 && w->top1 == 1.0 && w->retained == 1.0 &&
                                   w->dnll_lo == 0.0 && w->dnll_hi == 0.0,
                               "%s %s %s: NLL %.9g vs %.9g, KL %g, top-1 %g, retained %g",
-                              models[mi], be ? "blas" : "scalar", sfi_peer_kind_name(w->kind),
+                              models[mi], be ? "blas" : "scalar", sfi_policy_kind_name(w->kind),
                               w->nll, r.full_nll, w->kl, w->top1, w->retained);
                 ck_assert_int_eq(w->budget, 210);
             }
-            printf("%s (%s): every policy at 100%% == full KV (NLL %.6f)\n", models[mi],
-                   be ? "blas" : "scalar", r.full_nll);
+            /* the number of parallel runs changes nothing */
+            sfi_eval_opts o1 = o;
+            o1.n_threads = 1;
+            ck_assert_int_eq(sfi_eval_parse_shares("7%,100%", &o1, &e), SFI_OK);
+            o.n_threads = 3;
+            ck_assert_int_eq(sfi_eval_parse_shares("7%,100%", &o, &e), SFI_OK);
+            sfi_eval_result r1, r3;
+            ck_assert_msg(sfi_eval_run(m, &o1, ids, 211, &r1, &e) == SFI_OK, "%s", e.msg);
+            ck_assert_msg(sfi_eval_run(m, &o, ids, 211, &r3, &e) == SFI_OK, "%s", e.msg);
+            ck_assert_int_eq(r1.n_threads, 1);
+            ck_assert_int_eq(r3.n_threads, 3);
+            ck_assert_int_eq(r1.n_rows, r3.n_rows);
+            for (int i = 0; i < r1.n_rows; i++) {
+                const sfi_eval_row *a = &r1.rows[i], *b = &r3.rows[i];
+                ck_assert(a->kind == b->kind && a->nll == b->nll && a->kl == b->kl &&
+                          a->top1 == b->top1 && a->retained == b->retained &&
+                          a->dnll_lo == b->dnll_lo && a->dnll_hi == b->dnll_hi);
+            }
+            sfi_eval_result_free(&r1);
+            sfi_eval_result_free(&r3);
+            printf("%s (%s): every policy at 100%% == full KV (NLL %.6f); 1 or 3 threads "
+                   "alike\n", models[mi], be ? "blas" : "scalar", r.full_nll);
             sfi_eval_result_free(&r);
             free(ids);
             sfi_qwen3_free(m);
@@ -109,7 +131,7 @@ START_TEST(oracle_kl_lowest)
         for (int b = 0; b < o.n_shares; b++) {
             const sfi_eval_row *orc = NULL;
             for (int i = 0; i < r.n_rows; i++)
-                if (r.rows[i].share == o.shares[b] && r.rows[i].kind == SFI_PEER_ORACLE)
+                if (r.rows[i].share == o.shares[b] && r.rows[i].kind == SFI_POLICY_ORACLE)
                     orc = &r.rows[i];
             ck_assert_ptr_nonnull(orc);
             ck_assert(orc->kl > 0.0 && orc->kl < prev);
@@ -117,19 +139,19 @@ START_TEST(oracle_kl_lowest)
             int compared = 0;
             for (int i = 0; i < r.n_rows; i++) {
                 const sfi_eval_row *w = &r.rows[i];
-                if (w->share != o.shares[b] || w->kind == SFI_PEER_ORACLE)
+                if (w->share != o.shares[b] || w->kind == SFI_POLICY_ORACLE)
                     continue;
                 ck_assert(isnan(w->dnll_lo)); /* no bootstrap asked */
                 if (w->retained > orc->retained + 1e-12) {
                     printf("  %s %4.0f%%: %-9s reads more (%.4f > %.4f), KL %.5f vs oracle "
                            "%.5f\n", models[mi], 100 * o.shares[b],
-                           sfi_peer_kind_name(w->kind), w->retained, orc->retained, w->kl,
+                           sfi_policy_kind_name(w->kind), w->retained, orc->retained, w->kl,
                            orc->kl);
                     continue;
                 }
                 compared++;
                 ck_assert_msg(orc->kl < w->kl, "%s at %g: oracle KL %.6f >= %s's %.6f",
-                              models[mi], o.shares[b], orc->kl, sfi_peer_kind_name(w->kind),
+                              models[mi], o.shares[b], orc->kl, sfi_policy_kind_name(w->kind),
                               w->kl);
             }
             ck_assert_int_ge(compared, 4);
@@ -145,51 +167,47 @@ END_TEST
 
 /* One layer, G = 2 query heads on one KV head, head_dim 4, 10 or 20
  * positions: the sets computed by hand. */
-static void policy_sets(sfi_peer_kind kind, const char *const *params, const float *q,
-                        const float *k, const float *probs, int n_ctx, int budget,
-                        const int32_t *want, int n_want)
+static void policy_sets(sfi_policy_kind kind, const char *const *params, const float *q,
+                        const float *k, int n_ctx, int budget, const int32_t *want, int n_want)
 {
-    sfi_peer_config cfg;
-    sfi_peer_config_default(&cfg);
+    sfi_policy_config cfg;
+    sfi_policy_config_default(&cfg);
     sfi_error e;
     for (int i = 0; params[i]; i++)
-        ck_assert_msg(sfi_peer_config_set(&cfg, params[i], &e) == SFI_OK, "%s", e.msg);
+        ck_assert_msg(sfi_policy_config_set(&cfg, params[i], &e) == SFI_OK, "%s", e.msg);
     sfi_eval_policy *p;
     ck_assert_msg(sfi_eval_policy_create(kind, &cfg, 1, 2, 1, 4, 32, NULL, &p, &e) == SFI_OK,
                   "%s", e.msg);
     sfi_eval_layer_step ls = {.layer = 0, .step = 0, .n_ctx = n_ctx, .budget = budget, .q = q,
-                              .k = k, .probs = sfi_eval_kind_reads_attention(kind) ? probs
-                                                                                    : NULL};
+                              .k = k};
     const int32_t *idx;
     const int *n_idx;
-    const uint8_t *mean_v;
-    ck_assert_msg(sfi_eval_policy_sets(p, &ls, &idx, &n_idx, &mean_v, &e) == SFI_OK, "%s",
-                  e.msg);
+    ck_assert_msg(sfi_eval_policy_sets(p, &ls, &idx, &n_idx, &e) == SFI_OK, "%s", e.msg);
     char got[256] = "", exp[256] = "";
     for (int i = 0; i < n_idx[0]; i++)
         snprintf(got + strlen(got), sizeof got - strlen(got), " %d", (int)idx[i]);
     for (int i = 0; i < n_want; i++)
         snprintf(exp + strlen(exp), sizeof exp - strlen(exp), " %d", (int)want[i]);
-    ck_assert_msg(!strcmp(got, exp), "%s: got {%s }, by hand {%s }", sfi_peer_kind_name(kind),
+    ck_assert_msg(!strcmp(got, exp), "%s: got {%s }, by hand {%s }", sfi_policy_kind_name(kind),
                   got, exp);
-    ck_assert_int_eq(mean_v[0], 0);
     /* a budget holding the whole context attends to all of it */
     ls.budget = n_ctx;
     ls.step = 1;
-    ck_assert_msg(sfi_eval_policy_sets(p, &ls, &idx, &n_idx, &mean_v, &e) == SFI_OK, "%s",
-                  e.msg);
+    ck_assert_msg(sfi_eval_policy_sets(p, &ls, &idx, &n_idx, &e) == SFI_OK, "%s", e.msg);
     ck_assert_int_eq(n_idx[0], n_ctx);
     for (int i = 0; i < n_ctx; i++)
         ck_assert_int_eq(idx[i], i);
-    printf("%s: {%s } as computed by hand\n", sfi_peer_kind_name(kind), got);
+    printf("%s: {%s } as computed by hand\n", sfi_policy_kind_name(kind), got);
     sfi_eval_policy_free(p);
 }
 
 START_TEST(hand_made_sets)
 {
     static const char *const none[] = {NULL};
-    float q[8] = {0}, k[20 * 4] = {0}, probs[2 * 10];
-    /* oracle: pooled (mean of the two heads) probabilities
+    float q[8] = {0}, k[20 * 4] = {0};
+    /* oracle: the policy computes the attention from q and K; head g's
+     * query is 2 e_g (scale 1/2), so its logits are the keys' dim g, set
+     * to ln of these probabilities. Pooled (mean of the two heads):
      *   pos   0    1     2     3     4    5     6    7     8    9
      *   h0   .30  .10   .10   .05   .05  .10   .10  .10   .05  .05
      *   h1   .10  .05   .05   .40   .05  .05   .10  .05   .05  .10
@@ -197,15 +215,21 @@ START_TEST(hand_made_sets)
      * top 3: 3 (.225), 0 (.20), 6 (.10) */
     static const float h0[10] = {.30f, .10f, .10f, .05f, .05f, .10f, .10f, .10f, .05f, .05f};
     static const float h1[10] = {.10f, .05f, .05f, .40f, .05f, .05f, .10f, .05f, .05f, .10f};
-    memcpy(probs, h0, sizeof h0);
-    memcpy(probs + 10, h1, sizeof h1);
+    q[0] = 2.0f;
+    q[4 + 1] = 2.0f;
+    for (int j = 0; j < 10; j++) {
+        k[j * 4 + 0] = logf(h0[j]);
+        k[j * 4 + 1] = logf(h1[j]);
+    }
     static const int32_t want_oracle[] = {0, 3, 6};
-    policy_sets(SFI_PEER_ORACLE, none, q, k, probs, 10, 3, want_oracle, 3);
+    policy_sets(SFI_POLICY_ORACLE, none, q, k, 10, 3, want_oracle, 3);
+    memset(q, 0, sizeof q);
+    memset(k, 0, sizeof k);
 
     /* streaming, n_sink 2, B 5: sink {0, 1} + the last 3 */
     static const char *const sink2[] = {"n_sink=2", NULL};
     static const int32_t want_stream[] = {0, 1, 7, 8, 9};
-    policy_sets(SFI_PEER_STREAMING, sink2, q, k, probs, 10, 5, want_stream, 5);
+    policy_sets(SFI_POLICY_STREAMING, sink2, q, k, 10, 5, want_stream, 5);
 
     /* Quest, pages of 4, B 8 = 2 pages, 20 positions = 5 pages. q: head 0
      * = e0, head 1 = e1, so page bound = max(max k0, max k1) over the page
@@ -218,9 +242,10 @@ START_TEST(hand_made_sets)
     k[13 * 4 + 1] = 3.0f;
     k[18 * 4 + 0] = 1.0f;
     k[2 * 4 + 1] = -4.0f;
-    static const char *const page4[] = {"quest_page=4", NULL};
+    /* (the paper's first two dense layers off: this model has one) */
+    static const char *const page4[] = {"quest_page=4", "quest_dense_layers=0", NULL};
     static const int32_t want_quest[] = {4, 5, 6, 7, 12, 13, 14, 15};
-    policy_sets(SFI_PEER_QUEST, page4, q, k, probs, 20, 8, want_quest, 8);
+    policy_sets(SFI_POLICY_QUEST, page4, q, k, 20, 8, want_quest, 8);
 
     /* FASA, head_dim 4: chunk 0 = dims (0, 2), chunk 1 = dims (1, 3). Both
      * query heads q = (1, 0.01, 1, 0.01); keys k0 = k2 = a_j (chunk 0
@@ -243,16 +268,16 @@ START_TEST(hand_made_sets)
     }
     static const char *const fasa1[] = {"fasa_tip=1", "fasa_calib_k=3", NULL};
     static const int32_t want_fasa[] = {2, 4, 6};
-    policy_sets(SFI_PEER_FASA, fasa1, q, k, probs, 10, 3, want_fasa, 3);
+    policy_sets(SFI_POLICY_FASA, fasa1, q, k, 10, 3, want_fasa, 3);
 
     /* SFI and full KV are run by the harness itself, not as peers */
-    sfi_peer_config cfg;
-    sfi_peer_config_default(&cfg);
+    sfi_policy_config cfg;
+    sfi_policy_config_default(&cfg);
     sfi_eval_policy *p;
     sfi_error e;
-    ck_assert_int_eq(sfi_eval_policy_create(SFI_PEER_SFI, &cfg, 1, 2, 1, 4, 32, NULL, &p, &e),
+    ck_assert_int_eq(sfi_eval_policy_create(SFI_POLICY_SFI, &cfg, 1, 2, 1, 4, 32, NULL, &p, &e),
                      SFI_EINVAL);
-    ck_assert_int_eq(sfi_eval_policy_create(SFI_PEER_FULL, &cfg, 1, 2, 1, 4, 32, NULL, &p, &e),
+    ck_assert_int_eq(sfi_eval_policy_create(SFI_POLICY_FULL, &cfg, 1, 2, 1, 4, 32, NULL, &p, &e),
                      SFI_EINVAL);
 }
 END_TEST
@@ -389,6 +414,8 @@ START_TEST(cli_eval)
         {"--offset 100", 1, "need 261"},
         {"--bootstrap -1", 2, "--bootstrap"},
         {"--seed -4", 2, "--seed"},
+        {"--threads 0", 2, "--threads"},
+        {"--threads 65", 2, "--threads"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s eval -m %s --ids %s -L 120 -n 40 -q %s", sfi_ref, model,

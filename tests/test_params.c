@@ -375,6 +375,50 @@ START_TEST(json_has_every_key_with_short_numbers)
 }
 END_TEST
 
+/* sfi_params_from_json: the inverse of _to_json, with --param's ranges
+ * (what a trace's meta params is checked with). */
+START_TEST(json_reads_back)
+{
+    sfi_params p, q;
+    sfi_params_default(&p);
+    sfi_error e;
+    ck_assert_int_eq(sfi_params_set(&p, "K=77", "t", &e), SFI_OK);
+    ck_assert_int_eq(sfi_params_set(&p, "alpha=0.25", "t", &e), SFI_OK);
+    ck_assert_int_eq(sfi_params_set(&p, "trigger_chars=.\\n\\\\", "t", &e), SFI_OK);
+    char *j = sfi_params_to_json(&p);
+    ck_assert_ptr_nonnull(j);
+    sfi_params_default(&q);
+    ck_assert_msg(sfi_params_from_json(&q, j, "meta params", &e) == SFI_OK, "%s", e.msg);
+    free(j);
+    ck_assert_int_eq(q.K, 77);
+    ck_assert_float_eq(q.alpha, 0.25f);
+    ck_assert_str_eq(q.trigger_chars, ".\n\\");
+    ck_assert_int_eq(memcmp(&p, &q, sizeof p), 0);
+    /* Other producers' keys are ignored; ours are checked. */
+    ck_assert_int_eq(sfi_params_from_json(&q, "{\"note\": [1], \"K\": 5}", "x", &e), SFI_OK);
+    ck_assert_int_eq(q.K, 5);
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"junk", "x: invalid JSON"},
+        {"[1]", "x: not a JSON object"},
+        {"{\"K\": -5}", "K"},
+        {"{\"K\": 2.5}", "K: expected an integer"},
+        {"{\"alpha\": \"half\"}", "alpha: expected a number, found a string"},
+        {"{\"eps\": null}", "found null"},
+        {"{\"trigger_chars\": 7}", "trigger_chars: not a string"},
+        {"{\"trigger_chars\": \"0123456789012345678901234567890123\"}", "trigger_chars"},
+        {"{\"K\": 1, \"K\": 2}", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        q = p;
+        ck_assert_int_ne(sfi_params_from_json(&q, bad[i].json, "x", &e), SFI_OK);
+        ck_assert_msg(strstr(e.msg, bad[i].needle), "%s: %s", bad[i].json, e.msg);
+        ck_assert_int_eq(memcmp(&p, &q, sizeof p), 0);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("params");
@@ -391,6 +435,7 @@ int main(void)
     tcase_add_test(tc, file_missing_or_huge);
     tcase_add_test(tc, validate_catches_bad_structs);
     tcase_add_test(tc, json_has_every_key_with_short_numbers);
+    tcase_add_test(tc, json_reads_back);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -58,11 +58,13 @@ START_TEST(csv_rows_and_speedups)
                  "--batch 1 --format csv",
                  &out, &err);
     ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
-    /* Header + one row per policy (11). */
+    /* Header + one row per policy of ref/sfi_policies.h (13). */
     int lines = 0;
     for (char *p = out; *p; p++)
         lines += *p == '\n';
-    ck_assert_int_eq(lines, 12);
+    ck_assert_int_eq(lines, 14);
+    ck_assert_ptr_nonnull(strstr(out, ",h2o,"));
+    ck_assert_ptr_nonnull(strstr(out, ",snapkv,"));
     ck_assert_ptr_nonnull(strstr(out, "model,gpu,tp,context,batch,policy,fits,tokens_per_s,speedup"));
     ck_assert_ptr_nonnull(strstr(out, "Qwen3-4B,H100-SXM,1,32768,1,full,1,"));
     /* SFI beats full KV at 32K; full's speedup is 1. */
@@ -83,7 +85,8 @@ START_TEST(json_and_output_file)
 {
     char *out, *err, path[4200];
     int rc = run("sweep --synthetic --no-png --models Qwen3-0.6B,Qwen3-30B-A3B --contexts 8K,16K "
-                 "--policies full,sfi,quest:page=32,k=1024 --format json -o rows.json",
+                 "--policies full,sfi,quest:page=32,dense_layers=1 --budget 1024 --format json "
+                 "-o rows.json",
                  &out, &err);
     ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
     ck_assert_str_eq(out, "");
@@ -94,7 +97,9 @@ START_TEST(json_and_output_file)
     json_t *rows = json_object_get(j, "rows");
     ck_assert_uint_eq(json_array_size(rows), 2 * 2 * 3);
     json_t *r = json_array_get(rows, 2);
-    ck_assert_str_eq(json_string_value(json_object_get(r, "policy")), "quest:page=32,k=1024");
+    ck_assert_str_eq(json_string_value(json_object_get(r, "policy")),
+                     "quest:page=32,dense_layers=1");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "budget")), "1024");
     ck_assert(json_is_true(json_object_get(r, "fits")));
     ck_assert(json_real_value(json_object_get(r, "tokens_per_s")) > 0);
     ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(j, "stream")), "SYNTHETIC"));
@@ -235,10 +240,17 @@ START_TEST(bad_input)
                 "K = 2048 is larger than the context");
     expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 32K --param K=40000", 1,
                 "K = 40000 is larger than the context");
+    /* Issue 20.8: the sink and recent windows too (2^24 was priced). */
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 8K --param n_recent=16777216",
+                1, "n_recent = 16777216 is larger than the context (8192 positions)");
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 8K --param n_sink=8193", 1,
+                "n_sink = 8193 is larger than the context");
     expect_fail("--synthetic --no-png --models Qwen3-235B-A22B --gpus H100 --tp 1 --batch 64", 1,
                 "nothing fits");
     expect_fail("--synthetic --no-png --models Qwen3-4B --tp 3", 1, "--tp 3");
-    expect_fail("--synthetic --no-png --policies sfi,h2o", 1, "unknown policy 'h2o'");
+    expect_fail("--synthetic --no-png --policies sfi,h2o-ish", 1, "unknown policy 'h2o-ish'");
+    expect_fail("--synthetic --no-png --budget 0", 2, "budget '0'");
+    expect_fail("--synthetic --no-png --budget 150%", 2, "budget '150%'");
     expect_fail("--synthetic --no-png --format xml", 2, "--format");
     expect_fail("--synthetic --no-png --contexts 8Q", 2, "--contexts");
     expect_fail("--synthetic --no-png --bogus", 2, "--bogus");
@@ -512,6 +524,37 @@ START_TEST(short_stream_is_noted)
 }
 END_TEST
 
+/* fp8 KV halves a request's cache and full KV's KV reads. */
+START_TEST(kv_dtype_fp8)
+{
+    char *out, *err;
+    double kv[2], hbm[2];
+    for (int k = 0; k < 2; k++) {
+        int rc = run(k ? "sweep --synthetic --no-png --models Qwen3-4B --gpus B200 --tp 1 --contexts 64K "
+                         "--batch 4 --policies full --format json --kv-dtype fp8"
+                       : "sweep --synthetic --no-png --models Qwen3-4B --gpus B200 --tp 1 --contexts 64K "
+                         "--batch 4 --policies full --format json",
+                     &out, &err);
+        ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+        json_t *j = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(j);
+        ck_assert_str_eq(json_string_value(json_object_get(j, "kv_dtype")), k ? "fp8" : "bf16");
+        json_t *r = json_array_get(json_object_get(j, "rows"), 0);
+        kv[k] = json_real_value(json_object_get(r, "kv_bytes_per_request"));
+        hbm[k] = json_real_value(json_object_get(r, "hbm_bytes_per_token"));
+        json_decref(j);
+        free(out);
+        free(err);
+    }
+    ck_assert(kv[1] == kv[0] / 2);
+    ck_assert(hbm[1] < hbm[0] * 0.6 && hbm[1] > hbm[0] * 0.5);
+    ck_assert_int_eq(run("sweep --kv-dtype int4", &out, &err), 2);
+    ck_assert_ptr_nonnull(strstr(err, "--kv-dtype: 'int4' is not bf16 or fp8"));
+    free(out);
+    free(err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sweep");
@@ -529,6 +572,7 @@ int main(void)
     tcase_add_test(tc, no_baseline_and_no_room);
     tcase_add_test(tc, per_policy_parameters);
     tcase_add_test(tc, short_stream_is_noted);
+    tcase_add_test(tc, kv_dtype_fp8);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

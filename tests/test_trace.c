@@ -175,7 +175,7 @@ START_TEST(full_round_trip)
             }
         for (int l = 0; l < 2; l++)
             for (int h = 0; h < 4; h++) {
-                int32_t pos[3] = {4 + step, h, 1};
+                int32_t pos[3] = {4 + step, h, h == 1 ? 2 : 1};
                 float prob[3] = {0.5f, 0.25f, 0.125f};
                 ck_assert_msg(sfi_trace_add_topm(w, 0, step, l, h, pos, prob, 3, 0.125f, &e) == SFI_OK,
                               "%s", e.msg);
@@ -265,6 +265,47 @@ START_TEST(writer_refuses_bad_arguments)
     /* An existing file is not overwritten without the flag. */
     ck_assert_int_eq(sfi_trace_create(path, &m, 0, 0, &w, &e), SFI_EIO);
     ck_assert_ptr_nonnull(strstr(e.msg, path));
+
+    /* The writer refuses what the readers refuse (issue 20.5): the same
+     * record rules on both sides. */
+    char p2[4200];
+    snprintf(p2, sizeof p2, "%s/w2.db", dir);
+    sfi_trace_meta f;
+    meta_small(&f, SFI_TRACE_FULL);
+    ck_assert_int_eq(sfi_trace_create(p2, &f, 0, 0, &w, &e), SFI_OK);
+    int32_t pr[3] = {1, 2, 3};
+    ck_assert_int_eq(sfi_trace_add_request(w, pr, 3, NULL, &e), SFI_OK);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e),
+                     SFI_EINVAL); /* ctx below the prompt */
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 3, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e),
+                     SFI_OK);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 1, 5, 5, SFI_STEP_FAST, SFI_REASON_NONE, &e),
+                     SFI_EINVAL); /* ctx skips a position */
+    ck_assert_msg(strstr(e.msg, "does not follow prompt 3 + one per step"), "%s", e.msg);
+    static const struct {
+        int32_t pos[3];
+        float prob[3], tail;
+        const char *needle;
+    } badm[] = {
+        {{2, 1, 1}, {0.5f, 0.25f, 0.125f}, 0.125f, "position 1 appears twice"},
+        {{3, 1, 0}, {0.5f, 0.25f, 0.125f}, 0.125f, "position 3, prob 0.5) outside [0, ctx_len 3)"},
+        {{2, 1, 0}, {0.125f, 0.25f, 0.5f}, 0.125f, "not in descending probability order"},
+        {{0, 1, 2}, {1.0f, 1.0f, 1.0f}, 0.0f, "sum to 3"},
+        {{1, 0, 2}, {0.25f, 0.25f, 0.25f}, 0.25f, "ties by ascending position"},
+    };
+    for (size_t i = 0; i < sizeof badm / sizeof *badm; i++) {
+        ck_assert_int_eq(sfi_trace_add_topm(w, 0, 0, 0, 0, badm[i].pos, badm[i].prob, 3,
+                                            badm[i].tail, &e), SFI_ERANGE);
+        ck_assert_msg(strstr(e.msg, badm[i].needle), "%zu: %s", i, e.msg);
+    }
+    int32_t far_sel[2] = {0, 3};
+    ck_assert_int_eq(sfi_trace_add_selection(w, 0, 0, 0, 0, far_sel, 2, 0.5f, 0.0f, &e),
+                     SFI_EINVAL);
+    ck_assert_msg(strstr(e.msg, "position 3 is not inside the step's context of 3"), "%s", e.msg);
+    int32_t okp[3] = {2, 0, 1};
+    float okq[3] = {0.5f, 0.25f, 0.25f};
+    ck_assert_int_eq(sfi_trace_add_topm(w, 0, 0, 0, 0, okp, okq, 3, 0.0f, &e), SFI_OK);
+    ck_assert_int_eq(sfi_trace_finish(w, &e), SFI_OK);
     m.level = SFI_TRACE_FULL;
     m.top_m = 0;
     ck_assert_int_eq(sfi_trace_create(path, &m, SFI_TRACE_OVERWRITE, 0, &w, &e), SFI_EINVAL);

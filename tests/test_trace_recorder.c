@@ -105,6 +105,16 @@ static void drive(sfi_recorder *r)
                                   .n_kv_heads = KV, .head_dim = 8, .state = &st,
                                   .last_logits = NULL, .vocab_size = 50};
     ck_assert_msg(obs.on_prefill(obs.user, &pi, &e) == SFI_OK, "%s", e.msg);
+    /* Step 0's attention: the prefill's last query over the prompt. */
+    float *p0 = malloc((size_t)H * NCTX0 * sizeof(float));
+    for (int h = 0; h < H; h++)
+        make_probs(p0 + (size_t)h * NCTX0, h, NCTX0);
+    for (int l = 0; l < L && obs.want_attention; l++) {
+        sfi_decode_attention_info ai = {.step = 0, .layer = l, .kind = SFI_STEP_SLOW, .n_heads = H,
+                                        .n_ctx = NCTX0, .probs = p0};
+        ck_assert_msg(obs.on_attention(obs.user, &ai, &e) == SFI_OK, "%s", e.msg);
+    }
+    free(p0);
     sfi_decode_step_info s0 = {.step = 0, .kind = SFI_STEP_SLOW, .reason = SFI_REASON_FIRST,
                                .input_token = 8, .position = NCTX0 - 1, .n_ctx = NCTX0, .token = 17};
     ck_assert_msg(obs.on_step(obs.user, &s0, &e) == SFI_OK, "%s", e.msg);
@@ -143,10 +153,13 @@ static void drive(sfi_recorder *r)
     sfi_state_free(&st);
 }
 
+static const char *tokenizer_dir; /* the --tokenizer the next record() names */
+
 static sfi_trace *record_layers(sfi_trace_level level, int top_m, const char *layers)
 {
     sfi_recorder_opts ro;
     sfi_recorder_opts_default(&ro);
+    ro.tokenizer_dir = tokenizer_dir;
     ro.layers = layers;
     ro.path = path;
     ro.level = level;
@@ -193,6 +206,18 @@ START_TEST(tokens_level)
     ck_assert_int_eq(s.kind[1], SFI_STEP_FAST);
     ck_assert_int_eq(s.reason[2], SFI_REASON_TRIGGER);
     sfi_trace_steps_free(&s);
+    ck_assert_ptr_nonnull(strstr(m->tokenizer, "model directory; "));
+    sfi_trace_close(t);
+    /* --tokenizer DIR: the meta names the files that made the ids, not the
+     * model directory's (issue 20). */
+    char tk[4096];
+    snprintf(tk, sizeof tk, "%s", sfi_test_src("tests/fixtures/qwen3-tokenizer"));
+    tokenizer_dir = tk;
+    t = record(SFI_TRACE_TOKENS, 4096);
+    tokenizer_dir = NULL;
+    m = sfi_trace_get_meta(t);
+    ck_assert_msg(!strncmp(m->tokenizer, tk, strlen(tk)) &&
+                  !strstr(m->tokenizer, "(absent)"), "%s", m->tokenizer);
     sfi_trace_close(t);
 }
 END_TEST
@@ -249,8 +274,9 @@ START_TEST(full_level)
     sfi_trace *t = record(SFI_TRACE_FULL, 4);
     sfi_error e;
     ck_assert_int_eq(sfi_trace_get_meta(t)->top_m, 4);
-    /* Steps 1 and 2, every layer and query head; step 0 is the prefill's. */
-    ck_assert_int_eq(sfi_trace_n_topm(t), 2 * L * H);
+    /* Steps 0 (the prefill's last query), 1 and 2, every layer and query
+     * head. */
+    ck_assert_int_eq(sfi_trace_n_topm(t), 3 * L * H);
     int32_t pos[4], m;
     float prob[4], tail;
     ck_assert_int_eq(sfi_trace_read_topm(t, 0, 2, 1, 3, pos, prob, &m, &tail, &e), SFI_OK);
@@ -262,7 +288,8 @@ START_TEST(full_level)
     ck_assert_float_eq(prob[0], 0.5f);
     ck_assert_float_eq(prob[3], 0.0625f);
     ck_assert_float_eq_tol(tail, 0.0625f, 1e-6f);
-    ck_assert_int_eq(sfi_trace_read_topm(t, 0, 0, 0, 0, pos, prob, &m, &tail, &e), SFI_ENOTFOUND);
+    ck_assert_int_eq(sfi_trace_read_topm(t, 0, 0, 0, 0, pos, prob, &m, &tail, &e), SFI_OK);
+    ck_assert_int_eq(pos[0], NCTX0 - 1);
     char *v;
     ck_assert_int_eq(sfi_trace_get_meta_value(t, "topm_layers", &v, &e), SFI_OK);
     ck_assert_str_eq(v, "all");
@@ -270,7 +297,7 @@ START_TEST(full_level)
     sfi_trace_close(t);
     /* Only layer 1's top-M records when asked. */
     t = record_layers(SFI_TRACE_FULL, 4, "1");
-    ck_assert_int_eq(sfi_trace_n_topm(t), 2 * H);
+    ck_assert_int_eq(sfi_trace_n_topm(t), 3 * H);
     ck_assert_int_eq(sfi_trace_read_topm(t, 0, 1, 0, 0, pos, prob, &m, &tail, &e), SFI_ENOTFOUND);
     ck_assert_int_eq(sfi_trace_read_topm(t, 0, 1, 1, 0, pos, prob, &m, &tail, &e), SFI_OK);
     ck_assert_int_eq(sfi_trace_get_meta_value(t, "topm_layers", &v, &e), SFI_OK);

@@ -38,27 +38,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sfi_status st;
     switch (data[0] % 7) {
     case 0: {
-        sfi_sim_policy p;
-        st = sfi_sim_policy_parse(s, &p, &err);
+        sfi_policy_kind k, k2;
+        sfi_policy_config c, c2;
+        sfi_policy_config_default(&c);
+        st = sfi_policy_spec_parse(s, &k, &c, &err);
         check(st, &err);
         if (!st) {
-            sfi_sim_policy q;
-            if (sfi_sim_policy_parse(sfi_sim_policy_name(p.kind), &q, &err) || q.kind != p.kind)
+            sfi_policy_config_default(&c2);
+            if (sfi_policy_spec_parse(sfi_policy_kind_name(k), &k2, &c2, &err) || k2 != k)
                 abort();
         }
+        sfi_budget b;
+        check(sfi_budget_parse(s, &b, &err), &err);
         break;
     }
     case 1: {
         unsigned mask = 0;
-        check(sfi_peer_set_parse_list(s, &mask, &err), &err);
+        check(sfi_policy_parse_list(s, &mask, &err), &err);
         break;
     }
     case 2: {
-        sfi_peer_kind k;
-        st = sfi_peer_kind_parse(s, &k, &err);
+        sfi_policy_kind k;
+        st = sfi_policy_kind_parse(s, &k, &err);
         check(st, &err);
-        sfi_peer_kind k2;
-        if (!st && (sfi_peer_kind_parse(sfi_peer_kind_name(k), &k2, &err) || k2 != k))
+        sfi_policy_kind k2;
+        if (!st && (sfi_policy_kind_parse(sfi_policy_kind_name(k), &k2, &err) || k2 != k))
             abort();
         break;
     }

@@ -10,6 +10,7 @@
 #include <config.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(back);
     }
     free(ids);
+    /* The text as an id list (--prompt-ids, sfi-ref decode): what parses
+     * holds no NUL byte and prints back to the same ids. */
+    int32_t *pid = NULL;
+    size_t npid = 0;
+    if (sfi_token_ids_parse(text, tl, "ids", &pid, &npid, &err) == SFI_OK) {
+        if (memchr(text, '\0', tl))
+            abort();
+        char *buf = malloc(npid * 11 + 1);
+        size_t off = 0;
+        for (size_t i = 0; buf && i < npid; i++)
+            off += (size_t)sprintf(buf + off, "%s%d", i ? " " : "", (int)pid[i]);
+        int32_t *again = NULL;
+        size_t nagain = 0;
+        if (!buf || sfi_token_ids_parse(buf, off, "ids", &again, &nagain, &err) != SFI_OK ||
+            nagain != npid || (npid && memcmp(again, pid, npid * sizeof *pid)))
+            abort();
+        free(again);
+        free(buf);
+    } else if (!err.msg[0] || strncmp(err.msg, "ids: ", 5)) {
+        abort();
+    }
+    free(pid);
     /* Ids from the input itself: out-of-range ones are errors, not reads. */
     int32_t raw[16];
     size_t nr = size / 4 < 16 ? size / 4 : 16;

@@ -11,9 +11,14 @@
  * The SQL runs under an authorizer that allows only reads, writes of the
  * trace's tables, and a few pragmas: no ATTACH, no VACUUM INTO, no new
  * files. Invariants: refusals have messages; reads of an opened file never
- * return counts outside the header's limits. */
+ * return counts outside the header's limits; a top-M record read back has
+ * distinct positions inside its step's context in descending probability
+ * order; meta values of an opened file are what sfi-trace(5) allows; and
+ * the analyzer (sfi_analyze_trace_open) refuses whatever sfi_trace_check
+ * refuses, with the same message (one validator, issue 20). */
 #include <config.h>
 
+#include <jansson.h>
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +26,9 @@
 #include <strings.h>
 
 #include "fuzz_util.h"
+#include "sfi_analyze_trace.h"
+#include "sfi_params.h"
+#include "sfi_state.h"
 #include "sfi_trace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -68,12 +76,14 @@ static void build_template(void)
                 if (sfi_trace_add_fast_mass(w, 0, step, l, h, 0.5f, &e) != SFI_OK)
                     abort();
             }
-        for (int h = 0; h < 4; h++) {
-            int32_t pos[3] = {4 + step, h, 1};
-            float prob[3] = {0.5f, 0.25f, 0.125f};
-            if (sfi_trace_add_topm(w, 0, step, 1, h, pos, prob, 3, 0.125f, &e) != SFI_OK)
-                abort();
-        }
+        /* Every layer and head: a trace the analyzer reads as it is. */
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 4; h++) {
+                int32_t pos[3] = {4 + step, h, h == 3 ? 0 : h + 1};
+                float prob[3] = {0.5f, 0.25f, 0.125f};
+                if (sfi_trace_add_topm(w, 0, step, l, h, pos, prob, 3, 0.125f, &e) != SFI_OK)
+                    abort();
+            }
         float q[4 * 8] = {0};
         if (sfi_trace_add_snapshot(w, 0, step, 1, 'q', 4, 8, q, &e) != SFI_OK)
             abort();
@@ -164,14 +174,64 @@ out:
     free(text);
 }
 
-static void read_everything(sfi_trace *t)
+static int has_control(const char *v)
+{
+    for (; v && *v; v++)
+        if ((unsigned char)*v < 0x20 || *v == 0x7f)
+            return 1;
+    return 0;
+}
+
+/* A top-M record as sfi-trace(5) defines it (ctx 0: the step's context
+ * is unknown here, when the steps could not be read). */
+static void check_topm(const int32_t *pos, const float *prob, int32_t n, int32_t ctx)
+{
+    for (int32_t i = 0; i < n; i++) {
+        if (pos[i] < 0 || (ctx > 0 && pos[i] >= ctx) || !(prob[i] >= 0.0f && prob[i] <= 1.0f))
+            abort();
+        if (i && (prob[i] > prob[i - 1] || (prob[i] == prob[i - 1] && pos[i] < pos[i - 1])))
+            abort();
+        for (int32_t j = 0; j < i; j++)
+            if (pos[j] == pos[i])
+                abort();
+    }
+}
+
+static void read_everything(sfi_trace *t, sfi_status *check_st, char *check_msg)
 {
     sfi_error err;
     const sfi_trace_meta *m = sfi_trace_get_meta(t);
     if (!m || m->n_layers < 0 || m->n_layers > SFI_TRACE_MAX_LAYERS || m->top_m < 0 ||
         m->top_m > SFI_TRACE_MAX_TOP_M)
         abort();
-    sfi_trace_check(t, &err);
+    /* Meta values an opened trace may hold. */
+    sfi_params prm;
+    sfi_params_default(&prm);
+    sfi_trigger_kind tk;
+    if (sfi_params_from_json(&prm, m->params_json, "params", &err) != SFI_OK ||
+        has_control(m->tool) || has_control(m->tool_version) || has_control(m->tokenizer) ||
+        (*m->policy && strcmp(m->policy, "dense") &&
+         sfi_trigger_policy_parse(m->policy, &tk, NULL) != SFI_OK) ||
+        strlen(sfi_trace_created(t)) != 20)
+        abort();
+    json_t *mc = json_loads(m->model_config_json, 0, NULL);
+    if (!json_is_object(mc))
+        abort();
+    json_decref(mc);
+    char *layers = NULL;
+    if (sfi_trace_get_meta_value(t, "topm_layers", &layers, &err) == SFI_OK) {
+        for (char *p = layers; strcmp(layers, "all") && *p;) {
+            char *end;
+            long x = strtol(p, &end, 10);
+            if (end == p || x < 0 || x >= m->n_layers)
+                abort();
+            p = *end ? end + 1 : end;
+        }
+        free(layers);
+    }
+    *check_st = sfi_trace_check(t, &err);
+    if (*check_st)
+        memcpy(check_msg, err.msg, sizeof err.msg);
     int64_t nr = sfi_trace_n_requests(t);
     for (int64_t r = 0; r < nr && r < 4; r++) {
         sfi_trace_request rq;
@@ -181,9 +241,12 @@ static void read_everything(sfi_trace *t)
             sfi_trace_request_free(&rq);
         }
         sfi_trace_steps s;
+        int32_t ctx[3] = {0, 0, 0};
         if (sfi_trace_read_steps(t, r, &s, &err) == SFI_OK) {
             if (s.n < 0 || s.n > SFI_TRACE_MAX_TOKENS_PER_REQUEST)
                 abort();
+            for (int64_t i = 0; i < s.n && i < 3; i++)
+                ctx[i] = s.ctx_len[i];
             sfi_trace_steps_free(&s);
         }
         for (int64_t step = 0; step < 3; step++) {
@@ -192,8 +255,12 @@ static void read_everything(sfi_trace *t)
                     int32_t *sel = NULL, n_sel = 0;
                     float mass, lambda;
                     if (sfi_trace_read_selection(t, r, step, l, h, &sel, &n_sel, &mass, &lambda,
-                                                 &err) == SFI_OK)
+                                                 &err) == SFI_OK) {
+                        for (int32_t i = 0; i < n_sel; i++)
+                            if (sel[i] < 0 || (ctx[step] > 0 && sel[i] >= ctx[step]))
+                                abort();
                         free(sel);
+                    }
                     sfi_trace_read_fast_mass(t, r, step, l, h, &mass, &err);
                     /* pos/prob hold top_m entries, as the reader asks. */
                     if (m->top_m <= 4096) {
@@ -203,9 +270,11 @@ static void read_everything(sfi_trace *t)
                         float tail;
                         if (pos && prob &&
                             sfi_trace_read_topm(t, r, step, l, h, pos, prob, &mm, &tail, &err) ==
-                                SFI_OK &&
-                            (mm < 0 || mm > m->top_m))
-                            abort();
+                                SFI_OK) {
+                            if (mm < 0 || mm > m->top_m)
+                                abort();
+                            check_topm(pos, prob, mm, ctx[step]);
+                        }
                         free(pos);
                         free(prob);
                     }
@@ -243,11 +312,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sfi_trace *t = NULL;
     sfi_error err;
     sfi_error_clear(&err);
+    sfi_status check_st = SFI_OK;
+    static char check_msg[SFI_ERROR_MSG_MAX];
     if (sfi_trace_open(path, &t, &err) == SFI_OK) {
-        read_everything(t);
+        read_everything(t, &check_st, check_msg);
         sfi_trace_close(t);
     } else if (!err.msg[0]) {
         abort();
+    } else {
+        check_st = err.code;
+        memcpy(check_msg, err.msg, sizeof check_msg);
     }
+    /* The analyzer validates as `trace check` does: what check refuses it
+     * refuses with the same message. */
+    sfi_analyze_trace *a = NULL;
+    sfi_error aerr;
+    sfi_error_clear(&aerr);
+    sfi_status ast = sfi_analyze_trace_open(path, NULL, NULL, -1, &a, &aerr);
+    sfi_analyze_trace_free(a);
+    if (check_st != SFI_OK && (ast == SFI_OK || strcmp(aerr.msg, check_msg)))
+        abort();
+    if (ast != SFI_OK && !aerr.msg[0])
+        abort();
     return 0;
 }
