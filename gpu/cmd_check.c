@@ -964,6 +964,26 @@ out:
     free(dir);
     free(ids_path);
     return result;
+static void check_usage(FILE *f)
+{
+    fputs("usage: sfi-gpu check [--bit-exact] [--quick] [--kernels-only] [--seed N]\n"
+          "\n"
+          "Runs a fixed, seeded suite of cases through the GPU kernels and through the\n"
+          "reference (dense attention and logits, Selector, Top-K, reorg, two-segment\n"
+          "sparse attention) and prints one line per case and check; then end-to-end\n"
+          "cases: the decode engine of sfi-gpu run against sfi-ref's decode loop on\n"
+          "the test fixtures and (from $SFI_SHARED) the trained model.\n"
+          "\n"
+          "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
+          "               lambda*, scores and selected sets identical bit for bit\n"
+          "  --quick      the first five kernel cases and two end-to-end cases\n"
+          "  --kernels-only  no end-to-end cases\n"
+          "  --seed N     seed of the random inputs (default 1)\n"
+          "  -h, --help   this help\n"
+          "\n"
+          "Exit status: 0 all passed, 1 a mismatch or CUDA error, 2 usage error,\n"
+          "77 no usable CUDA device. See sfi-gpu(1).\n",
+          f);
 }
 
 int sfi_gpu_cmd_check(int argc, char **argv)
@@ -971,6 +991,10 @@ int sfi_gpu_cmd_check(int argc, char **argv)
     int bit_exact = 0, quick = 0, no_e2e = 0;
     unsigned long long seed = 1;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            check_usage(stdout);
+            return 0;
+        }
         if (!strcmp(argv[i], "--bit-exact"))
             bit_exact = 1;
         else if (!strcmp(argv[i], "--quick"))
