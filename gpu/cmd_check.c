@@ -964,6 +964,8 @@ out:
     free(dir);
     free(ids_path);
     return result;
+}
+
 static void check_usage(FILE *f)
 {
     fputs("usage: sfi-gpu check [--bit-exact] [--quick] [--kernels-only] [--seed N]\n"
