@@ -30,7 +30,8 @@ static void usage(FILE *out)
             "                   [--params FILE] [--trigger POLICY] [--interval N]\n"
             "                   [--backend scalar|blas] [--tokenizer DIR] [--stop-at-eos]\n"
             "                   [--trace FILE [--trace-level L] [--trace-top-m M]\n"
-            "                   [--trace-layers LIST]] [--json]\n\n"
+            "                   [--trace-layers LIST] [--trace-qk|--trace-qkv]\n"
+            "                   [--trace-calib F]] [--json]\n\n"
             "Greedy decoding of a prompt with a Hugging Face Qwen3 / Qwen3-MoE checkpoint\n"
             "(config.json + model.safetensors or a sharded index). The prompt is prefilled\n"
             "densely; its last W_prefill queries initialize the selected sets; then every\n"
@@ -116,6 +117,9 @@ int sfi_ref_cmd_run(int argc, char **argv)
         {"trace-level", required_argument, NULL, O_TRACE},
         {"trace-top-m", required_argument, NULL, O_TRACE},
         {"trace-layers", required_argument, NULL, O_TRACE},
+        {"trace-qk", no_argument, NULL, O_TRACE},
+        {"trace-qkv", no_argument, NULL, O_TRACE},
+        {"trace-calib", required_argument, NULL, O_TRACE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
