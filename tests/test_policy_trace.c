@@ -161,6 +161,32 @@ START_TEST(real_qk_trace_and_calibration)
     ck_assert_ptr_null(strstr(out, "leaks"));
     free(out);
     free(err);
+    /* --records-only: the same trace through the proxies, named. */
+    snprintf(cmd, sizeof cmd, "'%s' analyze '%s' --budget 25%% --param n_recent=8 "
+             "--records-only --format json", sfi_test_build("sfi-sim"), trace);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    ck_assert_ptr_nonnull(j);
+    json_t *pols = json_object_get(j, "policies");
+    int saw = 0;
+    for (size_t i = 0; i < json_array_size(pols); i++) {
+        json_t *p = json_array_get(pols, i);
+        const char *nm = json_string_value(json_object_get(p, "name"));
+        if (!strcmp(nm, "h2o") || !strcmp(nm, "snapkv") || !strcmp(nm, "lfps")) {
+            ck_assert_msg(json_is_string(json_object_get(p, "proxy")), "%s", nm);
+            saw++;
+        }
+        if (!strcmp(nm, "quest") || !strcmp(nm, "fasa"))
+            ck_assert(json_is_false(json_object_get(p, "available")));
+        else
+            ck_assert_double_eq_tol(json_real_value(json_object_get(p, "exact_share")), 0.0,
+                                    1e-12);
+    }
+    ck_assert_int_eq(saw, 3);
+    json_decref(j);
+    free(out);
+    free(err);
 }
 END_TEST
 
@@ -190,6 +216,13 @@ START_TEST(bad_calibration_inputs)
              ids, dir, bad);
     ck_assert_int_ne(sfi_test_run(cmd, &out, &err), 0);
     ck_assert_msg(strstr(err, "for 5 layers") != NULL, "%s", err);
+    free(out);
+    free(err);
+    /* teacher forcing needs an id per step after the first */
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-ids '%s' --forced-ids '%s' "
+             "--max-new 60", sfi_test_build("sfi-ref"), model, ids, ids);
+    ck_assert_int_ne(sfi_test_run(cmd, &out, &err), 0);
+    ck_assert_msg(strstr(err, "50 ids for 60 steps (need 59)") != NULL, "%s", err);
     free(out);
     free(err);
     /* --trace-qk needs the full level */
