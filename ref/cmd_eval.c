@@ -34,7 +34,8 @@ static void usage(FILE *out)
             "                    [--prefix L] [--tokens N] [--offset T] [--budgets LIST]\n"
             "                    [--policies LIST] [--param KEY=VALUE ...] [--params FILE]\n"
             "                    [--backend blas|scalar] [--tokenizer DIR] [--bootstrap R]\n"
-            "                    [--seed S] [--format table|csv|json] [--png FILE] [--quiet]\n\n"
+            "                    [--seed S] [--threads T] [--format table|csv|json] [--png FILE]\n"
+            "                    [--quiet]\n\n"
             "Teacher-forced quality of every KV policy at equal budget. The text's first L\n"
             "tokens are prefilled once; then N tokens are fed one at a time, and at every\n"
             "step each layer's attention is restricted to the positions the policy chooses\n"
@@ -69,6 +70,8 @@ static void usage(FILE *out)
             "                         model directory. SFI's trigger set comes from them\n"
             "      --bootstrap R      bootstrap resamples of the NLL change (1000; 0: none)\n"
             "      --seed S           bootstrap seed (1)\n"
+            "      --threads T        runs in parallel (default: one per CPU); results do not\n"
+            "                         depend on it\n"
             "      --format F         table (default), csv or json on standard output\n"
             "      --png FILE         write NLL change and KL vs budget, one line per policy\n"
             "  -q, --quiet            no progress lines on standard error\n"
@@ -153,8 +156,8 @@ static void print_table(const char *model, const char *src, const sfi_eval_opts 
     printf("model: %s\ntext: %s\nprefix: %d tokens, scored: %d tokens, backend: %s\n", model,
            src, r->n_prefix, r->n_tokens, sfi_backend_name(o->backend));
     printf("full KV: NLL %.4f nats/token, perplexity %.3f\n", r->full_nll, r->full_ppl);
-    printf("seconds: prefill %.1f (once), full KV %.1f, all %.1f\n", r->prefill_seconds,
-           r->full_seconds, r->seconds);
+    printf("seconds: prefill %.1f (once), full KV %.1f, all %.1f (%d runs in parallel)\n",
+           r->prefill_seconds, r->full_seconds, r->seconds, r->n_threads);
     if (r->n_kascade_anchors) {
         printf("kascade anchors:");
         for (int i = 0; i < r->n_kascade_anchors; i++)
@@ -227,6 +230,7 @@ static int print_json(const char *model, const char *src, const sfi_eval_opts *o
     json_object_set_new(j, "full_seconds", json_real(r->full_seconds));
     json_object_set_new(j, "seconds", json_real(r->seconds));
     json_object_set_new(j, "cpu_seconds", json_real(r->cpu_seconds));
+    json_object_set_new(j, "threads", json_integer(r->n_threads));
     json_object_set_new(j, "bootstrap", json_integer(o->n_boot));
     json_object_set_new(j, "confidence", json_real(o->conf));
     for (int i = 0; i < r->n_rows; i++) {
@@ -247,6 +251,7 @@ static int print_json(const char *model, const char *src, const sfi_eval_opts *o
         json_object_set_new(x, "slow_fraction",
                             w->slow_fraction >= 0.0 ? json_real(w->slow_fraction) : json_null());
         json_object_set_new(x, "seconds", json_real(w->seconds));
+        json_object_set_new(x, "cpu_seconds", json_real(w->cpu_seconds));
         json_object_set_new(x, "proxy", w->proxy ? json_string(w->proxy) : json_null());
         json_array_append_new(rows, x);
     }
@@ -323,8 +328,8 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
 
 int sfi_ref_cmd_eval(int argc, char **argv)
 {
-    enum { O_TEXT = 256, O_IDS, O_TRACE, O_REQUEST, O_OFFSET, O_POLICIES, O_CALIB, O_PARAMS, O_BACKEND,
-           O_TOKENIZER, O_BOOT, O_SEED, O_FORMAT, O_PNG };
+    enum { O_TEXT = 256, O_IDS, O_TRACE, O_REQUEST, O_OFFSET, O_POLICIES, O_CALIB, O_PARAMS,
+           O_BACKEND, O_TOKENIZER, O_BOOT, O_SEED, O_THREADS, O_FORMAT, O_PNG };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"text", required_argument, NULL, O_TEXT},
@@ -343,6 +348,7 @@ int sfi_ref_cmd_eval(int argc, char **argv)
         {"tokenizer", required_argument, NULL, O_TOKENIZER},
         {"bootstrap", required_argument, NULL, O_BOOT},
         {"seed", required_argument, NULL, O_SEED},
+        {"threads", required_argument, NULL, O_THREADS},
         {"format", required_argument, NULL, O_FORMAT},
         {"png", required_argument, NULL, O_PNG},
         {"quiet", no_argument, NULL, 'q'},
@@ -429,6 +435,15 @@ int sfi_ref_cmd_eval(int argc, char **argv)
             o.seed = s;
             break;
         }
+        case O_THREADS:
+            if (parse_int(optarg, "--threads", 1, &o.n_threads))
+                return 2;
+            if (o.n_threads > SFI_EVAL_MAX_THREADS) {
+                fprintf(stderr, "sfi-ref eval: --threads %d: at most %d\n", o.n_threads,
+                        SFI_EVAL_MAX_THREADS);
+                return 2;
+            }
+            break;
         case O_FORMAT:
             if (!strcmp(optarg, "table"))
                 format = 0;
@@ -495,7 +510,8 @@ int sfi_ref_cmd_eval(int argc, char **argv)
     if (!tok_dir)
         tok_dir = model;
     if (file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt")) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e)) {
+        if (sfi_tokenizer_load(tok_dir, &tk, &e) ||
+            sfi_ref_tokenizer_fits(tk, tok_dir, sfi_qwen3_config(m), &e)) {
             fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
             goto out;
         }

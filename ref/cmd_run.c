@@ -55,7 +55,8 @@ static void usage(FILE *out)
             "      --tokenizer DIR    tokenizer files (vocab.json, merges.txt); default the\n"
             "                         model directory. Without them the trigger set is empty\n"
             "                         and only ids are printed\n"
-            "      --stop-at-eos      stop after generating the config's eos_token_id\n"
+            "      --stop-at-eos      stop after generating one of the config's\n"
+            "                         eos_token_id (every id of a list)\n"
             "      --json             print one JSON object\n"
             "  -h, --help             print this help\n"
             "%s\n"
@@ -192,7 +193,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
         case O_JSON: json = 1; break;
         case O_TRACE:
             if (sfi_recorder_set_option(&ro, opts[long_index].name, optarg, &e) != 1) {
-                fprintf(stderr, "sfi-ref run: --%s: %s\n", opts[long_index].name, e.msg);
+                fprintf(stderr, "sfi-ref run: %s\n", e.msg);
                 return 2;
             }
             break;
@@ -245,10 +246,12 @@ int sfi_ref_cmd_run(int argc, char **argv)
         tok_dir = model;
     int have_tok_files = file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt");
     if (have_tok_files) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e)) {
+        if (sfi_tokenizer_load(tok_dir, &tk, &e) || sfi_ref_tokenizer_fits(tk, tok_dir, cfg, &e)) {
             fprintf(stderr, "sfi-ref run: %s\n", e.msg);
             goto out;
         }
+        if (tok_dir != model)
+            ro.tokenizer_dir = tok_dir;
         if (sfi_trigger_set_build(sfi_tokenizer_vocab(tk), o.params.trigger_chars, &ts, &e)) {
             fprintf(stderr, "sfi-ref run: %s\n", e.msg);
             goto out;
@@ -304,7 +307,8 @@ int sfi_ref_cmd_run(int argc, char **argv)
                         "max_position_embeddings %d\n", n_ids, cfg->max_position_embeddings);
         goto out;
     }
-    o.stop_token = stop ? cfg->eos_token_id : -1;
+    o.stop_tokens = stop ? cfg->eos_token_ids : NULL;
+    o.n_stop_tokens = stop ? cfg->n_eos : 0;
     if (forced_ids) {
         size_t len;
         char *s = read_prompt(forced_ids, "a list of token ids", &len, &e);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sfi_ref_cli.h"
+#include "sfi_vocab.h"
 
 int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
                           void (*usage)(FILE *), sfi_tokenizer **out)
@@ -68,5 +69,16 @@ sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_
     }
     *ids = v;
     *n = (int)k;
+    return SFI_OK;
+}
+
+sfi_status sfi_ref_tokenizer_fits(const sfi_tokenizer *tk, const char *tok_dir,
+                                  const sfi_model_config *cfg, sfi_error *err)
+{
+    int32_t n = sfi_vocab_size(sfi_tokenizer_vocab(tk));
+    if (n > cfg->vocab_size)
+        return sfi_error_set(err, SFI_EINVAL, "%s: the tokenizer's ids reach %d, past the "
+                             "model's vocab_size %d: not this model's tokenizer", tok_dir, n - 1,
+                             cfg->vocab_size);
     return SFI_OK;
 }

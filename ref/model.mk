@@ -8,3 +8,4 @@ dist_man_MANS += man/sfi-ref-run.1 man/sfi-ref-make-checkpoint.1 man/sfi-ref-eva
 # sfi-ref eval's harness: every policy at equal budget inside the forward pass.
 pkginclude_HEADERS += ref/sfi_eval.h
 libsfi_la_SOURCES += ref/sfi_eval.c
+libsfi_la_LIBADD += -lpthread

@@ -609,7 +609,10 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
                 goto fail;
         }
         prev = o->forced && t + 1 < o->max_new ? o->forced[t] : tok;
-        if (tok == o->stop_token)
+        int stop = tok == o->stop_token;
+        for (int i = 0; !stop && o->stop_tokens && i < o->n_stop_tokens; i++)
+            stop = tok == o->stop_tokens[i];
+        if (stop)
             break;
     }
     if (obs && obs->want_qk && obs->on_qk)

@@ -38,6 +38,9 @@ typedef struct {
     int32_t n_trigger_vocab;
     int max_new;                 /* tokens to generate, >= 1 */
     int32_t stop_token;          /* stop after generating it; -1: never stop early */
+    const int *stop_tokens;      /* more tokens that stop (e.g. every id of a config's
+                                    eos_token_id list); NULL when none */
+    int n_stop_tokens;
     sfi_backend backend;
     /* Teacher forcing (NULL: greedy decoding): step t >= 1 feeds
      * forced[t-1] instead of x_{t-1} (the trigger policy sees the fed

@@ -23,13 +23,19 @@
 #include "sfi_eval.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sfi_decode.h"
 #include "sfi_math.h"
 #include "sfi_state.h"
+
+#ifdef SFI_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
 #define KASCADE_CALIB 16
 #define EVAL_MAX_KV_HEADS 1024
@@ -45,6 +51,14 @@ static double cpu_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU time of the calling thread: a run's own cost while others run. */
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -488,8 +502,7 @@ static sfi_status standin_calib(ectx *e, sfi_policy_calib *cal)
     return rc;
 }
 
-static sfi_status run_peer(ectx *e, sfi_policy_kind kind, int B, sfi_eval_row *row,
-                           sfi_eval_result *res)
+static sfi_status run_peer(ectx *e, sfi_policy_kind kind, int B, sfi_eval_row *row)
 {
     pctx p;
     memset(&p, 0, sizeof p);
@@ -509,7 +522,7 @@ static sfi_status run_peer(ectx *e, sfi_policy_kind kind, int B, sfi_eval_row *r
                                      &p.pol, e->err)))
         goto out;
     if (kind == SFI_POLICY_KASCADE)
-        res->n_kascade_anchors = sfi_eval_policy_anchors(p.pol, res->kascade_anchors, 64);
+        row->n_anchors = sfi_eval_policy_anchors(p.pol, row->anchors, 64);
     /* What the prompt showed each layer: its last queries (the prefix
      * keeps pre.n_queries) and its keys. */
     int nt = e->pre.n_queries < e->L ? e->pre.n_queries : e->L;
@@ -564,6 +577,127 @@ static void ectx_free(ectx *e)
     free(e->agree);
 }
 
+/* A worker's own buffers (the shared fields are the parent's, read only). */
+static sfi_status worker_init(ectx *w, const ectx *parent, sfi_error *err)
+{
+    /* the prefix and full KV's reference stay shared: worker_free never
+     * frees them */
+    *w = *parent;
+    memset(&w->work, 0, sizeof w->work);
+    size_t N = (size_t)w->N, V = (size_t)w->V;
+    w->logits = malloc(sizeof(float) * V);
+    w->lp = malloc(sizeof(float) * V);
+    w->nll = malloc(sizeof(double) * N);
+    w->kl = malloc(sizeof(double) * N);
+    w->agree = malloc(N);
+    w->err = err;
+    if (!w->logits || !w->lp || !w->nll || !w->kl || !w->agree)
+        return sfi_error_set(err, SFI_ENOMEM, "eval: out of memory");
+    return sfi_kv_cache_init(&w->work, w->c, w->cap, err);
+}
+
+static void worker_free(ectx *w)
+{
+    sfi_kv_cache_free(&w->work);
+    free(w->logits);
+    free(w->lp);
+    free(w->nll);
+    free(w->kl);
+    free(w->agree);
+}
+
+/* The jobs (budget, policy) shared by the workers. */
+typedef struct {
+    const ectx *e;          /* shared state: prefix, full KV's reference */
+    const double *full_nll;
+    sfi_eval_row *rows;
+    int n_jobs, next;
+    pthread_mutex_t mu;
+    int failed;
+    sfi_error err;
+} jobs;
+
+/* Runs one job and fills its row. */
+static sfi_status run_job(ectx *w, const double *full_nll, double full_mean, sfi_eval_row *r,
+                          double *delta)
+{
+    const sfi_eval_opts *o = w->o;
+    w->attended = w->attend_den = 0;
+    w->n_slow = 0;
+    double r0 = now_s(), rc0 = thread_cpu_s();
+    sfi_status rc = sfi_policy_has_slow_steps(r->kind) ? run_sfi(w, r->kind, r->budget)
+                                                       : run_peer(w, r->kind, r->budget, r);
+    if (rc)
+        return sfi_error_prefix(w->err, "%s at budget %g", sfi_policy_kind_name(r->kind),
+                                r->share);
+    r->seconds = now_s() - r0;
+    r->cpu_seconds = thread_cpu_s() - rc0;
+    double sn = 0.0, sk = 0.0, kmax = 0.0;
+    int agree = 0;
+    for (int t = 0; t < w->N; t++) {
+        sn += w->nll[t];
+        sk += w->kl[t];
+        if (w->kl[t] > kmax)
+            kmax = w->kl[t];
+        agree += w->agree[t];
+        delta[t] = w->nll[t] - full_nll[t];
+    }
+    r->nll = sn / w->N;
+    r->ppl = (double)sfi_expf((float)r->nll);
+    r->dnll = r->nll - full_mean;
+    r->kl = sk / w->N;
+    r->kl_max = kmax;
+    r->top1 = (double)agree / w->N;
+    r->retained = w->attend_den ? (double)w->attended / (double)w->attend_den : 1.0;
+    r->slow_fraction = sfi_policy_has_slow_steps(r->kind) ? (double)w->n_slow / w->N : -1.0;
+    return bootstrap(delta, w->N, o->n_boot, o->conf, o->seed, &r->dnll_lo, &r->dnll_hi,
+                     w->err);
+}
+
+typedef struct {
+    jobs *J;
+    double full_mean;
+} worker_arg;
+
+static void *worker(void *arg)
+{
+    worker_arg *a = arg;
+    jobs *J = a->J;
+    sfi_error err;
+    sfi_error_clear(&err);
+    ectx w;
+    double *delta = malloc(sizeof(double) * (size_t)J->e->N);
+    sfi_status rc = worker_init(&w, J->e, &err);
+    if (!rc && !delta)
+        rc = sfi_error_set(&err, SFI_ENOMEM, "eval: out of memory");
+    for (;;) {
+        pthread_mutex_lock(&J->mu);
+        if (rc && !J->failed) {
+            J->failed = 1;
+            J->err = err;
+        }
+        int i = J->failed || J->next >= J->n_jobs ? -1 : J->next++;
+        pthread_mutex_unlock(&J->mu);
+        if (i < 0)
+            break;
+        sfi_eval_row *r = &J->rows[i];
+        rc = run_job(&w, J->full_nll, a->full_mean, r, delta);
+        if (!rc && w.o->progress) {
+            pthread_mutex_lock(&J->mu);
+            fprintf(w.o->progress,
+                    "eval: %-9s budget %5.1f%% (B %d): retained %.4f, NLL %.4f (%+.4f), "
+                    "KL %.5f, top-1 %.3f (%.1f s)\n",
+                    sfi_policy_kind_name(r->kind), 100.0 * r->share, r->budget, r->retained,
+                    r->nll, r->dnll, r->kl, r->top1, r->seconds);
+            fflush(w.o->progress);
+            pthread_mutex_unlock(&J->mu);
+        }
+    }
+    free(delta);
+    worker_free(&w);
+    return NULL;
+}
+
 sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_t *tokens,
                         int n_text, sfi_eval_result *res, sfi_error *err)
 {
@@ -593,6 +727,9 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
     if (o->n_boot < 0 || !(o->conf > 0.0 && o->conf < 1.0))
         return sfi_error_set(err, SFI_EINVAL, "eval: bootstrap %d resamples at level %g",
                              o->n_boot, o->conf);
+    if (o->n_threads < 0 || o->n_threads > SFI_EVAL_MAX_THREADS)
+        return sfi_error_set(err, SFI_EINVAL, "eval: %d threads (0..%d)", o->n_threads,
+                             SFI_EVAL_MAX_THREADS);
     if (c->num_key_value_heads > EVAL_MAX_KV_HEADS)
         return sfi_error_set(err, SFI_EUNSUPPORTED, "eval: %d KV heads (up to %d)",
                              c->num_key_value_heads, EVAL_MAX_KV_HEADS);
@@ -636,9 +773,8 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
     for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
         n_kinds += (mask >> k) & 1u;
     res->rows = calloc((size_t)o->n_shares * (n_kinds ? n_kinds : 1), sizeof *res->rows);
-    double *delta = malloc(sizeof(double) * N);
     if (!e.full_lp || !e.full_arg || !e.full_nll || !e.logits || !e.lp || !e.nll || !e.kl ||
-        !e.agree || !res->rows || !delta) {
+        !e.agree || !res->rows) {
         rc = sfi_error_set(err, SFI_ENOMEM, "eval: out of memory (%d tokens x vocabulary %d)",
                            e.N, e.V);
         goto fail;
@@ -666,10 +802,24 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
     }
     res->prefill_seconds = e.pre.seconds;
     res->prefill_cpu_seconds = e.pre.cpu_seconds;
+    /* Decode steps multiply single vectors: BLAS threads only wait on
+     * each other there, so they run on one thread each and the runs
+     * themselves go in parallel (sfi_eval_opts.n_threads). */
+    int nt = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (nt < 1)
+        nt = 1;
+    if (nt > SFI_EVAL_MAX_THREADS)
+        nt = SFI_EVAL_MAX_THREADS;
+#ifdef SFI_HAVE_OPENBLAS
+    int blas_threads = openblas_get_num_threads();
+    if (o->backend == SFI_BACKEND_BLAS)
+        openblas_set_num_threads(1);
+#endif
     double ts = now_s();
-    if ((rc = run_full(&e)))
-        goto fail;
+    rc = run_full(&e);
     res->full_seconds = now_s() - ts;
+    if (rc)
+        goto fail_blas;
     double fs = 0.0;
     for (int t = 0; t < e.N; t++)
         fs += e.full_nll[t];
@@ -679,68 +829,57 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
         fprintf(o->progress, "eval: prefill %.1f s; full KV: NLL %.4f, perplexity %.3f (%.1f s)\n",
                 res->prefill_seconds, res->full_nll, res->full_ppl, res->full_seconds);
 
-    for (int b = 0; b < o->n_shares; b++) {
-        int B = sfi_eval_budget(o->shares[b], e.L, e.N);
-        for (int k = 0; k < SFI_POLICY_N_KINDS; k++) {
-            if (!((mask >> k) & 1u))
-                continue;
-            sfi_eval_row *r = &res->rows[res->n_rows];
-            r->kind = (sfi_policy_kind)k;
-            r->share = o->shares[b];
-            r->budget = B;
-            e.attended = e.attend_den = 0;
-            e.n_slow = 0;
-            double r0 = now_s(), rc0 = cpu_s();
-            if (sfi_policy_has_slow_steps((sfi_policy_kind)k)) {
-                rc = run_sfi(&e, (sfi_policy_kind)k, B);
-            } else {
-                rc = run_peer(&e, (sfi_policy_kind)k, B, r, res);
+    jobs J;
+    memset(&J, 0, sizeof J);
+    J.e = &e;
+    J.full_nll = e.full_nll;
+    J.rows = res->rows;
+    for (int b = 0; b < o->n_shares; b++)
+        for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+            if ((mask >> k) & 1u) {
+                sfi_eval_row *r = &res->rows[J.n_jobs++];
+                r->kind = (sfi_policy_kind)k;
+                r->share = o->shares[b];
+                r->budget = sfi_eval_budget(o->shares[b], e.L, e.N);
             }
-            if (rc) {
-                sfi_error_prefix(err, "%s at budget %g", sfi_policy_kind_name((sfi_policy_kind)k),
-                                 o->shares[b]);
-                goto fail;
-            }
-            r->seconds = now_s() - r0;
-            r->cpu_seconds = cpu_s() - rc0;
-            double sn = 0.0, sk = 0.0, kmax = 0.0;
-            int agree = 0;
-            for (int t = 0; t < e.N; t++) {
-                sn += e.nll[t];
-                sk += e.kl[t];
-                if (e.kl[t] > kmax)
-                    kmax = e.kl[t];
-                agree += e.agree[t];
-                delta[t] = e.nll[t] - e.full_nll[t];
-            }
-            r->nll = sn / e.N;
-            r->ppl = (double)sfi_expf((float)r->nll);
-            r->dnll = r->nll - res->full_nll;
-            r->kl = sk / e.N;
-            r->kl_max = kmax;
-            r->top1 = (double)agree / e.N;
-            r->retained = e.attend_den ? (double)e.attended / (double)e.attend_den : 1.0;
-            r->slow_fraction = sfi_policy_has_slow_steps((sfi_policy_kind)k)
-                                   ? (double)e.n_slow / e.N : -1.0;
-            if ((rc = bootstrap(delta, e.N, o->n_boot, o->conf, o->seed, &r->dnll_lo,
-                                &r->dnll_hi, err)))
-                goto fail;
-            res->n_rows++;
-            if (o->progress)
-                fprintf(o->progress,
-                        "eval: %-9s budget %5.1f%% (B %d): retained %.4f, NLL %.4f (%+.4f), "
-                        "KL %.5f, top-1 %.3f (%.1f s)\n",
-                        sfi_policy_kind_name(r->kind), 100.0 * r->share, B, r->retained, r->nll,
-                        r->dnll, r->kl, r->top1, r->seconds);
-        }
+    if (nt > J.n_jobs)
+        nt = J.n_jobs;
+    pthread_mutex_init(&J.mu, NULL);
+    worker_arg wa = {.J = &J, .full_mean = res->full_nll};
+    pthread_t th[SFI_EVAL_MAX_THREADS];
+    int started = 0;
+    for (int i = 1; i < nt; i++)
+        if (!pthread_create(&th[started], NULL, worker, &wa))
+            started++;
+    worker(&wa);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&J.mu);
+    if (J.failed) {
+        if (err)
+            *err = J.err;
+        rc = J.err.code ? J.err.code : SFI_EINVAL;
+        goto fail_blas;
     }
+    res->n_rows = J.n_jobs;
+    for (int i = 0; i < res->n_rows; i++)
+        if (res->rows[i].kind == SFI_POLICY_KASCADE) {
+            res->n_kascade_anchors = res->rows[i].n_anchors;
+            memcpy(res->kascade_anchors, res->rows[i].anchors, sizeof res->kascade_anchors);
+        }
+#ifdef SFI_HAVE_OPENBLAS
+    openblas_set_num_threads(blas_threads);
+#endif
     res->seconds = now_s() - t0;
     res->cpu_seconds = cpu_s() - c0;
-    free(delta);
+    res->n_threads = nt;
     ectx_free(&e);
     return SFI_OK;
+fail_blas:
+#ifdef SFI_HAVE_OPENBLAS
+    openblas_set_num_threads(blas_threads);
+#endif
 fail:
-    free(delta);
     ectx_free(&e);
     sfi_eval_result_free(res);
     return rc;

@@ -38,6 +38,7 @@
 #include "sfi_qwen3.h"
 
 #define SFI_EVAL_MAX_BUDGETS 32
+#define SFI_EVAL_MAX_THREADS 64
 /* Every peer and SFI (its trigger variants on request). */
 #define SFI_EVAL_DEFAULT_POLICIES                                                               \
     (SFI_POLICY_ALL & ~((1u << SFI_POLICY_TMAX) | (1u << SFI_POLICY_INTERVAL) |                   \
@@ -60,6 +61,7 @@ typedef struct {
     double conf;                /* two-sided interval level (0.95) */
     uint64_t seed;              /* bootstrap seed (1) */
     FILE *progress;             /* a line per run, may be NULL */
+    int n_threads;              /* runs in parallel; 0: one per online CPU */
 } sfi_eval_opts;
 
 void sfi_eval_opts_default(sfi_eval_opts *o);
@@ -93,7 +95,9 @@ typedef struct {
     double kl_max;              /* largest per-token KL */
     double slow_fraction;       /* SFI: slow steps among the N; -1 for the others */
     const char *proxy;          /* the proxy the policy had to use, or NULL */
-    double seconds, cpu_seconds;
+    double seconds, cpu_seconds; /* wall clock, CPU time of its thread */
+    int n_anchors;              /* Kascade: its plan's anchor layers */
+    int anchors[64];
 } sfi_eval_row;
 
 typedef struct {
@@ -101,7 +105,8 @@ typedef struct {
     double full_nll, full_ppl;
     double full_seconds;
     double prefill_seconds, prefill_cpu_seconds;
-    double seconds, cpu_seconds;      /* the whole evaluation */
+    double seconds, cpu_seconds;      /* the whole evaluation (process CPU time) */
+    int n_threads;                    /* runs in parallel */
     int n_rows;
     sfi_eval_row *rows;               /* budget-major, policies in kind order */
     int n_kascade_anchors;            /* Kascade's plan at the last budget */

@@ -364,10 +364,8 @@ sfi_status sfi_qwen3_load(const char *dir, sfi_qwen3 **out, sfi_error *err)
         return rc;
     }
     const sfi_model_config *c = &m->cfg;
-    if (c->head_dim % 2)
-        rc = sfi_error_set(err, SFI_EUNSUPPORTED, "%s/config.json: head_dim %d is odd (RoPE "
-                           "needs pairs)", dir, c->head_dim);
-    else if (c->arch == SFI_ARCH_QWEN3_MOE &&
+    /* (An odd head_dim is refused by the config's validation.) */
+    if (c->arch == SFI_ARCH_QWEN3_MOE &&
              (c->num_experts < 1 || c->num_experts > 1024 || c->num_experts_per_tok < 1 ||
               c->num_experts_per_tok > 64 || c->num_experts_per_tok > c->num_experts))
         rc = sfi_error_set(err, SFI_EUNSUPPORTED,
@@ -986,8 +984,14 @@ static sfi_status write_config(const sfi_model_config *c, const char *dir, sfi_s
     json_object_set_new(o, "torch_dtype", json_string(dt == SFI_DT_F32 ? "float32" : "bfloat16"));
     if (c->bos_token_id >= 0)
         json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));
-    if (c->eos_token_id >= 0)
+    if (c->n_eos > 1) {
+        json_t *eos = json_array();
+        for (int i = 0; i < c->n_eos; i++)
+            json_array_append_new(eos, json_integer(c->eos_token_ids[i]));
+        json_object_set_new(o, "eos_token_id", eos);
+    } else if (c->eos_token_id >= 0) {
         json_object_set_new(o, "eos_token_id", json_integer(c->eos_token_id));
+    }
     if (moe) {
         json_object_set_new(o, "num_experts", json_integer(c->num_experts));
         json_object_set_new(o, "num_experts_per_tok", json_integer(c->num_experts_per_tok));

@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include "sfi_recorder.h"
+#include "sfi_io.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -24,6 +25,7 @@ void sfi_recorder_opts_default(sfi_recorder_opts *o)
     o->layers = NULL;
     o->qk = 0;
     o->calib = NULL;
+    o->tokenizer_dir = NULL;
 }
 
 const char *sfi_recorder_usage(void)
@@ -74,8 +76,13 @@ static int parse_layers(const char *spec, uint8_t *mask, int n_layers)
 int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *v,
                             sfi_error *err)
 {
-    if (!strcmp(name, "trace-level"))
-        return sfi_trace_level_parse(v, &o->level, err) == SFI_OK ? 1 : -1;
+    /* Every message starts with the option, once. */
+    if (!strcmp(name, "trace-level")) {
+        if (sfi_trace_level_parse(v, &o->level, err) == SFI_OK)
+            return 1;
+        sfi_error_prefix(err, "--trace-level");
+        return -1;
+    }
     if (!strcmp(name, "trace-top-m")) {
         char *end;
         errno = 0;
@@ -193,35 +200,6 @@ struct sfi_recorder {
     float *kvbuf;           /* head-major copy of a cache */
     size_t kvcap;
 };
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-        if (n == cap) {
-            char *nb = realloc(buf, (cap *= 2) + 1);
-            if (!nb)
-                free(buf);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
-}
 
 static void sha256_hex(const char *path, char *out, size_t n)
 {
@@ -376,13 +354,27 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
             snprintf(dir, sizeof dir, ".");
     }
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *config = read_text(path);
+    char *config = NULL;
+    size_t config_len = 0;
+    /* The file sfi_qwen3_load already read; its limit again (it may have
+     * changed since, or be a pipe: then it is simply not recorded). */
+    if (sfi_io_read(path, 16u << 20, "a config.json", &config, &config_len, NULL) != SFI_OK ||
+        memchr(config, '\0', config_len)) {
+        free(config);
+        config = NULL;
+    }
+    /* The tokenizer that produced the ids: --tokenizer DIR, else the model
+     * directory. */
+    const char *tdir = o->tokenizer_dir ? o->tokenizer_dir : dir;
     char hv[80], hm[80], tokid[400];
-    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    snprintf(path, sizeof path, "%s/vocab.json", tdir);
     sha256_hex(path, hv, sizeof hv);
-    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    snprintf(path, sizeof path, "%s/merges.txt", tdir);
     sha256_hex(path, hm, sizeof hm);
-    snprintf(tokid, sizeof tokid, "model directory; vocab.json %s; merges.txt %s", hv, hm);
+    if (o->tokenizer_dir)
+        snprintf(tokid, sizeof tokid, "%.200s; vocab.json %s; merges.txt %s", tdir, hv, hm);
+    else
+        snprintf(tokid, sizeof tokid, "model directory; vocab.json %s; merges.txt %s", hv, hm);
     char *pjson = sfi_params_to_json(&dopts->params);
     sfi_trace_meta m;
     sfi_trace_meta_init(&m);

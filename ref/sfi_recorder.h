@@ -38,6 +38,8 @@ typedef struct {
     int qk;                 /* --trace-qk (1): query and key snapshots (full);
                                --trace-qkv (2): and values */
     const char *calib;      /* --trace-calib FILE: meta peer_calibration */
+    const char *tokenizer_dir; /* --tokenizer DIR, named in meta tokenizer with its
+                                  files' SHA-256 (NULL: the model directory) */
 } sfi_recorder_opts;
 
 /* Prompt queries kept in step 0's query snapshot under --trace-qk: what
@@ -69,7 +71,8 @@ typedef struct sfi_recorder sfi_recorder;
 /* Creates the trace (replacing an existing file) for runs of the model
  * whose directory (or config.json) is model_dir, with decode options
  * dopts. meta: model_config = model_dir's config.json text, tokenizer =
- * the model directory's vocab.json/merges.txt SHA-256, params = dopts'
+ * the SHA-256 of vocab.json/merges.txt in o->tokenizer_dir (else the model
+ * directory), params = dopts'
  * parameters, policy = the trigger policy ("dense" in dense mode).
  * When o->path is NULL, *out = NULL and SFI_OK (nothing to record). */
 sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,

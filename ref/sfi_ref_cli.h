@@ -17,6 +17,7 @@ int sfi_ref_cmd_calibrate(int argc, char **argv);
 #include <stdio.h>
 #include <stdint.h>
 #include "sfi_error.h"
+#include "sfi_model.h"
 #include "sfi_tokenizer.h"
 
 /* encode/decode: parses --tokenizer DIR and --help, and loads the
@@ -33,5 +34,10 @@ int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
  * byte is an error, not the end of the list (sfi_token_ids_parse). */
 sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_t **ids,
                              int *n, sfi_error *err);
+
+/* A tokenizer whose ids reach past the model's vocab_size (embedding
+ * rows) is not the model's: refused, naming tok_dir. */
+sfi_status sfi_ref_tokenizer_fits(const sfi_tokenizer *tk, const char *tok_dir,
+                                  const sfi_model_config *cfg, sfi_error *err);
 
 #endif

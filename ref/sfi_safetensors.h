@@ -51,8 +51,9 @@ const char *sfi_st_origin(const sfi_safetensors *st);
 void sfi_st_to_f32(const sfi_st_tensor *t, float *out);
 
 /* Finds `name`, checks its shape equals shape[0..ndim) (and, when
- * want_dtype >= 0, its dtype), and widens it into a malloc'd float array.
- * Errors name the checkpoint file and the tensor. */
+ * want_dtype >= 0, its dtype), and widens it into a malloc'd float array;
+ * a NaN or Inf element is an error (SFI_EFORMAT). Errors name the
+ * checkpoint file and the tensor. */
 sfi_status sfi_st_load_f32(const sfi_safetensors *st, const char *name, int ndim,
                            const int64_t *shape, int want_dtype, float **out,
                            sfi_error *err);

@@ -63,6 +63,7 @@ static void usage(FILE *out)
             "  --param KEY=VAL   SFI or policy parameter (K, n_sink, n_recent, T_max,\n"
             "                    quest_page, lfps_cand, ...); repeatable\n"
             "  --weight-bytes N  bytes per weight: 2 (bf16) or 1 (fp8) [2]\n"
+            "  --kv-dtype T      KV cache elements: bf16 or fp8 [bf16]\n"
             "  --format F        table, csv or json [table]\n"
             "  -o, --output FILE write the table there instead of stdout\n"
             "  --png FILE        figure: tokens/s per GPU and speedup vs context (bars\n"
@@ -113,6 +114,7 @@ typedef struct {
     sfi_policy_config cfg;   /* --param: SFI and policy parameters */
     sfi_budget budget;       /* --budget, the same for every policy */
     int weight_bytes;
+    int kv_bytes;
     int64_t steps;
     sfi_sim_stream stream;
 } sweep;
@@ -363,9 +365,10 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
     char bud[32];
     sfi_budget_format(&s->budget, bud, sizeof bud);
     fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; budget %s (positions per "
-               "KV head per step, every policy); K=%d n_sink=%d n_recent=%d T_max=%d\n",
+               "KV head per step, every policy); K=%d n_sink=%d n_recent=%d T_max=%d%s\n",
             s->stream.label, (long long)s->steps, s->prof.name, bud, s->cfg.prm.K,
-            s->cfg.prm.n_sink, s->cfg.prm.n_recent, s->cfg.prm.T_max);
+            s->cfg.prm.n_sink, s->cfg.prm.n_recent, s->cfg.prm.T_max,
+            s->kv_bytes == 1 ? "; KV fp8" : "");
     fprintf(f, "# GPUs: the tensor-parallel group serving one batch%s; tok/s is the group's, "
                "tok/s/GPU = tok/s / GPUs\n",
             any_auto(s) ? " (--tp auto: per context, the fewest GPUs, a power of two up to 8, at "
@@ -470,6 +473,7 @@ static int print_json(FILE *f, const sweep *s, const row *rows, int n)
     json_object_set_new(root, "n_sink", json_integer(s->cfg.prm.n_sink));
     json_object_set_new(root, "n_recent", json_integer(s->cfg.prm.n_recent));
     json_object_set_new(root, "T_max", json_integer(s->cfg.prm.T_max));
+    json_object_set_new(root, "kv_dtype", json_string(s->kv_bytes == 1 ? "fp8" : "bf16"));
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         json_t *o = json_object();
@@ -633,7 +637,7 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
             st = sfi_plot_axes(p, 2 * g + 1, title, bars ? "speedup over full KV (x)" : "context (tokens)",
                                bars ? "" : "speedup over full KV (x)",
                                bars ? 0u : SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
-        char note[256];
+        char note[sizeof nobase + 64]; /* the longest note quotes nobase */
         if (!st && !any_fit) {
             if (wmin >= usable)
                 snprintf(note, sizeof note,
@@ -769,6 +773,7 @@ static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int c
         cs.prof = s->prof;
         cs.budget = s->budget;
         cs.weight_bytes = s->weight_bytes;
+        cs.kv_bytes = s->kv_bytes;
         int all_fit = 1, valid = 1;
         for (int pi = 0; pi < s->n_pols && valid; pi++) {
             cs.kind = s->pols[pi].kind;
@@ -805,6 +810,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         {"synthetic", no_argument, NULL, 'S'},      {"steps", required_argument, NULL, 's'},
         {"profile", required_argument, NULL, 'p'},  {"param", required_argument, NULL, 'x'},
         {"weight-bytes", required_argument, NULL, 'w'}, {"format", required_argument, NULL, 'f'},
+        {"kv-dtype", required_argument, NULL, 'K'},
         {"output", required_argument, NULL, 'o'},   {"png", required_argument, NULL, 'G'},
         {"no-png", no_argument, NULL, 'N'},         {"timeline-png", required_argument, NULL, 'L'},
         {"budget", required_argument, NULL, 'B'},   {"help", no_argument, NULL, 'h'},
@@ -818,7 +824,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                *a_png = DEFAULT_PNG, *a_tl = NULL;
     int synthetic = 0;
     int64_t steps = 2048;
-    int wbytes = 2;
+    int wbytes = 2, kvbytes = 2;
     sweep s;
     memset(&s, 0, sizeof s);
     sfi_policy_config_default(&s.cfg);
@@ -873,6 +879,16 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
             }
             wbytes = atoi(optarg);
             break;
+        case 'K':
+            if (!strcasecmp(optarg, "bf16")) {
+                kvbytes = 2;
+            } else if (!strcasecmp(optarg, "fp8")) {
+                kvbytes = 1;
+            } else {
+                fprintf(stderr, "sfi-sim sweep: --kv-dtype: '%s' is not bf16 or fp8\n", optarg);
+                return 2;
+            }
+            break;
         case 'f': a_fmt = optarg; break;
         case 'o': a_out = optarg; break;
         case 'G': a_png = optarg; break;
@@ -900,6 +916,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     }
     s.steps = steps;
     s.weight_bytes = wbytes;
+    s.kv_bytes = kvbytes;
     if (a_prof && sfi_hw_profile_load(a_prof, &s.prof, NULL, NULL, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         return 1;
@@ -1025,6 +1042,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                         cs.context = s.contexts[ci];
                         cs.batch = s.batches[bi];
                         cs.weight_bytes = s.weight_bytes;
+                        cs.kv_bytes = s.kv_bytes;
                         /* Full-KV baseline of the speedup column, on the
                          * same GPUs. */
                         row base;
@@ -1146,6 +1164,7 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         cs.context = s.contexts[ci_max];
         cs.batch = s.batches[0];
         cs.weight_bytes = s.weight_bytes;
+        cs.kv_bytes = s.kv_bytes;
         row tmp;
         double full_t = 0;
         char cl[32], gl[128];

@@ -127,6 +127,14 @@ sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err)
     if (!(s->budget.ratio > 0.0) && !(s->budget.positions > 0) && prm->K > s->context)
         return sfi_error_set(err, SFI_EINVAL, "K = %d is larger than the context (%d positions)",
                              prm->K, s->context);
+    /* Like K: a sink or recent window longer than the context is a typo
+     * (n_recent=16777216 once priced a 2.4e11-byte KV per request). */
+    if (prm->n_sink > s->context)
+        return sfi_error_set(err, SFI_EINVAL, "n_sink = %d is larger than the context (%d "
+                             "positions)", prm->n_sink, s->context);
+    if (prm->n_recent > s->context)
+        return sfi_error_set(err, SFI_EINVAL, "n_recent = %d is larger than the context (%d "
+                             "positions)", prm->n_recent, s->context);
     if (s->budget.ratio < 0.0 || s->budget.ratio > 1.0 || s->budget.positions < 0)
         return sfi_error_set(err, SFI_EINVAL, "budget: a share in (0, 1] or a count >= 1");
     if ((unsigned)s->kind >= SFI_POLICY_N_KINDS)

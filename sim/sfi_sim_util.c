@@ -110,4 +110,3 @@ void sfi_sim_csv_str(FILE *f, const char *s)
     }
     fputc('"', f);
 }
-

@@ -123,32 +123,96 @@ static sfi_status get_positive_real(json_t *o, const char *key, double def, doub
     return SFI_OK;
 }
 
-/* bos/eos: an id, null, or (eos of chat models) a list of ids of which the
- * first is the one sfi stops on. */
-static sfi_status get_token_id(json_t *o, const char *key, int *out, const char *origin,
-                               sfi_error *err)
+/* bos/eos: an id, null, or (eos of chat models) a list of ids, every one
+ * of which is checked (and, for eos, ends generation); *out gets the first
+ * (-1: none), ids[0..*n) all of them, at most max. */
+static sfi_status get_token_id(json_t *o, const char *key, int *out, int *ids, int *n, int max,
+                               const char *origin, sfi_error *err)
 {
     json_t *v = json_object_get(o, key);
     *out = -1;
+    *n = 0;
     if (!v || json_is_null(v))
         return SFI_OK;
-    if (json_is_array(v)) {
-        if (json_array_size(v) == 0)
-            return SFI_OK;
-        v = json_array_get(v, 0);
-        if (!json_is_integer(v))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %s[0]: expected an integer, found %s",
-                                 origin, key, json_type_name(v));
-    } else if (!json_is_integer(v)) {
+    int list = json_is_array(v);
+    size_t count = list ? json_array_size(v) : 1;
+    if (!list && !json_is_integer(v))
         return sfi_error_set(err, SFI_EFORMAT,
-                             "%s: %s: expected an integer or a list of integers, found %s",
-                             origin, key, json_type_name(v));
+                             "%s: %s: expected an integer or a list of integers, found %s", origin,
+                             key, json_type_name(v));
+    if (count > (size_t)max)
+        return sfi_error_set(err, SFI_ERANGE, "%s: %s: %zu ids, more than the %d sfi reads",
+                             origin, key, count, max);
+    for (size_t i = 0; i < count; i++) {
+        char label[64];
+        if (list)
+            snprintf(label, sizeof label, "%s[%zu]", key, i);
+        else
+            snprintf(label, sizeof label, "%s", key);
+        json_t *e = list ? json_array_get(v, i) : v;
+        if (!json_is_integer(e))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected an integer, found %s",
+                                 origin, label, json_type_name(e));
+        json_int_t id = json_integer_value(e);
+        if (id < 0 || id >= CAP_VOCAB)
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: %lld is not a token id", origin,
+                                 label, (long long)id);
+        ids[i] = (int)id;
     }
-    json_int_t n = json_integer_value(v);
-    if (n < 0 || n >= CAP_VOCAB)
-        return sfi_error_set(err, SFI_ERANGE, "%s: %s: %lld is not a token id", origin, key,
-                             (long long)n);
-    *out = (int)n;
+    *n = (int)count;
+    if (count)
+        *out = ids[0];
+    return SFI_OK;
+}
+
+/* Fields of config.json that change the computation in ways sfi does not
+ * implement: refused rather than silently ignored. */
+static sfi_status check_unsupported(json_t *o, int n_layers, const char *origin, sfi_error *err)
+{
+    json_t *v = json_object_get(o, "hidden_act");
+    if (v && !json_is_null(v)) {
+        if (!json_is_string(v))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: hidden_act: expected a string, found %s",
+                                 origin, json_type_name(v));
+        /* transformers' ACT2FN maps both names to SiLU. */
+        const char *a = json_string_value(v);
+        if (strcmp(a, "silu") && strcmp(a, "swish"))
+            return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: hidden_act: '%.64s' is not "
+                                 "supported (silu only)", origin, a);
+    }
+    /* partial_rotary_factor: top level, or inside rope_parameters
+     * (transformers >= 5). */
+    json_t *rp = json_object_get(o, "rope_parameters");
+    json_t *where[2] = {o, json_is_object(rp) ? rp : NULL};
+    for (int i = 0; i < 2; i++) {
+        v = where[i] ? json_object_get(where[i], "partial_rotary_factor") : NULL;
+        if (!v || json_is_null(v))
+            continue;
+        if (!json_is_number(v))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %spartial_rotary_factor: expected a "
+                                 "number, found %s", origin, i ? "rope_parameters." : "",
+                                 json_type_name(v));
+        if (json_number_value(v) != 1.0)
+            return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: %spartial_rotary_factor: %g is not "
+                                 "supported (RoPE over the whole head_dim only)", origin,
+                                 i ? "rope_parameters." : "", json_number_value(v));
+    }
+    v = json_object_get(o, "layer_types");
+    if (v && !json_is_null(v)) {
+        if (!json_is_array(v) || json_array_size(v) != (size_t)n_layers)
+            return sfi_error_set(err, SFI_EFORMAT, "%s: layer_types: expected a list of %d "
+                                 "layer types", origin, n_layers);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *e = json_array_get(v, i);
+            if (!json_is_string(e))
+                return sfi_error_set(err, SFI_EFORMAT, "%s: layer_types[%zu]: expected a "
+                                     "string, found %s", origin, i, json_type_name(e));
+            if (strcmp(json_string_value(e), "full_attention"))
+                return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: layer_types[%zu]: '%.64s' is "
+                                     "not supported (full_attention only)", origin, i,
+                                     json_string_value(e));
+        }
+    }
     return SFI_OK;
 }
 
@@ -260,8 +324,16 @@ static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *
         return sfi_error_set(err, SFI_EUNSUPPORTED,
                              "%s: use_sliding_window: sliding-window attention is not supported",
                              origin);
-    TRY(get_token_id(o, "bos_token_id", &cfg->bos_token_id, origin, err));
-    TRY(get_token_id(o, "eos_token_id", &cfg->eos_token_id, origin, err));
+    int bos_ids[SFI_MODEL_MAX_EOS], n_bos;
+    TRY(get_token_id(o, "bos_token_id", &cfg->bos_token_id, bos_ids, &n_bos, SFI_MODEL_MAX_EOS,
+                     origin, err));
+    for (int i = 1; i < n_bos; i++)
+        if (bos_ids[i] >= cfg->vocab_size)
+            return sfi_error_set(err, SFI_ERANGE, "%s: bos_token_id[%d]: %d is not below "
+                                 "vocab_size (%d)", origin, i, bos_ids[i], cfg->vocab_size);
+    TRY(get_token_id(o, "eos_token_id", &cfg->eos_token_id, cfg->eos_token_ids, &cfg->n_eos,
+                     SFI_MODEL_MAX_EOS, origin, err));
+    TRY(check_unsupported(o, cfg->num_hidden_layers, origin, err));
 
     /* torch_dtype (transformers < 4.56) or dtype; the Qwen3 releases are
      * bfloat16, which is also what an absent field means here. */
@@ -370,6 +442,21 @@ sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *or
     if (cfg->eos_token_id >= cfg->vocab_size || cfg->eos_token_id < -1)
         return sfi_error_set(err, SFI_ERANGE, "%s: eos_token_id: %d is not below vocab_size (%d)",
                              origin, cfg->eos_token_id, cfg->vocab_size);
+    if (cfg->n_eos < 0 || cfg->n_eos > SFI_MODEL_MAX_EOS ||
+        (cfg->n_eos > 0) != (cfg->eos_token_id >= 0) ||
+        (cfg->n_eos > 0 && cfg->eos_token_ids[0] != cfg->eos_token_id))
+        return sfi_error_set(err, SFI_EINVAL, "%s: eos_token_ids: %d entries disagree with "
+                             "eos_token_id %d", origin, cfg->n_eos, cfg->eos_token_id);
+    for (int i = 0; i < cfg->n_eos; i++)
+        if (cfg->eos_token_ids[i] < 0 || cfg->eos_token_ids[i] >= cfg->vocab_size)
+            return sfi_error_set(err, SFI_ERANGE, "%s: eos_token_id[%d]: %d is not below "
+                                 "vocab_size (%d)", origin, i, cfg->eos_token_ids[i],
+                                 cfg->vocab_size);
+    /* RoPE rotates pairs of dimensions: every Qwen3 model has an even
+     * head_dim, and sfi-ref, sfi-gpu and sfi-sim all assume one. */
+    if (cfg->head_dim % 2)
+        return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: head_dim: %d is odd (RoPE needs pairs)",
+                             origin, cfg->head_dim);
     if (!moe) {
         if (cfg->num_experts || cfg->num_experts_per_tok || cfg->moe_intermediate_size ||
             cfg->n_mlp_only_layers)

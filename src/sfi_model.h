@@ -9,6 +9,8 @@
 
 #define SFI_MODEL_NAME_MAX 64
 #define SFI_MODEL_MAX_LAYERS 1024
+/* End-of-sequence ids a config may list (Qwen3 chat models list 2). */
+#define SFI_MODEL_MAX_EOS 16
 
 typedef enum { SFI_ARCH_QWEN3 = 0, SFI_ARCH_QWEN3_MOE = 1 } sfi_arch;
 
@@ -28,7 +30,9 @@ typedef struct {
     int tie_word_embeddings;
     int attention_bias;
     int bos_token_id;                /* -1 when absent */
-    int eos_token_id;                /* -1 when absent */
+    int eos_token_id;                /* -1 when absent; the first of eos_token_ids */
+    int n_eos;                       /* entries of eos_token_ids (a list in chat models) */
+    int eos_token_ids[SFI_MODEL_MAX_EOS];
     int weight_bytes;                /* bytes per weight of torch_dtype/dtype: 2 or 4 */
     /* MoE (arch == SFI_ARCH_QWEN3_MOE); zero for dense models */
     int num_experts;

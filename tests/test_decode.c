@@ -457,6 +457,10 @@ START_TEST(cli_run)
         {"--max-new 3 --param K=-1", 2, "K"},
         {"--max-new 3 --backend gpu", 2, "backend 'gpu'"},
         {"--max-new 3 --bogus", 2, "--bogus"},
+        /* the option once, not "--trace-top-m: --trace-top-m: ..." */
+        {"--max-new 3 --trace-top-m 0", 2, "run: --trace-top-m: '0' is not an integer"},
+        {"--max-new 3 --trace-level all", 2, "run: --trace-level: trace level 'all'"},
+        {"--max-new 3 --trace-layers x", 2, "run: --trace-layers: 'x' is not"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s %s",
@@ -576,6 +580,79 @@ START_TEST(cli_run)
              hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_msg(strstr(err, "top-M records of layers 1 only"), "%s", err);
+    free(out);
+    free(err);
+    /* Issue 20.7. Every id of an eos_token_id list stops --stop-at-eos
+     * (the later ones were unchecked and unused). */
+    snprintf(cmd, sizeof cmd, "%s run --model %s/m --prompt-ids %s --max-new 6 --json", sfi_ref,
+             dir, ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    json_t *gj = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(gj);
+    json_t *gen = json_object_get(gj, "generated_ids");
+    int gid[6], stop_at = -1;
+    for (int i = 0; i < 6; i++)
+        gid[i] = (int)json_integer_value(json_array_get(gen, (size_t)i));
+    json_decref(gj);
+    free(out);
+    free(err);
+    for (int i = 1; i < 6 && stop_at < 0; i++) {
+        int seen = 0;
+        for (int k = 0; k < i; k++)
+            seen |= gid[k] == gid[i];
+        if (!seen)
+            stop_at = i;
+    }
+    if (stop_at > 0) {
+        int never = 0;
+        for (int c = 0; c < 512; c++) {
+            int used = 0;
+            for (int k = 0; k < 6; k++)
+                used |= gid[k] == c;
+            if (!used) {
+                never = c;
+                break;
+            }
+        }
+        char cfgp[4200];
+        snprintf(cfgp, sizeof cfgp, "%s/m/config.json", dir);
+        json_t *cj = json_load_file(cfgp, 0, NULL);
+        ck_assert_ptr_nonnull(cj);
+        json_t *eos = json_array();
+        json_array_append_new(eos, json_integer(never));
+        json_array_append_new(eos, json_integer(gid[stop_at]));
+        json_object_set_new(cj, "eos_token_id", eos);
+        ck_assert_int_eq(json_dump_file(cj, cfgp, 0), 0);
+        json_decref(cj);
+        snprintf(cmd, sizeof cmd, "%s run --model %s/m --prompt-ids %s --max-new 6 --json "
+                 "--stop-at-eos", sfi_ref, dir, ids_path);
+        ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+        gj = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(gj);
+        ck_assert_int_eq(json_array_size(json_object_get(gj, "generated_ids")), stop_at + 1);
+        json_decref(gj);
+        free(out);
+        free(err);
+    }
+    /* NaN weights: refused at load, naming the tensor (they printed "!!!!"
+     * and exited 0). */
+    snprintf(cmd, sizeof cmd, "cp -r %s %s/nan && printf '\\377\\377\\377\\377' | "
+             "dd of=%s/nan/model.safetensors bs=1 seek=$(( $(stat -c %%s %s/nan/model.safetensors) "
+             "- 4 )) conv=notrunc 2>/dev/null && %s run --model %s/nan --prompt-ids %s --max-new 2",
+             hf_path("tiny-qwen3"), dir, dir, dir, sfi_ref, dir, ids_path);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "is NaN; weights must be finite"), "%s", err);
+    ck_assert_ptr_null(strstr(out, "digest"));
+    free(out);
+    free(err);
+    /* A tokenizer with more ids than the model's vocabulary (512 here). */
+    char big_tok[2048];
+    snprintf(big_tok, sizeof big_tok, "%s", sfi_test_src("tests/fixtures/sfi-small-qwen3-tokenizer"));
+    snprintf(cmd, sizeof cmd, "%s run --model %s --tokenizer %s --prompt hello --max-new 2",
+             sfi_ref, hf_path("tiny-qwen3"), big_tok);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "past the model's vocab_size 512: not this model's tokenizer"),
+                  "%s", err);
     free(out);
     free(err);
     /* standard output that cannot be written */

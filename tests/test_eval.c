@@ -78,8 +78,28 @@ START_TEST(full_budget_is_full_kv)
                               w->nll, r.full_nll, w->kl, w->top1, w->retained);
                 ck_assert_int_eq(w->budget, 210);
             }
-            printf("%s (%s): every policy at 100%% == full KV (NLL %.6f)\n", models[mi],
-                   be ? "blas" : "scalar", r.full_nll);
+            /* the number of parallel runs changes nothing */
+            sfi_eval_opts o1 = o;
+            o1.n_threads = 1;
+            ck_assert_int_eq(sfi_eval_parse_shares("7%,100%", &o1, &e), SFI_OK);
+            o.n_threads = 3;
+            ck_assert_int_eq(sfi_eval_parse_shares("7%,100%", &o, &e), SFI_OK);
+            sfi_eval_result r1, r3;
+            ck_assert_msg(sfi_eval_run(m, &o1, ids, 211, &r1, &e) == SFI_OK, "%s", e.msg);
+            ck_assert_msg(sfi_eval_run(m, &o, ids, 211, &r3, &e) == SFI_OK, "%s", e.msg);
+            ck_assert_int_eq(r1.n_threads, 1);
+            ck_assert_int_eq(r3.n_threads, 3);
+            ck_assert_int_eq(r1.n_rows, r3.n_rows);
+            for (int i = 0; i < r1.n_rows; i++) {
+                const sfi_eval_row *a = &r1.rows[i], *b = &r3.rows[i];
+                ck_assert(a->kind == b->kind && a->nll == b->nll && a->kl == b->kl &&
+                          a->top1 == b->top1 && a->retained == b->retained &&
+                          a->dnll_lo == b->dnll_lo && a->dnll_hi == b->dnll_hi);
+            }
+            sfi_eval_result_free(&r1);
+            sfi_eval_result_free(&r3);
+            printf("%s (%s): every policy at 100%% == full KV (NLL %.6f); 1 or 3 threads "
+                   "alike\n", models[mi], be ? "blas" : "scalar", r.full_nll);
             sfi_eval_result_free(&r);
             free(ids);
             sfi_qwen3_free(m);
@@ -394,6 +414,8 @@ START_TEST(cli_eval)
         {"--offset 100", 1, "need 261"},
         {"--bootstrap -1", 2, "--bootstrap"},
         {"--seed -4", 2, "--seed"},
+        {"--threads 0", 2, "--threads"},
+        {"--threads 65", 2, "--threads"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s eval -m %s --ids %s -L 120 -n 40 -q %s", sfi_ref, model,

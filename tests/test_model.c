@@ -293,6 +293,52 @@ START_TEST(malformed_and_wrong_typed)
 }
 END_TEST
 
+/* Issue 20.7: what sfi does not implement is refused, not ignored; every
+ * eos_token_id of a list is read and checked. */
+START_TEST(unimplemented_fields_refused)
+{
+#define H4 "{" DENSE_HEAD ", \"num_attention_heads\": 4, "
+    expect_bad(H4 "\"hidden_act\": \"gelu\"}", SFI_EUNSUPPORTED,
+               "hidden_act: 'gelu' is not supported (silu only)");
+    expect_bad(H4 "\"hidden_act\": 1}", SFI_EFORMAT, "hidden_act: expected a string");
+    expect_bad(H4 "\"partial_rotary_factor\": 0.5}", SFI_EUNSUPPORTED,
+               "partial_rotary_factor: 0.5 is not supported");
+    expect_bad(H4 "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6, "
+               "\"partial_rotary_factor\": 0.25}}", SFI_EUNSUPPORTED,
+               "rope_parameters.partial_rotary_factor: 0.25");
+    expect_bad(H4 "\"layer_types\": [\"full_attention\", \"sliding_attention\", "
+               "\"full_attention\", \"full_attention\"]}", SFI_EUNSUPPORTED,
+               "layer_types[1]: 'sliding_attention' is not supported");
+    expect_bad(H4 "\"layer_types\": [\"full_attention\"]}", SFI_EFORMAT,
+               "layer_types: expected a list of 4 layer types");
+    expect_bad(H4 "\"eos_token_id\": [7, 1000]}", SFI_ERANGE,
+               "eos_token_id[1]: 1000 is not below vocab_size (1000)");
+    expect_bad(H4 "\"eos_token_id\": [7, \"x\"]}", SFI_EFORMAT,
+               "eos_token_id[1]: expected an integer, found a string");
+    expect_bad(H4 "\"eos_token_id\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", SFI_ERANGE,
+               "eos_token_id: 17 ids, more than the 16 sfi reads");
+    expect_bad(H4 "\"bos_token_id\": [1, 5000]}", SFI_ERANGE, "bos_token_id[1]: 5000");
+    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"head_dim\": 15}",
+               SFI_EUNSUPPORTED, "head_dim: 15 is odd");
+    sfi_model_config c;
+    sfi_error e;
+    ck_assert_msg(parse(H4 "\"hidden_act\": \"swish\", \"partial_rotary_factor\": 1.0, "
+                        "\"layer_types\": [\"full_attention\", \"full_attention\", "
+                        "\"full_attention\", \"full_attention\"], \"eos_token_id\": [7, 9, 11]}",
+                        &c, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_eq(c.eos_token_id, 7);
+    ck_assert_int_eq(c.n_eos, 3);
+    ck_assert_int_eq(c.eos_token_ids[2], 11);
+    ck_assert_msg(parse(H4 "\"eos_token_id\": 5}", &c, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_token_ids[0], 5);
+    ck_assert_msg(parse(H4 "\"eos_token_id\": []}", &c, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_eq(c.n_eos, 0);
+    ck_assert_int_eq(c.eos_token_id, -1);
+#undef H4
+}
+END_TEST
+
 START_TEST(inconsistent_shapes)
 {
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 16, \"num_key_value_heads\": 3, "
@@ -499,6 +545,7 @@ int main(void)
     tcase_add_test(tc, hugging_face_variants);
     tcase_add_test(tc, malformed_and_wrong_typed);
     tcase_add_test(tc, inconsistent_shapes);
+    tcase_add_test(tc, unimplemented_fields_refused);
     tcase_add_test(tc, every_truncation_is_refused);
     tcase_add_test(tc, files_dirs_and_names);
     tcase_add_test(tc, piped_and_endless_configs);

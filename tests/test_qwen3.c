@@ -147,16 +147,22 @@ static sfi_status load_edited(const char *model, const char *sed, sfi_error *e, 
     return rc;
 }
 
+/* layer_types must list num_hidden_layers entries; an unknown key is
+ * ignored, so renaming it lets a test change the layer count alone. */
+#define LAYER_TYPES_OFF "s/\"layer_types\"/\"layer_types_off\"/"
+
 START_TEST(config_checkpoint_mismatch_refused)
 {
     sfi_error e;
     /* fewer layers than the checkpoint holds */
-    ck_assert_int_eq(load_edited("tiny-qwen3", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 2/", &e, NULL),
+    ck_assert_int_eq(load_edited("tiny-qwen3", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 2/;"
+                                 LAYER_TYPES_OFF, &e, NULL),
                      SFI_EFORMAT);
     ck_assert_ptr_nonnull(strstr(e.msg, "model.layers.2."));
     ck_assert_ptr_nonnull(strstr(e.msg, "mismatch"));
     /* more layers: a missing tensor */
-    ck_assert_int_eq(load_edited("tiny-qwen3", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 4/", &e, NULL),
+    ck_assert_int_eq(load_edited("tiny-qwen3", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 4/;"
+                                 LAYER_TYPES_OFF, &e, NULL),
                      SFI_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(e.msg, "tensor model.layers.3.input_layernorm.weight is missing"));
     /* wrong width: shape mismatch naming the tensor */

@@ -73,6 +73,21 @@ START_TEST(table_csv_and_requests)
     ck_assert_ptr_nonnull(strstr(out, "\n16K "));
     free(out);
     free(err);
+    /* Per-policy SFI parameters: a larger K reads more per fast step. */
+    rc = run("serve --synthetic --prompt 32K --requests 4 --gen 64 --policies sfi:K=512,sfi:K=8192 "
+             "--format json",
+             &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    json_t *j = json_loads(out, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    json_t *runs = json_object_get(j, "runs");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(runs, 1), "policy")),
+                     "sfi:K=8192");
+    ck_assert(json_real_value(json_object_get(json_array_get(runs, 0), "tpot_mean_ms")) <
+              json_real_value(json_object_get(json_array_get(runs, 1), "tpot_mean_ms")));
+    json_decref(j);
+    free(out);
+    free(err);
     rc = run("serve --synthetic --prompt 4K --requests 8 --gen 64 --format csv "
              "--requests-csv req.csv --slo-tpot 5 -o runs.csv",
              &out, &err);

@@ -240,6 +240,11 @@ START_TEST(bad_input)
                 "K = 2048 is larger than the context");
     expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 32K --param K=40000", 1,
                 "K = 40000 is larger than the context");
+    /* Issue 20.8: the sink and recent windows too (2^24 was priced). */
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 8K --param n_recent=16777216",
+                1, "n_recent = 16777216 is larger than the context (8192 positions)");
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 8K --param n_sink=8193", 1,
+                "n_sink = 8193 is larger than the context");
     expect_fail("--synthetic --no-png --models Qwen3-235B-A22B --gpus H100 --tp 1 --batch 64", 1,
                 "nothing fits");
     expect_fail("--synthetic --no-png --models Qwen3-4B --tp 3", 1, "--tp 3");
@@ -519,6 +524,37 @@ START_TEST(short_stream_is_noted)
 }
 END_TEST
 
+/* fp8 KV halves a request's cache and full KV's KV reads. */
+START_TEST(kv_dtype_fp8)
+{
+    char *out, *err;
+    double kv[2], hbm[2];
+    for (int k = 0; k < 2; k++) {
+        int rc = run(k ? "sweep --synthetic --no-png --models Qwen3-4B --gpus B200 --tp 1 --contexts 64K "
+                         "--batch 4 --policies full --format json --kv-dtype fp8"
+                       : "sweep --synthetic --no-png --models Qwen3-4B --gpus B200 --tp 1 --contexts 64K "
+                         "--batch 4 --policies full --format json",
+                     &out, &err);
+        ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+        json_t *j = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(j);
+        ck_assert_str_eq(json_string_value(json_object_get(j, "kv_dtype")), k ? "fp8" : "bf16");
+        json_t *r = json_array_get(json_object_get(j, "rows"), 0);
+        kv[k] = json_real_value(json_object_get(r, "kv_bytes_per_request"));
+        hbm[k] = json_real_value(json_object_get(r, "hbm_bytes_per_token"));
+        json_decref(j);
+        free(out);
+        free(err);
+    }
+    ck_assert(kv[1] == kv[0] / 2);
+    ck_assert(hbm[1] < hbm[0] * 0.6 && hbm[1] > hbm[0] * 0.5);
+    ck_assert_int_eq(run("sweep --kv-dtype int4", &out, &err), 2);
+    ck_assert_ptr_nonnull(strstr(err, "--kv-dtype: 'int4' is not bf16 or fp8"));
+    free(out);
+    free(err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sweep");
@@ -536,6 +572,7 @@ int main(void)
     tcase_add_test(tc, no_baseline_and_no_room);
     tcase_add_test(tc, per_policy_parameters);
     tcase_add_test(tc, short_stream_is_noted);
+    tcase_add_test(tc, kv_dtype_fp8);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -153,10 +153,13 @@ static void drive(sfi_recorder *r)
     sfi_state_free(&st);
 }
 
+static const char *tokenizer_dir; /* the --tokenizer the next record() names */
+
 static sfi_trace *record_layers(sfi_trace_level level, int top_m, const char *layers)
 {
     sfi_recorder_opts ro;
     sfi_recorder_opts_default(&ro);
+    ro.tokenizer_dir = tokenizer_dir;
     ro.layers = layers;
     ro.path = path;
     ro.level = level;
@@ -203,6 +206,18 @@ START_TEST(tokens_level)
     ck_assert_int_eq(s.kind[1], SFI_STEP_FAST);
     ck_assert_int_eq(s.reason[2], SFI_REASON_TRIGGER);
     sfi_trace_steps_free(&s);
+    ck_assert_ptr_nonnull(strstr(m->tokenizer, "model directory; "));
+    sfi_trace_close(t);
+    /* --tokenizer DIR: the meta names the files that made the ids, not the
+     * model directory's (issue 20). */
+    char tk[4096];
+    snprintf(tk, sizeof tk, "%s", sfi_test_src("tests/fixtures/qwen3-tokenizer"));
+    tokenizer_dir = tk;
+    t = record(SFI_TRACE_TOKENS, 4096);
+    tokenizer_dir = NULL;
+    m = sfi_trace_get_meta(t);
+    ck_assert_msg(!strncmp(m->tokenizer, tk, strlen(tk)) &&
+                  !strstr(m->tokenizer, "(absent)"), "%s", m->tokenizer);
     sfi_trace_close(t);
 }
 END_TEST

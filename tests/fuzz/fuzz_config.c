@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "sfi_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -65,6 +67,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (st != SFI_OK)
         return 0;
+    /* An accepted config holds nothing sfi would compute differently:
+     * SiLU, full RoPE, full attention in every layer, every eos id in the
+     * vocabulary and recorded. */
+    json_t *o = json_loadb((const char *)data, size, 0, NULL);
+    if (!o)
+        abort();
+    json_t *v = json_object_get(o, "hidden_act");
+    if (json_is_string(v) && strcmp(json_string_value(v), "silu") &&
+        strcmp(json_string_value(v), "swish"))
+        abort();
+    json_t *rp = json_object_get(o, "rope_parameters");
+    json_t *prf[2] = {json_object_get(o, "partial_rotary_factor"),
+                      json_is_object(rp) ? json_object_get(rp, "partial_rotary_factor") : NULL};
+    for (int i = 0; i < 2; i++)
+        if (json_is_number(prf[i]) && json_number_value(prf[i]) != 1.0)
+            abort();
+    json_t *lt = json_object_get(o, "layer_types");
+    for (size_t i = 0; json_is_array(lt) && i < json_array_size(lt); i++)
+        if (strcmp(json_string_value(json_array_get(lt, i)) ? json_string_value(json_array_get(lt, i)) : "",
+                   "full_attention"))
+            abort();
+    json_t *eos = json_object_get(o, "eos_token_id");
+    if (json_is_array(eos)) {
+        if (json_array_size(eos) != (size_t)cfg.n_eos)
+            abort();
+        for (size_t i = 0; i < json_array_size(eos); i++)
+            if (json_integer_value(json_array_get(eos, i)) != cfg.eos_token_ids[i] ||
+                cfg.eos_token_ids[i] >= cfg.vocab_size)
+                abort();
+    }
+    json_decref(o);
+    if (cfg.head_dim % 2)
+        abort();
     if (sfi_model_config_validate(&cfg, "fuzz.json", &err) != SFI_OK)
         abort();
     if (cfg.num_attention_heads % cfg.num_key_value_heads)
