@@ -25,7 +25,36 @@ void sfi_recorder_opts_default(sfi_recorder_opts *o)
     o->layers = NULL;
     o->qk = 0;
     o->calib = NULL;
+    o->given = 0;
     o->tokenizer_dir = NULL;
+}
+
+sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err)
+{
+    static const char *const names[] = {"--trace-level", "--trace-top-m", "--trace-layers"};
+    if (!o->path) {
+        for (int k = 0; k < 3; k++)
+            if (o->given & (1u << k))
+                return sfi_error_set(err, SFI_EINVAL, "%s needs --trace FILE (nothing is "
+                                     "recorded without it)", names[k]);
+        if (o->qk)
+            return sfi_error_set(err, SFI_EINVAL, "--trace-qk%s needs --trace FILE (nothing "
+                                 "is recorded without it)", o->qk > 1 ? "v" : "");
+        if (o->calib)
+            return sfi_error_set(err, SFI_EINVAL, "--trace-calib needs --trace FILE (nothing "
+                                 "is recorded without it)");
+        return SFI_OK;
+    }
+    if (o->qk && o->level != SFI_TRACE_FULL)
+        return sfi_error_set(err, SFI_EINVAL, "--trace-qk%s needs --trace-level full",
+                             o->qk > 1 ? "v" : "");
+    if ((o->given & SFI_RECORDER_GIVEN_TOP_M) && o->level != SFI_TRACE_FULL)
+        return sfi_error_set(err, SFI_EINVAL, "--trace-top-m applies to the full level only "
+                             "(add --trace-level full)");
+    if ((o->given & SFI_RECORDER_GIVEN_LAYERS) && o->level == SFI_TRACE_TOKENS)
+        return sfi_error_set(err, SFI_EINVAL, "--trace-layers applies to the summary and full "
+                             "levels (the tokens level has no per-layer records)");
+    return SFI_OK;
 }
 
 const char *sfi_recorder_usage(void)
@@ -78,6 +107,7 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
 {
     /* Every message starts with the option, once. */
     if (!strcmp(name, "trace-level")) {
+        o->given |= SFI_RECORDER_GIVEN_LEVEL;
         if (sfi_trace_level_parse(v, &o->level, err) == SFI_OK)
             return 1;
         sfi_error_prefix(err, "--trace-level");
@@ -93,6 +123,7 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
             return -1;
         }
         o->top_m = (int)m;
+        o->given |= SFI_RECORDER_GIVEN_TOP_M;
         return 1;
     }
     if (!strcmp(name, "trace-layers")) {
@@ -102,6 +133,7 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
             return -1;
         }
         o->layers = v;
+        o->given |= SFI_RECORDER_GIVEN_LAYERS;
         return 1;
     }
     if (!strcmp(name, "trace-qk") || !strcmp(name, "trace-qkv")) {

@@ -9,3 +9,9 @@ EXTRA_DIST += traces/full/sfi-small-qwen3-8k.db traces/full/sfi-small-qwen3-8k-h
 EXTRA_DIST += traces/full/sfi-small-qwen3-2k-qk.db
 # Kascade/FASA calibration: the text and its calibration of the small model.
 EXTRA_DIST += traces/calib/perl-test-tutorial.pod traces/calib/sfi-small-qwen3.json
+# record_hf.py is installed as sfi-record-hf (man sfi-record-hf): the way to
+# record a user's own Hugging Face model; it needs torch and transformers.
+bin_SCRIPTS += sfi-record-hf
+CLEANFILES += sfi-record-hf
+sfi-record-hf: $(top_srcdir)/traces/record_hf.py
+	$(AM_V_GEN)cp $(top_srcdir)/traces/record_hf.py $@ && chmod +x $@
