@@ -775,7 +775,8 @@ static sfi_status attn_block_blas(const sfi_qwen3 *m, int layer, const float *q,
  * the bits of T single steps. logits: of the last token (may be NULL). */
 static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
                                 const int32_t *tokens, int T, sfi_qwen3_attend_fn attend,
-                                void *user, float *logits, sfi_error *err)
+                                void *user, sfi_qwen3_layer_fn layer_fn, void *layer_user,
+                                float *logits, sfi_error *err)
 {
     const sfi_model_config *c = &m->cfg;
     for (int t = 0; t < T; t++)
@@ -817,8 +818,16 @@ static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache
     for (int t = 0; t < T; t++)
         memcpy(h + (size_t)t * H, m->embed + (size_t)tokens[t] * H, (size_t)H * sizeof(float));
     float eps = (float)c->rms_norm_eps;
+    float *h_in = NULL;
+    if (layer_fn && !(h_in = malloc(sizeof(float) * (size_t)T * H))) {
+        if (T != 1)
+            free(buf);
+        return sfi_error_set(err, SFI_ENOMEM, "forward: out of memory (%d tokens)", T);
+    }
     for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
         const qlayer *L = &m->layers[l];
+        if (h_in)
+            memcpy(h_in, h, sizeof(float) * (size_t)T * H);
         for (int t = 0; t < T; t++)
             rmsnorm(h + (size_t)t * H, L->in_norm, H, eps, x + (size_t)t * H);
         matmul(be, L->wq, x, L->bq, T, nq, H, q);
@@ -878,7 +887,10 @@ static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache
                     h[(size_t)t * H + i] += acc[i];
             }
         }
+        if (layer_fn)
+            layer_fn(layer_user, l, T, h_in, h);
     }
+    free(h_in);
     if (!rc) {
         kv->n = pos0 + T;
         if (logits) {
@@ -895,12 +907,21 @@ static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache
 sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
                           sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err)
 {
-    return forward_block(m, be, kv, &token, 1, attend, user, logits, err);
+    return forward_block(m, be, kv, &token, 1, attend, user, NULL, NULL, logits, err);
 }
 
 sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
                              const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
                              void *user, float *logits, sfi_error *err)
+{
+    return sfi_qwen3_prefill_observed(m, be, kv, tokens, n, attend, user, NULL, NULL, logits,
+                                      err);
+}
+
+sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                      const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                                      void *user, sfi_qwen3_layer_fn layer_fn, void *layer_user,
+                                      float *logits, sfi_error *err)
 {
     enum { BLOCK = 64 };
     if (n < 1)
@@ -909,8 +930,8 @@ sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *k
         return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
     for (int i = 0; i < n; i += BLOCK) {
         int T = n - i < BLOCK ? n - i : BLOCK;
-        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user,
-                                      i + T == n ? logits : NULL, err);
+        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user, layer_fn,
+                                      layer_user, i + T == n ? logits : NULL, err);
         if (rc)
             return rc;
     }

@@ -81,6 +81,18 @@ sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *k
                              const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
                              void *user, float *logits, sfi_error *err);
 
+/* Told after each layer of a block of T tokens the residual stream before
+ * (in) and after (out) the layer, each [T][hidden_size] (Kascade's layer
+ * importance, 1 - cos(in, out)). Only reads. */
+typedef void (*sfi_qwen3_layer_fn)(void *user, int layer, int T, const float *in,
+                                   const float *out);
+
+/* sfi_qwen3_prefill that also calls layer_fn (may be NULL). */
+sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                      const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                                      void *user, sfi_qwen3_layer_fn layer_fn, void *layer_user,
+                                      float *logits, sfi_error *err);
+
 /* Dense decode attention through the backend (scalar: sfi_attn_dense_decode).
  * logits (may be NULL) as sfi_attn_dense_decode's. */
 sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
