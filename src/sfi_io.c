@@ -260,6 +260,13 @@ sfi_status sfi_out_open(const char *path, sfi_out **out, FILE **f, sfi_error *er
         st = sfi_error_set(err, SFI_EIO, "%s: %s", path, kind_refused(sb.st_mode));
         goto fail;
     }
+    /* Replacing is a write: a file the user may not write (chmod a-w) is
+     * refused as open(O_WRONLY) would refuse it, although the rename in a
+     * writable directory would go through. */
+    if (exists && access(o->dest, W_OK) != 0) {
+        st = sfi_error_set(err, SFI_EIO, "%s: cannot write: %s", path, strerror(errno));
+        goto fail;
+    }
     mode_t mode;
     if (exists) {
         mode = sb.st_mode & 0777;

@@ -11,7 +11,8 @@
  *     file in the same directory (PATH.tmpXXXXXX) and renamed over the
  *     path only when complete, so a failed or interrupted write never
  *     leaves half a file; an existing file keeps its permission bits, a new
- *     one gets 0666 less the umask;
+ *     one gets 0666 less the umask; a file the user may not write is
+ *     refused ("Permission denied"), not replaced;
  *   - a symbolic link is followed: the file it names is replaced the same
  *     way (the link stays a link); a dangling link is refused;
  *   - a character device (/dev/null, /dev/stdout, a terminal) or a FIFO is

@@ -136,6 +136,35 @@ START_TEST(out_regular_files)
 }
 END_TEST
 
+/* A file the user may not write is not replaced (the rename would go
+ * through in a writable directory). As root, the check runs as nobody. */
+START_TEST(out_read_only_file_refused)
+{
+    char *dir = sfi_test_tmpdir(), path[4200];
+    snprintf(path, sizeof path, "%s/ro.csv", dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (chown(dir, 65534, 65534) != 0 || setgid(65534) != 0 ||
+                               setuid(65534) != 0))
+            _exit(3);
+        if (sfi_test_write_file(path, "old", 3) != 0 || chmod(path, 0444) != 0)
+            _exit(4);
+        sfi_error e;
+        if (sfi_out_write(path, "new", 3, &e) != SFI_EIO || !strstr(e.msg, "Permission denied"))
+            _exit(5);
+        char *t = sfi_test_read_file(path, NULL);
+        _exit(t && !strcmp(t, "old") ? 0 : 6);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child status %d", ws);
+    ck_assert_int_eq(count_temps(dir), 0);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(out_symlinks)
 {
     char *dir = sfi_test_tmpdir(), path[4200], real[4200];
@@ -398,6 +427,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, read_limits);
     tcase_add_test(tc, out_regular_files);
+    tcase_add_test(tc, out_read_only_file_refused);
     tcase_add_test(tc, out_symlinks);
     tcase_add_test(tc, out_devices_fifos_and_refusals);
     tcase_add_test(tc, out_file_size_limit_and_signals);
