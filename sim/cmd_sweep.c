@@ -989,6 +989,15 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                 goto out;
             }
     }
+    /* Outputs that cannot be written fail now, not after the sweep. */
+    {
+        const char *outs[] = {a_out, a_png && strcmp(a_png, "none") ? a_png : NULL, a_tl};
+        for (int i = 0; i < 3; i++)
+            if (outs[i] && sfi_out_check(outs[i], &err) != SFI_OK) {
+                fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+                goto out;
+            }
+    }
     if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.cfg.prm, &s.stream, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         goto out;

@@ -303,6 +303,8 @@ START_TEST(presets_and_validate)
     /* The profile's column: 16 x 32768 x 4096 B = 2 GiB at 3.35 TB/s / 0.5
      * + 1 us = 1283.1 us. */
     ck_assert_msg(strstr(out, "attn_dense_nologits") && strstr(out, "1283.1"), "%s", out);
+    /* It says which calibration to trust: the default errs less here. */
+    ck_assert_msg(strstr(out, "# verdict: trust the built-in default for this GPU") != NULL, "%s", out);
     free(out);
     free(err);
     expect_fail("validate --profile /nonexistent/p.json", 1, "/nonexistent/p.json");
@@ -328,6 +330,7 @@ START_TEST(presets_and_validate)
     snprintf(args, sizeof args, "validate --profile '%s'", fp);
     ck_assert_int_eq(run(args, &out, &err), 0);
     ck_assert_msg(strstr(out, "profile 2 (max |err| 0.0%)"), "%s", out);
+    ck_assert_msg(strstr(out, "# verdict: trust the profile ") != NULL, "%s", out);
     free(out);
     free(err);
     ck_assert_int_eq(run("validate --help", &out, &err), 0);
