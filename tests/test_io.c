@@ -126,8 +126,14 @@ START_TEST(out_regular_files)
     ck_assert_str_eq(t, "c,d,e\n");
     free(t);
     ck_assert_int_eq(count_temps(dir), 0);
-    /* A directory that does not exist. */
+    /* A directory that does not exist: the pre-flight check and the
+     * write both say so. */
     snprintf(path, sizeof path, "%s/no/such.csv", dir);
+    ck_assert_int_eq(sfi_out_check(path, &e), SFI_EIO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "such.csv: directory "));
+    ck_assert_int_eq(sfi_out_check(dir, &e), SFI_EIO);
+    ck_assert_ptr_nonnull(strstr(e.msg, ": is a directory"));
+    ck_assert_int_eq(sfi_out_check("/dev/null", &e), SFI_OK);
     ck_assert_int_eq(sfi_out_write(path, "x", 1, &e), SFI_EIO);
     ck_assert_ptr_nonnull(strstr(e.msg, "such.csv: cannot create: No such file or directory"));
     ck_assert_int_eq(sfi_out_write("", "x", 1, &e), SFI_EINVAL);
@@ -151,6 +157,8 @@ START_TEST(out_read_only_file_refused)
         if (sfi_test_write_file(path, "old", 3) != 0 || chmod(path, 0444) != 0)
             _exit(4);
         sfi_error e;
+        if (sfi_out_check(path, &e) != SFI_EIO || !strstr(e.msg, "Permission denied"))
+            _exit(7);
         if (sfi_out_write(path, "new", 3, &e) != SFI_EIO || !strstr(e.msg, "Permission denied"))
             _exit(5);
         char *t = sfi_test_read_file(path, NULL);
@@ -172,7 +180,10 @@ START_TEST(out_symlinks)
     snprintf(real, sizeof real, "%s/real.png", dir);
     snprintf(path, sizeof path, "%s/link.png", dir);
     ck_assert_int_eq(symlink("real.png", path), 0);
-    /* Dangling: refused, nothing created. */
+    /* Dangling: refused, nothing created; the pre-flight check says so
+     * too (sfi_out_check: the same rule before the work). */
+    ck_assert_int_eq(sfi_out_check(path, &e), SFI_EIO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "link.png: a dangling symbolic link"));
     ck_assert_int_eq(sfi_out_write(path, "x", 1, &e), SFI_EIO);
     ck_assert_ptr_nonnull(strstr(e.msg, "link.png: a dangling symbolic link"));
     ck_assert_int_eq(access(real, F_OK), -1);
