@@ -1025,6 +1025,45 @@ static sfi_status write_config(const sfi_model_config *c, const char *dir, sfi_s
     return st;
 }
 
+/* A directory may receive a random checkpoint when it holds none, or one
+ * that make-checkpoint wrote (its config.json names the generator): a
+ * user's trained checkpoint there would otherwise be lost to random
+ * weights. */
+static sfi_status replaceable_checkpoint(const char *dir, sfi_error *err)
+{
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    if (lstat(p, &sb) == 0)
+        return sfi_error_set(err, SFI_EIO, "%s: holds a sharded checkpoint "
+                             "(model.safetensors.index.json); not writing a random one over it "
+                             "(choose a new or empty directory)", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    int has_config = lstat(p, &sb) == 0;
+    int ours = 0;
+    if (has_config) {
+        char *text = NULL;
+        size_t len = 0;
+        if (sfi_io_read(p, 16u << 20, "a config.json", &text, &len, NULL) == SFI_OK) {
+            json_t *o = json_loadb(text, len, 0, NULL);
+            json_t *g = json_object_get(o, "generator");
+            ours = json_is_string(g) &&
+                   !strncmp(json_string_value(g), "sfi-ref make-checkpoint", 23);
+            json_decref(o);
+        }
+        free(text);
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    int has_weights = lstat(p, &sb) == 0;
+    if ((has_config || has_weights) && !ours)
+        return sfi_error_set(err, SFI_EIO, "%s: holds a checkpoint that sfi-ref make-checkpoint "
+                             "did not write (%s); not replacing it with random weights (choose "
+                             "a new or empty directory)", dir,
+                             has_config ? "its config.json names no make-checkpoint generator"
+                                        : "model.safetensors without config.json");
+    return SFI_OK;
+}
+
 sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, uint64_t seed,
                                   sfi_st_dtype dt, sfi_error *err)
 {
@@ -1040,6 +1079,8 @@ sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, ui
                                  strerror(errno));
     } else if (!S_ISDIR(sb.st_mode)) {
         return sfi_error_set(err, SFI_EIO, "%s: exists and is not a directory", dir);
+    } else if ((rc = replaceable_checkpoint(dir, err))) {
+        return rc;
     }
     int H = c->hidden_size, hd = c->head_dim, L = c->num_hidden_layers;
     int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;

@@ -102,8 +102,10 @@ sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
 /* Writes DIR/model.safetensors (weights of dtype F32 or BF16 drawn from
  * seed: uniform with std 1/sqrt(fan_in), norms 1 +- 0.2, embeddings of unit
  * scale when untied) and DIR/config.json for cfg; DIR is created when
- * absent. Each file goes through a temp file + rename; when the config
- * cannot be written the checkpoint is removed again. */
+ * absent. A DIR holding a checkpoint this function did not write (no
+ * "generator" in its config.json, weights without a config, a sharded
+ * index) is refused (EIO). Each file goes through a temp file + rename;
+ * when the config cannot be written the checkpoint is removed again. */
 sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir, uint64_t seed,
                                   sfi_st_dtype dtype, sfi_error *err);
 

@@ -407,6 +407,9 @@ static void remove_db_files(const char *path)
 /* shown: the path as the user gave it; path: the regular file it names. */
 static sfi_status replaceable(const char *shown, const char *path, sfi_error *err)
 {
+    /* Replacing is a write: a trace the user may not write stays. */
+    if (access(path, W_OK) != 0)
+        return sfi_error_set(err, SFI_EIO, "%s: cannot replace: %s", shown, strerror(errno));
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return sfi_error_set(err, SFI_EIO, "%s: cannot open: %s", shown, strerror(errno));
