@@ -81,6 +81,18 @@ sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *k
                              const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
                              void *user, float *logits, sfi_error *err);
 
+/* Told after each layer of a block of T tokens the residual stream before
+ * (in) and after (out) the layer, each [T][hidden_size] (Kascade's layer
+ * importance, 1 - cos(in, out)). Only reads. */
+typedef void (*sfi_qwen3_layer_fn)(void *user, int layer, int T, const float *in,
+                                   const float *out);
+
+/* sfi_qwen3_prefill that also calls layer_fn (may be NULL). */
+sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                      const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                                      void *user, sfi_qwen3_layer_fn layer_fn, void *layer_user,
+                                      float *logits, sfi_error *err);
+
 /* Dense decode attention through the backend (scalar: sfi_attn_dense_decode).
  * logits (may be NULL) as sfi_attn_dense_decode's. */
 sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
@@ -90,8 +102,10 @@ sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
 /* Writes DIR/model.safetensors (weights of dtype F32 or BF16 drawn from
  * seed: uniform with std 1/sqrt(fan_in), norms 1 +- 0.2, embeddings of unit
  * scale when untied) and DIR/config.json for cfg; DIR is created when
- * absent. Each file goes through a temp file + rename; when the config
- * cannot be written the checkpoint is removed again. */
+ * absent. A DIR holding a checkpoint this function did not write (no
+ * "generator" in its config.json, weights without a config, a sharded
+ * index) is refused (EIO). Each file goes through a temp file + rename;
+ * when the config cannot be written the checkpoint is removed again. */
 sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir, uint64_t seed,
                                   sfi_st_dtype dtype, sfi_error *err);
 
