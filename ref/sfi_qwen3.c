@@ -938,6 +938,62 @@ sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv
     return SFI_OK;
 }
 
+/* ---- views for other back ends ---- */
+
+const float *sfi_qwen3_weight(const sfi_qwen3 *m, sfi_qwen3_wid id, int layer, int expert)
+{
+    const sfi_model_config *c = &m->cfg;
+    if (id == SFI_W_EMBED)
+        return m->embed;
+    if (id == SFI_W_LM_HEAD)
+        return m->lm_head;
+    if (id == SFI_W_FINAL_NORM)
+        return m->final_norm;
+    if (layer < 0 || layer >= c->num_hidden_layers)
+        return NULL;
+    const qlayer *L = &m->layers[layer];
+    int e_ok = L->moe && expert >= 0 && expert < c->num_experts;
+    switch (id) {
+    case SFI_W_IN_NORM: return L->in_norm;
+    case SFI_W_POST_NORM: return L->post_norm;
+    case SFI_W_Q: return L->wq;
+    case SFI_W_K: return L->wk;
+    case SFI_W_V: return L->wv;
+    case SFI_W_O: return L->wo;
+    case SFI_W_BQ: return L->bq;
+    case SFI_W_BK: return L->bk;
+    case SFI_W_BV: return L->bv;
+    case SFI_W_BO: return L->bo;
+    case SFI_W_Q_NORM: return L->q_norm;
+    case SFI_W_K_NORM: return L->k_norm;
+    case SFI_W_GATE: return L->moe ? NULL : L->w_gate;
+    case SFI_W_UP: return L->moe ? NULL : L->w_up;
+    case SFI_W_DOWN: return L->moe ? NULL : L->w_down;
+    case SFI_W_ROUTER: return L->moe ? L->router : NULL;
+    case SFI_W_E_GATE: return e_ok ? L->e_gate[expert] : NULL;
+    case SFI_W_E_UP: return e_ok ? L->e_up[expert] : NULL;
+    case SFI_W_E_DOWN: return e_ok ? L->e_down[expert] : NULL;
+    default: return NULL;
+    }
+}
+
+void sfi_qwen3_rope_table(const sfi_model_config *c, int pos0, int n, float *cs, float *sn)
+{
+    int h2 = c->head_dim / 2;
+    double lt = d_log(c->rope_theta);
+    for (int i = 0; i < h2; i++) {
+        /* inv_freq exactly as sfi_qwen3_load computes it */
+        float inv = (float)d_exp(-lt * (2.0 * i / c->head_dim));
+        for (int t = 0; t < n; t++) {
+            float ang = (float)(pos0 + t) * inv;
+            double s, co;
+            d_sincos((double)ang, &s, &co);
+            cs[(size_t)t * h2 + i] = (float)co;
+            sn[(size_t)t * h2 + i] = (float)s;
+        }
+    }
+}
+
 /* ---- random-weight checkpoints ---- */
 
 static uint64_t splitmix64(uint64_t *s)
