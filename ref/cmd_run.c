@@ -84,7 +84,7 @@ static char *read_prompt(const char *path, const char *what, size_t *len, sfi_er
     return st ? NULL : buf;
 }
 
-enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
+enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_FORCED_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
        O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE };
 
 static int parse_int(const char *s, const char *what, int lo, int *out)
@@ -102,7 +102,7 @@ static int parse_int(const char *s, const char *what, int lo, int *out)
 
 /* The command line. */
 typedef struct {
-    const char *model, *prompt, *prompt_file, *prompt_ids, *tok_dir;
+    const char *model, *prompt, *prompt_file, *prompt_ids, *forced_ids, *tok_dir;
     int json, stop;
     sfi_decode_opts o;    /* o.max_new: --max-new, -1 until given */
     sfi_recorder_opts ro; /* --trace* */
@@ -116,6 +116,7 @@ static int parse_option(int c, const struct option *opt, run_args *a, sfi_error 
     case 'p': a->prompt = optarg; return 0;
     case O_PROMPT_FILE: a->prompt_file = optarg; return 0;
     case O_PROMPT_IDS: a->prompt_ids = optarg; return 0;
+    case O_FORCED_IDS: a->forced_ids = optarg; return 0;
     case 'n': return parse_int(optarg, "--max-new", 1, &a->o.max_new) ? 2 : 0;
     case O_INTERVAL: return parse_int(optarg, "--interval", 1, &a->o.interval) ? 2 : 0;
     case O_TOKENIZER: a->tok_dir = optarg; return 0;
@@ -158,6 +159,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         {"prompt", required_argument, NULL, 'p'},
         {"prompt-file", required_argument, NULL, O_PROMPT_FILE},
         {"prompt-ids", required_argument, NULL, O_PROMPT_IDS},
+        {"forced-ids", required_argument, NULL, O_FORCED_IDS},
         {"max-new", required_argument, NULL, 'n'},
         {"mode", required_argument, NULL, O_MODE},
         {"param", required_argument, NULL, 'P'},
@@ -172,6 +174,9 @@ static int parse_args(int argc, char **argv, run_args *a)
         {"trace-level", required_argument, NULL, O_TRACE},
         {"trace-top-m", required_argument, NULL, O_TRACE},
         {"trace-layers", required_argument, NULL, O_TRACE},
+        {"trace-qk", no_argument, NULL, O_TRACE},
+        {"trace-qkv", no_argument, NULL, O_TRACE},
+        {"trace-calib", required_argument, NULL, O_TRACE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -231,6 +236,8 @@ typedef struct {
     int have_ts;
     int32_t *ids;          /* the prompt */
     int n_ids;
+    int32_t *forced;       /* --forced-ids */
+    int n_forced;
     sfi_decode_result res;
     char *text;            /* the generated text (with a tokenizer) */
     size_t text_len;
@@ -240,6 +247,7 @@ static void run_free(run_state *r)
 {
     free(r->text);
     free(r->ids);
+    free(r->forced);
     sfi_decode_result_free(&r->res);
     if (r->have_ts)
         sfi_trigger_set_free(&r->ts);
@@ -338,15 +346,38 @@ static int read_prompt_ids(const run_args *a, const sfi_model_config *cfg, run_s
     return 0;
 }
 
+/* --forced-ids: at least one id per step after the first. Returns 0 or 1. */
+static int read_forced_ids(run_args *a, run_state *r)
+{
+    sfi_error e;
+    size_t len;
+    char *s = read_prompt(a->forced_ids, "a list of token ids", &len, &e);
+    if (!s || sfi_ref_parse_ids(a->forced_ids, s, len, &r->forced, &r->n_forced, &e)) {
+        free(s);
+        fprintf(stderr, "sfi-ref run: --forced-ids: %s\n", e.msg);
+        return 1;
+    }
+    free(s);
+    if (r->n_forced < a->o.max_new - 1) {
+        fprintf(stderr, "sfi-ref run: --forced-ids %s: %d ids for %d steps (need %d)\n",
+                a->forced_ids, r->n_forced, a->o.max_new, a->o.max_new - 1);
+        return 1;
+    }
+    a->o.forced = r->forced;
+    a->o.n_forced = r->n_forced;
+    return 0;
+}
+
 /* Decodes, recording the trace when asked (the trace file is created, or
  * refused, before decoding), and decodes the generated ids to text.
  * Returns 0 or 1. */
 static int decode(run_args *a, const sfi_model_config *cfg, run_state *r)
 {
     sfi_error e;
-    a->o.stop_token = a->stop ? cfg->eos_token_id : -1;
     a->o.stop_tokens = a->stop ? cfg->eos_token_ids : NULL;
     a->o.n_stop_tokens = a->stop ? cfg->n_eos : 0;
+    if (a->forced_ids && read_forced_ids(a, r))
+        return 1;
     sfi_recorder *rec = NULL;
     if (sfi_recorder_open(&a->ro, a->model, cfg, &a->o, &rec, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
