@@ -181,11 +181,35 @@ static int attn_layers(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
     return 0;
 }
 
+static void bench_usage(FILE *f)
+{
+    fputs("usage: sfi-gpu bench [--quick] [--profile FILE] [--name NAME] [--torch CMD]\n"
+          "\n"
+          "Measures the kernels on one GPU (HBM copy, dense attention with and without\n"
+          "logits, sparse fast-step attention warm and L2-cold, Selector + reorg, the\n"
+          "two-stream slow step) and writes a calibration profile for sfi-sim.\n"
+          "\n"
+          "  --quick         contexts up to 32K and fewer repetitions\n"
+          "  --profile FILE  the profile written (default sfi-gpu-profile.json)\n"
+          "  --name NAME     the profile's \"name\" (default measured)\n"
+          "  --torch CMD     also time PyTorch's SDPA by running CMD with the shapes\n"
+          "                  appended, e.g. 'python3 gpu/bench_torch.py'\n"
+          "  -h, --help      this help\n"
+          "\n"
+          "Exit status: 0 ok, 1 a CUDA error or an unwritable profile, 2 usage error,\n"
+          "77 no usable CUDA device. See sfi-gpu(1).\n",
+          f);
+}
+
 int sfi_gpu_cmd_bench(int argc, char **argv)
 {
     const char *profile = "sfi-gpu-profile.json", *name = "measured", *torch_cmd = NULL;
     int quick = 0;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            bench_usage(stdout);
+            return 0;
+        }
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc)

@@ -770,11 +770,34 @@ static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
     return g_fail == fail0;
 }
 
+static void check_usage(FILE *f)
+{
+    fputs("usage: sfi-gpu check [--bit-exact] [--quick] [--seed N]\n"
+          "\n"
+          "Runs a fixed, seeded suite of cases through the GPU kernels and through the\n"
+          "reference (dense attention and logits, Selector, Top-K, reorg, two-segment\n"
+          "sparse attention) and prints one line per case and check.\n"
+          "\n"
+          "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
+          "               lambda*, scores and selected sets identical bit for bit\n"
+          "  --quick      the first five cases only\n"
+          "  --seed N     seed of the random inputs (default 1)\n"
+          "  -h, --help   this help\n"
+          "\n"
+          "Exit status: 0 all passed, 1 a mismatch or CUDA error, 2 usage error,\n"
+          "77 no usable CUDA device. See sfi-gpu(1).\n",
+          f);
+}
+
 int sfi_gpu_cmd_check(int argc, char **argv)
 {
     int bit_exact = 0, quick = 0;
     unsigned long long seed = 1;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            check_usage(stdout);
+            return 0;
+        }
         if (!strcmp(argv[i], "--bit-exact"))
             bit_exact = 1;
         else if (!strcmp(argv[i], "--quick"))

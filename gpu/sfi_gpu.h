@@ -1,4 +1,4 @@
-/* The CUDA path of SFI (method.md section 7): kernels a serving engine needs
+/* The CUDA path of SFI (sfi(7) GPU PATH): kernels a serving engine needs
  * for SFI decode steps, as a C API over the CUDA runtime.
  *
  * Memory layouts (all device memory, row-major, innermost last):
@@ -68,7 +68,7 @@ typedef struct {
     sfi_gpu_req req[SFI_GPU_MAX_BATCH];
 } sfi_gpu_step_desc;
 
-/* Selector parameters (method.md section 4), as in sfi_params. */
+/* Selector parameters (sfi(7) SELECTOR), as in sfi_params. */
 typedef struct {
     float alpha, gamma, beta, p, eta, lambda_clip, alpha_soft, T, alpha_cross, eps;
     int nms_radius;
@@ -160,7 +160,7 @@ int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dt
                   const void *k_pool, const void *v_pool, const int32_t *selected,
                   void *ck, void *cv, int32_t *comp_pos, cudaStream_t st);
 
-/* Two-stream slow step over n_layers (method.md section 7): main stream
+/* Two-stream slow step over n_layers (sfi(7) GPU PATH): main stream
  * runs Attn_i; after it, the side (lower-priority) stream runs Sel_i then
  * Reorg_i using ring slot i mod R (R = 4) for logits and Selector scratch;
  * an event per slot guards reuse; the main stream waits once at the end.

@@ -487,7 +487,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
  * dimension over rows. Row order: dense = positions ascending; sparse =
  * the reference's ascending position order, which the two-segment layout
  * keeps (sink, selected ascending, then the recent window; the checker's
- * cases keep selected below recent_begin as method.md section 2 requires). */
+ * cases keep selected below recent_begin as sfi(7) MANAGED STATE requires). */
 __device__ __forceinline__ const float *exact_row(const sfi_gpu_step_desc *d, const float *pool,
                                                   const float *comp, int b, int kvh, int r,
                                                   int sparse, int n_compact, int rb) {

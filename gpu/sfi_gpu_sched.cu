@@ -1,4 +1,4 @@
-/* Two-stream slow step (method.md section 7). Host-side orchestration only:
+/* Two-stream slow step (sfi(7) GPU PATH). Host-side orchestration only:
  * it enqueues kernels and events, never blocks and never allocates.
  *
  * Timeline with overlap (R = SFI_GPU_RING ring slots, slot = i mod R):

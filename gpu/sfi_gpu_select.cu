@@ -1,4 +1,4 @@
-/* GPU-resident Selector (method.md section 4, steps 1-9), deterministic
+/* GPU-resident Selector (sfi(7) SELECTOR, steps 1-9), deterministic
  * Top-K by radix select, and the reorg gather into the compact buffer.
  * Layouts: see sfi_gpu.h. Everything stays on the device: the host only
  * launches kernels (no copies, no synchronisation). */

@@ -16,7 +16,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: sfi-ref digest FILE...\n"
             "       sfi-ref digest --suite\n\n"
-            "Print SHA-256 digests as \"HEX  NAME\" lines (the format of sha256sum).\n\n"
+            "Print SHA-256 digests as \"HEX  NAME\" lines (the format of sha256sum;\n"
+            "a name with a backslash, newline or CR is escaped as sha256sum does).\n\n"
             "  FILE...      digest each file (\"-\" is standard input)\n"
             "  -s, --suite  run the reference core's golden suite (seeded exp/log/sqrt,\n"
             "               softmax, dense/sparse/prefill attention, Selector with every\n"
@@ -32,6 +33,23 @@ static void emit(const char *name, const char *hex, void *ctx)
 {
     (void)ctx;
     printf("%s  %s\n", hex, name);
+}
+
+/* One "HEX  NAME" line as sha256sum (coreutils 9) writes it: a name with
+ * a backslash, newline or carriage return is escaped (\\, \n, \r) and
+ * the line starts with a backslash, so every line stays one line and
+ * `sha256sum -c` reads it back. */
+static void print_line(const char *hex, const char *name)
+{
+    int esc = strpbrk(name, "\\\n\r") != NULL;
+    printf("%s%s  ", esc ? "\\" : "", hex);
+    for (const char *p = name; *p; p++) {
+        if (esc && (*p == '\\' || *p == '\n' || *p == '\r'))
+            printf("\\%c", *p == '\\' ? '\\' : *p == '\n' ? 'n' : 'r');
+        else
+            putchar(*p);
+    }
+    putchar('\n');
 }
 
 static int digest_stdin(char *hex, sfi_error *err)
@@ -97,7 +115,7 @@ int sfi_ref_cmd_digest(int argc, char **argv)
             rc = 1;
             continue;
         }
-        printf("%s  %s\n", hex, argv[i]);
+        print_line(hex, argv[i]);
     }
     if (fflush(stdout) != 0)
         rc = 1;

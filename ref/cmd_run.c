@@ -211,6 +211,10 @@ int sfi_ref_cmd_run(int argc, char **argv)
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
         return 2;
     }
+    if (sfi_recorder_opts_check(&ro, &e)) {
+        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+        return 2;
+    }
     o.max_new = max_new;
 
     int rc = 1;

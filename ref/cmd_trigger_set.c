@@ -1,4 +1,4 @@
-/* sfi-ref trigger-set: the trigger set of method.md section 3 for a
+/* sfi-ref trigger-set: the trigger set of sfi(7) TRIGGERS for a
  * tokenizer directory, as text or JSON. */
 #include <config.h>
 
@@ -15,7 +15,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: sfi-ref trigger-set --tokenizer DIR [--chars S] [--format text|json]\n\n"
-            "Prints the trigger set of method.md section 3: every token whose decoded\n"
+            "Prints the trigger set of sfi(7) TRIGGERS: every token whose decoded\n"
             "text, trailing spaces removed, ends with one of the trigger characters,\n"
             "or contains a newline.\n\n"
             "  --tokenizer DIR  directory with vocab.json (and tokenizer_config.json)\n"

@@ -1,6 +1,6 @@
 # Build fragment: ref/model.mk (included by Makefile.am)
 # The reference's model layer: safetensors checkpoints, the Qwen3 forward
-# pass (scalar + OpenBLAS backends) and the decode loop of method.md 5.
+# pass (scalar + OpenBLAS backends) and the decode loop of sfi(7) DECODE LOOP.
 pkginclude_HEADERS += ref/sfi_safetensors.h ref/sfi_qwen3.h ref/sfi_decode.h
 libsfi_la_SOURCES += ref/sfi_safetensors.c ref/sfi_qwen3.c ref/sfi_decode.c
 dist_man_MANS += man/sfi-ref-run.1 man/sfi-ref-make-checkpoint.1 man/sfi-ref-eval.1

@@ -1,5 +1,5 @@
 # Build fragment: ref/policies.mk (included by Makefile.am)
-# Comparison policies of method.md section 8 (full KV, oracle, StreamingLLM,
+# Comparison policies of sfi(7) PEER METHODS (full KV, oracle, StreamingLLM,
 # H2O, SnapKV, Quest, LFPS, Kascade, FASA, SFI and its trigger variants): one
 # list for the analyzer, the cost model and the evaluation in the forward
 # pass; the calibration of Kascade and FASA.

@@ -1,4 +1,4 @@
-/* Reference attention (method.md sections 2 and 6); see sfi_attention.h.
+/* Reference attention (sfi(7): MANAGED STATE and BIT-EXACT REFERENCE); see sfi_attention.h.
  *
  * The one evaluation order, shared by dense, sparse and prefill so that they
  * agree bit for bit on the same set of positions:

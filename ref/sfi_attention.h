@@ -3,7 +3,7 @@
  *
  * KV cache layout for one layer: k[pos][kv_head][head_dim], same for v;
  * positions 0..n_ctx-1 are valid (the current token's key/value included,
- * method.md section 2). Queries: q[head][head_dim]. */
+ * sfi(7) MANAGED STATE). Queries: q[head][head_dim]. */
 #ifndef SFI_ATTENTION_H
 #define SFI_ATTENTION_H
 

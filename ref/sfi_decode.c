@@ -1,4 +1,4 @@
-/* The decode loop of method.md section 5; see sfi_decode.h.
+/* The decode loop of sfi(7) DECODE LOOP; see sfi_decode.h.
  *
  * Steps: the prefill runs the whole prompt densely (one token at a time;
  * each token's attention is sfi_qwen3_attn_dense) and its last position's

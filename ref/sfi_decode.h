@@ -1,4 +1,4 @@
-/* The decode loop of method.md section 5 for one request: prefill (the last
+/* The decode loop of sfi(7) DECODE LOOP for one request: prefill (the last
  * W_prefill prompt queries initialize the selected sets through the
  * Selector), then greedy decoding in SFI mode (slow/fast steps decided by a
  * trigger policy) or dense mode (full KV every step, the baseline).
@@ -31,7 +31,7 @@ sfi_status sfi_decode_mode_parse(const char *s, sfi_decode_mode *m, sfi_error *e
 
 typedef struct {
     sfi_decode_mode mode;
-    sfi_params params;           /* method.md knobs (K, n_recent, ...) */
+    sfi_params params;           /* sfi(7) knobs (K, n_recent, ...) */
     sfi_trigger_kind trigger;    /* SFI mode only; default SFI_TRIG_SFI */
     int interval;                /* for SFI_TRIG_INTERVAL */
     const uint8_t *is_trigger;   /* [n_trigger_vocab] 0/1, may be NULL (empty set) */

@@ -1,4 +1,4 @@
-/* Deterministic float32 math of the reference (method.md section 6).
+/* Deterministic float32 math of the reference (sfi(7) BIT-EXACT REFERENCE).
  *
  * Why our own exp/log: libm implementations differ between glibc versions,
  * musl, macOS and CUDA, and may use FMA; the reference must give the same

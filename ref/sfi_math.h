@@ -1,4 +1,4 @@
-/* Deterministic float32 math of the reference (method.md section 6): own
+/* Deterministic float32 math of the reference (sfi(7) BIT-EXACT REFERENCE): own
  * exp/log (fixed range reduction + polynomial, no libm), and reductions with
  * one documented order. Max ulp errors are stated next to each function by
  * its implementation and checked in tests/. */

@@ -1663,7 +1663,7 @@ static sfi_status step_sfi(sfi_policy *p, layer_state *l, const sfi_policy_step 
                 /* The trace's top-M probabilities as logits (log p);
                  * positions outside the entries share the tail evenly.
                  * With the group's query-head records each query head is
-                 * one window query (method.md section 4); otherwise the
+                 * one window query (sfi(7) SELECTOR); otherwise the
                  * pooled record is the one window query. */
                 for (int h = 0; h < H; h++) {
                     for (int g = 0; g < G; g++) {

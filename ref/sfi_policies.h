@@ -1,4 +1,4 @@
-/* The comparison policies of method.md section 8 -- full KV, oracle top-K,
+/* The comparison policies of sfi(7) PEER METHODS -- full KV, oracle top-K,
  * StreamingLLM, H2O, SnapKV, Quest, LFPS, Kascade, FASA -- and SFI with its
  * trigger variants, as ONE list used by every tool: the trace analyzer
  * (sim/sfi_analyze.c), the cost model (sim/sfi_cost.c) and the evaluation

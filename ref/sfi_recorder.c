@@ -21,7 +21,27 @@ void sfi_recorder_opts_default(sfi_recorder_opts *o)
     o->level = SFI_TRACE_TOKENS;
     o->top_m = 4096;
     o->layers = NULL;
+    o->given = 0;
     o->tokenizer_dir = NULL;
+}
+
+sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err)
+{
+    static const char *const names[] = {"--trace-level", "--trace-top-m", "--trace-layers"};
+    if (!o->path) {
+        for (int k = 0; k < 3; k++)
+            if (o->given & (1u << k))
+                return sfi_error_set(err, SFI_EINVAL, "%s needs --trace FILE (nothing is "
+                                     "recorded without it)", names[k]);
+        return SFI_OK;
+    }
+    if ((o->given & SFI_RECORDER_GIVEN_TOP_M) && o->level != SFI_TRACE_FULL)
+        return sfi_error_set(err, SFI_EINVAL, "--trace-top-m applies to the full level only "
+                             "(add --trace-level full)");
+    if ((o->given & SFI_RECORDER_GIVEN_LAYERS) && o->level == SFI_TRACE_TOKENS)
+        return sfi_error_set(err, SFI_EINVAL, "--trace-layers applies to the summary and full "
+                             "levels (the tokens level has no per-layer records)");
+    return SFI_OK;
 }
 
 const char *sfi_recorder_usage(void)
@@ -67,6 +87,7 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
 {
     /* Every message starts with the option, once. */
     if (!strcmp(name, "trace-level")) {
+        o->given |= SFI_RECORDER_GIVEN_LEVEL;
         if (sfi_trace_level_parse(v, &o->level, err) == SFI_OK)
             return 1;
         sfi_error_prefix(err, "--trace-level");
@@ -82,6 +103,7 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
             return -1;
         }
         o->top_m = (int)m;
+        o->given |= SFI_RECORDER_GIVEN_TOP_M;
         return 1;
     }
     if (!strcmp(name, "trace-layers")) {
@@ -91,6 +113,7 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
             return -1;
         }
         o->layers = v;
+        o->given |= SFI_RECORDER_GIVEN_LAYERS;
         return 1;
     }
     if (!strcmp(name, "trace")) {

@@ -27,14 +27,25 @@ typedef struct {
     const char *path;       /* --trace OUT.db; NULL: record nothing */
     sfi_trace_level level;  /* --trace-level (default tokens) */
     int top_m;              /* --trace-top-m (default 4096) */
-    const char *layers;     /* --trace-layers: comma-separated layers whose top-M
-                               records are kept (NULL: all); size control for
-                               the full level */
+    const char *layers;     /* --trace-layers: comma-separated layers whose
+                               per-layer records (summary and full levels) are
+                               kept (NULL: all); size control */
     const char *tokenizer_dir; /* --tokenizer DIR, named in meta tokenizer with its
                                   files' SHA-256 (NULL: the model directory) */
+    unsigned given;         /* SFI_RECORDER_GIVEN_* bits: options set */
 } sfi_recorder_opts;
 
+#define SFI_RECORDER_GIVEN_LEVEL 1u
+#define SFI_RECORDER_GIVEN_TOP_M 2u
+#define SFI_RECORDER_GIVEN_LAYERS 4u
+
 void sfi_recorder_opts_default(sfi_recorder_opts *o);
+
+/* Refuses options that would be silently ignored: --trace-level,
+ * --trace-top-m or --trace-layers without --trace, --trace-top-m below
+ * the full level, --trace-layers at the tokens level (which has no
+ * per-layer records). */
+sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err);
 
 /* Command-line flags of the recorder, for sfi-ref run: if argv[*i] is
  * --trace, --trace-level or --trace-top-m (also as --flag=value), consumes

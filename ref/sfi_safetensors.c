@@ -172,7 +172,9 @@ typedef struct {
 static int span_cmp(const void *a, const void *b)
 {
     const span *x = a, *y = b;
-    return x->b < y->b ? -1 : x->b > y->b ? 1 : 0;
+    if (x->b != y->b)
+        return x->b < y->b ? -1 : 1;
+    return x->e < y->e ? -1 : x->e > y->e ? 1 : 0;
 }
 
 /* Maps one file and appends its tensors to st (file index fi). */
@@ -350,13 +352,26 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
     }
     if (rc == SFI_OK) {
         qsort(spans, n_spans, sizeof *spans, span_cmp);
-        for (size_t i = 1; i < n_spans; i++)
-            if (spans[i].b < spans[i - 1].e && spans[i].e > spans[i].b) {
+        /* As the reference safetensors library checks: the tensors fill
+         * the data block back to back, from its first byte to its last. */
+        uint64_t end = 0;
+        for (size_t i = 0; rc == SFI_OK && i < n_spans; i++) {
+            if (spans[i].b < end)
                 rc = sfi_error_set(err, SFI_EFORMAT, "%s: tensors %s and %s overlap", path,
                                    st->tensors[spans[i - 1].idx].name,
                                    st->tensors[spans[i].idx].name);
-                break;
-            }
+            else if (spans[i].b > end)
+                rc = sfi_error_set(err, SFI_EFORMAT, "%s: %llu unused bytes before tensor %s "
+                                   "(the data block must hold the tensors back to back)", path,
+                                   (unsigned long long)(spans[i].b - end),
+                                   st->tensors[spans[i].idx].name);
+            end = spans[i].e;
+        }
+        if (rc == SFI_OK && end != data_len)
+            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %llu bytes follow the last tensor's data "
+                               "(the data block is %llu bytes, its tensors end at %llu)", path,
+                               (unsigned long long)(data_len - end), (unsigned long long)data_len,
+                               (unsigned long long)end);
     }
     (void)first;
     free(spans);

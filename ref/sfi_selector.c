@@ -1,4 +1,4 @@
-/* The Selector, method.md section 4; see sfi_selector.h.
+/* The Selector, sfi(7) SELECTOR; see sfi_selector.h.
  *
  * Evaluation order (the GPU's bit-exact mode must follow it):
  *  1. per KV head h and window query tau: p = sfi_softmax of the logits
@@ -9,7 +9,7 @@
  *     n_win (float division by the float count).
  *  3. f(j) = g(j) / G, g(j) = sfi_powf_pos(mu(j), 1/a) (1/a one float
  *     division), G = sum of g over J ascending. With n_win == 1, f = p
- *     (method.md: "f = p_1 exactly").
+ *     (sfi(7): "f = p_1 exactly").
  *  4. kn(j) = sfi_powf_pos(norm(j) + eps, -gamma);
  *     u(j) = (float)(j - jmin) / ((float)(jmax - jmin) + eps);
  *     pos(j) = sfi_expf(-beta * sfi_powf_pos(u, p)) *

@@ -1,4 +1,4 @@
-/* The Selector of method.md section 4 (all nine steps), per layer, over the
+/* The Selector of sfi(7) SELECTOR (all nine steps), per layer, over the
  * KV heads of that layer. Scalar float32, one documented order per sum. */
 #ifndef SFI_SELECTOR_H
 #define SFI_SELECTOR_H
@@ -8,7 +8,7 @@
 #include "sfi_params.h"
 
 /* Inputs for one layer at one slow step (or prefill). J = [j_begin, j_end)
- * is a contiguous range of positions (method.md section 2: positions past
+ * is a contiguous range of positions (sfi(7) MANAGED STATE: positions past
  * the sink and before the recent window). */
 typedef struct {
     int n_kv_heads;

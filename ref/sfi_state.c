@@ -1,4 +1,4 @@
-/* Managed sparse state and trigger policies (method.md sections 2, 3, 5);
+/* Managed sparse state and trigger policies (sfi(7): MANAGED STATE, TRIGGERS, DECODE LOOP);
  * see sfi_state.h. */
 #include <config.h>
 

@@ -1,4 +1,4 @@
-/* Managed sparse state (method.md section 2) and trigger policies
+/* Managed sparse state (sfi(7) MANAGED STATE) and trigger policies
  * (section 3, plus the comparison policies the simulator and analyzer use). */
 #ifndef SFI_STATE_H
 #define SFI_STATE_H

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "sfi_analyze.h"
+#include "sfi_io.h"
 #include "sfi_analyze_report.h"
 #include "sfi_analyze_trace.h"
 #include "sfi_sim_cli.h"
@@ -172,6 +173,14 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
         return 2;
     }
     opt.n_threads = threads;
+    if (png) { /* before the analysis, not after it */
+        char path[4200];
+        snprintf(path, sizeof path, "%s-support.png", png);
+        if (sfi_out_check(path, &err)) {
+            fprintf(stderr, "sfi-sim analyze: --png-prefix: %s\n", err.msg);
+            return 1;
+        }
+    }
     sfi_policy_calib calib = {0};
     const char *calib_from = NULL;
     if (calib_path) {

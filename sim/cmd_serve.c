@@ -522,12 +522,12 @@ static sfi_status write_figure(const serve_cli *s, const run_row *rows, int n, c
            *y2 = malloc((size_t)s->n_prompts * sizeof *y2);
     sfi_status st = (!x || !y1 || !y2) ? sfi_error_set(err, SFI_ENOMEM, "out of memory") : SFI_OK;
     char title[512];
-    snprintf(title, sizeof title, "%s on %s (TP %d, engine %s), %d requests: throughput",
-             s->model.name, s->gpu.name, s->tp, s->engine_label, s->n_req);
+    snprintf(title, sizeof title, "%s, %s x%d, %s: throughput", s->model.name, s->gpu.name,
+             s->tp, s->engine_label);
     if (!st)
         st = sfi_plot_axes(p, 0, title, "prompt length (tokens, mean)", "generated tokens/s",
                            SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
-    snprintf(title, sizeof title, "admitted concurrency (most requests running at once of %d)",
+    snprintf(title, sizeof title, "admitted concurrency: most of the %d requests running at once",
              s->n_req);
     if (!st)
         st = sfi_plot_axes(p, 1, title, "prompt length (tokens, mean)", "requests running",

@@ -637,7 +637,7 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
             st = sfi_plot_axes(p, 2 * g + 1, title, bars ? "speedup over full KV (x)" : "context (tokens)",
                                bars ? "" : "speedup over full KV (x)",
                                bars ? 0u : SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
-        char note[256];
+        char note[sizeof nobase + 64]; /* the longest note quotes nobase */
         if (!st && !any_fit) {
             if (wmin >= usable)
                 snprintf(note, sizeof note,
@@ -986,6 +986,15 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         for (int i = 0; i < n; i++)
             if (parse_policy_spec(s.pols[i].name, &s.cfg, &s.pols[i], &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: --policies: %s\n", err.msg);
+                goto out;
+            }
+    }
+    /* Outputs that cannot be written fail now, not after the sweep. */
+    {
+        const char *outs[] = {a_out, a_png && strcmp(a_png, "none") ? a_png : NULL, a_tl};
+        for (int i = 0; i < 3; i++)
+            if (outs[i] && sfi_out_check(outs[i], &err) != SFI_OK) {
+                fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                 goto out;
             }
     }

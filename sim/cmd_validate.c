@@ -249,6 +249,59 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
     return rc;
 }
 
+/* The kernel class whose efficiency and fixed cost price a measured
+ * kernel, or -1 (pipelines and unknown names). */
+static int class_of(const char *kernel)
+{
+    if (!strncmp(kernel, "attn_dense", 10))
+        return SFI_KC_ATTN_DENSE;
+    if (!strcmp(kernel, "attn_sparse"))
+        return SFI_KC_ATTN_SPARSE;
+    if (!strcmp(kernel, "selector"))
+        return SFI_KC_SELECTOR;
+    if (!strcmp(kernel, "topk"))
+        return SFI_KC_TOPK;
+    if (!strcmp(kernel, "reorg"))
+        return SFI_KC_REORG;
+    return -1;
+}
+
+/* Which calibration to trust for this GPU, and why: the one that agrees
+ * with more measurements (then the smaller worst error); the loser's worst
+ * case is named, and when its class has no fixed per-kernel cost while
+ * the winner's has one, that is the likely reason (short kernels are then
+ * underestimated). */
+static void print_verdict(const char *prof_path, const sfi_hw_profile *prof,
+                          const sfi_hw_profile *def, const sfi_hw_measurement *ms, double tol,
+                          int n_cmp, int ok_def, double max_def, size_t w_def, int ok_prof,
+                          double max_prof, size_t w_prof)
+{
+    int prof_wins = ok_prof > ok_def || (ok_prof == ok_def && max_prof < max_def);
+    int tie = ok_prof == ok_def && fabs(max_prof - max_def) < 0.05;
+    if (tie) {
+        printf("# verdict: the profile and the built-in default agree equally well with these "
+               "measurements (%d of %d within %.0f%%, max |err| %.1f%%): either will do\n",
+               ok_prof, n_cmp, tol, max_prof);
+        return;
+    }
+    const sfi_hw_profile *win = prof_wins ? prof : def, *lose = prof_wins ? def : prof;
+    const sfi_hw_measurement *wm = &ms[prof_wins ? w_def : w_prof];
+    printf("# verdict: trust %s%s for this GPU: within %.0f%% on %d of %d measurements "
+           "(max |err| %.1f%%), against %d (max |err| %.1f%%, worst %s at context %d) for %s",
+           prof_wins ? "the profile " : "the built-in default", prof_wins ? prof_path : "", tol,
+           prof_wins ? ok_prof : ok_def, n_cmp, prof_wins ? max_prof : max_def,
+           prof_wins ? ok_def : ok_prof, prof_wins ? max_def : max_prof, wm->kernel, wm->context,
+           prof_wins ? "the default" : "the profile");
+    int c = class_of(wm->kernel);
+    if (c >= 0 && lose->fixed_s[c] == 0 && win->fixed_s[c] > 0)
+        printf(", which has no fixed per-kernel cost (fixed_us) for %s and so underestimates "
+               "its shortest kernels; 'sfi-sim validate --fit OUT.json' fits efficiency and "
+               "fixed cost together",
+               sfi_kernel_class_name((sfi_kernel_class)c));
+    printf(". %s\n", prof_wins ? "Use it with sfi-sim sweep --profile."
+                               : "sfi-sim sweep uses it when --profile is not given.");
+}
+
 int sfi_sim_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {{"profile", required_argument, NULL, 'p'},
@@ -317,6 +370,7 @@ int sfi_sim_cmd_validate(int argc, char **argv)
            "heads", "kv", "hd", "K", "measured_us", "default_us", "err%", "profile_us", "err%");
     int n_ok_def = 0, n_ok_prof = 0, n_cmp = 0;
     double max_def = 0, max_prof = 0;
+    size_t worst_def = 0, worst_prof = 0;
     for (size_t i = 0; i < nm; i++) {
         const sfi_hw_measurement *m = &ms[i];
         sfi_model_config mc;
@@ -368,11 +422,20 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         n_cmp++;
         n_ok_def += fabs(e_def) <= tol;
         n_ok_prof += fabs(e_prof) <= tol;
-        max_def = fmax(max_def, fabs(e_def));
-        max_prof = fmax(max_prof, fabs(e_prof));
+        if (fabs(e_def) > max_def) {
+            max_def = fabs(e_def);
+            worst_def = i;
+        }
+        if (fabs(e_prof) > max_prof) {
+            max_prof = fabs(e_prof);
+            worst_prof = i;
+        }
     }
     printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max |err| %.1f%%)\n",
            n_cmp, nm, tol, n_ok_def, max_def, n_ok_prof, max_prof);
+    if (n_cmp > 0)
+        print_verdict(prof_path, &prof, &def, ms, tol, n_cmp, n_ok_def, max_def, worst_def, n_ok_prof,
+                      max_prof, worst_prof);
     int rc = 0;
     if (fit_path)
         rc = fit_profile(&prof, &gpu, ms, nm, fit_path);

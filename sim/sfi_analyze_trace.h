@@ -11,7 +11,7 @@
 typedef struct sfi_analyze_trace sfi_analyze_trace;
 
 /* Opens and loads path. vocab_dir (may be NULL): a tokenizer directory for
- * the trigger set (method.md section 3) with trigger_chars; without it the
+ * the trigger set (sfi(7) TRIGGERS) with trigger_chars; without it the
  * boundaries come from the recorded reasons, which needs a trace recorded
  * under the sfi or boundary trigger policy. request: one request, or -1
  * for all. Errors name the file and the problem (not full level, missing

@@ -24,10 +24,10 @@
 /* Selector kernels per slow layer, as gpu/ runs it: one fused kernel for
  * steps 1-7 and one for the cross-head step 8. */
 #define SELECTOR_LAUNCHES 2
-/* Scratch ring slots of the two-stream pipeline (method.md section 7). */
+/* Scratch ring slots of the two-stream pipeline (sfi(7) GPU PATH). */
 #define SCRATCH_RING 4
 /* Prompt-tail queries whose logits initialize the Selector at the end of
- * a prefill (method.md section 4: W = 16). */
+ * a prefill (sfi(7) SELECTOR: W = 16). */
 #define PREFILL_WINDOW 16
 
 void sfi_cost_setup_init(sfi_cost_setup *s)
@@ -69,7 +69,7 @@ static sfi_params sfi_prm(const sfi_cost_setup *s)
     return p;
 }
 
-/* Candidates J = [n_sink, L - n_recent) (method.md section 2). */
+/* Candidates J = [n_sink, L - n_recent) (sfi(7) MANAGED STATE). */
 static int n_candidates(const sfi_cost_setup *s)
 {
     sfi_params p = sfi_prm(s);
@@ -127,6 +127,14 @@ sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err)
     if (!(s->budget.ratio > 0.0) && !(s->budget.positions > 0) && prm->K > s->context)
         return sfi_error_set(err, SFI_EINVAL, "K = %d is larger than the context (%d positions)",
                              prm->K, s->context);
+    /* Like K: a sink or recent window longer than the context is a typo
+     * (n_recent=16777216 once priced a 2.4e11-byte KV per request). */
+    if (prm->n_sink > s->context)
+        return sfi_error_set(err, SFI_EINVAL, "n_sink = %d is larger than the context (%d "
+                             "positions)", prm->n_sink, s->context);
+    if (prm->n_recent > s->context)
+        return sfi_error_set(err, SFI_EINVAL, "n_recent = %d is larger than the context (%d "
+                             "positions)", prm->n_recent, s->context);
     if (s->budget.ratio < 0.0 || s->budget.ratio > 1.0 || s->budget.positions < 0)
         return sfi_error_set(err, SFI_EINVAL, "budget: a share in (0, 1] or a count >= 1");
     if ((unsigned)s->kind >= SFI_POLICY_N_KINDS)

@@ -24,7 +24,7 @@
 typedef struct {
     const int32_t *tokens;      /* ring of decode tokens */
     int64_t n;                  /* >= 1 */
-    const uint8_t *is_trigger;  /* [n_vocab] trigger set (method.md section 3) */
+    const uint8_t *is_trigger;  /* [n_vocab] trigger set (sfi(7) TRIGGERS) */
     int32_t n_vocab;
 } sfi_replay_stream;
 

@@ -1,7 +1,7 @@
 /* The token stream sfi-sim replays through trigger policies (sweep,
  * serve): the decode tokens of one or more traces, or a synthetic stream,
- * and the trigger set that marks sentence boundaries (method.md section
- * 3). The traces' requests' prompt and decode lengths come along, for a
+ * and the trigger set that marks sentence boundaries (sfi(7), TRIGGERS).
+ * The traces' requests' prompt and decode lengths come along, for a
  * workload shaped like the trace's. */
 #ifndef SFI_SIM_STREAM_H
 #define SFI_SIM_STREAM_H

@@ -360,3 +360,26 @@ sfi_status sfi_out_write(const char *path, const void *data, size_t len, sfi_err
     }
     return sfi_out_commit(o, 0, err);
 }
+
+sfi_status sfi_out_check(const char *path, sfi_error *err)
+{
+    if (!path || !*path)
+        return sfi_error_set(err, SFI_EINVAL, "empty output file name");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return sfi_error_set(err, SFI_EIO, "%s: is a directory", path);
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    sfi_status st = SFI_OK;
+    if (stat(dir, &sb) != 0)
+        st = sfi_error_set(err, SFI_EIO, "%s: directory %s: %s", path, dir, strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        st = sfi_error_set(err, SFI_EIO, "%s: %s is not a directory", path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        st = sfi_error_set(err, SFI_EIO, "%s: cannot write in directory %s: %s", path, dir,
+                           strerror(errno));
+    free(dir);
+    return st;
+}

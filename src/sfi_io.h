@@ -61,6 +61,13 @@ void sfi_out_abort(sfi_out *o);
 /* Writes len bytes to path under the output rule. */
 sfi_status sfi_out_write(const char *path, const void *data, size_t len, sfi_error *err);
 
+/* Checks, before a command does its work, that `path` can be written:
+ * its directory exists, is a directory and is writable, and the path
+ * itself is not a directory. Catches "--png out/x.png" without out/ at
+ * once instead of after minutes of computing; sfi_out_open still applies
+ * the whole rule when writing. */
+sfi_status sfi_out_check(const char *path, sfi_error *err);
+
 /* The signal handling described above; for a program's main(). */
 void sfi_io_cleanup_on_signals(void);
 

@@ -1,4 +1,4 @@
-/* SFI parameters: method.md's knobs, their defaults, ranges and parsers.
+/* SFI parameters: sfi(7)'s knobs, their defaults, ranges and parsers.
  *
  * Every key lives in one table (name, type, offset, range, help) so that
  * set, validate, to_json and --help can never disagree about a key. */

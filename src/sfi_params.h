@@ -1,4 +1,4 @@
-/* Every knob of method.md in one struct, with method.md's defaults.
+/* Every knob of the method (sfi(7), PARAMETERS) in one struct, with sfi(7)'s defaults.
  * Set from "key=value" strings (--param) and from files of such lines. */
 #ifndef SFI_PARAMS_H
 #define SFI_PARAMS_H

@@ -1,6 +1,6 @@
 /* Tokenizer vocabulary: vocab.json (byte-level BPE strings -> ids) plus the
  * added tokens of tokenizer_config.json, each token decoded to the raw bytes
- * it stands for, and the trigger set of method.md section 3. */
+ * it stands for, and the trigger set of sfi(7) TRIGGERS. */
 #include <config.h>
 
 #include "sfi_vocab.h"
@@ -529,7 +529,7 @@ sfi_status sfi_trigger_set_build(const sfi_vocab *v, const char *chars, sfi_trig
         if (!b)
             continue;
         int hit = memchr(b, '\n', n) != NULL;
-        /* method.md section 3: trailing spaces (U+0020) are removed before
+        /* sfi(7) TRIGGERS: trailing spaces (U+0020) are removed before
          * the end is tested, so "Ġ." and ".Ġ" both end a sentence. */
         size_t m = n;
         while (m > 0 && b[m - 1] == ' ')

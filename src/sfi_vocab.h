@@ -1,6 +1,6 @@
 /* Tokenizer vocabulary (Hugging Face byte-level BPE: vocab.json +
  * tokenizer_config.json's added tokens), decoded to raw bytes per token id,
- * and the trigger set of method.md section 3. */
+ * and the trigger set of sfi(7) TRIGGERS. */
 #ifndef SFI_VOCAB_H
 #define SFI_VOCAB_H
 
@@ -42,7 +42,7 @@ size_t sfi_utf8_decode(const uint8_t *s, size_t len, uint32_t *cp);
  * kept, every other byte as \xHH. */
 char *sfi_escape_bytes(const uint8_t *b, size_t n);
 
-/* method.md section 3's default: . ? ! ; and newline. */
+/* sfi(7) TRIGGERS's default: . ? ! ; and newline. */
 #ifndef SFI_TRIGGER_CHARS_DEFAULT
 #define SFI_TRIGGER_CHARS_DEFAULT ".?!;\n"
 #endif
@@ -56,7 +56,7 @@ typedef struct {
 
 /* Token ids whose decoded text, trailing spaces removed, ends with one of
  * chars (UTF-8 characters; NULL: SFI_TRIGGER_CHARS_DEFAULT), or whose text
- * contains a newline (method.md section 3). Holes are never members. */
+ * contains a newline (sfi(7) TRIGGERS). Holes are never members. */
 sfi_status sfi_trigger_set_build(const sfi_vocab *v, const char *chars,
                                  sfi_trigger_set *out, sfi_error *err);
 void sfi_trigger_set_free(sfi_trigger_set *t);

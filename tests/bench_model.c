@@ -1,7 +1,7 @@
 /* Benchmark (make bench): decode tokens/s of the scalar and OpenBLAS
  * backends on a Qwen3-0.6B-shaped random-weight checkpoint at 4K and 16K
  * context, dense steps (full KV) and SFI fast steps (sink + K selected +
- * recent, method.md defaults).
+ * recent, the defaults of sfi(7)).
  *
  * The checkpoint is written by sfi_qwen3_write_random (no download). The
  * KV cache is filled with random keys/values instead of a prefill: a decode
@@ -171,7 +171,7 @@ int main(void)
                 for (int j = 0; j < kv.capacity; j++)
                     kv.key_norms[((size_t)l * kv.n_kv_heads + h) * kv.capacity + j] = 1.0f;
         }
-        /* the SFI fast set at method.md defaults: 4 sink, K = 2048 selected
+        /* the SFI fast set at the defaults of sfi(7): 4 sink, K = 2048 selected
          * (spread over J), 256 recent (the current token included) */
         fast_ctx fc = {.m = m};
         int n_sink = 4, K = 2048, n_recent = 256;

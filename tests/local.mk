@@ -4,3 +4,8 @@ check_LTLIBRARIES = tests/libsfitest.la
 tests_libsfitest_la_SOURCES = tests/sfi_test_util.c tests/sfi_test_util.h
 tests_libsfitest_la_CPPFLAGS = $(TEST_CPPFLAGS)
 TEST_LDADD += tests/libsfitest.la
+
+# The man pages: EXAMPLES run as written, groff-clean, cross references
+# resolve, every page installed (tests/test_man.sh says how).
+TESTS += tests/test_man.sh
+EXTRA_DIST += tests/test_man.sh

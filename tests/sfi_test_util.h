@@ -27,7 +27,7 @@ int sfi_test_run(const char *cmd, char **out, char **err);
 char *sfi_test_read_file(const char *path, size_t *len);
 int sfi_test_write_file(const char *path, const void *data, size_t len);
 
-/* method.md's SFI defaults, written out here so the tests that use them
+/* sfi(7)'s SFI defaults, written out here so the tests that use them
  * pin the method's values independently of src/sfi_params.c. */
 #include "sfi_params.h"
 sfi_params sfi_test_method_defaults(void);

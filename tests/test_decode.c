@@ -1,4 +1,4 @@
-/* The decode loop (method.md section 5) on the fixture checkpoints: SFI
+/* The decode loop (sfi(7) DECODE LOOP) on the fixture checkpoints: SFI
  * with K and n_recent covering the context equals dense bit for bit; step
  * kinds follow the trigger policy; the observer sees consistent sets; golden
  * digests of fixture runs in both modes; sfi-ref run's output and errors. */
@@ -457,6 +457,10 @@ START_TEST(cli_run)
         {"--max-new 3 --param K=-1", 2, "K"},
         {"--max-new 3 --backend gpu", 2, "backend 'gpu'"},
         {"--max-new 3 --bogus", 2, "--bogus"},
+        /* recorder options that would be ignored */
+        {"--max-new 3 --trace-layers 0", 2, "--trace-layers needs --trace FILE"},
+        {"--max-new 3 --trace-top-m 8", 2, "--trace-top-m needs --trace FILE"},
+        {"--max-new 3 --trace-level full", 2, "--trace-level needs --trace FILE"},
         /* the option once, not "--trace-top-m: --trace-top-m: ..." */
         {"--max-new 3 --trace-top-m 0", 2, "run: --trace-top-m: '0' is not an integer"},
         {"--max-new 3 --trace-level all", 2, "run: --trace-level: trace level 'all'"},

@@ -302,7 +302,7 @@ START_TEST(budgets_split_and_bootstrap)
     ck_assert_int_eq(sfi_eval_budget(0.27, 8192, 512), 2350);
     ck_assert_int_eq(sfi_eval_budget(1.0, 8192, 512), 8704);
     ck_assert_int_eq(sfi_eval_budget(1e-9, 100, 10), 1);
-    /* SFI's split at method.md's defaults (n_sink 4, n_recent 256) */
+    /* SFI's split at the defaults of sfi(7) (n_sink 4, n_recent 256) */
     sfi_params prm = sfi_test_method_defaults();
     int r, K;
     sfi_eval_sfi_split(&prm, 174, 8704, &r, &K);

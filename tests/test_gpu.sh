@@ -17,6 +17,11 @@ fail() { echo "FAIL: $*"; exit 1; }
 [ $? -eq 2 ] || fail "bad check option must exit 2"
 "$bin" bench --profile >/dev/null 2>&1
 [ $? -eq 2 ] || fail "incomplete bench option must exit 2"
+# Each command's --help works without a device and exits 0.
+h=$("$bin" check --help) || fail "check --help exited non-zero"
+echo "$h" | grep -q -- '--bit-exact' || fail "check --help does not list --bit-exact"
+h=$("$bin" bench --help) || fail "bench --help exited non-zero"
+echo "$h" | grep -q -- '--profile FILE' || fail "bench --help does not list --profile"
 
 out=$("$bin" check --quick 2>&1)
 rc=$?

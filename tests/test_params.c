@@ -11,7 +11,54 @@
 #include "sfi_params.h"
 #include "sfi_test_util.h"
 
-START_TEST(defaults_match_method_md)
+/* man/sfi.7 text with the roff escapes this page uses undone. */
+static char *man_text(const char *rel)
+{
+    size_t n;
+    char *raw = sfi_test_read_file(sfi_test_src(rel), &n);
+    ck_assert_msg(raw != NULL, "cannot read %s", rel);
+    char *o = raw;
+    for (const char *c = raw; *c; c++) {
+        if (c[0] == '\\' && (c[1] == '-' || c[1] == 'e' || c[1] == '\\')) {
+            *o++ = c[1] == '-' ? '-' : '\\';
+            c++;
+        } else {
+            *o++ = *c;
+        }
+    }
+    *o = 0;
+    return raw;
+}
+
+START_TEST(every_key_documented_in_sfi7)
+{
+    /* PARAMETERS of sfi(7) lists every key with the default its --help
+     * text gives ("... default 4)"), so the page cannot fall behind. */
+    char *man = man_text("man/sfi.7");
+    const char *sec = strstr(man, ".SH PARAMETERS");
+    ck_assert_ptr_nonnull(sec);
+    const char *end = strstr(sec + 1, "\n.SH ");
+    ck_assert_ptr_nonnull(end);
+    ck_assert_uint_ge(sfi_params_key_count(), 18);
+    for (size_t i = 0; i < sfi_params_key_count(); i++) {
+        const char *key = sfi_params_key_name(i), *help = sfi_params_key_help(i);
+        const char *d = strstr(help, "default ");
+        ck_assert_msg(d != NULL, "%s: help without a default: %s", key, help);
+        d += 8;
+        size_t dl = strlen(d);
+        if (dl && d[dl - 1] == ')')
+            dl--;
+        char want[128];
+        snprintf(want, sizeof want, "\n.B %s\nDefault %.*s;", key, (int)dl, d);
+        const char *hit = strstr(sec, want);
+        ck_assert_msg(hit != NULL && hit < end, "sfi.7 PARAMETERS: no '.B %s' entry with "
+                      "'Default %.*s;'", key, (int)dl, d);
+    }
+    free(man);
+}
+END_TEST
+
+START_TEST(defaults_match_sfi7)
 {
     sfi_params p;
     sfi_params_default(&p);
@@ -423,7 +470,8 @@ int main(void)
 {
     Suite *s = suite_create("params");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, defaults_match_method_md);
+    tcase_add_test(tc, defaults_match_sfi7);
+    tcase_add_test(tc, every_key_documented_in_sfi7);
     tcase_add_test(tc, every_key_sets_its_field);
     tcase_add_test(tc, blanks_around_key_and_value);
     tcase_add_test(tc, unknown_key);

@@ -1,5 +1,5 @@
 /* Comparison policies on small hand-made steps whose right answer is known
- * (method.md section 8), with a hand-worked case from each paper's rule:
+ * (sfi(7) PEER METHODS), with a hand-worked case from each paper's rule:
  * LFPS's table seeding, kurtosis threshold, expansion and sink bypass;
  * Kascade's weighted dynamic program and head map; FASA's chunk ranking;
  * H2O's prompt accumulation; SnapKV's observation window. */

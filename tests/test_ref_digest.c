@@ -200,6 +200,22 @@ START_TEST(golden_suite_cli)
     ck_assert_str_eq(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  -\n");
     free(out);
     free(err);
+    /* Names with a newline, backslash or CR: escaped exactly as sha256sum
+     * does, so every line stays one line (issue 20) and `sha256sum -c`
+     * checks the output. */
+    char exe2[4096];
+    snprintf(exe2, sizeof exe2, "%s", sfi_test_build("sfi-ref"));
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && printf x > \"$(printf 'a\\nb')\" && printf y > 'c\\d' && "
+             "printf z > \"$(printf 'e\\rf')\" && "
+             "'%s' digest \"$(printf 'a\\nb')\" 'c\\d' \"$(printf 'e\\rf')\" abc > ours && "
+             "sha256sum \"$(printf 'a\\nb')\" 'c\\d' \"$(printf 'e\\rf')\" abc > theirs && "
+             "cmp ours theirs && sha256sum -c --quiet ours && wc -l < ours",
+             dir, exe2);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    ck_assert_str_eq(out, "4\n");
+    free(out);
+    free(err);
     /* Usage errors: nothing, or both files and --suite. */
     snprintf(cmd, sizeof cmd, "'%s' digest", sfi_test_build("sfi-ref"));
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 2);

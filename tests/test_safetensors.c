@@ -161,6 +161,16 @@ START_TEST(bad_files_refused)
     unsigned char d[16] = {0};
     /* missing file */
     ck_assert_int_eq(open_err("none.safetensors", &e), SFI_ENOTFOUND);
+    /* Issue 20: trailing bytes and gaps, which the reference safetensors
+     * library rejects, were accepted. */
+    write_raw("trail", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", d,
+              12, -1);
+    ck_assert_int_eq(open_err("trail", &e), SFI_EFORMAT);
+    ck_assert_msg(strstr(e.msg, "4 bytes follow the last tensor's data"), "%s", e.msg);
+    write_raw("gap", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", d, 12, -1);
+    ck_assert_int_eq(open_err("gap", &e), SFI_EFORMAT);
+    ck_assert_msg(strstr(e.msg, "4 unused bytes before tensor b"), "%s", e.msg);
     /* shorter than 8 bytes */
     ck_assert_int_eq(sfi_test_write_file(pathf("t1"), "abc", 3), 0);
     ck_assert_int_eq(open_err("t1", &e), SFI_EFORMAT);

@@ -1,4 +1,4 @@
-/* ref/sfi_selector: hand-computed cases per step (method.md section 4),
+/* ref/sfi_selector: hand-computed cases per step (sfi(7) SELECTOR),
  * properties on random inputs, agreement with a double-precision
  * evaluation, Top-K ties, and bad input. */
 #include <config.h>
@@ -361,7 +361,7 @@ END_TEST
 
 START_TEST(matches_double_precision)
 {
-    /* Steps 1-5 in double from the method.md formulas (no shortcuts). */
+    /* Steps 1-5 in double from the sfi(7) formulas (no shortcuts). */
     problem pr = make_problem(3, 8, 400, 10, 390, 4.0f);
     sfi_params p = sfi_test_method_defaults();
     p.K = 50;

@@ -1,5 +1,5 @@
-/* ref/sfi_state: trigger policies on a scripted token stream (method.md
- * section 3), the candidate set J and the fast-step set (section 2), the
+/* ref/sfi_state: trigger policies on a scripted token stream (sfi(7),
+ * TRIGGERS), the candidate set J and the fast-step set (MANAGED STATE), the
  * slow-step update, and bad input. */
 #include <config.h>
 

@@ -240,6 +240,11 @@ START_TEST(bad_input)
                 "K = 2048 is larger than the context");
     expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 32K --param K=40000", 1,
                 "K = 40000 is larger than the context");
+    /* Issue 20.8: the sink and recent windows too (2^24 was priced). */
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 8K --param n_recent=16777216",
+                1, "n_recent = 16777216 is larger than the context (8192 positions)");
+    expect_fail("--synthetic --no-png --models Qwen3-4B --contexts 8K --param n_sink=8193", 1,
+                "n_sink = 8193 is larger than the context");
     expect_fail("--synthetic --no-png --models Qwen3-235B-A22B --gpus H100 --tp 1 --batch 64", 1,
                 "nothing fits");
     expect_fail("--synthetic --no-png --models Qwen3-4B --tp 3", 1, "--tp 3");
@@ -298,6 +303,8 @@ START_TEST(presets_and_validate)
     /* The profile's column: 16 x 32768 x 4096 B = 2 GiB at 3.35 TB/s / 0.5
      * + 1 us = 1283.1 us. */
     ck_assert_msg(strstr(out, "attn_dense_nologits") && strstr(out, "1283.1"), "%s", out);
+    /* It says which calibration to trust: the default errs less here. */
+    ck_assert_msg(strstr(out, "# verdict: trust the built-in default for this GPU") != NULL, "%s", out);
     free(out);
     free(err);
     expect_fail("validate --profile /nonexistent/p.json", 1, "/nonexistent/p.json");
@@ -323,6 +330,7 @@ START_TEST(presets_and_validate)
     snprintf(args, sizeof args, "validate --profile '%s'", fp);
     ck_assert_int_eq(run(args, &out, &err), 0);
     ck_assert_msg(strstr(out, "profile 2 (max |err| 0.0%)"), "%s", out);
+    ck_assert_msg(strstr(out, "# verdict: trust the profile ") != NULL, "%s", out);
     free(out);
     free(err);
     ck_assert_int_eq(run("validate --help", &out, &err), 0);

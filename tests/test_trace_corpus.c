@@ -1,6 +1,6 @@
 /* traces/tokenize_corpus: the trace holds the document's tokens exactly
  * (prompt + step tokens decode back to the text), step kinds follow the
- * trigger rule of method.md section 3, windows and skips work, and a
+ * trigger rule of sfi(7) TRIGGERS, windows and skips work, and a
  * failed run leaves no output. Uses the Qwen3 tokenizer fixture. */
 #include <config.h>
 

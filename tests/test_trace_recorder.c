@@ -354,6 +354,32 @@ START_TEST(parse_flags)
     sfi_recorder_observer(NULL, &obs);
     ck_assert_ptr_null(obs.on_step);
     ck_assert_int_eq(sfi_recorder_finish(NULL, &e), SFI_OK);
+    /* Options that would be ignored are refused: the recorder's options
+     * without --trace, top-M below the full level, layers at tokens. */
+    sfi_recorder_opts_default(&o);
+    ck_assert_int_eq(sfi_recorder_opts_check(&o, &e), SFI_OK);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-layers", "0", &e), 1);
+    ck_assert_int_eq(sfi_recorder_opts_check(&o, &e), SFI_EINVAL);
+    ck_assert_msg(strstr(e.msg, "--trace-layers needs --trace FILE") != NULL, "%s", e.msg);
+    sfi_recorder_opts_default(&o);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-top-m", "8", &e), 1);
+    ck_assert_int_eq(sfi_recorder_opts_check(&o, &e), SFI_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "--trace-top-m needs --trace FILE"));
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace", "t.db", &e), 1);
+    ck_assert_int_eq(sfi_recorder_opts_check(&o, &e), SFI_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "full level only"));
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-level", "full", &e), 1);
+    ck_assert_int_eq(sfi_recorder_opts_check(&o, &e), SFI_OK);
+    sfi_recorder_opts_default(&o);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace", "t.db", &e), 1);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-layers", "0", &e), 1);
+    ck_assert_int_eq(sfi_recorder_opts_check(&o, &e), SFI_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "summary and full"));
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-level", "summary", &e), 1);
+    ck_assert_int_eq(sfi_recorder_opts_check(&o, &e), SFI_OK);
+    sfi_recorder_opts_default(&o);
+    ck_assert_int_eq(sfi_recorder_set_option(&o, "trace-level", "summary", &e), 1);
+    ck_assert_int_eq(sfi_recorder_opts_check(&o, &e), SFI_EINVAL);
 }
 END_TEST
 

@@ -4,7 +4,7 @@
 Greedy full-KV decoding with transformers (eager attention, so the dense
 attention probabilities of every layer are observable through the model's
 attention outputs), with each step labelled slow or fast by the same trigger
-policy as ref/ (method.md section 3: step 0 slow; step t slow when x_{t-1} is
+policy as ref/ (sfi(7) TRIGGERS: step 0 slow; step t slow when x_{t-1} is
 a trigger token or T_max steps have passed since the last slow step). Levels:
 
   tokens  requests and steps;
@@ -101,7 +101,7 @@ def bytes_to_unicode():
 
 
 def trigger_ids(tok_dir, chars, n_vocab):
-    """is_trigger[n] of method.md section 3 from DIR/vocab.json (+ added tokens
+    """is_trigger[n] of sfi(7) TRIGGERS from DIR/vocab.json (+ added tokens
     of tokenizer_config.json), as src/sfi_vocab.c builds it; None when DIR has
     no vocab.json (then only T_max/first make slow steps, as in sfi-ref)."""
     vpath = os.path.join(tok_dir, "vocab.json")

@@ -5,7 +5,10 @@
  * up to three shards model-0000N-of-00003.safetensors, separated by
  * "\n---8<---\n" (weight_map naming other files, "..", absent shards).
  * Invariants: accepted tensors have nbytes == numel * dtype size and a
- * shape whose product is numel; refusals have messages. */
+ * shape whose product is numel; an accepted single file's tensors fill its
+ * data block exactly (as the reference safetensors library requires: no
+ * gap, no trailing bytes); load_f32 accepts a tensor exactly when all of it
+ * is finite; refusals have messages. */
 #include <config.h>
 
 #include <math.h>
@@ -50,6 +53,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     size_t n = sfi_st_count(st);
+    if (!(data[0] & 1)) {
+        uint64_t hlen = 0, sum = 0;
+        for (int i = 7; i >= 0; i--)
+            hlen = hlen << 8 | data[1 + i];
+        for (size_t i = 0; i < n; i++)
+            sum += sfi_st_tensor_at(st, i)->nbytes;
+        if (sum != size - 1 - 8 - hlen)
+            abort();
+    }
     for (size_t i = 0; i < n; i++) {
         const sfi_st_tensor *t = sfi_st_tensor_at(st, i);
         if (!t || !t->name || t->ndim < 0 || t->ndim > SFI_ST_MAX_DIMS)
