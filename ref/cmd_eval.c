@@ -280,8 +280,14 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
     sfi_plot *p = sfi_plot_new(1400, 560, 1, 2);
     if (!p)
         return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for the figure", path);
-    /* a linear budget axis: a log one labels only the decades (10%) */
-    unsigned xf = 0u;
+    double lo = o->shares[0], hi = o->shares[0];
+    for (int i = 1; i < o->n_shares; i++) {
+        if (o->shares[i] < lo)
+            lo = o->shares[i];
+        if (o->shares[i] > hi)
+            hi = o->shares[i];
+    }
+    unsigned xf = hi >= 4.0 * lo ? SFI_PLOT_XLOG10 : 0u;
     char t0[256], t1[256];
     snprintf(t0, sizeof t0, "NLL change vs full KV (%s)", title);
     snprintf(t1, sizeof t1, "KL(full KV || policy) (%s)", title);
