@@ -6,6 +6,8 @@ traces_tokenize_corpus_LDADD = libsfi.la $(SFI_DEP_LIBS)
 EXTRA_DIST += traces/README.md traces/record_hf.py traces/hf_gpu_check.sh
 EXTRA_DIST += traces/kjv-8k.db traces/kjv-32k.db traces/kjv-128k.db traces/licenses-8k.db
 EXTRA_DIST += traces/full/sfi-small-qwen3-8k.db traces/full/sfi-small-qwen3-8k-hf.db
+EXTRA_DIST += traces/text/kjv-genesis.txt traces/eval/sfi-small-qwen3-kjv-genesis.png \
+	traces/eval/sfi-small-qwen3-kjv-genesis.json
 # record_hf.py is installed as sfi-record-hf (man sfi-record-hf): the way to
 # record a user's own Hugging Face model; it needs torch and transformers.
 bin_SCRIPTS += sfi-record-hf
