@@ -10,6 +10,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -637,8 +638,26 @@ int sfi_gpu_cmd_bench(int argc, char **argv)
         fprintf(stderr, "sfi-gpu bench: %s\n", err.msg);
         return 1;
     }
-    fprintf(f, "{ \"sfi_profile\": 1, \"name\": \"%s\", \"gpu\": \"%s\",\n", name,
-            strstr(prop.name, "H100") ? "H100-SXM" : (strstr(prop.name, "H200") ? "H200" : prop.name));
+    /* --name and the device name are user/driver text: JSON-escaped, so a
+     * quote or a backslash in them cannot break or extend the profile. */
+    const char *gname =
+        strstr(prop.name, "H100") ? "H100-SXM" : (strstr(prop.name, "H200") ? "H200" : prop.name);
+    json_t *jn = json_string(name), *jg = json_string(gname);
+    char *qn = jn ? json_dumps(jn, JSON_ENCODE_ANY) : NULL;
+    char *qg = jg ? json_dumps(jg, JSON_ENCODE_ANY) : NULL;
+    json_decref(jn);
+    json_decref(jg);
+    if (!qn || !qg) {
+        fprintf(stderr, "sfi-gpu bench: --name '%s' or the device name is not UTF-8 text\n",
+                name);
+        free(qn);
+        free(qg);
+        sfi_out_abort(pout);
+        return 1;
+    }
+    fprintf(f, "{ \"sfi_profile\": 1, \"name\": %s, \"gpu\": %s,\n", qn, qg);
+    free(qn);
+    free(qg);
     fprintf(f, "  \"efficiency\": { \"attn_dense\": %.3f, \"attn_sparse\": %.3f,\n",
             CLAMP01(eff_dense), CLAMP01(sparse_eff));
     fprintf(f, "                  \"selector\": %.3f, \"topk\": %.3f, \"reorg\": %.3f },\n",

@@ -23,7 +23,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <sys/stat.h>
+
 #include "sfi_attention.h"
+#include "sfi_gpu_engine.h"
+#include "sfi_gpu_verify.h"
+#include "sfi_io.h"
+#include "sfi_qwen3.h"
+#include "sfi_tokenizer.h"
+#include "sfi_vocab.h"
 #include "sfi_gpu.h"
 #include "sfi_gpu_cli.h"
 #include "sfi_math.h"
@@ -770,17 +778,208 @@ static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
     return g_fail == fail0;
 }
 
+
+/* ---- end to end: the engine (sfi-gpu run) against sfi-ref's decode loop ----
+ * Each case decodes a batch with the engine and with sfi_decode_run on the
+ * CPU (sfi_gpu_verify.h) and compares ids, step kinds and reasons, the
+ * selected sets of every slow step and layer, and the logits (1e-4 of the
+ * largest |logit|); exact cases must also give sfi-ref's digest and equal
+ * selected sets. The test fixtures live in the source tree ($SFI_SRCDIR,
+ * default .); the trained model in $SFI_SHARED (default ../shared), and
+ * its cases say SKIP when it is absent. */
+typedef struct {
+    const char *name;
+    const char *dir;     /* under tests/fixtures/hf/, or "small" */
+    int sfi, exact, B, max_new, quick;
+    int len[4];
+    const char *params;  /* extra KEY=VALUE, space-separated */
+} e2e_case;
+
+static const e2e_case k_e2e[] = {
+    {"tiny-qwen3 exact sfi", "tiny-qwen3", 1, 1, 4, 200, 1, {30, 23, 40, 23}, "n_recent=32 K=16 T_max=8"},
+    {"tiny-qwen3-moe exact sfi", "tiny-qwen3-moe", 1, 1, 4, 200, 1, {30, 23, 40, 23}, "n_recent=32 K=16 T_max=8"},
+    {"tiny-qwen3-moe-nonorm exact dense", "tiny-qwen3-moe-nonorm", 0, 1, 2, 200, 0, {40, 23, 0, 0}, ""},
+    {"tiny-qwen3-moe f32 sfi", "tiny-qwen3-moe", 1, 0, 4, 200, 0, {30, 23, 40, 23}, "n_recent=32 K=16 T_max=8"},
+    {"sfi-small-qwen3 exact sfi", "small", 1, 1, 4, 256, 0, {700, 900, 1100, 1300}, "K=256"},
+    {"sfi-small-qwen3 exact sfi (quick)", "small", 1, 1, 1, 64, 1, {1000, 0, 0, 0}, "K=256"},
+    {"sfi-small-qwen3 exact dense", "small", 0, 1, 4, 256, 0, {700, 900, 1100, 1300}, ""},
+    {"sfi-small-qwen3 f32 sfi", "small", 1, 0, 4, 256, 0, {700, 900, 1100, 1300}, "K=256"},
+};
+
+static char *e2e_path(const char *env, const char *fallback, const char *rel)
+{
+    const char *base = getenv(env);
+    if (!base || !*base)
+        base = fallback;
+    size_t n = strlen(base) + strlen(rel) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", base, rel);
+    return p;
+}
+
+/* 1 pass, 0 fail, -1 skipped */
+static int run_e2e(const e2e_case *c)
+{
+    printf("e2e %s: ", c->name);
+    fflush(stdout);
+    int small = !strcmp(c->dir, "small");
+    char rel[256];
+    snprintf(rel, sizeof rel, small ? "models/sfi-small-qwen3" : "tests/fixtures/hf/%s", c->dir);
+    char *dir = small ? e2e_path("SFI_SHARED", "../shared", rel) : e2e_path("SFI_SRCDIR", ".", rel);
+    char *ids_path = e2e_path("SFI_SRCDIR", ".", "tests/fixtures/hf/real-4k.ids");
+    int result = 0;
+    sfi_error e;
+    sfi_error_clear(&e);
+    sfi_qwen3 *m = NULL;
+    sfi_tokenizer *tk = NULL;
+    sfi_trigger_set ts;
+    int have_ts = 0;
+    int32_t *ids[4] = {NULL, NULL, NULL, NULL};
+    int32_t *stream = NULL;
+    sfi_gpu_engine *eng = NULL;
+    sfi_gpu_verify *ver = NULL;
+    sfi_gpu_run_result res;
+    memset(&res, 0, sizeof res);
+    struct stat sb;
+    if (!dir || !ids_path || stat(dir, &sb) != 0) {
+        printf("SKIP: %s is absent\n", dir ? dir : rel);
+        free(dir);
+        free(ids_path);
+        return -1;
+    }
+    if (sfi_qwen3_load(dir, &m, &e)) {
+        printf("FAIL: %s\n", e.msg);
+        goto out;
+    }
+    const sfi_model_config *cfg = sfi_qwen3_config(m);
+    sfi_gpu_engine_opts eo;
+    sfi_gpu_engine_opts_default(&eo);
+    eo.dtype = SFI_GPU_F32;
+    eo.exact = c->exact;
+    eo.sfi = c->sfi;
+    char pbuf[256];
+    snprintf(pbuf, sizeof pbuf, "%s", c->params);
+    for (char *tok = strtok(pbuf, " "); tok; tok = strtok(NULL, " "))
+        if (sfi_params_set(&eo.params, tok, "e2e case", &e)) {
+            printf("FAIL: %s\n", e.msg);
+            goto out;
+        }
+    char vp[4096];
+    snprintf(vp, sizeof vp, "%s/vocab.json", dir);
+    if (stat(vp, &sb) == 0) {
+        if (sfi_tokenizer_load(dir, &tk, &e) ||
+            sfi_trigger_set_build(sfi_tokenizer_vocab(tk), eo.params.trigger_chars, &ts, &e)) {
+            printf("FAIL: %s\n", e.msg);
+            goto out;
+        }
+        have_ts = 1;
+        eo.is_trigger = ts.is_trigger;
+        eo.n_trigger_vocab = ts.n_vocab;
+    }
+    /* prompts: slices of a real text (the trained model) or seeded ids */
+    int n_stream = 0;
+    if (small) {
+        size_t len = 0;
+        char *txt = NULL;
+        if (sfi_io_read(ids_path, (size_t)1 << 20, "token-id file", &txt, &len, &e)) {
+            printf("FAIL: %s\n", e.msg);
+            goto out;
+        }
+        stream = malloc(8192 * sizeof(int32_t));
+        char *p = txt;
+        while (stream && n_stream < 8192 && *p) {
+            char *end;
+            long x = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            stream[n_stream++] = (int32_t)x;
+            p = end;
+        }
+        free(txt);
+    }
+    int maxp = 0;
+    const int32_t *pp[4];
+    int pn[4];
+    sfi_gpu_request rq[4];
+    memset(rq, 0, sizeof rq);
+    for (int b = 0; b < c->B; b++) {
+        int n = c->len[b];
+        ids[b] = malloc((size_t)n * sizeof(int32_t));
+        if (!ids[b])
+            goto out;
+        for (int i = 0; i < n; i++) {
+            if (small) {
+                ids[b][i] = stream[(b * 500 + i) % (n_stream > 0 ? n_stream : 1)];
+            } else {
+                g_rng = 0x9e3779b97f4a7c15ull * (uint64_t)(b * 1000 + i + 1);
+                ids[b][i] = (int32_t)((urand() + 1.0f) * 0.5f * (cfg->vocab_size - 1));
+            }
+        }
+        pp[b] = ids[b];
+        pn[b] = n;
+        rq[b].prompt = ids[b];
+        rq[b].n_prompt = n;
+        maxp = n > maxp ? n : maxp;
+    }
+    eo.max_batch = c->B;
+    eo.max_new = c->max_new;
+    eo.max_ctx = maxp + c->max_new - 1;
+    if (eo.max_ctx > cfg->max_position_embeddings) {
+        printf("FAIL: case longer than the model's max_position_embeddings\n");
+        goto out;
+    }
+    if (sfi_gpu_engine_create(cfg, m, 1, &eo, &eng, &e) ||
+        sfi_gpu_verify_new(c->B, c->max_new, cfg->vocab_size, pp, pn,
+                           c->sfi ? SFI_DECODE_SFI : SFI_DECODE_DENSE, 1, &ver, &e) ||
+        sfi_gpu_engine_run(eng, rq, c->B, sfi_gpu_verify_observer(ver), 0, &res, &e)) {
+        printf("FAIL: %s\n", e.msg);
+        goto out;
+    }
+    sfi_decode_opts ro;
+    sfi_decode_opts_default(&ro);
+    ro.mode = c->sfi ? SFI_DECODE_SFI : SFI_DECODE_DENSE;
+    ro.params = eo.params;
+    ro.is_trigger = eo.is_trigger;
+    ro.n_trigger_vocab = eo.n_trigger_vocab;
+    ro.max_new = c->max_new;
+    sfi_gpu_verify_report rep[4];
+    printf("\n");
+    int failed = sfi_gpu_verify_reference(ver, m, &ro, &res, c->exact, 1e-4, stdout, rep);
+    g_checks += c->B;
+    g_fail += failed;
+    printf("e2e %s: %s\n", c->name, failed ? "FAILED" : "passed");
+    result = failed ? 0 : 1;
+out:
+    sfi_gpu_run_result_free(&res);
+    sfi_gpu_verify_free(ver);
+    sfi_gpu_engine_free(eng);
+    for (int b = 0; b < 4; b++)
+        free(ids[b]);
+    free(stream);
+    if (have_ts)
+        sfi_trigger_set_free(&ts);
+    sfi_tokenizer_free(tk);
+    sfi_qwen3_free(m);
+    free(dir);
+    free(ids_path);
+    return result;
+}
+
 static void check_usage(FILE *f)
 {
-    fputs("usage: sfi-gpu check [--bit-exact] [--quick] [--seed N]\n"
+    fputs("usage: sfi-gpu check [--bit-exact] [--quick] [--kernels-only] [--seed N]\n"
           "\n"
           "Runs a fixed, seeded suite of cases through the GPU kernels and through the\n"
           "reference (dense attention and logits, Selector, Top-K, reorg, two-segment\n"
-          "sparse attention) and prints one line per case and check.\n"
+          "sparse attention) and prints one line per case and check; then end-to-end\n"
+          "cases: the decode engine of sfi-gpu run against sfi-ref's decode loop on\n"
+          "the test fixtures and (from $SFI_SHARED) the trained model.\n"
           "\n"
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
-          "  --quick      the first five cases only\n"
+          "  --quick      the first five kernel cases and two end-to-end cases\n"
+          "  --kernels-only  no end-to-end cases\n"
           "  --seed N     seed of the random inputs (default 1)\n"
           "  -h, --help   this help\n"
           "\n"
@@ -791,7 +990,7 @@ static void check_usage(FILE *f)
 
 int sfi_gpu_cmd_check(int argc, char **argv)
 {
-    int bit_exact = 0, quick = 0;
+    int bit_exact = 0, quick = 0, no_e2e = 0;
     unsigned long long seed = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -802,6 +1001,8 @@ int sfi_gpu_cmd_check(int argc, char **argv)
             bit_exact = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--kernels-only"))
+            no_e2e = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             char *end;
             seed = strtoull(argv[++i], &end, 10);
@@ -821,15 +1022,34 @@ int sfi_gpu_cmd_check(int argc, char **argv)
         return SFI_GPU_EXIT_NODEV;
     }
     printf("device: %s\n", msg);
-    const int n = quick ? N_QUICK : (int)(sizeof k_cases / sizeof k_cases[0]);
-    int passed = 0;
+    int n = quick ? N_QUICK : (int)(sizeof k_cases / sizeof k_cases[0]);
+    int passed = 0, skipped = 0;
     for (int i = 0; i < n; i++)
         passed += run_case(i, &k_cases[i], bit_exact, seed);
-    if (passed == n) {
-        printf("check: all %d cases passed (%d checks%s)\n", n, g_checks,
+    if (!no_e2e) {
+        for (size_t i = 0; i < sizeof k_e2e / sizeof k_e2e[0]; i++) {
+            if (quick && !k_e2e[i].quick)
+                continue;
+            if (!quick && k_e2e[i].quick && strstr(k_e2e[i].name, "(quick)"))
+                continue;
+            int r = run_e2e(&k_e2e[i]);
+            n++;
+            if (r < 0)
+                skipped++;
+            else
+                passed += r;
+        }
+    }
+    if (passed + skipped == n) {
+        printf("check: all %d cases passed (%d checks%s)", n - skipped, g_checks,
                bit_exact ? ", bit-exact on f32" : "");
+        if (skipped)
+            printf("; %d end-to-end case%s skipped (no trained model)", skipped,
+                   skipped > 1 ? "s" : "");
+        printf("\n");
         return 0;
     }
-    printf("check: %d of %d cases FAILED (%d of %d checks)\n", n - passed, n, g_fail, g_checks);
+    printf("check: %d of %d cases FAILED (%d of %d checks)\n", n - skipped - passed, n - skipped,
+           g_fail, g_checks);
     return 1;
 }

@@ -4,14 +4,16 @@
 # machine without a GPU it still compiles and links, and `sfi-gpu check`
 # exits 77 ("no CUDA device").
 
-SFI_GPU_CU = gpu/sfi_gpu_attn.cu gpu/sfi_gpu_select.cu gpu/sfi_gpu_sched.cu
-SFI_GPU_HDRS = gpu/sfi_gpu.h gpu/sfi_gpu_cli.h gpu/sfi_gpu_math.cuh
+SFI_GPU_CU = gpu/sfi_gpu_attn.cu gpu/sfi_gpu_select.cu gpu/sfi_gpu_sched.cu gpu/sfi_gpu_model.cu
+SFI_GPU_HDRS = gpu/sfi_gpu.h gpu/sfi_gpu_cli.h gpu/sfi_gpu_math.cuh gpu/sfi_gpu_model.h \
+	gpu/sfi_gpu_prefill.cuh gpu/sfi_gpu_engine.h
 EXTRA_DIST += $(SFI_GPU_CU) $(SFI_GPU_HDRS) gpu/bench_torch.py gpu/calibrate_profile.py \
-	gpu/profiles/h100.json gpu/profiles/h100-bench.txt
+	gpu/profiles/h100.json gpu/profiles/h100-bench.txt gpu/profiles/h100-e2e.json gpu/bench_e2e_torch.py
 
 if HAVE_CUDA
 bin_PROGRAMS += sfi-gpu
-sfi_gpu_SOURCES = gpu/main.c gpu/cmd_check.c gpu/cmd_bench.c $(SFI_GPU_HDRS)
+sfi_gpu_SOURCES = gpu/main.c gpu/cmd_check.c gpu/cmd_bench.c gpu/cmd_run.c gpu/sfi_gpu_engine.c \
+	gpu/sfi_gpu_verify.c gpu/sfi_gpu_verify.h $(SFI_GPU_HDRS)
 # The .cu objects are built by the suffix rule below and linked as plain
 # objects (automake does not know CUDA as a language).
 SFI_GPU_CU_OBJS = $(SFI_GPU_CU:.cu=.o)
@@ -19,9 +21,12 @@ sfi_gpu_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/gpu -I$(CUDA_HOME_DIR)/include
 # Static CUDA runtime (nvcc's own default) and static libsfi: the binary
 # then runs on a GPU machine that has the driver but none of our build's
 # shared libraries (the device runs carry just this file).
-sfi_gpu_LDADD = $(SFI_GPU_CU_OBJS) libsfi.la -L$(CUDA_HOME_DIR)/lib64 -lcudart_static \
+# cuBLAS has no static library in the toolkit here: it is linked as a
+# shared library, found through the toolkit's lib64 (rpath) or
+# LD_LIBRARY_PATH on the GPU machine.
+sfi_gpu_LDADD = $(SFI_GPU_CU_OBJS) libsfi.la -L$(CUDA_HOME_DIR)/lib64 -lcublas -lcudart_static \
 	-ldl -lrt -lpthread -lstdc++ -lm
-sfi_gpu_LDFLAGS = $(AM_LDFLAGS) -static-libtool-libs
+sfi_gpu_LDFLAGS = $(AM_LDFLAGS) -static-libtool-libs -Wl,-rpath,$(CUDA_HOME_DIR)/lib64
 sfi_gpu_DEPENDENCIES = $(SFI_GPU_CU_OBJS) libsfi.la
 CLEANFILES += $(SFI_GPU_CU_OBJS)
 

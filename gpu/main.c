@@ -11,11 +11,16 @@ static void usage(FILE *f)
 {
     fputs("Usage: sfi-gpu COMMAND [OPTIONS]\n"
           "\n"
-          "The CUDA kernels of SFI, checked against the reference and measured.\n"
+          "The CUDA path of SFI: a GPU decode engine, and kernels checked against the\n"
+          "reference and measured.\n"
           "\n"
           "Commands:\n"
-          "  check [--bit-exact] [--quick] [--seed N]\n"
-          "        run the seeded GPU-vs-reference suite; exit 1 on any mismatch\n"
+          "  run (--model DIR | --synthetic PRESET) (--prompt T | --prompt-file F |\n"
+          "      --prompt-ids F | --replay TRACE) --max-new N [--batch B] [...]\n"
+          "        the whole SFI decode loop on the GPU (run --help for every option)\n"
+          "  check [--bit-exact] [--quick] [--kernels-only] [--seed N]\n"
+          "        run the seeded GPU-vs-reference suite (kernels, then the engine end\n"
+          "        to end); exit 1 on any mismatch\n"
           "  bench [--quick] [--profile FILE] [--name NAME] [--torch CMD]\n"
           "        measure the kernels; write a calibration profile for sfi-sim\n"
           "  --help, --version\n"
@@ -41,6 +46,8 @@ int main(int argc, char **argv)
         printf("sfi-gpu %s\n", PACKAGE_VERSION);
         return 0;
     }
+    if (!strcmp(argv[1], "run"))
+        return sfi_gpu_cmd_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "check"))
         return sfi_gpu_cmd_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))

@@ -47,8 +47,18 @@ typedef struct {
     int32_t n_compact;    /* rows of the compact buffer in use (sink+sel) */
     int32_t j_begin;      /* J = [j_begin, j_end) for the Selector */
     int32_t j_end;
-    int32_t pad[3];
+    int32_t flags;        /* SFI_GPU_REQ_* (0: dense, active) */
+    int32_t pad[2];
 } sfi_gpu_req;
+
+/* sfi_gpu_req.flags, read by the attention kernels in mixed mode (the
+ * engine's batch steps, where each request is slow or fast on its own):
+ * SPARSE: this request's step is fast (two-segment rows); IDLE: the
+ * request has finished, the attention skips it (its output rows are left
+ * as they are). The Selector, Top-K and reorg skip a request whose J is
+ * empty (j_end <= j_begin); the reorg still refreshes its sink rows. */
+#define SFI_GPU_REQ_SPARSE 1
+#define SFI_GPU_REQ_IDLE 2
 
 /* The packed per-step descriptor: built once per decode step on the host,
  * copied to device memory with one cudaMemcpyAsync, read by every kernel of
@@ -63,7 +73,13 @@ typedef struct {
     int32_t n_sink;
     int32_t K;            /* selected positions per KV head */
     int32_t max_ctx;      /* max ctx_len over the batch (host: grids) */
-    int32_t max_J;        /* max |J| over the batch */
+    int32_t max_J;        /* max |J| over the batch (also the Selector
+                             scratch row stride) */
+    int32_t n_win;        /* Selector window rows per KV head: 0 = G (a
+                             decode step, W = 1); W * G for a window of
+                             W queries (prefill), logits row (b, kvh, w)
+                             at ((b * n_kv + kvh) * n_win + w) * ld_logits */
+    int32_t pad_hdr;
     const int32_t *block_table; /* device pointer */
     sfi_gpu_req req[SFI_GPU_MAX_BATCH];
 } sfi_gpu_step_desc;
@@ -87,6 +103,16 @@ typedef struct {
      * want 2: smaller CTAs, so a pair whose SM is shared with Selector
      * CTAs does not hold up the whole layer. */
     int waves;
+    /* mixed-mode calls (sfi_gpu_attn_mixed) with min_split_rows > 0: the
+     * grid has ceil(rows / min_split_rows) splits per (request, KV head)
+     * and each request uses as many as its own rows need at that size, so
+     * one long dense request among short sparse ones is still spread over
+     * many SMs. 0: the default rule (waves of one CTA per SM). */
+    int min_split_rows;
+    /* when set, the fast kernels also write the output rounded to bf16
+     * here ([batch][n_heads][D]): the next GEMM's input, without a
+     * conversion launch */
+    void *out_bf16;
 } sfi_gpu_attn_ws;
 
 /* Device scratch of one Selector call (one ring slot). Each [batch][n_kv]
@@ -110,6 +136,18 @@ void sfi_gpu_attn_set_waves(int waves);
 /* Pipeline depth of the bf16, D = 128, G = 4 instance: 2, 3 (default) or
  * 4 stages of 64-row tiles. Same purpose. */
 void sfi_gpu_attn_set_stages(int stages);
+
+/* Attention of a batch step whose requests are each dense or fast by
+ * their flags (SFI_GPU_REQ_SPARSE, SFI_GPU_REQ_IDLE): one launch for the
+ * whole batch. The split size is chosen per request on the device from
+ * its own row count, so the host copy h only sizes the grid: give it the
+ * largest rows a request can have (the run's capacity), and the same
+ * launch stays valid for every later step (CUDA graph replay). logits
+ * (may be NULL) are written for the dense requests. */
+int sfi_gpu_attn_mixed(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                       const float *q, const void *k_pool, const void *v_pool, const void *ck,
+                       const void *cv, float *out, float *logits, const sfi_gpu_attn_ws *ws,
+                       int exact, cudaStream_t st);
 
 /* Dense decode attention over the paged cache, positions 0..ctx_len-1 of
  * each request; writes out and, when logits != NULL, the scaled logits.
@@ -193,6 +231,13 @@ int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
 int sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale,
                         cudaStream_t st);
 int sfi_gpu_noop(cudaStream_t st);
+
+/* Programmatic dependent launch for the launches that follow (the
+ * engine's decode steps): each kernel may start while the one before it
+ * in the stream finishes, and waits (griddepcontrol.wait) before reading
+ * its results. Default off; not thread-safe. */
+void sfi_gpu_set_pdl(int on);
+int sfi_gpu_pdl(void);
 
 /* 1 when a usable CUDA device is present; else 0 and why in msg. */
 int sfi_gpu_device_ok(char *msg, size_t msg_len);

@@ -19,6 +19,7 @@
         }                                                                               \
     } while (0)
 
+int sfi_gpu_cmd_run(int argc, char **argv);
 int sfi_gpu_cmd_check(int argc, char **argv);
 int sfi_gpu_cmd_bench(int argc, char **argv);
 

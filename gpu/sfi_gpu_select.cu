@@ -14,6 +14,9 @@ namespace cg = cooperative_groups;
 namespace {
 
 constexpr int kSelThreads = 1024;
+/* Most window rows per KV head sel_main_kernel takes (prefill windows:
+ * W_prefill * G); the fast kernels take G (a decode step). */
+constexpr int kMaxWin = 512;
 constexpr int kTopkThreads = 1024;
 
 /* Block-wide reductions over 1024 threads (warp shuffles, then warp 0).
@@ -81,27 +84,32 @@ sel_main_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
                 const float *__restrict__ logits, const float *__restrict__ norms,
                 sfi_gpu_sel_ws ws, float *__restrict__ s_out) {
     __shared__ float sh[40];
+    __shared__ float mw[kMaxWin], sw[kMaxWin];
     const int kvh = blockIdx.x, b = blockIdx.y;
     const sfi_gpu_req rq = d->req[b];
     const int j0 = rq.j_begin, n = rq.j_end - rq.j_begin;
     if (n <= 0) return;
-    const int G = d->n_heads / d->n_kv, nwin = G;
+    const int G = d->n_heads / d->n_kv, nwin = d->n_win > 0 ? d->n_win : G;
+    /* window row w of this (request, KV head); with n_win = G this is
+     * query head kvh * G + w of the decode layout */
+    auto wrow = [&](int w) {
+        return logits + (((size_t)b * d->n_kv + kvh) * nwin + w) * d->ld_logits + j0;
+    };
     const size_t row = ((size_t)b * d->n_kv + kvh) * d->max_J;
     float *f = ws.f + row, *r = ws.r + row, *z1 = ws.z1 + row, *z2 = ws.z2 + row;
     const float *nrm = norms + ((size_t)b * d->n_kv + kvh) * d->ld_logits + j0;
 
     /* step 1: softmax statistics of each window query over J */
-    float mw[8], sw[8];
     for (int w = 0; w < nwin; w++) {
-        const float *lw = logits + ((size_t)b * d->n_heads + kvh * G + w) * d->ld_logits + j0;
+        const float *lw = wrow(w);
         float mx = -INFINITY;
         for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, lw[i]);
         mx = block_max(mx, sh); /* a max of finite values: any order */
         /* e = exp(l - max) into z1 (scratch), then its sum */
         for (int i = threadIdx.x; i < n; i += blockDim.x)
             z1[i] = sfi_dev_expf(__fsub_rn(lw[i], mx));
-        mw[w] = mx;
-        sw[w] = row_sum<EXACT>(z1, n, sh);
+        const float sum = row_sum<EXACT>(z1, n, sh);
+        if (threadIdx.x == 0) { mw[w] = mx; sw[w] = sum; }
         __syncthreads();
     }
     /* steps 2-4: g = (mean of p^a)^(1/a) (f = p when n_win == 1), and the
@@ -111,13 +119,12 @@ sel_main_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float fu;
         if (nwin == 1) {
-            const float *lw = logits + ((size_t)b * d->n_heads + kvh * G) * d->ld_logits + j0;
+            const float *lw = wrow(0);
             fu = __fdiv_rn(sfi_dev_expf(__fsub_rn(lw[i], mw[0])), sw[0]);
         } else {
             float mu = 0.f;
             for (int w = 0; w < nwin; w++) {
-                const float *lw =
-                    logits + ((size_t)b * d->n_heads + kvh * G + w) * d->ld_logits + j0;
+                const float *lw = wrow(w);
                 const float p = __fdiv_rn(sfi_dev_expf(__fsub_rn(lw[i], mw[w])), sw[w]);
                 mu = __fadd_rn(mu, sfi_dev_powf_pos(p, prm.alpha));
             }
@@ -1122,12 +1129,16 @@ __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_wo
     const int nJ = rq.j_end - rq.j_begin;
     const int kout = nJ <= 0 ? 0 : min(d->K, nJ);
     const int rows = d->n_sink + kout;
+    /* a grid-stride sweep: a request with few rows (a fast step's sink
+     * refresh) leaves after one pass instead of idling many CTAs */
+    for (int base = blockIdx.x * kReorgWords * blockDim.x; base < rows * row_words;
+         base += gridDim.x * kReorgWords * blockDim.x) {
     uint4 kx[kReorgWords], vx[kReorgWords];
     size_t dst[kReorgWords];
     bool ok[kReorgWords];
 #pragma unroll
     for (int j = 0; j < kReorgWords; j++) { /* all loads first: 2*kReorgWords in flight */
-        const int t = (blockIdx.x * kReorgWords + j) * blockDim.x + threadIdx.x;
+        const int t = base + j * blockDim.x + threadIdx.x;
         const int r = t / row_words, w = t % row_words;
         ok[j] = r < rows;
         if (!ok[j]) continue;
@@ -1143,6 +1154,7 @@ __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_wo
 #pragma unroll
     for (int j = 0; j < kReorgWords; j++)
         if (ok[j]) { ck[dst[j]] = kx[j]; cv[dst[j]] = vx[j]; }
+    }
 }
 
 /* Launches sel_cluster_kernel<NW> with the cluster shape as a launch
@@ -1201,12 +1213,15 @@ int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                      const sfi_gpu_sel_params *prm, const float *logits, const float *key_norms,
                      const sfi_gpu_sel_ws *ws, float *s_out, int32_t *selected, int exact,
                      cudaStream_t st) {
-    if (h->n_kv > 16 || h->n_heads / h->n_kv > 8) return (int)cudaErrorInvalidValue;
+    if (h->n_kv > 16 || h->n_heads / h->n_kv > 8 || h->n_win > kMaxWin)
+        return (int)cudaErrorInvalidValue;
     dim3 g(h->n_kv, h->batch);
     const int G = h->n_heads / h->n_kv;
     cudaError_t e = cudaSuccess;
     if (exact)
         sel_main_kernel<true><<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    else if (h->n_win > 0 && h->n_win != G) /* a prefill window: the general kernel */
+        sel_main_kernel<false><<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     else if (prm->nms_radius > kClHalo || prm->nms_radius < 0)
         sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     else if (G == 1 && h->max_J <= ClShape<1>::cap)
@@ -1237,7 +1252,9 @@ int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dt
     const int esz = dtype == SFI_GPU_BF16 ? 2 : 4;
     const int row_words = h->head_dim * esz / 16;
     const int rows = h->n_sink + h->K;
-    dim3 g((rows * row_words + 256 * kReorgWords - 1) / (256 * kReorgWords), h->n_kv, h->batch);
+    int gx = (rows * row_words + 256 * kReorgWords - 1) / (256 * kReorgWords);
+    if (gx > 8) gx = 8;
+    dim3 g(gx, h->n_kv, h->batch);
     reorg_kernel<<<g, 256, 0, st>>>(d, row_words, (const uint4 *)k_pool, (const uint4 *)v_pool,
                                     selected, (uint4 *)ck, (uint4 *)cv, comp_pos);
     return (int)cudaGetLastError();

@@ -30,7 +30,8 @@ static void usage(FILE *out)
             "                   [--params FILE] [--trigger POLICY] [--interval N]\n"
             "                   [--backend scalar|blas] [--tokenizer DIR] [--stop-at-eos]\n"
             "                   [--trace FILE [--trace-level L] [--trace-top-m M]\n"
-            "                   [--trace-layers LIST]] [--json]\n\n"
+            "                   [--trace-layers LIST] [--trace-qk|--trace-qkv]\n"
+            "                   [--trace-calib F]] [--json]\n\n"
             "Greedy decoding of a prompt with a Hugging Face Qwen3 / Qwen3-MoE checkpoint\n"
             "(config.json + model.safetensors or a sharded index). The prompt is prefilled\n"
             "densely; its last W_prefill queries initialize the selected sets; then every\n"
@@ -40,6 +41,9 @@ static void usage(FILE *out)
             "  -p, --prompt TEXT      prompt text (needs the tokenizer files)\n"
             "      --prompt-file F    prompt text read from file F\n"
             "      --prompt-ids F     whitespace-separated decimal token ids read from F\n"
+            "      --forced-ids F     teacher forcing: step t >= 1 feeds the t-th id of F\n"
+            "                         (at least N - 1 of them) instead of x_{t-1}; the\n"
+            "                         argmax is still reported and traced\n"
             "                         ('-' reads standard input)\n"
             "  -n, --max-new N        tokens to generate (>= 1)\n"
             "      --mode MODE        sfi (default) or dense\n"
@@ -95,7 +99,7 @@ static int parse_int(const char *s, const char *what, int lo, int *out)
 
 int sfi_ref_cmd_run(int argc, char **argv)
 {
-    enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
+    enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_FORCED_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
            O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE };
     int long_index = 0;
     static const struct option opts[] = {
@@ -103,6 +107,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
         {"prompt", required_argument, NULL, 'p'},
         {"prompt-file", required_argument, NULL, O_PROMPT_FILE},
         {"prompt-ids", required_argument, NULL, O_PROMPT_IDS},
+        {"forced-ids", required_argument, NULL, O_FORCED_IDS},
         {"max-new", required_argument, NULL, 'n'},
         {"mode", required_argument, NULL, O_MODE},
         {"param", required_argument, NULL, 'P'},
@@ -117,10 +122,16 @@ int sfi_ref_cmd_run(int argc, char **argv)
         {"trace-level", required_argument, NULL, O_TRACE},
         {"trace-top-m", required_argument, NULL, O_TRACE},
         {"trace-layers", required_argument, NULL, O_TRACE},
+        {"trace-qk", no_argument, NULL, O_TRACE},
+        {"trace-qkv", no_argument, NULL, O_TRACE},
+        {"trace-calib", required_argument, NULL, O_TRACE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *prompt_ids = NULL;
+    const char *forced_ids = NULL;
+    int32_t *forced = NULL;
+    int n_forced = 0;
     const char *tok_dir = NULL;
     sfi_recorder_opts ro;
     sfi_recorder_opts_default(&ro);
@@ -138,6 +149,7 @@ int sfi_ref_cmd_run(int argc, char **argv)
         case 'p': prompt = optarg; break;
         case O_PROMPT_FILE: prompt_file = optarg; break;
         case O_PROMPT_IDS: prompt_ids = optarg; break;
+        case O_FORCED_IDS: forced_ids = optarg; break;
         case 'n':
             if (parse_int(optarg, "--max-new", 1, &max_new))
                 return 2;
@@ -299,9 +311,25 @@ int sfi_ref_cmd_run(int argc, char **argv)
                         "max_position_embeddings %d\n", n_ids, cfg->max_position_embeddings);
         goto out;
     }
-    o.stop_token = stop ? cfg->eos_token_id : -1;
     o.stop_tokens = stop ? cfg->eos_token_ids : NULL;
     o.n_stop_tokens = stop ? cfg->n_eos : 0;
+    if (forced_ids) {
+        size_t len;
+        char *s = read_prompt(forced_ids, "a list of token ids", &len, &e);
+        if (!s || sfi_ref_parse_ids(forced_ids, s, len, &forced, &n_forced, &e)) {
+            free(s);
+            fprintf(stderr, "sfi-ref run: --forced-ids: %s\n", e.msg);
+            goto out;
+        }
+        free(s);
+        if (n_forced < max_new - 1) {
+            fprintf(stderr, "sfi-ref run: --forced-ids %s: %d ids for %d steps (need %d)\n",
+                    forced_ids, n_forced, max_new, max_new - 1);
+            goto out;
+        }
+        o.forced = forced;
+        o.n_forced = n_forced;
+    }
     /* the trace file is created (or refused: unwritable) before decoding */
     if (sfi_recorder_open(&ro, model, cfg, &o, &rec, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
@@ -397,6 +425,7 @@ out:
         sfi_recorder_abort(rec);
     free(text);
     free(ids);
+    free(forced);
     sfi_decode_result_free(&res);
     if (have_ts)
         sfi_trigger_set_free(&ts);

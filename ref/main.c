@@ -23,6 +23,7 @@ static const command commands[] = {
     {"digest", sfi_ref_cmd_digest, "print the SHA-256 digest of files"},
     {"make-checkpoint", sfi_ref_cmd_make_checkpoint, "write a random-weight checkpoint of a preset's shape"},
     {"eval", sfi_ref_cmd_eval, "teacher-forced quality of every KV policy at equal budget"},
+    {"calibrate", sfi_ref_cmd_calibrate, "Kascade's and FASA's calibration from a text"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -99,6 +99,7 @@ typedef struct {
     int Wq;                  /* queries kept per layer */
     float *qhist;            /* [layer][Wq][nh*hd], ring by position % Wq */
     int step;                /* current decode step (-1: prefill) */
+    int n_prompt;
     sfi_step_kind kind;      /* of the current step */
     /* scratch */
     float *logits_l;         /* [nh][cap] dense logits of one query */
@@ -260,6 +261,14 @@ static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cac
     dctx *d = user;
     memcpy(qslot(d, layer, n_ctx - 1), q, qdim(d) * sizeof(float));
     sfi_status rc;
+    if (d->obs && d->obs->want_qk && d->obs->on_qk) {
+        int step = d->step >= 0 ? d->step : n_ctx == d->n_prompt ? 0 : -1;
+        sfi_decode_qk_info qi = {.step = step, .position = n_ctx - 1, .layer = layer,
+                                 .n_ctx = n_ctx, .q = q, .k = sfi_kv_k(kv, layer),
+                                 .v = sfi_kv_v(kv, layer)};
+        if ((rc = d->obs->on_qk(d->obs->user, &qi, err)))
+            return rc;
+    }
     int nkv = d->c->num_key_value_heads;
     int all = 1;  /* every set covers the cache: the dense path, same positions */
     if (d->kind == SFI_STEP_FAST) {
@@ -458,6 +467,7 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
     d.obs = obs;
     d.err = err;
     d.sfi = o->mode == SFI_DECODE_SFI;
+    d.n_prompt = n_prompt;
     int cap = n_prompt + o->max_new;
     int nh = c->num_attention_heads, nkv = c->num_key_value_heads, G = nh / nkv;
     int Wmax = d.prm->W_prefill > d.prm->W_decode ? d.prm->W_prefill : d.prm->W_decode;
@@ -605,6 +615,14 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
         if (stop)
             break;
     }
+    if (obs && obs->want_qk && obs->on_qk)
+        for (int l = 0; l < c->num_hidden_layers; l++) {
+            sfi_decode_qk_info qi = {.step = res->n_generated - 1, .position = d.kv.n - 1,
+                                     .layer = l, .n_ctx = d.kv.n, .final = 1,
+                                     .k = sfi_kv_k(&d.kv, l), .v = sfi_kv_v(&d.kv, l)};
+            if ((rc = obs->on_qk(obs->user, &qi, err)))
+                goto fail;
+        }
     res->decode_seconds = now_s() - t1;
     res->decode_cpu_seconds = cpu_s() - c1;
     res->slow_fraction = (double)res->n_slow / res->n_generated;

@@ -109,6 +109,20 @@ typedef struct {
     const float *probs;          /* [n_heads][n_ctx] */
 } sfi_decode_attention_info;
 
+/* A layer's real (roped) query and its key/value cache, in forward order:
+ * every prompt position's (step -1, except the prompt's last position,
+ * which is decode step 0) and every later step's; and once the run has
+ * ended, per layer, final = 1 with q NULL and the whole cache. Not told
+ * for the prompt of a shared prefix (sfi_decode_run_prefix). */
+typedef struct {
+    int step;                    /* decode step; -1: a prompt position before the last */
+    int position;                /* the query's position (n_ctx - 1) */
+    int layer, n_ctx;
+    int final;
+    const float *q;              /* [n_heads][head_dim]; NULL when final */
+    const float *k, *v;          /* the layer's cache [n_ctx][n_kv_heads][head_dim] */
+} sfi_decode_qk_info;
+
 /* Callbacks return SFI_OK to go on; anything else stops the run with that
  * status (the callback fills err). */
 typedef struct {
@@ -120,6 +134,8 @@ typedef struct {
                                 sfi_error *err);
     sfi_status (*on_attention)(void *user, const sfi_decode_attention_info *info,
                                sfi_error *err);
+    int want_qk;                 /* nonzero: call on_qk */
+    sfi_status (*on_qk)(void *user, const sfi_decode_qk_info *info, sfi_error *err);
 } sfi_decode_observer;
 
 typedef struct {

@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "sfi_policy_calib.h"
 #include "sfi_policies.h"
 #include "sfi_attention.h"
+#include "sfi_io.h"
 #include "sfi_math.h"
 #include "sfi_selector.h"
 
@@ -250,40 +250,12 @@ out:
 sfi_status sfi_policy_calib_load(const char *path, sfi_policy_calib *c, sfi_error *err)
 {
     memset(c, 0, sizeof *c);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sfi_error_set(err, SFI_EIO, "%s: cannot open", path);
     char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            if (cap > ((size_t)64 << 20)) {
-                free(buf);
-                fclose(f);
-                return sfi_error_set(err, SFI_EFORMAT, "%s: larger than 64 MB", path);
-            }
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, 4096, f);
-        n += r;
-        if (r < 4096)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return sfi_error_set(err, SFI_EIO, "%s: read error", path);
-    }
-    buf[n] = 0;
-    sfi_status st = sfi_policy_calib_from_json(buf, path, c, err);
+    size_t n = 0;
+    sfi_status st = sfi_io_read(path, (size_t)64 << 20, "policy calibration", &buf, &n, err);
+    if (st)
+        return st;
+    st = sfi_policy_calib_from_json(buf, path, c, err);
     free(buf);
     return st;
 }
@@ -293,29 +265,11 @@ sfi_status sfi_policy_calib_save(const char *path, const sfi_policy_calib *c, sf
     char *s = sfi_policy_calib_to_json(c);
     if (!s)
         return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        free(s);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    }
-    snprintf(tmp, n, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    int bad = !f;
-    if (f) {
-        bad |= fputs(s, f) < 0 || fputc('\n', f) < 0;
-        bad |= fclose(f) != 0;
-    } else if (fd >= 0) {
-        close(fd);
-    }
-    if (!bad && rename(tmp, path) != 0)
-        bad = 1;
-    if (bad && fd >= 0)
-        unlink(tmp);
-    free(tmp);
+    size_t n = strlen(s);
+    s[n] = '\n'; /* json_dumps left room for the NUL: a trailing newline */
+    sfi_status st = sfi_out_write(path, s, n + 1, err);
     free(s);
-    return bad ? sfi_error_set(err, SFI_EIO, "%s: cannot write", path) : SFI_OK;
+    return st;
 }
 
 /* ---------------------------------------------------------------- */

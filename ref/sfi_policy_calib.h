@@ -39,7 +39,7 @@ char *sfi_policy_calib_to_json(const sfi_policy_calib *c);
 sfi_status sfi_policy_calib_from_json(const char *text, const char *origin,
                                       sfi_policy_calib *c, sfi_error *err);
 sfi_status sfi_policy_calib_load(const char *path, sfi_policy_calib *c, sfi_error *err);
-/* Temp file + rename. */
+/* Under the output rule of src/sfi_io.h (temporary file, renamed). */
 sfi_status sfi_policy_calib_save(const char *path, const sfi_policy_calib *c, sfi_error *err);
 
 /* Builds a calibration from dense forward passes over calibration prompts.

@@ -775,7 +775,8 @@ static sfi_status attn_block_blas(const sfi_qwen3 *m, int layer, const float *q,
  * the bits of T single steps. logits: of the last token (may be NULL). */
 static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
                                 const int32_t *tokens, int T, sfi_qwen3_attend_fn attend,
-                                void *user, float *logits, sfi_error *err)
+                                void *user, sfi_qwen3_layer_fn layer_fn, void *layer_user,
+                                float *logits, sfi_error *err)
 {
     const sfi_model_config *c = &m->cfg;
     for (int t = 0; t < T; t++)
@@ -817,8 +818,16 @@ static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache
     for (int t = 0; t < T; t++)
         memcpy(h + (size_t)t * H, m->embed + (size_t)tokens[t] * H, (size_t)H * sizeof(float));
     float eps = (float)c->rms_norm_eps;
+    float *h_in = NULL;
+    if (layer_fn && !(h_in = malloc(sizeof(float) * (size_t)T * H))) {
+        if (T != 1)
+            free(buf);
+        return sfi_error_set(err, SFI_ENOMEM, "forward: out of memory (%d tokens)", T);
+    }
     for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
         const qlayer *L = &m->layers[l];
+        if (h_in)
+            memcpy(h_in, h, sizeof(float) * (size_t)T * H);
         for (int t = 0; t < T; t++)
             rmsnorm(h + (size_t)t * H, L->in_norm, H, eps, x + (size_t)t * H);
         matmul(be, L->wq, x, L->bq, T, nq, H, q);
@@ -878,7 +887,10 @@ static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache
                     h[(size_t)t * H + i] += acc[i];
             }
         }
+        if (layer_fn)
+            layer_fn(layer_user, l, T, h_in, h);
     }
+    free(h_in);
     if (!rc) {
         kv->n = pos0 + T;
         if (logits) {
@@ -895,12 +907,21 @@ static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache
 sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
                           sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err)
 {
-    return forward_block(m, be, kv, &token, 1, attend, user, logits, err);
+    return forward_block(m, be, kv, &token, 1, attend, user, NULL, NULL, logits, err);
 }
 
 sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
                              const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
                              void *user, float *logits, sfi_error *err)
+{
+    return sfi_qwen3_prefill_observed(m, be, kv, tokens, n, attend, user, NULL, NULL, logits,
+                                      err);
+}
+
+sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                      const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                                      void *user, sfi_qwen3_layer_fn layer_fn, void *layer_user,
+                                      float *logits, sfi_error *err)
 {
     enum { BLOCK = 64 };
     if (n < 1)
@@ -909,12 +930,68 @@ sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *k
         return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
     for (int i = 0; i < n; i += BLOCK) {
         int T = n - i < BLOCK ? n - i : BLOCK;
-        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user,
-                                      i + T == n ? logits : NULL, err);
+        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user, layer_fn,
+                                      layer_user, i + T == n ? logits : NULL, err);
         if (rc)
             return rc;
     }
     return SFI_OK;
+}
+
+/* ---- views for other back ends ---- */
+
+const float *sfi_qwen3_weight(const sfi_qwen3 *m, sfi_qwen3_wid id, int layer, int expert)
+{
+    const sfi_model_config *c = &m->cfg;
+    if (id == SFI_W_EMBED)
+        return m->embed;
+    if (id == SFI_W_LM_HEAD)
+        return m->lm_head;
+    if (id == SFI_W_FINAL_NORM)
+        return m->final_norm;
+    if (layer < 0 || layer >= c->num_hidden_layers)
+        return NULL;
+    const qlayer *L = &m->layers[layer];
+    int e_ok = L->moe && expert >= 0 && expert < c->num_experts;
+    switch (id) {
+    case SFI_W_IN_NORM: return L->in_norm;
+    case SFI_W_POST_NORM: return L->post_norm;
+    case SFI_W_Q: return L->wq;
+    case SFI_W_K: return L->wk;
+    case SFI_W_V: return L->wv;
+    case SFI_W_O: return L->wo;
+    case SFI_W_BQ: return L->bq;
+    case SFI_W_BK: return L->bk;
+    case SFI_W_BV: return L->bv;
+    case SFI_W_BO: return L->bo;
+    case SFI_W_Q_NORM: return L->q_norm;
+    case SFI_W_K_NORM: return L->k_norm;
+    case SFI_W_GATE: return L->moe ? NULL : L->w_gate;
+    case SFI_W_UP: return L->moe ? NULL : L->w_up;
+    case SFI_W_DOWN: return L->moe ? NULL : L->w_down;
+    case SFI_W_ROUTER: return L->moe ? L->router : NULL;
+    case SFI_W_E_GATE: return e_ok ? L->e_gate[expert] : NULL;
+    case SFI_W_E_UP: return e_ok ? L->e_up[expert] : NULL;
+    case SFI_W_E_DOWN: return e_ok ? L->e_down[expert] : NULL;
+    default: return NULL;
+    }
+}
+
+void sfi_qwen3_rope_table(const sfi_model_config *c, int pos0, int n, float *cs, float *sn)
+{
+    int h2 = c->head_dim / 2;
+    double lt = d_log(c->rope_theta);
+    for (int i = 0; i < h2; i++) {
+        /* inv_freq exactly as sfi_qwen3_load computes it */
+        float inv = (float)d_exp(-lt * (2.0 * i / c->head_dim));
+        for (int t = 0; t < n; t++) {
+            float ang = (float)(pos0 + t) * inv;
+            double s, co;
+            d_sincos((double)ang, &s, &co);
+            cs[(size_t)t * h2 + i] = (float)co;
+            sn[(size_t)t * h2 + i] = (float)s;
+        }
+    }
 }
 
 /* ---- random-weight checkpoints ---- */
@@ -1004,6 +1081,45 @@ static sfi_status write_config(const sfi_model_config *c, const char *dir, sfi_s
     return st;
 }
 
+/* A directory may receive a random checkpoint when it holds none, or one
+ * that make-checkpoint wrote (its config.json names the generator): a
+ * user's trained checkpoint there would otherwise be lost to random
+ * weights. */
+static sfi_status replaceable_checkpoint(const char *dir, sfi_error *err)
+{
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    if (lstat(p, &sb) == 0)
+        return sfi_error_set(err, SFI_EIO, "%s: holds a sharded checkpoint "
+                             "(model.safetensors.index.json); not writing a random one over it "
+                             "(choose a new or empty directory)", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    int has_config = lstat(p, &sb) == 0;
+    int ours = 0;
+    if (has_config) {
+        char *text = NULL;
+        size_t len = 0;
+        if (sfi_io_read(p, 16u << 20, "a config.json", &text, &len, NULL) == SFI_OK) {
+            json_t *o = json_loadb(text, len, 0, NULL);
+            json_t *g = json_object_get(o, "generator");
+            ours = json_is_string(g) &&
+                   !strncmp(json_string_value(g), "sfi-ref make-checkpoint", 23);
+            json_decref(o);
+        }
+        free(text);
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    int has_weights = lstat(p, &sb) == 0;
+    if ((has_config || has_weights) && !ours)
+        return sfi_error_set(err, SFI_EIO, "%s: holds a checkpoint that sfi-ref make-checkpoint "
+                             "did not write (%s); not replacing it with random weights (choose "
+                             "a new or empty directory)", dir,
+                             has_config ? "its config.json names no make-checkpoint generator"
+                                        : "model.safetensors without config.json");
+    return SFI_OK;
+}
+
 sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, uint64_t seed,
                                   sfi_st_dtype dt, sfi_error *err)
 {
@@ -1019,6 +1135,8 @@ sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, ui
                                  strerror(errno));
     } else if (!S_ISDIR(sb.st_mode)) {
         return sfi_error_set(err, SFI_EIO, "%s: exists and is not a directory", dir);
+    } else if ((rc = replaceable_checkpoint(dir, err))) {
+        return rc;
     }
     int H = c->hidden_size, hd = c->head_dim, L = c->num_hidden_layers;
     int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;

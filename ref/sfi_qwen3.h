@@ -81,6 +81,18 @@ sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *k
                              const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
                              void *user, float *logits, sfi_error *err);
 
+/* Told after each layer of a block of T tokens the residual stream before
+ * (in) and after (out) the layer, each [T][hidden_size] (Kascade's layer
+ * importance, 1 - cos(in, out)). Only reads. */
+typedef void (*sfi_qwen3_layer_fn)(void *user, int layer, int T, const float *in,
+                                   const float *out);
+
+/* sfi_qwen3_prefill that also calls layer_fn (may be NULL). */
+sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                      const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                                      void *user, sfi_qwen3_layer_fn layer_fn, void *layer_user,
+                                      float *logits, sfi_error *err);
+
 /* Dense decode attention through the backend (scalar: sfi_attn_dense_decode).
  * logits (may be NULL) as sfi_attn_dense_decode's. */
 sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
@@ -90,8 +102,10 @@ sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
 /* Writes DIR/model.safetensors (weights of dtype F32 or BF16 drawn from
  * seed: uniform with std 1/sqrt(fan_in), norms 1 +- 0.2, embeddings of unit
  * scale when untied) and DIR/config.json for cfg; DIR is created when
- * absent. Each file goes through a temp file + rename; when the config
- * cannot be written the checkpoint is removed again. */
+ * absent. A DIR holding a checkpoint this function did not write (no
+ * "generator" in its config.json, weights without a config, a sharded
+ * index) is refused (EIO). Each file goes through a temp file + rename;
+ * when the config cannot be written the checkpoint is removed again. */
 sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir, uint64_t seed,
                                   sfi_st_dtype dtype, sfi_error *err);
 
@@ -102,6 +116,23 @@ sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer,
                                  const float *q, const sfi_kv_cache *kv, int n_ctx,
                                  const int32_t *const *idx, const int *n_idx, float *out,
                                  sfi_error *err);
+
+/* Read-only views of the loaded weights for other back ends (the CUDA
+ * engine uploads them): float32, row-major, the Hugging Face tensor's
+ * shape. NULL for a tensor the model does not have (biases without
+ * attention_bias, the dense MLP of a MoE layer, experts of a dense one).
+ * expert is used by the SFI_W_E_* ids only. */
+typedef enum {
+    SFI_W_EMBED, SFI_W_LM_HEAD, SFI_W_FINAL_NORM,
+    SFI_W_IN_NORM, SFI_W_POST_NORM, SFI_W_Q, SFI_W_K, SFI_W_V, SFI_W_O,
+    SFI_W_BQ, SFI_W_BK, SFI_W_BV, SFI_W_BO, SFI_W_Q_NORM, SFI_W_K_NORM,
+    SFI_W_GATE, SFI_W_UP, SFI_W_DOWN, SFI_W_ROUTER, SFI_W_E_GATE, SFI_W_E_UP, SFI_W_E_DOWN
+} sfi_qwen3_wid;
+const float *sfi_qwen3_weight(const sfi_qwen3 *m, sfi_qwen3_wid id, int layer, int expert);
+
+/* The RoPE tables the forward pass uses for positions pos0..pos0+n-1:
+ * cs/sn [n][head_dim/2] (the same bits on every host). */
+void sfi_qwen3_rope_table(const sfi_model_config *c, int pos0, int n, float *cs, float *sn);
 
 /* Greedy choice: the largest logit, ties to the smaller id. */
 int32_t sfi_argmax(const float *logits, int n);

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sfi_io.h"
 #include "sfi_params.h"
+#include "sfi_policies.h"
 #include "sfi_state.h"
 
 void sfi_recorder_opts_default(sfi_recorder_opts *o)
@@ -21,6 +23,8 @@ void sfi_recorder_opts_default(sfi_recorder_opts *o)
     o->level = SFI_TRACE_TOKENS;
     o->top_m = 4096;
     o->layers = NULL;
+    o->qk = 0;
+    o->calib = NULL;
     o->given = 0;
     o->tokenizer_dir = NULL;
 }
@@ -33,8 +37,17 @@ sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err)
             if (o->given & (1u << k))
                 return sfi_error_set(err, SFI_EINVAL, "%s needs --trace FILE (nothing is "
                                      "recorded without it)", names[k]);
+        if (o->qk)
+            return sfi_error_set(err, SFI_EINVAL, "--trace-qk%s needs --trace FILE (nothing "
+                                 "is recorded without it)", o->qk > 1 ? "v" : "");
+        if (o->calib)
+            return sfi_error_set(err, SFI_EINVAL, "--trace-calib needs --trace FILE (nothing "
+                                 "is recorded without it)");
         return SFI_OK;
     }
+    if (o->qk && o->level != SFI_TRACE_FULL)
+        return sfi_error_set(err, SFI_EINVAL, "--trace-qk%s needs --trace-level full",
+                             o->qk > 1 ? "v" : "");
     if ((o->given & SFI_RECORDER_GIVEN_TOP_M) && o->level != SFI_TRACE_FULL)
         return sfi_error_set(err, SFI_EINVAL, "--trace-top-m applies to the full level only "
                              "(add --trace-level full)");
@@ -55,7 +68,14 @@ const char *sfi_recorder_usage(void)
            "      --trace-top-m M    M of the full level's top-M records (default 4096)\n"
            "      --trace-layers L   summary/full: keep the per-layer records of these\n"
            "                         layers only (comma-separated, e.g. 0,5,9; default\n"
-           "                         all)\n";
+           "                         all)\n"
+           "      --trace-qk         full: also every step's query, the prompt's last 32\n"
+           "                         queries and accumulated attention, and the key cache\n"
+           "                         at the last step (sfi-sim analyze then runs every\n"
+           "                         policy on real queries and keys)\n"
+           "      --trace-qkv        --trace-qk and the value cache (output error)\n"
+           "      --trace-calib F    store the Kascade/FASA calibration F (sfi-ref\n"
+           "                         calibrate) in the trace's meta\n";
 }
 
 /* Parses "0,5,9" into mask[n_layers] (NULL mask: only check syntax). */
@@ -116,6 +136,18 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
         o->given |= SFI_RECORDER_GIVEN_LAYERS;
         return 1;
     }
+    if (!strcmp(name, "trace-qk") || !strcmp(name, "trace-qkv")) {
+        o->qk = name[8] == 'v' ? 2 : 1;
+        return 1;
+    }
+    if (!strcmp(name, "trace-calib")) {
+        if (!*v) {
+            sfi_error_set(err, SFI_EINVAL, "--trace-calib: empty file name");
+            return -1;
+        }
+        o->calib = v;
+        return 1;
+    }
     if (!strcmp(name, "trace")) {
         if (!*v) {
             sfi_error_set(err, SFI_EINVAL, "--trace: empty file name");
@@ -129,10 +161,16 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
 
 int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, sfi_error *err)
 {
-    static const char *const names[] = {"trace-level", "trace-top-m", "trace-layers", "trace"};
+    static const char *const names[] = {"trace-level", "trace-top-m", "trace-layers",
+                                        "trace-calib", "trace"};
     const char *a = argv[*i];
     if (strncmp(a, "--", 2))
         return 0;
+    if (!strcmp(a, "--trace-qk") || !strcmp(a, "--trace-qkv")) {
+        o->qk = a[10] == 'v' ? 2 : 1;
+        *i += 1;
+        return 1;
+    }
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         size_t n = strlen(names[k]);
         if (strncmp(a + 2, names[k], n) || (a[2 + n] != '\0' && a[2 + n] != '='))
@@ -184,6 +222,15 @@ struct sfi_recorder {
     float *ttail;           /* [L][H] */
     struct pp { float p; int32_t pos; } *sortbuf;
     size_t sortcap;
+    /* --trace-qk */
+    int qk, D;
+    float *qbuf;            /* [L][H*D] the step's queries */
+    uint8_t *have_q;        /* [L] */
+    float *tail;            /* [L][TAIL][H*D] ring of prompt queries by position */
+    float *colsum;          /* [L][H][col_cap] accumulated prompt attention */
+    int col_cap, n_prompt;
+    float *kvbuf;           /* head-major copy of a cache */
+    size_t kvcap;
 };
 
 static void sha256_hex(const char *path, char *out, size_t n)
@@ -230,6 +277,11 @@ static void rec_free(sfi_recorder *r)
     free(r->tm);
     free(r->ttail);
     free(r->sortbuf);
+    free(r->qbuf);
+    free(r->have_q);
+    free(r->tail);
+    free(r->colsum);
+    free(r->kvbuf);
     free(r);
 }
 
@@ -280,6 +332,36 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
             st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %d x %d x top-%d buffers",
                                o->path, r->L, r->H, r->M);
     }
+    r->qk = o->qk;
+    r->D = cfg->head_dim;
+    if (!st && r->qk && r->level < SFI_TRACE_FULL)
+        st = sfi_error_set(err, SFI_EINVAL, "--trace-qk%s needs --trace-level full",
+                           r->qk > 1 ? "v" : "");
+    if (!st && r->qk) {
+        size_t qd = H * (size_t)r->D;
+        r->qbuf = malloc(L * qd * 4);
+        r->have_q = calloc(L, 1);
+        r->tail = malloc(L * SFI_RECORDER_QK_TAIL * qd * 4);
+        if (!r->qbuf || !r->have_q || !r->tail)
+            st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for query buffers", o->path);
+    }
+    char *calib_text = NULL;
+    if (!st && o->calib) {
+        sfi_policy_calib cal;
+        size_t n = 0;
+        if (!(st = sfi_policy_calib_load(o->calib, &cal, err))) {
+            if (cal.n_layers != r->L || cal.n_kv_heads != r->KV ||
+                (cal.head_dim && cal.head_dim != cfg->head_dim))
+                st = sfi_error_set(err, SFI_EINVAL, "--trace-calib %s: for %d layers x %d KV "
+                                   "heads x head_dim %d, the model has %d x %d x %d", o->calib,
+                                   cal.n_layers, cal.n_kv_heads, cal.head_dim, r->L, r->KV,
+                                   cfg->head_dim);
+            sfi_policy_calib_free(&cal);
+        }
+        if (!st)
+            st = sfi_io_read(o->calib, (size_t)64 << 20, "policy calibration", &calib_text, &n,
+                             err);
+    }
     if (!st && !(r->topm_layer = calloc(L ? L : 1, 1)))
         st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", o->path);
     if (!st && !o->layers)
@@ -288,6 +370,7 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
         st = sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a list of layers in "
                            "[0, %d)", o->layers, r->L);
     if (st) {
+        free(calib_text);
         rec_free(r);
         return st;
     }
@@ -350,6 +433,9 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
         st = sfi_trace_put_meta(r->w, "topm_layers", o->layers ? o->layers : "all", err);
     if (!st && r->level >= SFI_TRACE_SUMMARY)
         st = sfi_trace_put_meta(r->w, "layers_recorded", o->layers ? o->layers : "all", err);
+    if (!st && calib_text)
+        st = sfi_trace_put_meta(r->w, "peer_calibration", calib_text, err);
+    free(calib_text);
     if (!st)
         st = sfi_trace_flush(r->w, err);
     if (st) {
@@ -481,6 +567,116 @@ static sfi_status on_attention(void *user, const sfi_decode_attention_info *info
     return SFI_OK;
 }
 
+/* The prompt's accumulated attention of layer l, [H][col_cap], grown to
+ * hold n positions. */
+static sfi_status colsum_fit(sfi_recorder *r, int n, sfi_error *err)
+{
+    if (n <= r->col_cap)
+        return SFI_OK;
+    int cap = r->col_cap ? r->col_cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    float *c = calloc((size_t)r->L * r->H * cap, sizeof(float));
+    if (!c)
+        return sfi_error_set(err, SFI_ENOMEM, "trace recorder: out of memory for %d prompt "
+                             "positions", n);
+    for (size_t i = 0; r->colsum && i < (size_t)r->L * r->H; i++)
+        memcpy(c + i * cap, r->colsum + i * r->col_cap, sizeof(float) * (size_t)r->col_cap);
+    free(r->colsum);
+    r->colsum = c;
+    r->col_cap = cap;
+    return SFI_OK;
+}
+
+/* A layer's cache [n][KV][D] as the trace's head-major [KV][n][D]. */
+static sfi_status write_cache(sfi_recorder *r, int64_t step, int l, char kind, const float *src,
+                              int n, sfi_error *err)
+{
+    size_t need = (size_t)r->KV * n * r->D;
+    if (need > r->kvcap) {
+        float *b = realloc(r->kvbuf, need * sizeof(float));
+        if (!b)
+            return sfi_error_set(err, SFI_ENOMEM, "trace recorder: out of memory");
+        r->kvbuf = b;
+        r->kvcap = need;
+    }
+    for (int h = 0; h < r->KV; h++)
+        for (int j = 0; j < n; j++)
+            memcpy(r->kvbuf + ((size_t)h * n + j) * r->D, src + ((size_t)j * r->KV + h) * r->D,
+                   sizeof(float) * (size_t)r->D);
+    return sfi_trace_add_snapshot(r->w, r->req, step, l, kind, r->KV * n, r->D, r->kvbuf, err);
+}
+
+static sfi_status on_qk(void *user, const sfi_decode_qk_info *info, sfi_error *err)
+{
+    sfi_recorder *r = user;
+    int l = info->layer;
+    if (l < 0 || l >= r->L)
+        return sfi_error_set(err, SFI_EINVAL, "trace recorder: query of layer %d", l);
+    if (info->final) {
+        /* The last step is appended: its caches, every step's prefix. */
+        sfi_status st = write_cache(r, info->step, l, 'k', info->k, info->n_ctx, err);
+        if (!st && r->qk > 1)
+            st = write_cache(r, info->step, l, 'v', info->v, info->n_ctx, err);
+        if (!st && l == r->L - 1)
+            st = sfi_trace_flush(r->w, err);
+        return st;
+    }
+    size_t qd = (size_t)r->H * r->D;
+    if (info->step <= 0) {
+        /* A prompt query: its attention joins the accumulated attention,
+         * and it enters the ring of the prompt's last queries. */
+        if (info->position == 0)
+            r->n_prompt = 0;
+        sfi_status st = colsum_fit(r, info->n_ctx, err);
+        if (st)
+            return st;
+        sfi_policy_shape sh = {r->L, r->H, r->KV, r->D};
+        sfi_policy_colsum_add(&sh, info->q, info->k, info->n_ctx,
+                              r->colsum + (size_t)l * r->H * r->col_cap, r->col_cap);
+        memcpy(r->tail + ((size_t)l * SFI_RECORDER_QK_TAIL +
+                          (size_t)(info->position % SFI_RECORDER_QK_TAIL)) * qd,
+               info->q, qd * sizeof(float));
+        if (info->step == 0)
+            r->n_prompt = info->n_ctx;
+        return SFI_OK;
+    }
+    memcpy(r->qbuf + (size_t)l * qd, info->q, qd * sizeof(float));
+    r->have_q[l] = 1;
+    return SFI_OK;
+}
+
+/* Step 0's query snapshots (the prompt's last queries) and accumulated
+ * attention, then the prompt's buffers are cleared for the next request. */
+static sfi_status write_prompt_qk(sfi_recorder *r, sfi_error *err)
+{
+    int n = r->n_prompt, W = n < SFI_RECORDER_QK_TAIL ? n : SFI_RECORDER_QK_TAIL;
+    size_t qd = (size_t)r->H * r->D;
+    float *m = malloc(sizeof(float) * (size_t)W * qd);
+    float *a = malloc(sizeof(float) * (size_t)r->H * (n > 0 ? n : 1));
+    sfi_status st = m && a ? SFI_OK : sfi_error_set(err, SFI_ENOMEM, "trace recorder: out of memory");
+    for (int l = 0; !st && l < r->L; l++) {
+        for (int w = 0; w < W; w++) {
+            int pos = n - W + w;
+            memcpy(m + (size_t)w * qd,
+                   r->tail + ((size_t)l * SFI_RECORDER_QK_TAIL +
+                              (size_t)(pos % SFI_RECORDER_QK_TAIL)) * qd,
+                   qd * sizeof(float));
+        }
+        st = sfi_trace_add_snapshot(r->w, r->req, 0, l, 'q', W * r->H, r->D, m, err);
+        for (int h = 0; !st && h < r->H; h++)
+            memcpy(a + (size_t)h * n, r->colsum + ((size_t)l * r->H + h) * r->col_cap,
+                   sizeof(float) * (size_t)n);
+        if (!st)
+            st = sfi_trace_add_snapshot(r->w, r->req, 0, l, 'a', r->H, n, a, err);
+    }
+    free(m);
+    free(a);
+    if (r->colsum)
+        memset(r->colsum, 0, sizeof(float) * (size_t)r->L * r->H * r->col_cap);
+    return st;
+}
+
 static sfi_status on_step(void *user, const sfi_decode_step_info *info, sfi_error *err)
 {
     sfi_recorder *r = user;
@@ -511,6 +707,18 @@ static sfi_status on_step(void *user, const sfi_decode_step_info *info, sfi_erro
             }
             r->have_topm[l] = 0;
         }
+        if (r->qk && info->step > 0 && r->have_q[l]) {
+            st = sfi_trace_add_snapshot(r->w, r->req, info->step, l, 'q', r->H, r->D,
+                                        r->qbuf + (size_t)l * r->H * r->D, err);
+            r->have_q[l] = 0;
+        }
+    }
+    if (!st && r->qk && info->step == 0) {
+        if (r->n_prompt != info->n_ctx)
+            return sfi_error_set(err, SFI_EINVAL, "trace recorder: --trace-qk saw a prompt of %d "
+                                 "positions, step 0 has %d (a shared prefix is not observed)",
+                                 r->n_prompt, info->n_ctx);
+        st = write_prompt_qk(r, err);
     }
     if (!st)
         st = sfi_trace_flush(r->w, err);
@@ -530,6 +738,8 @@ void sfi_recorder_observer(sfi_recorder *r, sfi_decode_observer *obs)
     obs->on_step = on_step;
     obs->on_slow_layer = on_slow_layer;
     obs->on_attention = on_attention;
+    obs->want_qk = r->qk;
+    obs->on_qk = on_qk;
 }
 
 sfi_status sfi_recorder_finish(sfi_recorder *r, sfi_error *err)

@@ -12,8 +12,13 @@
  *     head's query heads, and lambda*; on fast steps, the dense attention
  *     mass inside sink U selected U recent per layer and KV head;
  *   - full: top-M positions and probabilities of every query head's dense
- *     attention on steps >= 1 (step 0's attention is inside the prefill and
- *     is not observed).
+ *     attention on every step (step 0's is the prefill's last position);
+ *   - full with qk: per layer, every step's roped query (step 0's with the
+ *     last SFI_RECORDER_QK_TAIL prompt queries before it: the prompt
+ *     observation), the prompt's accumulated attention ('a', step 0), and
+ *     the key (qkv: and value) cache at the request's last step (every
+ *     earlier step's cache is its prefix); calib: the Kascade/FASA
+ *     calibration JSON in meta peer_calibration.
  * Records of a step are buffered until on_step and written with it. */
 #ifndef SFI_RECORDER_H
 #define SFI_RECORDER_H
@@ -30,11 +35,18 @@ typedef struct {
     const char *layers;     /* --trace-layers: comma-separated layers whose
                                per-layer records (summary and full levels) are
                                kept (NULL: all); size control */
+    int qk;                 /* --trace-qk (1): query and key snapshots (full);
+                               --trace-qkv (2): and values */
+    const char *calib;      /* --trace-calib FILE: meta peer_calibration */
     const char *tokenizer_dir; /* --tokenizer DIR, named in meta tokenizer with its
                                   files' SHA-256 (NULL: the model directory) */
     unsigned given;         /* SFI_RECORDER_GIVEN_* bits: options set */
 } sfi_recorder_opts;
 
+/* Prompt queries kept in step 0's query snapshot under --trace-qk: what
+ * SnapKV's window and LFPS's seeding read (32), and more than SFI's
+ * W_prefill (16). */
+#define SFI_RECORDER_QK_TAIL 32
 #define SFI_RECORDER_GIVEN_LEVEL 1u
 #define SFI_RECORDER_GIVEN_TOP_M 2u
 #define SFI_RECORDER_GIVEN_LAYERS 4u
@@ -42,9 +54,9 @@ typedef struct {
 void sfi_recorder_opts_default(sfi_recorder_opts *o);
 
 /* Refuses options that would be silently ignored: --trace-level,
- * --trace-top-m or --trace-layers without --trace, --trace-top-m below
- * the full level, --trace-layers at the tokens level (which has no
- * per-layer records). */
+ * --trace-top-m, --trace-layers, --trace-qk(v) or --trace-calib without
+ * --trace, --trace-top-m or --trace-qk(v) below the full level,
+ * --trace-layers at the tokens level (which has no per-layer records). */
 sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err);
 
 /* Command-line flags of the recorder, for sfi-ref run: if argv[*i] is
@@ -55,9 +67,9 @@ sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err);
 int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, sfi_error *err);
 
 /* The same for getopt_long users: name is the long option without dashes
- * ("trace", "trace-level", "trace-top-m", "trace-layers"). Returns 1 when
- * applied, 0 when name is not a recorder option, -1 with err set on a bad
- * value. */
+ * ("trace", "trace-level", "trace-top-m", "trace-layers", "trace-qk" and
+ * "trace-qkv" (value ignored), "trace-calib"). Returns 1 when applied, 0 when name is not a
+ * recorder option, -1 with err set on a bad value. */
 int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *value,
                             sfi_error *err);
 

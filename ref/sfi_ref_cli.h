@@ -11,6 +11,7 @@ int sfi_ref_cmd_info(int argc, char **argv);
 int sfi_ref_cmd_digest(int argc, char **argv);
 int sfi_ref_cmd_make_checkpoint(int argc, char **argv);
 int sfi_ref_cmd_eval(int argc, char **argv);
+int sfi_ref_cmd_calibrate(int argc, char **argv);
 
 #include <stddef.h>
 #include <stdio.h>

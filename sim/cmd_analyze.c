@@ -22,7 +22,7 @@ static void usage(FILE *out)
             "                       [--calib FILE] [--layer L --head H]\n"
             "                       [--format table|csv|json] [--png-prefix P]\n"
             "                       [--threads N] [--request R] [--vocab DIR]\n"
-            "                       [--param KEY=VALUE]...\n\n"
+            "                       [--records-only] [--param KEY=VALUE]...\n\n"
             "Replays a full-level trace's dense attention (top-M records) through the\n"
             "comparison policies at one budget and prints, per policy, the mean retained\n"
             "share of the context, the attention-mass recall, the overlap with the oracle\n"
@@ -53,6 +53,8 @@ static void usage(FILE *out)
             "                    snapkv_window, quest_page, lfps_a, kascade_anchors,\n"
             "                    fasa_tip, ...) or an SFI parameter (n_sink, n_recent,\n"
             "                    T_max, alpha, ...)\n"
+            "  --records-only    ignore the trace's q/K snapshots and prompt observation:\n"
+            "                    every policy on the top-M records, with its proxies\n"
             "  -h, --help        this text\n\n"
             "Exit status: 0 ok, 1 bad trace or failure, 2 usage error.\n");
 }
@@ -100,6 +102,8 @@ int sfi_sim_cmd_analyze(int argc, char **argv)
             if (!(v = arg_value(argc, argv, &i)))
                 return 2;
             budget = v;
+        } else if (!strcmp(a, "--records-only")) {
+            opt.records_only = 1;
         } else if (!strcmp(a, "--calib")) {
             if (!(v = arg_value(argc, argv, &i)))
                 return 2;

@@ -712,23 +712,37 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
  * was not trained for it: say so once per model. */
 static void warn_positions(const sweep *s)
 {
+    /* One line per max_position_embeddings value, naming its models. */
     for (int m = 0; m < s->n_models; m++) {
-        int maxpos = s->models[m].max_position_embeddings;
-        char list[512] = "";
-        size_t len = 0;
-        for (int ci = 0; ci < s->n_contexts && maxpos > 0; ci++)
+        int maxpos = s->models[m].max_position_embeddings, seen = 0;
+        for (int k = 0; k < m && !seen; k++)
+            seen = s->models[k].max_position_embeddings == maxpos;
+        if (seen || maxpos <= 0)
+            continue;
+        char list[512] = "", names[1024] = "";
+        size_t len = 0, nl = 0;
+        for (int ci = 0; ci < s->n_contexts; ci++)
             if (s->contexts[ci] > maxpos && len < sizeof list - 32) {
                 char c[32];
                 context_label(s->contexts[ci], c, sizeof c);
                 len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", c);
             }
-        if (len)
-            fprintf(stderr,
-                    "sfi-sim sweep: warning: context%s %s exceed%s %s's max_position_embeddings "
-                    "(%d): simulated all the same, but the model needs RoPE scaling (e.g. YaRN) "
-                    "to use them\n",
-                    strchr(list, ',') ? "s" : "", list, strchr(list, ',') ? "" : "s",
-                    model_label(s, m), maxpos);
+        if (!len)
+            continue;
+        int n_names = 0;
+        for (int k = m; k < s->n_models; k++)
+            if (s->models[k].max_position_embeddings == maxpos && nl < sizeof names - 2) {
+                nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", nl ? ", " : "",
+                                       model_label(s, k));
+                n_names++;
+            }
+        int many = strchr(list, ',') != NULL;
+        fprintf(stderr,
+                "sfi-sim sweep: warning: context%s %s exceed%s the max_position_embeddings (%d) "
+                "of %s: simulated all the same, but the model%s need%s RoPE scaling (e.g. YaRN) "
+                "to use %s\n",
+                many ? "s" : "", list, many ? "" : "s", maxpos, names, n_names > 1 ? "s" : "",
+                n_names > 1 ? "" : "s", many ? "them" : "it");
     }
 }
 

@@ -645,10 +645,17 @@ out:
     return st;
 }
 
-sfi_status sfi_analyze_run(const sfi_analyze_source *src, const sfi_analyze_opts *opt,
+sfi_status sfi_analyze_run(const sfi_analyze_source *src_in, const sfi_analyze_opts *opt,
                            sfi_analyze_result *res, sfi_error *err)
 {
     memset(res, 0, sizeof *res);
+    sfi_analyze_source src_copy = *src_in;
+    if (opt->records_only) {
+        src_copy.snapshot = NULL;
+        src_copy.prompt = NULL;
+        src_copy.head_dim = 0;
+    }
+    const sfi_analyze_source *src = &src_copy;
     if (src->n_layers < 1 || src->n_kv_heads < 1 || src->n_seq < 1 || src->n_steps < 1 ||
         src->max_top < 1 || src->max_ctx < 1)
         return sfi_error_set(err, SFI_EINVAL, "analyze: the trace has no attention records to "

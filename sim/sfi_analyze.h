@@ -75,6 +75,10 @@ typedef struct {
     int stab_k;                  /* top set size of the stability measure;
                                     0 = min(B, entries) */
     int keep_jaccard;            /* keep every Jaccard value (distributions) */
+    int records_only;            /* ignore snapshots and the prompt observation:
+                                    every policy on the top-M records, with
+                                    its proxies (to compare with the real
+                                    rules on the same trace) */
 } sfi_analyze_opts;
 
 void sfi_analyze_opts_default(sfi_analyze_opts *o);

@@ -366,6 +366,53 @@ static sfi_status parse_curve(json_t *v, const char *origin, sfi_hw_profile *p, 
     return SFI_OK;
 }
 
+/* One entry of "step_measurements": what sfi-gpu run --bench measured for
+ * a model, context, batch and mode. Checked for shape and ranges. */
+static sfi_status check_step_measurement(json_t *m, const char *origin, size_t idx,
+                                         sfi_error *err)
+{
+    if (!json_is_object(m))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: not an object",
+                             origin, idx);
+    json_t *model = json_object_get(m, "model"), *mode = json_object_get(m, "mode");
+    json_t *ctx = json_object_get(m, "context"), *batch = json_object_get(m, "batch");
+    json_t *tps = json_object_get(m, "decode_tokens_per_s");
+    if (!json_is_string(model) || !json_is_string(mode) ||
+        (strcmp(json_string_value(mode), "dense") && strcmp(json_string_value(mode), "sfi")))
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: step_measurements[%zu]: needs \"model\" and \"mode\" "
+                             "(dense or sfi)", origin, idx);
+    if (!json_is_integer(ctx) || json_integer_value(ctx) < 1 ||
+        json_integer_value(ctx) > 16777216 || !json_is_integer(batch) ||
+        json_integer_value(batch) < 1 || json_integer_value(batch) > 65536)
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: step_measurements[%zu]: context (1..2^24) and batch "
+                             "(1..65536) must be integers", origin, idx);
+    if (!json_is_number(tps) || !(json_number_value(tps) >= 0 && json_number_value(tps) < 1e9))
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: step_measurements[%zu]: decode_tokens_per_s must be a number "
+                             "in [0, 1e9)", origin, idx);
+    json_t *steps = json_object_get(m, "steps");
+    if (steps) {
+        const char *k;
+        json_t *c;
+        if (!json_is_object(steps))
+            return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: steps: not an "
+                                 "object", origin, idx);
+        json_object_foreach(steps, k, c) {
+            if (strcmp(k, "dense") && strcmp(k, "slow") && strcmp(k, "fast"))
+                return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: steps: "
+                                     "unknown class '%s' (dense, slow, fast)", origin, idx, k);
+            json_t *mean = json_object_get(c, "mean_ms");
+            if (!json_is_number(mean) ||
+                !(json_number_value(mean) > 0 && json_number_value(mean) < 1e7))
+                return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: steps.%s: "
+                                     "mean_ms must be a positive number", origin, idx, k);
+        }
+    }
+    return SFI_OK;
+}
+
 static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
                                     sfi_hw_measurement *out, sfi_error *err)
 {
@@ -526,6 +573,19 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
                 break;
             }
             p.overlap_contention = d;
+        } else if (!strcmp(key, "step_measurements")) {
+            if (!json_is_array(v) || json_array_size(v) > 100000) {
+                st = sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements: not an array of at "
+                                   "most 100000", origin);
+                break;
+            }
+            for (size_t i = 0; i < json_array_size(v) && !st; i++)
+                st = check_step_measurement(json_array_get(v, i), origin, i, err);
+            p.n_step_measurements = (int)json_array_size(v);
+        } else if (!strcmp(key, "transformers_baseline")) {
+            if (!json_is_array(v))
+                st = sfi_error_set(err, SFI_EFORMAT, "%s: transformers_baseline: not an array",
+                                   origin);
         } else if (!strcmp(key, "measurements")) {
             if (!json_is_array(v)) {
                 st = sfi_error_set(err, SFI_EFORMAT, "%s: measurements: not an array", origin);

@@ -108,6 +108,10 @@ typedef struct {
     double attn_curve_eff[SFI_HW_CURVE_MAX];
     double request_overhead_s;       /* per request in a step (CPU bookkeeping) */
     double reserved_bytes;           /* per GPU, besides weights, KV, activations */
+    /* Whole decode steps measured by sfi-gpu run --bench
+     * (gpu/profiles/h100-e2e.json): checked when the profile is read and
+     * counted here; not used in pricing. */
+    int n_step_measurements;
 } sfi_hw_profile;
 
 /* Efficiency of dense decode attention for a request at `context`

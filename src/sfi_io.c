@@ -202,48 +202,87 @@ static const char *kind_refused(mode_t m)
     return "is not a regular file, device or FIFO; not writing to it";
 }
 
+/* What the output rule makes of path: the file to replace or write
+ * through (*dest, malloc'd: a symbolic link's target), whether it is
+ * written through (device, FIFO), and the mode a replacement gets; or why
+ * it is refused. One function for sfi_out_open and sfi_out_check. */
+static sfi_status out_target(const char *path, char **dest, int *through, mode_t *mode,
+                             sfi_error *err)
+{
+    *dest = NULL;
+    *through = 0;
+    if (!path || !*path)
+        return sfi_error_set(err, SFI_EINVAL, "empty output file name");
+    struct stat sb;
+    int exists = lstat(path, &sb) == 0;
+    if (!exists && errno != ENOENT)
+        return sfi_error_set(err, SFI_EIO, "%s: %s", path, strerror(errno));
+    char *d = NULL;
+    if (exists && S_ISLNK(sb.st_mode)) {
+        /* Follow the link: replace the file it names, keep the link. */
+        if (!(d = realpath(path, NULL)))
+            return errno == ENOENT
+                       ? sfi_error_set(err, SFI_EIO, "%s: a dangling symbolic link; not "
+                                       "writing through it", path)
+                       : sfi_error_set(err, SFI_EIO, "%s: cannot follow the symbolic link: %s",
+                                       path, strerror(errno));
+        if (stat(d, &sb) != 0) {
+            sfi_status st = sfi_error_set(err, SFI_EIO, "%s: %s: %s", path, d, strerror(errno));
+            free(d);
+            return st;
+        }
+    } else if (!(d = strdup(path))) {
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    }
+    sfi_status st = SFI_OK;
+    if (exists && (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode))) {
+        /* /dev/null, /dev/stdout, a terminal, a pipe: write through. */
+        *through = 1;
+        if (access(d, W_OK) != 0)
+            st = sfi_error_set(err, SFI_EIO, "%s: cannot open for writing: %s", path,
+                               strerror(errno));
+    } else if (exists && !S_ISREG(sb.st_mode)) {
+        st = sfi_error_set(err, SFI_EIO, "%s: %s", path, kind_refused(sb.st_mode));
+    } else if (exists && access(d, W_OK) != 0) {
+        /* Replacing is a write: a file the user may not write (chmod a-w)
+         * is refused as open(O_WRONLY) would refuse it, although the
+         * rename in a writable directory would go through. */
+        st = sfi_error_set(err, SFI_EIO, "%s: cannot write: %s", path, strerror(errno));
+    } else if (exists) {
+        *mode = sb.st_mode & 0777;
+    } else {
+        mode_t um = umask(0);
+        umask(um);
+        *mode = 0666 & ~um;
+    }
+    if (st)
+        free(d);
+    else
+        *dest = d;
+    return st;
+}
+
 sfi_status sfi_out_open(const char *path, sfi_out **out, FILE **f, sfi_error *err)
 {
     if (!out || !f)
         return sfi_error_set(err, SFI_EINVAL, "sfi_out_open: NULL argument");
     *out = NULL;
     *f = NULL;
-    if (!path || !*path)
-        return sfi_error_set(err, SFI_EINVAL, "empty output file name");
+    int through = 0;
+    mode_t mode = 0;
+    char *dest = NULL;
+    sfi_status st = out_target(path, &dest, &through, &mode, err);
+    if (st)
+        return st;
     sfi_out *o = calloc(1, sizeof *o);
     if (!o || !(o->path = strdup(path))) {
         free(o);
+        free(dest);
         return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
     }
     o->slot = -1;
-    sfi_status st;
-    struct stat sb;
-    int exists = lstat(path, &sb) == 0;
-    if (!exists && errno != ENOENT) {
-        st = sfi_error_set(err, SFI_EIO, "%s: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (exists && S_ISLNK(sb.st_mode)) {
-        /* Follow the link: replace the file it names, keep the link. */
-        o->dest = realpath(path, NULL);
-        if (!o->dest) {
-            st = errno == ENOENT
-                     ? sfi_error_set(err, SFI_EIO, "%s: a dangling symbolic link; not "
-                                     "writing through it", path)
-                     : sfi_error_set(err, SFI_EIO, "%s: cannot follow the symbolic link: %s",
-                                     path, strerror(errno));
-            goto fail;
-        }
-        if (stat(o->dest, &sb) != 0) {
-            st = sfi_error_set(err, SFI_EIO, "%s: %s: %s", path, o->dest, strerror(errno));
-            goto fail;
-        }
-    } else if (!(o->dest = strdup(path))) {
-        st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    if (exists && (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode))) {
-        /* /dev/null, /dev/stdout, a terminal, a pipe: write through. */
+    o->dest = dest;
+    if (through) {
         int fd = open(o->dest, O_WRONLY | O_NOCTTY | O_CLOEXEC);
         if (fd < 0 || !(o->f = fdopen(fd, "wb"))) {
             st = sfi_error_set(err, SFI_EIO, "%s: cannot open for writing: %s", path,
@@ -255,18 +294,6 @@ sfi_status sfi_out_open(const char *path, sfi_out **out, FILE **f, sfi_error *er
         *out = o;
         *f = o->f;
         return SFI_OK;
-    }
-    if (exists && !S_ISREG(sb.st_mode)) {
-        st = sfi_error_set(err, SFI_EIO, "%s: %s", path, kind_refused(sb.st_mode));
-        goto fail;
-    }
-    mode_t mode;
-    if (exists) {
-        mode = sb.st_mode & 0777;
-    } else {
-        mode_t um = umask(0);
-        umask(um);
-        mode = 0666 & ~um;
     }
     size_t n = strlen(o->dest) + sizeof ".tmpXXXXXX";
     if (!(o->tmp = malloc(n))) {
@@ -363,16 +390,23 @@ sfi_status sfi_out_write(const char *path, const void *data, size_t len, sfi_err
 
 sfi_status sfi_out_check(const char *path, sfi_error *err)
 {
-    if (!path || !*path)
-        return sfi_error_set(err, SFI_EINVAL, "empty output file name");
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return sfi_error_set(err, SFI_EIO, "%s: is a directory", path);
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir)
+    /* The whole rule on the target (dangling links, sockets, devices,
+     * read-only files), then the directory the temporary file goes to. */
+    char *dest = NULL;
+    int through = 0;
+    mode_t mode = 0;
+    sfi_status st = out_target(path, &dest, &through, &mode, err);
+    if (st || through) {
+        free(dest);
+        return st;
+    }
+    const char *slash = strrchr(dest, '/');
+    char *dir = slash ? strndup(dest, slash == dest ? 1 : (size_t)(slash - dest)) : strdup(".");
+    if (!dir) {
+        free(dest);
         return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    sfi_status st = SFI_OK;
+    }
+    struct stat sb;
     if (stat(dir, &sb) != 0)
         st = sfi_error_set(err, SFI_EIO, "%s: directory %s: %s", path, dir, strerror(errno));
     else if (!S_ISDIR(sb.st_mode))
@@ -381,5 +415,6 @@ sfi_status sfi_out_check(const char *path, sfi_error *err)
         st = sfi_error_set(err, SFI_EIO, "%s: cannot write in directory %s: %s", path, dir,
                            strerror(errno));
     free(dir);
+    free(dest);
     return st;
 }

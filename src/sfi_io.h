@@ -11,7 +11,8 @@
  *     file in the same directory (PATH.tmpXXXXXX) and renamed over the
  *     path only when complete, so a failed or interrupted write never
  *     leaves half a file; an existing file keeps its permission bits, a new
- *     one gets 0666 less the umask;
+ *     one gets 0666 less the umask; a file the user may not write is
+ *     refused ("Permission denied"), not replaced;
  *   - a symbolic link is followed: the file it names is replaced the same
  *     way (the link stays a link); a dangling link is refused;
  *   - a character device (/dev/null, /dev/stdout, a terminal) or a FIFO is
@@ -61,11 +62,12 @@ void sfi_out_abort(sfi_out *o);
 /* Writes len bytes to path under the output rule. */
 sfi_status sfi_out_write(const char *path, const void *data, size_t len, sfi_error *err);
 
-/* Checks, before a command does its work, that `path` can be written:
- * its directory exists, is a directory and is writable, and the path
- * itself is not a directory. Catches "--png out/x.png" without out/ at
- * once instead of after minutes of computing; sfi_out_open still applies
- * the whole rule when writing. */
+/* Checks, before a command does its work, that `path` can be written
+ * under the output rule (the same test sfi_out_open makes: dangling links,
+ * directories, sockets, block devices and read-only files refused) and, for
+ * a file to be replaced, that its directory exists and is writable.
+ * Catches "--png out/x.png" without out/ at once instead of after minutes
+ * of computing; sfi_out_open checks again when writing. */
 sfi_status sfi_out_check(const char *path, sfi_error *err);
 
 /* The signal handling described above; for a program's main(). */

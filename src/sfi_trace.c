@@ -407,6 +407,9 @@ static void remove_db_files(const char *path)
 /* shown: the path as the user gave it; path: the regular file it names. */
 static sfi_status replaceable(const char *shown, const char *path, sfi_error *err)
 {
+    /* Replacing is a write: a trace the user may not write stays. */
+    if (access(path, W_OK) != 0)
+        return sfi_error_set(err, SFI_EIO, "%s: cannot replace: %s", shown, strerror(errno));
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return sfi_error_set(err, SFI_EIO, "%s: cannot open: %s", shown, strerror(errno));
@@ -920,9 +923,9 @@ sfi_status sfi_trace_add_snapshot(sfi_trace_writer *w, int64_t req, int64_t step
     sfi_status st = check_record(w, SFI_TRACE_FULL, "snapshot", req, step, layer, 0, 1, err);
     if (st)
         return st;
-    if (kind != 'q' && kind != 'k' && kind != 'v')
-        return sfi_error_set(err, SFI_EINVAL, "%s: snapshot kind '%c' is not q, k or v", w->path,
-                             kind);
+    if (kind != 'q' && kind != 'k' && kind != 'v' && kind != 'a')
+        return sfi_error_set(err, SFI_EINVAL, "%s: snapshot kind '%c' is not q, k, v or a",
+                             w->path, kind);
     if (rows < 1 || cols < 1 || (int64_t)rows * cols > INT32_MAX / 4 || !data)
         return sfi_error_set(err, SFI_EINVAL, "%s: snapshot shape %d x %d", w->path, rows, cols);
     size_t n = (size_t)rows * (size_t)cols;
@@ -1921,7 +1924,7 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
              m->n_layers, m->n_kv_heads);
     snprintf(q[2], 256, "SELECT count(*) FROM topm WHERE layer < 0 OR layer >= %d OR head < 0 OR head >= %d",
              m->n_layers, nh_topm);
-    snprintf(q[3], 256, "SELECT count(*) FROM snapshots WHERE layer < 0 OR layer >= %d OR kind NOT IN ('q','k','v')",
+    snprintf(q[3], 256, "SELECT count(*) FROM snapshots WHERE layer < 0 OR layer >= %d OR kind NOT IN ('q','k','v','a')",
              m->n_layers);
     shape[0].sql = q[0]; shape[0].what = "selections";
     shape[1].sql = q[1]; shape[1].what = "fast_mass";

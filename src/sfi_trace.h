@@ -29,7 +29,7 @@
 /* Schema major version (PRAGMA user_version). Readers refuse a file whose
  * major version is newer; minor versions only add optional tables/keys. */
 #define SFI_TRACE_SCHEMA_MAJOR 1
-#define SFI_TRACE_SCHEMA_MINOR 0
+#define SFI_TRACE_SCHEMA_MINOR 1
 /* PRAGMA application_id of trace files: "SFIT". */
 #define SFI_TRACE_APPLICATION_ID 0x53464954
 
@@ -148,8 +148,12 @@ sfi_status sfi_trace_add_topm(sfi_trace_writer *w, int64_t req, int64_t step,
 
 /* Full level, optional: a float32 row-major matrix [rows][cols] of layer
  * `layer` at step `step`. kind 'q': the step's query vectors, rows =
- * n_heads, cols = head_dim (post-RoPE); 'k'/'v': the key/value cache,
- * rows = n_kv_heads * ctx_len (head-major), cols = head_dim. */
+ * n_heads, cols = head_dim (post-RoPE); at a request's step 0, W * n_heads
+ * rows may hold the last W prompt queries, oldest first (the step's own
+ * last: the prompt observation); 'k'/'v': the key/value cache, rows =
+ * n_kv_heads * ctx_len (head-major), cols = head_dim; 'a' (step 0): the
+ * prompt's accumulated attention, rows = n_heads, cols = the prompt's
+ * length, the sum over every prompt query of its causal softmax. */
 sfi_status sfi_trace_add_snapshot(sfi_trace_writer *w, int64_t req, int64_t step,
                                   int layer, char kind, int32_t rows, int32_t cols,
                                   const float *data, sfi_error *err);

@@ -19,3 +19,11 @@ SFI_BENCHES += tests/bench_analyze
 tests_bench_analyze_SOURCES = tests/bench_analyze.c
 tests_bench_analyze_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_bench_analyze_LDADD = libsfisim.la $(TEST_LDADD) -lpthread -lm
+
+# The peers on real queries and keys end to end: sfi-ref calibrate, sfi-ref
+# run --trace-qk --trace-calib, the analyzer on the trace.
+check_PROGRAMS += tests/test_policy_trace
+tests_test_policy_trace_SOURCES = tests/test_policy_trace.c
+tests_test_policy_trace_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_policy_trace_LDADD = libsfisim.la $(TEST_LDADD) -lpthread -lm
+TESTS += tests/test_policy_trace

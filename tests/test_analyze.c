@@ -535,6 +535,9 @@ START_TEST(cli_bad_input)
         {"'%s' --param nope=1", full, 2, "nope"},
         {"'%s' --request 3", full, 1, "request 3"},
         {"'%s' --frobnicate", full, 2, "--frobnicate"},
+        /* the figures' directory must exist: said before the analysis */
+        {"'%s' --png-prefix /nonexistent-sfi-dir/x", full, 1,
+         "--png-prefix: /nonexistent-sfi-dir/x-support.png: directory /nonexistent-sfi-dir"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[4096], *out = NULL, *errs = NULL;

@@ -344,6 +344,8 @@ START_TEST(prefix_and_teacher_forcing)
         sfi_decode_opts_default(&o);
         sfi_decode_result x;
         ck_assert_int_eq(sfi_decode_run_prefix(m, &o, &small, NULL, &x, &e), SFI_EINVAL);
+        /* (building into `small` again would lose its buffers: free first) */
+        sfi_decode_prefix_free(&small);
         ck_assert_int_eq(sfi_decode_prefix_build(m, SFI_BACKEND_SCALAR, ids, n, n - 1, 4, &small,
                                                  &e), SFI_ERANGE);
         sfi_decode_prefix_free(&small);

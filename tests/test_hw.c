@@ -122,6 +122,35 @@ START_TEST(default_profile_file_matches_builtin)
 }
 END_TEST
 
+/* The engine's whole-step measurements (gpu/profiles/h100-e2e.json) load,
+ * are counted, and a malformed entry is refused with its index. */
+START_TEST(step_measurements_load_and_are_checked)
+{
+    sfi_hw_profile pr;
+    sfi_error e;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", sfi_test_src("gpu/profiles/h100-e2e.json"));
+    ck_assert_msg(sfi_hw_profile_load(path, &pr, NULL, NULL, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_int_ge(pr.n_step_measurements, 20);
+    char *dir = sfi_test_tmpdir();
+    ck_assert_ptr_nonnull(dir);
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s/bad.json", dir);
+    FILE *f = fopen(bad, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"sfi_profile\": 1, \"step_measurements\": [{\"model\": \"Qwen3-0.6B\", "
+          "\"mode\": \"sfi\", \"context\": 8192, \"batch\": 16, \"decode_tokens_per_s\": "
+          "4000}, {\"model\": \"Qwen3-0.6B\", \"mode\": \"sfi\", \"context\": 8192, "
+          "\"batch\": 16, \"decode_tokens_per_s\": 4000, \"steps\": {\"fast\": "
+          "{\"mean_ms\": -3}}}]}", f);
+    fclose(f);
+    ck_assert_int_eq(sfi_hw_profile_load(bad, &pr, NULL, NULL, &e), SFI_EFORMAT);
+    ck_assert_msg(strstr(e.msg, "step_measurements[1]") && strstr(e.msg, "mean_ms"), "%s", e.msg);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(profile_parse_partial_measurements_and_errors)
 {
     const char *j = "{\"sfi_profile\":1,\"name\":\"h100\",\"gpu\":\"H100-SXM\","
@@ -201,6 +230,7 @@ int main(void)
     tcase_add_test(tc, files_are_capped_and_missing_files_named);
     tcase_add_test(tc, default_profile_file_matches_builtin);
     tcase_add_test(tc, profile_parse_partial_measurements_and_errors);
+    tcase_add_test(tc, step_measurements_load_and_are_checked);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

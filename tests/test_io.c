@@ -126,11 +126,48 @@ START_TEST(out_regular_files)
     ck_assert_str_eq(t, "c,d,e\n");
     free(t);
     ck_assert_int_eq(count_temps(dir), 0);
-    /* A directory that does not exist. */
+    /* A directory that does not exist: the pre-flight check and the
+     * write both say so. */
     snprintf(path, sizeof path, "%s/no/such.csv", dir);
+    ck_assert_int_eq(sfi_out_check(path, &e), SFI_EIO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "such.csv: directory "));
+    ck_assert_int_eq(sfi_out_check(dir, &e), SFI_EIO);
+    ck_assert_ptr_nonnull(strstr(e.msg, ": is a directory"));
+    ck_assert_int_eq(sfi_out_check("/dev/null", &e), SFI_OK);
     ck_assert_int_eq(sfi_out_write(path, "x", 1, &e), SFI_EIO);
     ck_assert_ptr_nonnull(strstr(e.msg, "such.csv: cannot create: No such file or directory"));
     ck_assert_int_eq(sfi_out_write("", "x", 1, &e), SFI_EINVAL);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A file the user may not write is not replaced (the rename would go
+ * through in a writable directory). As root, the check runs as nobody. */
+START_TEST(out_read_only_file_refused)
+{
+    char *dir = sfi_test_tmpdir(), path[4200];
+    snprintf(path, sizeof path, "%s/ro.csv", dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (chown(dir, 65534, 65534) != 0 || setgid(65534) != 0 ||
+                               setuid(65534) != 0))
+            _exit(3);
+        if (sfi_test_write_file(path, "old", 3) != 0 || chmod(path, 0444) != 0)
+            _exit(4);
+        sfi_error e;
+        if (sfi_out_check(path, &e) != SFI_EIO || !strstr(e.msg, "Permission denied"))
+            _exit(7);
+        if (sfi_out_write(path, "new", 3, &e) != SFI_EIO || !strstr(e.msg, "Permission denied"))
+            _exit(5);
+        char *t = sfi_test_read_file(path, NULL);
+        _exit(t && !strcmp(t, "old") ? 0 : 6);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child status %d", ws);
+    ck_assert_int_eq(count_temps(dir), 0);
     sfi_test_rmtree(dir);
     free(dir);
 }
@@ -143,7 +180,10 @@ START_TEST(out_symlinks)
     snprintf(real, sizeof real, "%s/real.png", dir);
     snprintf(path, sizeof path, "%s/link.png", dir);
     ck_assert_int_eq(symlink("real.png", path), 0);
-    /* Dangling: refused, nothing created. */
+    /* Dangling: refused, nothing created; the pre-flight check says so
+     * too (sfi_out_check: the same rule before the work). */
+    ck_assert_int_eq(sfi_out_check(path, &e), SFI_EIO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "link.png: a dangling symbolic link"));
     ck_assert_int_eq(sfi_out_write(path, "x", 1, &e), SFI_EIO);
     ck_assert_ptr_nonnull(strstr(e.msg, "link.png: a dangling symbolic link"));
     ck_assert_int_eq(access(real, F_OK), -1);
@@ -206,8 +246,9 @@ START_TEST(out_devices_fifos_and_refusals)
     struct sockaddr_un a;
     memset(&a, 0, sizeof a);
     a.sun_family = AF_UNIX;
-    if (strlen(path) < sizeof a.sun_path) {
-        snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    size_t pl = strlen(path);
+    if (pl < sizeof a.sun_path) {
+        memcpy(a.sun_path, path, pl + 1);
         ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
         ck_assert_int_eq(sfi_out_write(path, "x", 1, &e), SFI_EIO);
         ck_assert_ptr_nonnull(strstr(e.msg, "sock: is a socket; not writing to it"));
@@ -398,6 +439,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, read_limits);
     tcase_add_test(tc, out_regular_files);
+    tcase_add_test(tc, out_read_only_file_refused);
     tcase_add_test(tc, out_symlinks);
     tcase_add_test(tc, out_devices_fifos_and_refusals);
     tcase_add_test(tc, out_file_size_limit_and_signals);

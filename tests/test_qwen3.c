@@ -274,6 +274,30 @@ START_TEST(make_checkpoint_cli)
     snprintf(cmd, sizeof cmd, "test ! -e %s/c3 && test ! -e %s/c4 && ls -A %s/c0 | wc -l | grep -qx 2",
              dir, dir, dir);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    /* A checkpoint make-checkpoint did not write is never replaced by
+     * random weights (issue 20: a trained model was); its own is. */
+    snprintf(cmd, sizeof cmd, "cp -r '%s' %s/real && %s make-checkpoint --preset %s --out %s/real",
+             hf_path("tiny-qwen3"), dir, sfi_ref, cfg, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "holds a checkpoint that sfi-ref make-checkpoint did not write"),
+                  "%s", err);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "cmp %s/real/model.safetensors '%s/model.safetensors' && "
+             "cmp %s/real/config.json '%s/config.json'", dir, hf_path("tiny-qwen3"), dir,
+             hf_path("tiny-qwen3"));
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
+    snprintf(cmd, sizeof cmd, "rm %s/real/config.json && %s make-checkpoint --preset %s --out "
+             "%s/real", dir, sfi_ref, cfg, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
+    ck_assert_msg(strstr(err, "model.safetensors without config.json"), "%s", err);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c1 --seed 9 --layers 2 "
+             "&& cmp %s/c0/model.safetensors %s/c1/model.safetensors", sfi_ref, cfg, dir, dir, dir);
+    ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
+    free(out);
+    free(err);
     /* sfi-ref info shows the checkpoint's tensors; a corrupt one is an error */
     snprintf(cmd, sizeof cmd, "%s info --model %s/c0", sfi_ref, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);

@@ -289,6 +289,10 @@ START_TEST(presets_and_validate)
     ck_assert_ptr_nonnull(strstr(out, "H100-SXM"));
     ck_assert_ptr_nonnull(strstr(out, "Qwen3-235B-A22B"));
     ck_assert_ptr_nonnull(strstr(out, "kascade"));
+    /* Units said, and decimal: Qwen3-8B's KV is 147456 bytes per token. */
+    ck_assert_ptr_nonnull(strstr(out, "GB = 1e9 bytes"));
+    ck_assert_ptr_nonnull(strstr(out, "KV_kB/token"));
+    ck_assert_ptr_nonnull(strstr(out, "147.5"));
     free(out);
     free(err);
     char path[4200], args[9000];
@@ -506,6 +510,44 @@ START_TEST(per_policy_parameters)
 }
 END_TEST
 
+/* Height of a PNG (its IHDR), or -1. */
+static int png_height(const char *path)
+{
+    size_t n;
+    unsigned char *d = (unsigned char *)sfi_test_read_file(path, &n);
+    int h = d && n > 24 ? (d[20] << 24) | (d[21] << 16) | (d[22] << 8) | d[23] : -1;
+    free(d);
+    return h;
+}
+
+START_TEST(figure_layouts)
+{
+    char *out, *err, path[4200];
+    /* One context: bars, one row per policy (70 + 30 per policy pixels);
+     * several contexts: lines (400 pixels per row of panels). */
+    int rc = run("sweep --synthetic --models Qwen3-8B --gpus H100 --tp 1 --contexts 32K --batch 8 "
+                 "--policies full,sfi,streaming --png one.png",
+                 &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    snprintf(path, sizeof path, "%s/one.png", tmp);
+    ck_assert(is_png(path));
+    ck_assert_int_eq(png_height(path), 70 + 30 * 3);
+    free(out);
+    free(err);
+    /* Two models, one of which fits nowhere: its panels say so; the
+     * figure is still written. */
+    rc = run("sweep --synthetic --models Qwen3-8B,Qwen3-235B-A22B --gpus H100 --tp 1 "
+             "--contexts 8K,32K --batch 8 --policies full,sfi --png two.png",
+             &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    snprintf(path, sizeof path, "%s/two.png", tmp);
+    ck_assert(is_png(path));
+    ck_assert_int_eq(png_height(path), 2 * 400);
+    free(out);
+    free(err);
+}
+END_TEST
+
 START_TEST(short_stream_is_noted)
 {
     char *out, *err;
@@ -575,6 +617,7 @@ int main(void)
     tcase_add_test(tc, no_baseline_and_no_room);
     tcase_add_test(tc, per_policy_parameters);
     tcase_add_test(tc, short_stream_is_noted);
+    tcase_add_test(tc, figure_layouts);
     tcase_add_test(tc, kv_dtype_fp8);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -699,6 +699,31 @@ START_TEST(replaces_only_unused_sfi_traces)
     /* Without the overwrite flag nothing is replaced. */
     ck_assert_int_eq(sfi_trace_create(path, &m, 0, 0, &w, &e), SFI_EIO);
     ck_assert_ptr_nonnull(strstr(e.msg, "exists (not overwriting a trace)"));
+    /* A trace the user may not write stays (as root: checked as nobody). */
+    char sub[4200], ro[4300];
+    snprintf(sub, sizeof sub, "%s/ro", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    ck_assert_int_eq(chmod(dir, 0711), 0); /* nobody passes through */
+    snprintf(ro, sizeof ro, "%s/t.db", sub);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (chown(sub, 65534, 65534) != 0 || setgid(65534) != 0 ||
+                               setuid(65534) != 0))
+            _exit(3);
+        write_small_trace(ro, 2);
+        if (chmod(ro, 0444) != 0)
+            _exit(4);
+        sfi_trace_writer *w2 = NULL;
+        sfi_error e2;
+        if (sfi_trace_create(ro, &m, SFI_TRACE_OVERWRITE, 0, &w2, &e2) != SFI_EIO ||
+            !strstr(e2.msg, "Permission denied"))
+            _exit(5);
+        _exit(steps_in(ro) == 2 ? 0 : 6);
+    }
+    int ws;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child status %d", ws);
 }
 END_TEST
 

@@ -8,6 +8,9 @@ EXTRA_DIST += traces/kjv-8k.db traces/kjv-32k.db traces/kjv-128k.db traces/licen
 EXTRA_DIST += traces/full/sfi-small-qwen3-8k.db traces/full/sfi-small-qwen3-8k-hf.db
 EXTRA_DIST += traces/text/kjv-genesis.txt traces/eval/sfi-small-qwen3-kjv-genesis.png \
 	traces/eval/sfi-small-qwen3-kjv-genesis.json
+EXTRA_DIST += traces/full/sfi-small-qwen3-2k-qk.db
+# Kascade/FASA calibration: the text and its calibration of the small model.
+EXTRA_DIST += traces/calib/perl-test-tutorial.pod traces/calib/sfi-small-qwen3.json
 # record_hf.py is installed as sfi-record-hf (man sfi-record-hf): the way to
 # record a user's own Hugging Face model; it needs torch and transformers.
 bin_SCRIPTS += sfi-record-hf

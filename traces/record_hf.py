@@ -35,10 +35,12 @@ Exit status: 0 ok, 1 failure or disagreement, 2 usage.
 
 import argparse
 import datetime
+import fcntl
 import hashlib
 import json
 import os
 import sqlite3
+import stat
 import struct
 import sys
 
@@ -194,18 +196,70 @@ def f32(values):
     return struct.pack("<%df" % len(values), *values)
 
 
+def replaceable(path):
+    """None when a new trace may be written at path, else why not: the rule
+    of sfi_trace_replaceable (src/sfi_trace.c). Only an empty file or an sfi
+    trace that no other writer records (flock) and no other program holds
+    locked is replaced; a symbolic link is followed."""
+    if not os.path.lexists(path):
+        return None
+    real = os.path.realpath(path)
+    if not os.path.exists(real):
+        return "a dangling symbolic link; not writing a trace through it"
+    if not stat.S_ISREG(os.stat(real).st_mode):
+        return "exists and is not a regular file; a trace is an SQLite database"
+    if not os.access(real, os.W_OK):
+        return "cannot replace: Permission denied"
+    with open(real, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return "locked: another sfi process is recording this trace; not replacing it"
+        head = f.read(16)
+        if not head:
+            return None
+        if head != b"SQLite format 3\0":
+            return "exists and is not an sfi trace; not replacing it (remove it or choose another name)"
+        db = None
+        try:
+            db = sqlite3.connect(real, timeout=0, isolation_level=None)
+            if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                return "an SQLite database that is not an sfi trace; not replacing it"
+            db.execute("BEGIN EXCLUSIVE")
+            db.execute("ROLLBACK")
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):
+                return "locked by another program (database is locked); not replacing it"
+            return "exists and cannot be read as an sfi trace (%s); not replacing it" % e
+        except sqlite3.DatabaseError as e:
+            return "exists and cannot be read as an sfi trace (%s); not replacing it" % e
+        finally:
+            if db is not None:
+                db.close()
+    return None
+
+
 class Writer:
     """The trace writer of src/sfi_trace.c in Python: WAL, one transaction per
-    step (a killed recorder leaves every finished step), complete=1 at the end."""
+    step (a killed recorder leaves every finished step), complete=1 at the end;
+    an existing file is replaced only under the rule of replaceable(), and the
+    file is flock()ed while it is written."""
 
     def __init__(self, path, meta):
+        why = replaceable(path)
+        if why:
+            fail("%s: %s" % (path, why))
+        real = os.path.realpath(path)
         for suffix in ("", "-wal", "-shm", "-journal"):
-            if os.path.exists(path + suffix):
-                os.unlink(path + suffix)
-        self.db = sqlite3.connect(path, isolation_level=None)
+            if os.path.exists(real + suffix):
+                os.unlink(real + suffix)
+        self.db = sqlite3.connect(real, isolation_level=None)
+        # Held until finish(): a second writer sees the trace in use.
+        self.lock = open(real, "rb")
+        fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.db.execute("PRAGMA application_id=%d" % APPLICATION_ID)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA application_id=%d" % APPLICATION_ID)
         self.db.execute("BEGIN")
         for stmt in SCHEMA.strip().split(";"):
             if stmt.strip():
@@ -243,6 +297,7 @@ class Writer:
         self.db.execute("UPDATE meta SET value = '1' WHERE key = 'complete'")
         self.db.execute("PRAGMA journal_mode=DELETE")
         self.db.close()
+        self.lock.close()  # after SQLite's connection (POSIX locks)
 
 
 # ---------------------------------------------------------------- recording
@@ -507,7 +562,8 @@ def main():
         description="Record SFI decode traces (sfi-trace(5)) from a Hugging Face causal LM, "
                     "or compare two traces.")
     ap.add_argument("--model", help="Hugging Face checkpoint directory")
-    ap.add_argument("--out", help="trace to write (replaced)")
+    ap.add_argument("--out", help="trace to write (an existing sfi trace no one is writing "
+                                   "is replaced; anything else is refused)")
     ap.add_argument("--tokenizer", help="tokenizer directory (default: the model's)")
     ap.add_argument("--prompt-ids", help="prompt token ids, comma or space separated")
     ap.add_argument("--prompt-ids-file", help="file of prompts, one line of ids per request")
@@ -538,6 +594,10 @@ def main():
         fail("--model and --out are needed (or --compare A B)", 2)
     if args.max_new < 1 or args.top_m < 1 or args.snapshot_every < 1:
         fail("--max-new, --top-m and --snapshot-every must be >= 1", 2)
+    # Before torch and the model load: a refused --out fails at once.
+    why = replaceable(args.out)
+    if why:
+        fail("%s: %s" % (args.out, why))
     # Written in place, one transaction per step: a run that dies leaves a
     # valid trace of the steps it finished, with complete = 0.
     sys.exit(record(args))

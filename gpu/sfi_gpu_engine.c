@@ -1,0 +1,1487 @@
+/* The GPU decode engine; see sfi_gpu_engine.h.
+ *
+ * One step of the batch (step t >= 1; step 0 is each request's prefill):
+ *   plan (device: trigger decisions, descriptor) -> embedding ->
+ *   per layer: RMSNorm -> QKV GEMM -> q/k norm + RoPE + KV append (+ key
+ *   norm) -> attention (one launch: dense with logits for slow requests,
+ *   two-segment sparse for fast ones) -> [second stream: Selector, Top-K,
+ *   reorg of this layer, ring slot layer mod R] -> O GEMM (+= residual) ->
+ *   RMSNorm -> gate/up GEMM -> SwiGLU -> down GEMM (+= residual) or the
+ *   MoE experts -> final RMSNorm -> LM head GEMM -> argmax -> end of step
+ *   (device: next inputs, histories).
+ * Every launch reads the step's descriptor from device memory and sizes
+ * its grid for the run's capacity, so the same sequence serves every step
+ * and is captured once into a CUDA graph. */
+#include <config.h>
+
+#include "sfi_gpu_engine.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cublas_v2.h>
+#include <cuda_profiler_api.h>
+#include <cuda_runtime_api.h>
+
+#include "sfi_digest.h"
+#include "sfi_gpu.h"
+#include "sfi_gpu_model.h"
+#include "sfi_state.h"
+
+#define R_SLOTS SFI_GPU_RING
+/* pseudo-requests per prefill attention call of the decode kernels */
+#define PF_PSEUDO 64
+
+typedef struct {
+    float *in_norm, *post_norm, *q_norm, *k_norm; /* f32 */
+    void *wqkv;          /* [nq + 2 nkv][H] */
+    float *bqkv;         /* [nq + 2 nkv] or NULL */
+    void *wo;            /* [H][nq] */
+    float *bo;           /* [H] or NULL */
+    int moe;
+    void *wgu;           /* [2 I][H] */
+    void *wd;            /* [H][I] */
+    float *router;       /* [E][H] f32 */
+    void **e_gu, **e_d;  /* device arrays of E pointers */
+    void **h_e_gu, **h_e_d; /* host copies (for freeing) */
+} dlayer;
+
+struct sfi_gpu_engine {
+    sfi_model_config c;
+    sfi_gpu_engine_opts o;
+    sfi_gpu_engine_mem mem;
+    int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
+    int gu_tiled;        /* gate/up rows in SwiGLU tiles (bf16 fast path) */
+    int cap;             /* positions per request */
+    int max_blocks, ld, capJ, ccap, rows_act;
+    float eps;
+    /* weights */
+    void *embed, *lm_head;
+    float *final_norm;
+    dlayer *lay;
+    uint64_t weight_bytes;
+    /* state */
+    void **kp, **vp, **ck, **cv;   /* per layer */
+    float **knorm;                 /* per layer [B][nkv][ld] */
+    int32_t **sel;                 /* per layer [B][nkv][K] */
+    int32_t *bt, *bt_pf;           /* block table [B][max_blocks]; prefill pseudo [64][max_blocks] */
+    float *cs, *sn;                /* RoPE tables [cap][D/2] */
+    float *logits_ring[R_SLOTS];
+    sfi_gpu_sel_ws sel_ws[R_SLOTS];
+    void *sel_ws_mem[R_SLOTS];
+    sfi_gpu_attn_ws attn_ws;
+    void *attn_ws_mem;
+    float *win;                    /* prefill window logits [nkv][Wmax*G][ld] */
+    float *qwin;                   /* [L][Wmax][nh][D] */
+    int Wmax;
+    /* activations, rows_act rows */
+    float *x, *xn, *qkv, *q, *att, *gu, *act_f, *logits;
+    void *xn_b, *att_b, *act_b;
+    float *rl, *sel_w, *y1, *y2, *act2;
+    int32_t *sel_e;
+    int32_t *next;
+    unsigned long long *slots;     /* argmax scratch [64] */
+    float *gemm_part;              /* split-K partials of the decode GEMMs */
+    int *gemm_cnt;
+    size_t gemm_part_floats;
+    int gemm_tiles;
+    int32_t *d_prompt;             /* [cap] prompt ids of the request in prefill */
+    uint8_t *d_trig;
+    /* run */
+    sfi_gpu_step_desc h_cap;       /* grid-sizing host descriptor (capacity) */
+    sfi_gpu_step_desc *d_desc, *d_desc1;
+    sfi_gpu_step_desc *h_pin;      /* pinned staging for descriptor uploads */
+    sfi_gpu_run_state *d_state;
+    int32_t *hist_kind, *hist_tok; /* [max_new][B] */
+    int32_t *d_force;              /* [B][max_new] */
+    sfi_gpu_plan_cfg plan;
+    cublasHandle_t blas;
+    void *blas_ws;
+    cudaStream_t main_st, side_st;
+    cudaEvent_t ev_attn[R_SLOTS], ev_free[R_SLOTS], ev_done;
+    cudaGraphExec_t graph_exec;
+};
+
+#define CK(x)                                                                            \
+    do {                                                                                 \
+        cudaError_t e_ = (cudaError_t)(x);                                               \
+        if (e_ != cudaSuccess)                                                           \
+            return sfi_error_set(err, SFI_EIO, "CUDA: %s: %s (%s:%d)", #x,               \
+                                 cudaGetErrorString(e_), __FILE__, __LINE__);            \
+    } while (0)
+#define CKB(x)                                                                           \
+    do {                                                                                 \
+        cublasStatus_t s_ = (x);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
+            return sfi_error_set(err, SFI_EIO, "cuBLAS: %s: status %d (%s:%d)", #x,      \
+                                 (int)s_, __FILE__, __LINE__);                           \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->dtype = SFI_GPU_BF16;
+    o->sfi = 1;
+    sfi_params_default(&o->params);
+    o->trigger = SFI_TRIG_SFI;
+    o->interval = 16;
+    o->max_batch = 1;
+    o->max_new = 16;
+    o->stop_token = -1;
+    o->page = 64;
+    o->prefill_chunk = 2048;
+    o->graphs = 1;
+    o->overlap = 1;
+    o->pdl = -1;
+}
+
+/* ---- shape, options, memory plan ---- */
+
+typedef struct {
+    int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, cap, max_blocks, ld, capJ, ccap,
+        rows_act, Wmax, B, any_moe, any_dense;
+} shape;
+
+static int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts *o, shape *s,
+                            sfi_error *err)
+{
+    memset(s, 0, sizeof *s);
+    const sfi_params *p = &o->params;
+    s->L = c->num_hidden_layers;
+    s->H = c->hidden_size;
+    s->nh = c->num_attention_heads;
+    s->nkv = c->num_key_value_heads;
+    s->D = c->head_dim;
+    s->G = s->nkv > 0 ? s->nh / s->nkv : 0;
+    s->nq = s->nh * s->D;
+    s->nkvd = s->nkv * s->D;
+    s->V = c->vocab_size;
+    s->I = c->intermediate_size;
+    s->E = c->arch == SFI_ARCH_QWEN3_MOE ? c->num_experts : 0;
+    s->top = c->arch == SFI_ARCH_QWEN3_MOE ? c->num_experts_per_tok : 0;
+    s->Im = c->arch == SFI_ARCH_QWEN3_MOE ? c->moe_intermediate_size : 0;
+    s->esz = o->dtype == SFI_GPU_BF16 ? 2 : 4;
+    s->B = o->max_batch;
+    for (int l = 0; l < s->L; l++) {
+        if (c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l))
+            s->any_moe = 1;
+        else
+            s->any_dense = 1;
+    }
+    if (o->dtype != SFI_GPU_BF16 && o->dtype != SFI_GPU_F32)
+        return sfi_error_set(err, SFI_EINVAL, "dtype: expected bf16 or f32");
+    if (o->exact && o->dtype != SFI_GPU_F32)
+        return sfi_error_set(err, SFI_EINVAL, "--exact needs --dtype f32 (the reference's bits)");
+    if (o->max_batch < 1 || o->max_batch > SFI_GPU_MAX_BATCH)
+        return sfi_error_set(err, SFI_ERANGE, "batch %d: the engine takes 1..%d requests",
+                             o->max_batch, SFI_GPU_MAX_BATCH);
+    if (o->max_new < 1)
+        return sfi_error_set(err, SFI_EINVAL, "max-new %d: must be >= 1", o->max_new);
+    if (s->D != 16 && s->D != 64 && s->D != 128)
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "head_dim %d: the GPU kernels take 16, 64 or 128", s->D);
+    if (s->G < 1 || s->nh % s->nkv || s->G > 8 || s->nkv > 16 || (s->D == 16 && s->G != 2) ||
+        (s->G != 1 && s->G != 2 && s->G != 3 && s->G != 4 && s->G != 8))
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "%d query heads over %d KV heads: the GPU kernels take groups of "
+                             "1, 2, 3, 4 or 8 query heads and at most 16 KV heads",
+                             s->nh, s->nkv);
+    if (s->E && (s->top < 1 || s->top > 64 || s->top > s->E || s->H > 12288 || s->Im > 12288))
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "MoE with %d experts, %d per token, hidden %d, expert width %d: "
+                             "the GPU experts take 1..64 per token and widths up to 12288",
+                             s->E, s->top, s->H, s->Im);
+    if (o->sfi && p->W_decode != 1)
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "W_decode=%d: the GPU engine implements W_decode = 1 (method.md's "
+                             "decode default)", p->W_decode);
+    if (o->page < 1 || o->page > 4096)
+        return sfi_error_set(err, SFI_ERANGE, "page %d: expected 1..4096", o->page);
+    if (o->prefill_chunk < 1)
+        return sfi_error_set(err, SFI_ERANGE, "prefill chunk %d: must be >= 1", o->prefill_chunk);
+    if (o->max_ctx < 2 || o->max_ctx > c->max_position_embeddings)
+        return sfi_error_set(err, SFI_ERANGE,
+                             "context %d positions: must be in 2..%d (the model's "
+                             "max_position_embeddings)", o->max_ctx, c->max_position_embeddings);
+    s->cap = o->max_ctx;
+    s->max_blocks = (s->cap + o->page - 1) / o->page;
+    s->ld = round_up(s->cap, 64);
+    s->capJ = round_up(s->cap - p->n_sink - p->n_recent > 1 ? s->cap - p->n_sink - p->n_recent : 1, 4);
+    s->ccap = p->n_sink + p->K;
+    int Wmax = p->W_prefill < s->cap ? p->W_prefill : s->cap;
+    if (Wmax < 1)
+        Wmax = 1;
+    s->Wmax = Wmax;
+    if (o->sfi && Wmax * s->G > 512)
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "W_prefill=%d with %d query heads per KV head: the GPU Selector "
+                             "takes at most 512 window rows", p->W_prefill, s->G);
+    if (o->exact && (long)s->cap > (long)SFI_GPU_MAX_SPLITS * s->D)
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "--exact with %d positions: the bit-exact attention takes at most "
+                             "%d at head_dim %d", s->cap, SFI_GPU_MAX_SPLITS * s->D, s->D);
+    int chunk = o->exact ? PF_PSEUDO : o->prefill_chunk;
+    s->rows_act = chunk > s->B ? chunk : s->B;
+    if (s->rows_act < PF_PSEUDO)
+        s->rows_act = PF_PSEUDO;
+    return SFI_OK;
+}
+
+sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engine_opts *o,
+                                   sfi_gpu_engine_mem *m, sfi_error *err)
+{
+    memset(m, 0, sizeof *m);
+    shape s;
+    sfi_status rc = get_shape(c, o, &s, err);
+    if (rc)
+        return rc;
+    uint64_t es = (uint64_t)s.esz;
+    uint64_t w = 0;
+    w += (uint64_t)s.V * s.H * es * (c->tie_word_embeddings ? 1 : 2) + (uint64_t)s.H * 4;
+    for (int l = 0; l < s.L; l++) {
+        w += (uint64_t)(2 * s.H + 2 * s.D) * 4;
+        w += (uint64_t)(s.nq + 2 * s.nkvd) * s.H * es + (uint64_t)s.H * s.nq * es;
+        if (c->attention_bias)
+            w += (uint64_t)(s.nq + 2 * s.nkvd + s.H) * 4;
+        if (c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l))
+            w += (uint64_t)s.E * s.H * 4 + (uint64_t)s.E * 3 * s.Im * s.H * es +
+                 (uint64_t)s.E * 2 * sizeof(void *);
+        else
+            w += (uint64_t)3 * s.I * s.H * es;
+    }
+    m->weights = w;
+    uint64_t B = (uint64_t)s.B;
+    m->kv = (uint64_t)s.L * B * s.max_blocks * o->page * s.nkvd * es * 2;
+    if (o->sfi) {
+        m->compact = (uint64_t)s.L * B * s.nkv * s.ccap * s.D * es * 2 +
+                     (uint64_t)s.L * B * s.nkv * o->params.K * 4;
+        m->key_norms = (uint64_t)s.L * B * s.nkv * s.ld * 4;
+        m->selector = R_SLOTS * sfi_gpu_sel_ws_bytes(s.B, s.nkv, s.capJ);
+        m->logits = (uint64_t)R_SLOTS * B * s.nh * s.ld * 4 +
+                    (uint64_t)s.nkv * s.Wmax * s.G * s.ld * 4 +
+                    (uint64_t)s.L * s.Wmax * s.nq * 4;
+    }
+    uint64_t rows = (uint64_t)s.rows_act;
+    int Iw = s.I > s.Im ? s.I : s.Im;
+    uint64_t act = rows * (s.H * 3ull + (s.nq + 2ull * s.nkvd) + 2ull * s.nq + 2ull * Iw + Iw) * 4 +
+                   rows * (s.H + s.nq + Iw) * 2 + B * s.V * 4ull + 64 * 4;
+    if (s.E) {
+        uint64_t pairs = rows * s.top;
+        act += rows * s.E * 4 + pairs * (4 + 4) + pairs * (2ull * s.Im + s.Im + s.H) * 4;
+    }
+    m->activations = act;
+    m->prefill = (uint64_t)PF_PSEUDO * s.max_blocks * 4;
+    m->other = (uint64_t)s.cap * s.D * 4 /* RoPE tables */ +
+               sfi_gpu_attn_ws_bytes(s.B > PF_PSEUDO ? s.B : PF_PSEUDO, s.nh, s.D) +
+               B * s.max_blocks * 4 + (uint64_t)o->max_new * B * 4 * 3 + 2 * sizeof(sfi_gpu_step_desc) +
+               sizeof(sfi_gpu_run_state) + (uint64_t)s.V + ((uint64_t)32 << 20) /* cuBLAS workspace */ +
+               (o->dtype == SFI_GPU_BF16 && !o->exact ? ((uint64_t)8 * 64 * 4224 + 64) * 4 + 1056 : 0);
+    m->total = m->weights + m->kv + m->compact + m->key_norms + m->selector + m->logits +
+               m->activations + m->prefill + m->other;
+    return SFI_OK;
+}
+
+/* ---- weights ---- */
+
+static uint16_t to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static sfi_status dalloc(void **p, size_t n, sfi_error *err)
+{
+    *p = NULL;
+    if (!n)
+        return SFI_OK;
+    cudaError_t e = cudaMalloc(p, n);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return sfi_error_set(err, SFI_ENOMEM, "CUDA: cannot allocate %zu bytes: %s", n,
+                             cudaGetErrorString(e));
+    }
+    return SFI_OK;
+}
+
+/* Uploads rows of several host f32 tensors, one after another, as one
+ * device tensor of dtype. */
+static sfi_status upload(void *dst, int dtype, const float *const *src, const size_t *n, int k,
+                         sfi_error *err)
+{
+    size_t total = 0;
+    for (int i = 0; i < k; i++)
+        total += n[i];
+    size_t esz = dtype == SFI_GPU_BF16 ? 2 : 4;
+    unsigned char *buf = malloc(total * esz);
+    if (!buf)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory staging weights");
+    size_t off = 0;
+    for (int i = 0; i < k; i++) {
+        if (dtype == SFI_GPU_BF16) {
+            uint16_t *b = (uint16_t *)buf;
+            for (size_t j = 0; j < n[i]; j++)
+                b[off + j] = to_bf16(src[i][j]);
+        } else {
+            memcpy(buf + off * 4, src[i], n[i] * 4);
+        }
+        off += n[i];
+    }
+    cudaError_t e = cudaMemcpy(dst, buf, total * esz, cudaMemcpyHostToDevice);
+    free(buf);
+    CK(e);
+    return SFI_OK;
+}
+
+/* A tensor: allocated, then filled from host tensors (m != NULL) or with
+ * random values (offset + uniform[-scale, scale)). */
+static sfi_status wtensor(sfi_gpu_engine *e, void **p, int dtype, const float *const *src,
+                          const size_t *n, int k, float scale, float offset, uint32_t *seed,
+                          sfi_error *err)
+{
+    size_t total = 0;
+    for (int i = 0; i < k; i++)
+        total += n[i];
+    size_t esz = dtype == SFI_GPU_BF16 ? 2 : 4;
+    sfi_status rc = dalloc(p, total * esz, err);
+    if (rc)
+        return rc;
+    e->weight_bytes += total * esz;
+    if (src)
+        return upload(*p, dtype, src, n, k, err);
+    CK(sfi_gpu_fill_uniform(*p, total, dtype, (*seed)++ * 0x9e3779b1u, scale, offset, e->main_st));
+    return SFI_OK;
+}
+
+static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t seed64,
+                               sfi_error *err)
+{
+    const sfi_model_config *c = &e->c;
+    int dt = e->o.dtype, H = e->H;
+    uint32_t seed = (uint32_t)(seed64 ^ (seed64 >> 32)) * 2654435761u + 1;
+    sfi_status rc;
+    float s_mat_h = sqrtf(3.0f / (float)H);
+#define SRC1(id, l, x) (m ? (const float *[]){sfi_qwen3_weight(m, id, l, x)} : NULL)
+    {
+        size_t n = (size_t)e->V * H;
+        float se = c->tie_word_embeddings ? s_mat_h : sqrtf(3.0f);
+        if ((rc = wtensor(e, &e->embed, dt, SRC1(SFI_W_EMBED, 0, 0), &n, 1, se, 0, &seed, err)))
+            return rc;
+        if (c->tie_word_embeddings) {
+            e->lm_head = e->embed;
+        } else if ((rc = wtensor(e, &e->lm_head, dt, SRC1(SFI_W_LM_HEAD, 0, 0), &n, 1, s_mat_h, 0,
+                                 &seed, err))) {
+            return rc;
+        }
+        size_t nh = (size_t)H;
+        if ((rc = wtensor(e, (void **)&e->final_norm, SFI_GPU_F32, SRC1(SFI_W_FINAL_NORM, 0, 0),
+                          &nh, 1, 0.2f, 1.0f, &seed, err)))
+            return rc;
+    }
+    for (int l = 0; l < e->L; l++) {
+        dlayer *Ly = &e->lay[l];
+        size_t nH = (size_t)H, nD = (size_t)e->D;
+        if ((rc = wtensor(e, (void **)&Ly->in_norm, SFI_GPU_F32, SRC1(SFI_W_IN_NORM, l, 0), &nH, 1,
+                          0.2f, 1.0f, &seed, err)) ||
+            (rc = wtensor(e, (void **)&Ly->post_norm, SFI_GPU_F32, SRC1(SFI_W_POST_NORM, l, 0), &nH,
+                          1, 0.2f, 1.0f, &seed, err)) ||
+            (rc = wtensor(e, (void **)&Ly->q_norm, SFI_GPU_F32, SRC1(SFI_W_Q_NORM, l, 0), &nD, 1,
+                          0.2f, 1.0f, &seed, err)) ||
+            (rc = wtensor(e, (void **)&Ly->k_norm, SFI_GPU_F32, SRC1(SFI_W_K_NORM, l, 0), &nD, 1,
+                          0.2f, 1.0f, &seed, err)))
+            return rc;
+        size_t nqkv[3] = {(size_t)e->nq * H, (size_t)e->nkvd * H, (size_t)e->nkvd * H};
+        const float *sq[3] = {NULL, NULL, NULL};
+        if (m) {
+            sq[0] = sfi_qwen3_weight(m, SFI_W_Q, l, 0);
+            sq[1] = sfi_qwen3_weight(m, SFI_W_K, l, 0);
+            sq[2] = sfi_qwen3_weight(m, SFI_W_V, l, 0);
+        }
+        if ((rc = wtensor(e, &Ly->wqkv, dt, m ? sq : NULL, nqkv, 3, s_mat_h, 0, &seed, err)))
+            return rc;
+        size_t no = (size_t)H * e->nq;
+        if ((rc = wtensor(e, &Ly->wo, dt, SRC1(SFI_W_O, l, 0), &no, 1, sqrtf(3.0f / e->nq), 0,
+                          &seed, err)))
+            return rc;
+        if (c->attention_bias) {
+            size_t nb[3] = {(size_t)e->nq, (size_t)e->nkvd, (size_t)e->nkvd};
+            const float *sb[3] = {NULL, NULL, NULL};
+            if (m) {
+                sb[0] = sfi_qwen3_weight(m, SFI_W_BQ, l, 0);
+                sb[1] = sfi_qwen3_weight(m, SFI_W_BK, l, 0);
+                sb[2] = sfi_qwen3_weight(m, SFI_W_BV, l, 0);
+            }
+            if ((rc = wtensor(e, (void **)&Ly->bqkv, SFI_GPU_F32, m ? sb : NULL, nb, 3, 0.02f, 0,
+                              &seed, err)) ||
+                (rc = wtensor(e, (void **)&Ly->bo, SFI_GPU_F32, SRC1(SFI_W_BO, l, 0), &nH, 1,
+                              0.02f, 0, &seed, err)))
+                return rc;
+        }
+        Ly->moe = c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l);
+        if (!Ly->moe) {
+            size_t nd = (size_t)H * e->I;
+            /* gate and up stacked: [gate; up], or in tiles of 8 gate rows
+             * then the same 8 up rows (the decode GEMM's SwiGLU epilogue) */
+            int nt = e->gu_tiled ? 2 * (e->I / 8) : 2;
+            size_t *ngu = malloc((size_t)nt * sizeof *ngu);
+            const float **sg = malloc((size_t)nt * sizeof *sg);
+            if (!ngu || !sg) {
+                free(ngu);
+                free(sg);
+                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            }
+            const float *wg = m ? sfi_qwen3_weight(m, SFI_W_GATE, l, 0) : NULL;
+            const float *wu = m ? sfi_qwen3_weight(m, SFI_W_UP, l, 0) : NULL;
+            for (int i = 0; i < nt; i++) {
+                size_t rows = e->gu_tiled ? 8 : (size_t)e->I;
+                ngu[i] = rows * H;
+                if (m)
+                    sg[i] = (i % 2 ? wu : wg) + (size_t)(i / 2) * rows * H;
+            }
+            rc = wtensor(e, &Ly->wgu, dt, m ? sg : NULL, ngu, nt, s_mat_h, 0, &seed, err);
+            free(ngu);
+            free(sg);
+            if (rc ||
+                (rc = wtensor(e, &Ly->wd, dt, SRC1(SFI_W_DOWN, l, 0), &nd, 1,
+                              sqrtf(3.0f / e->I), 0, &seed, err)))
+                return rc;
+        } else {
+            size_t nr = (size_t)e->E * H;
+            if ((rc = wtensor(e, (void **)&Ly->router, SFI_GPU_F32, SRC1(SFI_W_ROUTER, l, 0), &nr,
+                              1, s_mat_h, 0, &seed, err)))
+                return rc;
+            Ly->h_e_gu = calloc((size_t)e->E, sizeof(void *));
+            Ly->h_e_d = calloc((size_t)e->E, sizeof(void *));
+            if (!Ly->h_e_gu || !Ly->h_e_d)
+                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            for (int x = 0; x < e->E; x++) {
+                size_t ngu[2] = {(size_t)e->Im * H, (size_t)e->Im * H}, nd = (size_t)H * e->Im;
+                const float *sg[2] = {NULL, NULL};
+                if (m) {
+                    sg[0] = sfi_qwen3_weight(m, SFI_W_E_GATE, l, x);
+                    sg[1] = sfi_qwen3_weight(m, SFI_W_E_UP, l, x);
+                }
+                if ((rc = wtensor(e, &Ly->h_e_gu[x], dt, m ? sg : NULL, ngu, 2, s_mat_h, 0, &seed,
+                                  err)) ||
+                    (rc = wtensor(e, &Ly->h_e_d[x], dt, SRC1(SFI_W_E_DOWN, l, x), &nd, 1,
+                                  sqrtf(3.0f / e->Im), 0, &seed, err)))
+                    return rc;
+            }
+            if ((rc = dalloc((void **)&Ly->e_gu, (size_t)e->E * sizeof(void *), err)) ||
+                (rc = dalloc((void **)&Ly->e_d, (size_t)e->E * sizeof(void *), err)))
+                return rc;
+            CK(cudaMemcpy(Ly->e_gu, Ly->h_e_gu, (size_t)e->E * sizeof(void *), cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(Ly->e_d, Ly->h_e_d, (size_t)e->E * sizeof(void *), cudaMemcpyHostToDevice));
+        }
+    }
+#undef SRC1
+    CK(cudaStreamSynchronize(e->main_st));
+    return SFI_OK;
+}
+
+/* ---- create / free ---- */
+
+static void fmt_gib(char *b, size_t n, uint64_t x)
+{
+    snprintf(b, n, "%.2f GiB", (double)x / (1024.0 * 1024.0 * 1024.0));
+}
+
+sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m, uint64_t seed,
+                                 const sfi_gpu_engine_opts *o, sfi_gpu_engine **out,
+                                 sfi_error *err)
+{
+    *out = NULL;
+    shape s;
+    sfi_status rc = get_shape(cfg, o, &s, err);
+    if (rc)
+        return rc;
+    if ((rc = sfi_params_validate(&o->params, err)))
+        return rc;
+    sfi_gpu_engine_mem mp;
+    if ((rc = sfi_gpu_engine_mem_plan(cfg, o, &mp, err)))
+        return rc;
+    size_t free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    /* the CUDA context, cuBLAS kernels and graph memory need some room too */
+    const uint64_t margin = (uint64_t)768 << 20;
+    if (mp.total + margin > free_b) {
+        char a[32], b[32], kv[32], w[32], cmp[32], sel[32], act[32];
+        fmt_gib(a, sizeof a, mp.total + margin);
+        fmt_gib(b, sizeof b, free_b);
+        fmt_gib(kv, sizeof kv, mp.kv);
+        fmt_gib(w, sizeof w, mp.weights);
+        fmt_gib(cmp, sizeof cmp, mp.compact + mp.key_norms);
+        fmt_gib(sel, sizeof sel, mp.selector + mp.logits);
+        fmt_gib(act, sizeof act, mp.activations + mp.prefill + mp.other);
+        return sfi_error_set(err, SFI_ENOMEM,
+                             "does not fit: needs %s (weights %s, KV cache %s for %d requests x "
+                             "%d positions, compact segments + key norms %s, Selector scratch + "
+                             "logits ring %s, activations and workspaces %s, 0.75 GiB headroom) "
+                             "but the GPU has %s free; lower --batch, the context or --max-new",
+                             a, w, kv, o->max_batch, o->max_ctx, cmp, sel, act, b);
+    }
+    sfi_gpu_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    e->c = *cfg;
+    e->o = *o;
+    e->mem = mp;
+    e->L = s.L; e->H = s.H; e->nh = s.nh; e->nkv = s.nkv; e->D = s.D; e->G = s.G;
+    e->nq = s.nq; e->nkvd = s.nkvd; e->V = s.V; e->I = s.I; e->E = s.E; e->top = s.top;
+    e->Im = s.Im; e->esz = s.esz; e->exact = o->exact; e->cap = s.cap;
+    e->max_blocks = s.max_blocks; e->ld = s.ld; e->capJ = s.capJ; e->ccap = s.ccap;
+    e->rows_act = s.rows_act; e->Wmax = s.Wmax;
+    e->eps = (float)cfg->rms_norm_eps;
+    e->gu_tiled = o->dtype == SFI_GPU_BF16 && !o->exact && e->I % 8 == 0;
+    *out = e;
+    rc = SFI_OK;
+#define TRY(x)                                                                           \
+    do {                                                                                 \
+        if ((rc = (x)))                                                                  \
+            goto fail;                                                                   \
+    } while (0)
+#define TRYC(x)                                                                          \
+    do {                                                                                 \
+        cudaError_t ce_ = (cudaError_t)(x);                                              \
+        if (ce_ != cudaSuccess) {                                                        \
+            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_)); \
+            goto fail;                                                                   \
+        }                                                                                \
+    } while (0)
+    {
+        int lo = 0, hi = 0;
+        TRYC(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        TRYC(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, hi));
+        TRYC(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, lo));
+        for (int i = 0; i < R_SLOTS; i++) {
+            TRYC(cudaEventCreateWithFlags(&e->ev_attn[i], cudaEventDisableTiming));
+            TRYC(cudaEventCreateWithFlags(&e->ev_free[i], cudaEventDisableTiming));
+        }
+        TRYC(cudaEventCreateWithFlags(&e->ev_done, cudaEventDisableTiming));
+        if (cublasCreate(&e->blas) != CUBLAS_STATUS_SUCCESS) {
+            rc = sfi_error_set(err, SFI_EIO, "cuBLAS: cannot create a handle");
+            goto fail;
+        }
+        TRY(dalloc(&e->blas_ws, (size_t)32 << 20, err));
+        if (cublasSetWorkspace(e->blas, e->blas_ws, (size_t)32 << 20) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetStream(e->blas, e->main_st) != CUBLAS_STATUS_SUCCESS) {
+            rc = sfi_error_set(err, SFI_EIO, "cuBLAS: cannot set the workspace or stream");
+            goto fail;
+        }
+    }
+    e->lay = calloc((size_t)e->L, sizeof *e->lay);
+    e->kp = calloc((size_t)e->L, sizeof(void *));
+    e->vp = calloc((size_t)e->L, sizeof(void *));
+    e->ck = calloc((size_t)e->L, sizeof(void *));
+    e->cv = calloc((size_t)e->L, sizeof(void *));
+    e->knorm = calloc((size_t)e->L, sizeof(float *));
+    e->sel = calloc((size_t)e->L, sizeof(int32_t *));
+    if (!e->lay || !e->kp || !e->vp || !e->ck || !e->cv || !e->knorm || !e->sel) {
+        rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+        goto fail;
+    }
+    TRY(load_weights(e, m, seed, err));
+    {
+        const int B = o->max_batch, K = o->params.K;
+        size_t pool = (size_t)B * e->max_blocks * o->page * e->nkvd * e->esz;
+        for (int l = 0; l < e->L; l++) {
+            TRY(dalloc(&e->kp[l], pool, err));
+            TRY(dalloc(&e->vp[l], pool, err));
+            if (o->sfi) {
+                size_t cb = (size_t)B * e->nkv * e->ccap * e->D * e->esz;
+                TRY(dalloc(&e->ck[l], cb, err));
+                TRY(dalloc(&e->cv[l], cb, err));
+                TRY(dalloc((void **)&e->knorm[l], (size_t)B * e->nkv * e->ld * 4, err));
+                TRY(dalloc((void **)&e->sel[l], (size_t)B * e->nkv * K * 4, err));
+                TRYC(cudaMemset(e->sel[l], 0, (size_t)B * e->nkv * K * 4));
+            }
+        }
+        /* each request owns a contiguous run of pages */
+        int32_t *bt = malloc((size_t)B * e->max_blocks * sizeof(int32_t));
+        if (!bt) {
+            rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < e->max_blocks; i++)
+                bt[(size_t)b * e->max_blocks + i] = b * e->max_blocks + i;
+        rc = dalloc((void **)&e->bt, (size_t)B * e->max_blocks * 4, err);
+        if (!rc && cudaMemcpy(e->bt, bt, (size_t)B * e->max_blocks * 4, cudaMemcpyHostToDevice) !=
+                       cudaSuccess)
+            rc = sfi_error_set(err, SFI_EIO, "CUDA: block table upload failed");
+        free(bt);
+        if (rc)
+            goto fail;
+        TRY(dalloc((void **)&e->bt_pf, (size_t)PF_PSEUDO * e->max_blocks * 4, err));
+        /* RoPE tables, the reference's values */
+        size_t nt = (size_t)e->cap * (e->D / 2);
+        float *cs = malloc(nt * 4), *sn = malloc(nt * 4);
+        if (!cs || !sn) {
+            free(cs);
+            free(sn);
+            rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            goto fail;
+        }
+        sfi_qwen3_rope_table(cfg, 0, e->cap, cs, sn);
+        rc = dalloc((void **)&e->cs, nt * 4, err);
+        if (!rc)
+            rc = dalloc((void **)&e->sn, nt * 4, err);
+        if (!rc && (cudaMemcpy(e->cs, cs, nt * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+                    cudaMemcpy(e->sn, sn, nt * 4, cudaMemcpyHostToDevice) != cudaSuccess))
+            rc = sfi_error_set(err, SFI_EIO, "CUDA: RoPE table upload failed");
+        free(cs);
+        free(sn);
+        if (rc)
+            goto fail;
+        if (o->sfi) {
+            for (int i = 0; i < R_SLOTS; i++) {
+                TRY(dalloc((void **)&e->logits_ring[i], (size_t)B * e->nh * e->ld * 4, err));
+                TRY(dalloc(&e->sel_ws_mem[i], sfi_gpu_sel_ws_bytes(B, e->nkv, e->capJ), err));
+                sfi_gpu_sel_ws_carve(&e->sel_ws[i], e->sel_ws_mem[i], B, e->nkv, e->capJ);
+            }
+            TRY(dalloc((void **)&e->win, (size_t)e->nkv * e->Wmax * e->G * e->ld * 4, err));
+            TRY(dalloc((void **)&e->qwin, (size_t)e->L * e->Wmax * e->nq * 4, err));
+        }
+        int wsb = B > PF_PSEUDO ? B : PF_PSEUDO;
+        TRY(dalloc(&e->attn_ws_mem, sfi_gpu_attn_ws_bytes(wsb, e->nh, e->D), err));
+        sfi_gpu_attn_ws_carve(&e->attn_ws, e->attn_ws_mem, wsb, e->nh, e->D);
+        /* SFI steps mix short sparse rows with a few long dense ones: split
+         * every request into pieces of about a fast step's rows */
+        if (o->sfi) {
+            int mr = o->params.n_sink + o->params.K + o->params.n_recent;
+            e->attn_ws.min_split_rows = mr < 1024 ? 1024 : round_up(mr, 64);
+        }
+        TRYC(sfi_gpu_attn_ws_init(&e->attn_ws, e->main_st));
+        /* activations */
+        size_t R = (size_t)e->rows_act;
+        int Iw = e->I > e->Im ? e->I : e->Im;
+        TRY(dalloc((void **)&e->x, R * e->H * 4, err));
+        TRY(dalloc((void **)&e->xn, R * e->H * 4, err));
+        TRY(dalloc((void **)&e->qkv, R * (e->nq + 2 * e->nkvd) * 4, err));
+        TRY(dalloc((void **)&e->q, R * e->nq * 4, err));
+        TRY(dalloc((void **)&e->att, R * e->nq * 4, err));
+        TRY(dalloc((void **)&e->gu, R * 2 * Iw * 4, err));
+        TRY(dalloc((void **)&e->act_f, R * Iw * 4, err));
+        TRY(dalloc(&e->xn_b, R * e->H * 2, err));
+        TRY(dalloc(&e->att_b, R * e->nq * 2, err));
+        TRY(dalloc(&e->act_b, R * Iw * 2, err));
+        TRY(dalloc((void **)&e->logits, (size_t)B * e->V * 4, err));
+        TRY(dalloc((void **)&e->next, 64 * 4, err));
+        TRY(dalloc((void **)&e->slots, 64 * 8, err));
+        if (o->dtype == SFI_GPU_BF16 && !o->exact) {
+            /* split-K applies to products with fewer than 264 row tiles */
+            e->gemm_part_floats = (size_t)8 * 64 * 4224 + 64;
+            e->gemm_tiles = 4224 / 16;
+            TRY(dalloc((void **)&e->gemm_part, e->gemm_part_floats * 4, err));
+            TRY(dalloc((void **)&e->gemm_cnt, (size_t)e->gemm_tiles * 4, err));
+            TRYC(cudaMemset(e->gemm_cnt, 0, (size_t)e->gemm_tiles * 4));
+        }
+        TRYC(cudaMemset(e->slots, 0, 64 * 8));
+        TRY(dalloc((void **)&e->d_prompt, (size_t)e->cap * 4, err));
+        if (e->E) {
+            size_t pairs = R * e->top;
+            TRY(dalloc((void **)&e->rl, R * e->E * 4, err));
+            TRY(dalloc((void **)&e->sel_e, pairs * 4, err));
+            TRY(dalloc((void **)&e->sel_w, pairs * 4, err));
+            TRY(dalloc((void **)&e->y1, pairs * 2 * e->Im * 4, err));
+            TRY(dalloc((void **)&e->act2, pairs * e->Im * 4, err));
+            TRY(dalloc((void **)&e->y2, pairs * e->H * 4, err));
+        }
+        TRY(dalloc((void **)&e->d_desc, sizeof(sfi_gpu_step_desc), err));
+        TRY(dalloc((void **)&e->d_desc1, sizeof(sfi_gpu_step_desc), err));
+        TRYC(cudaMallocHost((void **)&e->h_pin, 2 * sizeof(sfi_gpu_step_desc)));
+        TRY(dalloc((void **)&e->d_state, sizeof(sfi_gpu_run_state), err));
+        TRY(dalloc((void **)&e->hist_kind, (size_t)o->max_new * B * 4, err));
+        TRY(dalloc((void **)&e->hist_tok, (size_t)o->max_new * B * 4, err));
+        TRY(dalloc((void **)&e->d_force, (size_t)o->max_new * B * 4, err));
+        if (o->is_trigger && o->n_trigger_vocab > 0) {
+            TRY(dalloc((void **)&e->d_trig, (size_t)o->n_trigger_vocab, err));
+            TRYC(cudaMemcpy(e->d_trig, o->is_trigger, (size_t)o->n_trigger_vocab,
+                            cudaMemcpyHostToDevice));
+        }
+    }
+    TRYC(cudaStreamSynchronize(e->main_st));
+    sfi_gpu_gemm_set_ws(e->gemm_part, e->gemm_part_floats, e->gemm_cnt, e->gemm_tiles);
+    return SFI_OK;
+fail:
+    sfi_gpu_engine_free(e);
+    *out = NULL;
+    return rc;
+#undef TRY
+#undef TRYC
+}
+
+void sfi_gpu_engine_free(sfi_gpu_engine *e)
+{
+    if (!e)
+        return;
+    if (e->main_st)
+        cudaStreamSynchronize(e->main_st);
+    if (e->side_st)
+        cudaStreamSynchronize(e->side_st);
+    sfi_gpu_gemm_set_ws(NULL, 0, NULL, 0); /* the kernels' split-K scratch was ours */
+    if (e->graph_exec)
+        cudaGraphExecDestroy(e->graph_exec);
+    if (e->lay) {
+        for (int l = 0; l < e->L; l++) {
+            dlayer *Ly = &e->lay[l];
+            cudaFree(Ly->in_norm); cudaFree(Ly->post_norm); cudaFree(Ly->q_norm); cudaFree(Ly->k_norm);
+            cudaFree(Ly->wqkv); cudaFree(Ly->bqkv); cudaFree(Ly->wo); cudaFree(Ly->bo);
+            cudaFree(Ly->wgu); cudaFree(Ly->wd); cudaFree(Ly->router);
+            cudaFree(Ly->e_gu); cudaFree(Ly->e_d);
+            for (int x = 0; x < e->E; x++) {
+                if (Ly->h_e_gu) cudaFree(Ly->h_e_gu[x]);
+                if (Ly->h_e_d) cudaFree(Ly->h_e_d[x]);
+            }
+            free(Ly->h_e_gu);
+            free(Ly->h_e_d);
+        }
+    }
+    free(e->lay);
+    for (int l = 0; l < e->L; l++) {
+        if (e->kp) cudaFree(e->kp[l]);
+        if (e->vp) cudaFree(e->vp[l]);
+        if (e->ck) cudaFree(e->ck[l]);
+        if (e->cv) cudaFree(e->cv[l]);
+        if (e->knorm) cudaFree(e->knorm[l]);
+        if (e->sel) cudaFree(e->sel[l]);
+    }
+    free(e->kp); free(e->vp); free(e->ck); free(e->cv); free(e->knorm); free(e->sel);
+    cudaFree(e->embed);
+    if (e->lm_head != e->embed)
+        cudaFree(e->lm_head);
+    cudaFree(e->final_norm);
+    cudaFree(e->bt); cudaFree(e->bt_pf); cudaFree(e->cs); cudaFree(e->sn);
+    for (int i = 0; i < R_SLOTS; i++) {
+        cudaFree(e->logits_ring[i]);
+        cudaFree(e->sel_ws_mem[i]);
+    }
+    cudaFree(e->attn_ws_mem); cudaFree(e->win); cudaFree(e->qwin);
+    cudaFree(e->x); cudaFree(e->xn); cudaFree(e->qkv); cudaFree(e->q); cudaFree(e->att);
+    cudaFree(e->gu); cudaFree(e->act_f); cudaFree(e->xn_b); cudaFree(e->att_b); cudaFree(e->act_b);
+    cudaFree(e->logits); cudaFree(e->next); cudaFree(e->d_prompt); cudaFree(e->slots);
+    cudaFree(e->gemm_part); cudaFree(e->gemm_cnt); cudaFree(e->rl); cudaFree(e->sel_e);
+    cudaFree(e->sel_w); cudaFree(e->y1); cudaFree(e->act2); cudaFree(e->y2);
+    cudaFree(e->d_desc); cudaFree(e->d_desc1); cudaFree(e->d_state);
+    cudaFree(e->hist_kind); cudaFree(e->hist_tok); cudaFree(e->d_force); cudaFree(e->d_trig);
+    if (e->h_pin)
+        cudaFreeHost(e->h_pin);
+    if (e->blas)
+        cublasDestroy(e->blas);
+    cudaFree(e->blas_ws);
+    for (int i = 0; i < R_SLOTS; i++) {
+        if (e->ev_attn[i]) cudaEventDestroy(e->ev_attn[i]);
+        if (e->ev_free[i]) cudaEventDestroy(e->ev_free[i]);
+    }
+    if (e->ev_done)
+        cudaEventDestroy(e->ev_done);
+    if (e->main_st)
+        cudaStreamDestroy(e->main_st);
+    if (e->side_st)
+        cudaStreamDestroy(e->side_st);
+    free(e);
+}
+
+const sfi_gpu_engine_mem *sfi_gpu_engine_memory(const sfi_gpu_engine *e) { return &e->mem; }
+uint64_t sfi_gpu_engine_weight_bytes(const sfi_gpu_engine *e) { return e->weight_bytes; }
+uint64_t sfi_gpu_engine_kv_row_bytes(const sfi_gpu_engine *e)
+{
+    return (uint64_t)e->L * e->nkvd * e->esz * 2;
+}
+
+void sfi_gpu_run_result_free(sfi_gpu_run_result *r)
+{
+    if (!r)
+        return;
+    free(r->ids);
+    free(r->kinds);
+    free(r->reasons);
+    free(r->n_generated);
+    free(r->n_slow);
+    free(r->step_ms);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- the forward pass pieces ---- */
+
+/* Y[T][M] (beta 0: =, 1: +=) X[T][N] W[M][N]^T; X of the weights' dtype
+ * (f32 in f32 runs, bf16 in bf16 runs), Y f32. */
+static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const float *bias,
+                       float *Y, int T, int M, int N, int accumulate, cudaStream_t st,
+                       sfi_error *err)
+{
+    if (T <= 0)
+        return SFI_OK;
+    if (e->exact) {
+        CK(sfi_gpu_gemv_exact((const float *)W, (const float *)X, bias, Y, T, M, N, accumulate, st));
+        return SFI_OK;
+    }
+    if (e->o.dtype == SFI_GPU_BF16 && T <= 64 && N % 32 == 0 && !e->o.gemm_cublas) {
+        /* decode-sized products: our tensor-core kernel (one pass over the
+         * weights, no split-K reduction launch; measured faster than
+         * cuBLAS's choices at 16 rows, see sfi-gpu(1)) */
+        CK(sfi_gpu_gemm_skinny(W, X, Y, T, M, N,
+                               accumulate ? SFI_GPU_EPI_ACCUMULATE : SFI_GPU_EPI_STORE, st));
+        if (bias)
+            CK(sfi_gpu_add_bias(Y, bias, T, M, st));
+        return SFI_OK;
+    }
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cudaDataType_t dt = e->o.dtype == SFI_GPU_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasComputeType_t ct = e->o.dtype == SFI_GPU_BF16 ? CUBLAS_COMPUTE_32F
+                                                        : CUBLAS_COMPUTE_32F_PEDANTIC;
+    CKB(cublasSetStream(e->blas, st));
+    CKB(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, T, N, &one, W, dt, N, X, dt, N, &beta,
+                     Y, CUDA_R_32F, M, ct, CUBLAS_GEMM_DEFAULT));
+    if (bias)
+        CK(sfi_gpu_add_bias(Y, bias, T, M, st));
+    return SFI_OK;
+}
+
+/* The input of a GEMM after an RMSNorm: f32 rows in f32 runs, bf16 rows in
+ * bf16 runs (both when the layer's MoE router needs f32). */
+static sfi_status norm_rows(sfi_gpu_engine *e, const float *x, const float *w, int T,
+                            int want_f32, cudaStream_t st, sfi_error *err)
+{
+    int bf = e->o.dtype == SFI_GPU_BF16;
+    CK(sfi_gpu_rmsnorm(x, w, T, e->H, e->eps, (!bf || want_f32) ? e->xn : NULL,
+                       bf ? e->xn_b : NULL, e->exact, st));
+    return SFI_OK;
+}
+
+static const void *gemm_in(const sfi_gpu_engine *e, const float *f, const void *b)
+{
+    return e->o.dtype == SFI_GPU_BF16 ? b : (const void *)f;
+}
+
+/* The MLP half of layer l for T rows of e->x (post-attention). */
+static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_error *err)
+{
+    const dlayer *Ly = &e->lay[l];
+    sfi_status rc;
+    int bf = e->o.dtype == SFI_GPU_BF16;
+    if ((rc = norm_rows(e, e->x, Ly->post_norm, T, Ly->moe, st, err)))
+        return rc;
+    if (!Ly->moe) {
+        if (e->gu_tiled && T <= 64 && e->H % 32 == 0 && !e->o.gemm_cublas) {
+            /* the SwiGLU in the GEMM's epilogue: act in bf16 directly */
+            CK(sfi_gpu_gemm_skinny(Ly->wgu, e->xn_b, e->act_b, T, 2 * e->I, e->H,
+                                   SFI_GPU_EPI_SWIGLU, st));
+        } else {
+            if ((rc = gemm(e, Ly->wgu, gemm_in(e, e->xn, e->xn_b), NULL, e->gu, T, 2 * e->I, e->H,
+                           0, st, err)))
+                return rc;
+            CK(sfi_gpu_silu_mul(e->gu, T, e->I, e->gu_tiled, bf ? e->act_b : (void *)e->act_f,
+                                bf ? SFI_GPU_BF16 : SFI_GPU_F32, e->exact, st));
+        }
+        return gemm(e, Ly->wd, bf ? e->act_b : (const void *)e->act_f, NULL, e->x, T, e->H, e->I,
+                    1, st, err);
+    }
+    /* router in f32 (small, and routing is sensitive to rounding) */
+    if (e->exact) {
+        CK(sfi_gpu_gemv_exact(Ly->router, e->xn, NULL, e->rl, T, e->E, e->H, 0, st));
+    } else {
+        const float one = 1.0f, zero = 0.0f;
+        CKB(cublasSetStream(e->blas, st));
+        CKB(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, e->E, T, e->H, &one, Ly->router,
+                         CUDA_R_32F, e->H, e->xn, CUDA_R_32F, e->H, &zero, e->rl, CUDA_R_32F, e->E,
+                         CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    }
+    CK(sfi_gpu_moe_route(e->rl, T, e->E, e->top, e->c.norm_topk_prob, e->sel_e, e->sel_w, e->exact,
+                         st));
+    CK(sfi_gpu_moe_gemv(Ly->e_gu, e->o.dtype, e->sel_e, T, e->top, e->xn, 0, 2 * e->Im, e->H,
+                        e->y1, e->exact, st));
+    CK(sfi_gpu_silu_mul(e->y1, T * e->top, e->Im, 0, e->act2, SFI_GPU_F32, e->exact, st));
+    CK(sfi_gpu_moe_gemv(Ly->e_d, e->o.dtype, e->sel_e, T, e->top, e->act2, 1, e->H, e->Im, e->y2,
+                        e->exact, st));
+    CK(sfi_gpu_moe_combine(e->x, e->y2, e->sel_w, T, e->top, e->H, e->exact, st));
+    return SFI_OK;
+}
+
+/* Output projection of T rows of e->att into the residual. */
+static sfi_status oproj(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_error *err)
+{
+    const dlayer *Ly = &e->lay[l];
+    if (e->o.dtype == SFI_GPU_BF16 && !e->attn_ws.out_bf16) /* else the attention wrote it */
+        CK(sfi_gpu_to_bf16(e->att, (size_t)T * e->nq, e->att_b, st));
+    return gemm(e, Ly->wo, gemm_in(e, e->att, e->att_b), Ly->bo, e->x, T, e->H, e->nq, 1, st,
+                err);
+}
+
+static void desc_header(const sfi_gpu_engine *e, sfi_gpu_step_desc *d, int batch,
+                        const int32_t *bt)
+{
+    memset(d, 0, sizeof *d);
+    d->batch = batch;
+    d->n_heads = e->nh;
+    d->n_kv = e->nkv;
+    d->head_dim = e->D;
+    d->page = e->o.page;
+    d->max_blocks = e->max_blocks;
+    d->ld_logits = e->ld;
+    d->compact_cap = e->ccap;
+    d->n_sink = e->o.params.n_sink;
+    d->K = e->o.params.K;
+    d->max_ctx = e->cap;
+    d->max_J = e->capJ;
+    d->block_table = bt;
+}
+
+static sfi_gpu_sel_params sel_params(const sfi_params *p)
+{
+    sfi_gpu_sel_params s = {p->alpha, p->gamma, p->beta, p->p, p->eta, p->lambda_clip,
+                            p->alpha_soft, p->T, p->alpha_cross, p->eps, p->nms_radius};
+    return s;
+}
+
+/* ---- prefill ---- */
+
+/* Prompt of request b at positions 0..n-1; leaves x_0 in d_state->tok[b]
+ * and the step's logits in e->logits row b; in SFI mode the Selector over
+ * the last W_prefill queries initialises its sets (and compact rows). */
+static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n, sfi_error *err)
+{
+    cudaStream_t st = e->main_st;
+    const sfi_params *P = &e->o.params;
+    sfi_status rc;
+    int chunk = e->exact ? PF_PSEUDO : e->o.prefill_chunk;
+    if (chunk > e->rows_act)
+        chunk = e->rows_act;
+    int use_mma = !e->exact && e->o.dtype == SFI_GPU_BF16 && (e->D == 64 || e->D == 128);
+    /* the prefill's pseudo-request table: every row is request b's */
+    {
+        int32_t *row = malloc((size_t)PF_PSEUDO * e->max_blocks * sizeof(int32_t));
+        if (!row)
+            return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+        for (int r = 0; r < PF_PSEUDO; r++)
+            for (int i = 0; i < e->max_blocks; i++)
+                row[(size_t)r * e->max_blocks + i] = b * e->max_blocks + i;
+        cudaError_t ce = cudaMemcpy(e->bt_pf, row, (size_t)PF_PSEUDO * e->max_blocks * 4,
+                                    cudaMemcpyHostToDevice);
+        free(row);
+        CK(ce);
+    }
+    /* window of the Selector: queries first..n-1 that see all of J */
+    int jb, je, first = n, nw = 0;
+    if (e->o.sfi) {
+        sfi_state_candidates(P, n, &jb, &je);
+        if (je > jb) {
+            int W = P->W_prefill < n ? P->W_prefill : n;
+            first = n - W;
+            if (first < je - 1)
+                first = je - 1;
+            nw = n - first;
+        }
+    }
+    int32_t *ids_dev = e->d_prompt;
+    cudaError_t ce = cudaMemcpy(ids_dev, prompt, (size_t)n * 4, cudaMemcpyHostToDevice);
+    CK(ce);
+    rc = SFI_OK;
+    for (int p0 = 0; p0 < n && !rc; p0 += chunk) {
+        int T = n - p0 < chunk ? n - p0 : chunk;
+        ce = (cudaError_t)sfi_gpu_embed(ids_dev + p0, T, e->embed, e->o.dtype, e->H, e->x, st);
+        if (ce != cudaSuccess)
+            break;
+        /* pseudo-batch descriptor for the decode attention kernels */
+        sfi_gpu_step_desc *hd = &e->h_pin[0];
+        if (!use_mma) {
+            CK(cudaStreamSynchronize(st)); /* h_pin is reused */
+            desc_header(e, hd, 0, e->bt_pf);
+        }
+        for (int l = 0; l < e->L && !rc; l++) {
+            const dlayer *Ly = &e->lay[l];
+            if ((rc = norm_rows(e, e->x, Ly->in_norm, T, 0, st, err)))
+                break;
+            if ((rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL,
+                           e->qkv, T, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
+                break;
+            sfi_gpu_qkv_args qa = {
+                .qkv = e->qkv, .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
+                .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
+                .bv = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
+                .q_norm = Ly->q_norm, .k_norm = Ly->k_norm, .cs = e->cs, .sn = e->sn,
+                .pos0 = p0, .row0 = b, .T = T, .n_heads = e->nh, .n_kv = e->nkv,
+                .head_dim = e->D, .eps = e->eps, .block_table = e->bt,
+                .max_blocks = e->max_blocks, .page = e->o.page, .k_pool = e->kp[l],
+                .v_pool = e->vp[l], .dtype = e->o.dtype, .key_norms = e->knorm[l],
+                .ld_norms = e->ld, .q_out = e->q};
+            if ((ce = (cudaError_t)sfi_gpu_qkv_post(&qa, e->exact, st)) != cudaSuccess)
+                break;
+            /* keep the window queries */
+            if (nw > 0) {
+                int lo = first > p0 ? first : p0, hi = p0 + T;
+                if (hi > lo &&
+                    (ce = cudaMemcpyAsync(e->qwin + ((size_t)l * e->Wmax + (lo - first)) * e->nq,
+                                          e->q + (size_t)(lo - p0) * e->nq,
+                                          (size_t)(hi - lo) * e->nq * 4, cudaMemcpyDeviceToDevice,
+                                          st)) != cudaSuccess)
+                    break;
+            }
+            if (use_mma) {
+                ce = (cudaError_t)sfi_gpu_prefill_attn(e->q, T, p0, b, e->nh, e->nkv, e->D, e->bt,
+                                                       e->max_blocks, e->o.page, e->kp[l],
+                                                       e->vp[l], e->o.dtype, e->att, st);
+            } else {
+                /* the decode kernels, one pseudo-request per token */
+                for (int t0 = 0; t0 < T && ce == cudaSuccess; t0 += PF_PSEUDO) {
+                    int tn = T - t0 < PF_PSEUDO ? T - t0 : PF_PSEUDO;
+                    sfi_gpu_step_desc *h = &e->h_pin[1];
+                    CK(cudaStreamSynchronize(st)); /* the previous upload of h_pin[1] is done */
+                    *h = *hd;
+                    h->batch = tn;
+                    int mx = 0;
+                    for (int t = 0; t < tn; t++) {
+                        memset(&h->req[t], 0, sizeof h->req[t]);
+                        h->req[t].ctx_len = p0 + t0 + t + 1;
+                        mx = h->req[t].ctx_len;
+                    }
+                    h->max_ctx = mx;
+                    ce = cudaMemcpyAsync(e->d_desc1, h, sizeof *h, cudaMemcpyHostToDevice, st);
+                    if (ce == cudaSuccess)
+                        ce = (cudaError_t)sfi_gpu_attn_dense(h, e->d_desc1, e->o.dtype,
+                                                             e->q + (size_t)t0 * e->nq, e->kp[l],
+                                                             e->vp[l], e->att + (size_t)t0 * e->nq,
+                                                             NULL, &e->attn_ws, e->exact, st);
+                }
+            }
+            if (ce != cudaSuccess)
+                break;
+            if ((rc = oproj(e, l, T, st, err)) || (rc = mlp(e, l, T, st, err)))
+                break;
+        }
+        if (ce != cudaSuccess)
+            break;
+        if (!rc && p0 + T == n) {
+            /* logits of the last prompt position: x_0 */
+            float *xl = e->x + (size_t)(T - 1) * e->H;
+            if ((rc = norm_rows(e, xl, e->final_norm, 1, 0, st, err)))
+                break;
+            if ((rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL,
+                           e->logits + (size_t)b * e->V, 1, e->V, e->H, 0, st, err)))
+                break;
+            ce = (cudaError_t)sfi_gpu_argmax(e->logits + (size_t)b * e->V, 1, e->V, NULL,
+                                             &e->d_state->tok[b], e->slots, st);
+        }
+    }
+    cudaError_t ce2 = cudaStreamSynchronize(st);
+    if (rc)
+        return rc;
+    if (ce == cudaSuccess)
+        ce = ce2;
+    CK(ce);
+    if (!e->o.sfi)
+        return SFI_OK;
+    /* Selector initialisation (method.md section 5), request b alone */
+    sfi_gpu_step_desc *h1 = &e->h_pin[0];
+    desc_header(e, h1, 1, e->bt + (size_t)b * e->max_blocks);
+    h1->req[0].ctx_len = n;
+    h1->req[0].j_begin = jb;
+    h1->req[0].j_end = je;
+    h1->n_win = nw * e->G;
+    if (nw == 0) /* J is empty: the reorg writes the sink rows alone */
+        h1->req[0].j_begin = h1->req[0].j_end = 0;
+    CK(cudaMemcpy(e->d_desc1, h1, sizeof *h1, cudaMemcpyHostToDevice));
+    sfi_gpu_sel_params sp = sel_params(P);
+    const int K = P->K;
+    for (int l = 0; l < e->L; l++) {
+        float *kn = e->knorm[l] + (size_t)b * e->nkv * e->ld;
+        int32_t *sl = e->sel[l] + (size_t)b * e->nkv * K;
+        size_t co = (size_t)b * e->nkv * e->ccap * e->D * e->esz;
+        if (nw > 0) {
+            CK(sfi_gpu_window_logits(e->qwin + (size_t)l * e->Wmax * e->nq, nw, first, n, b, e->nh,
+                                     e->nkv, e->D, e->bt, e->max_blocks, e->o.page, e->kp[l],
+                                     e->o.dtype, e->win, e->ld, st));
+            CK(sfi_gpu_selector(h1, e->d_desc1, &sp, e->win, kn, &e->sel_ws[0], NULL, sl, e->exact,
+                                st));
+        }
+        CK(sfi_gpu_reorg(h1, e->d_desc1, e->o.dtype, e->kp[l], e->vp[l], sl,
+                         (char *)e->ck[l] + co, (char *)e->cv[l] + co, NULL, st));
+    }
+    CK(cudaStreamSynchronize(st));
+    return SFI_OK;
+}
+
+/* ---- one decode step (captured) ---- */
+
+static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
+                                 const sfi_gpu_sel_params *spp, sfi_error *err);
+
+static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
+{
+    const int B = e->plan.batch;
+    const int sfi = e->o.sfi, overlap = e->o.overlap && sfi;
+    sfi_status rc;
+    sfi_gpu_sel_params sp = sel_params(&e->o.params);
+    /* the main stream's kernels overlap their launch with the previous
+     * one's tail; the attention writes the O projection's bf16 input */
+    /* H100, 0.6B shape, batch 16 at 8K: PDL took SFI fast steps from 3.205
+     * to 3.007 ms but dense steps from 6.643 to 7.166 ms (the next kernel's
+     * early CTAs slow the long dense attention), hence the auto rule */
+    sfi_gpu_set_pdl(e->o.pdl < 0 ? e->o.sfi : e->o.pdl);
+    if (e->o.dtype == SFI_GPU_BF16 && !e->exact)
+        e->attn_ws.out_bf16 = e->att_b;
+    sfi_gpu_gemm_set_ws(e->gemm_part, e->gemm_part_floats, e->gemm_cnt, e->gemm_tiles);
+    rc = enqueue_layers(e, B, sfi, overlap, &sp, err);
+    sfi_gpu_set_pdl(0);
+    e->attn_ws.out_bf16 = NULL;
+    return rc;
+}
+
+static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
+                                 const sfi_gpu_sel_params *spp, sfi_error *err)
+{
+    cudaStream_t st = e->main_st, side = e->side_st;
+    sfi_gpu_sel_params sp = *spp;
+    sfi_status rc;
+    CK(sfi_gpu_plan_step(&e->plan, e->d_state, e->d_desc, e->hist_kind, st));
+    CK(sfi_gpu_embed(e->d_state->in_tok, B, e->embed, e->o.dtype, e->H, e->x, st));
+    for (int l = 0; l < e->L; l++) {
+        const dlayer *Ly = &e->lay[l];
+        const int slot = l % R_SLOTS;
+        if ((rc = norm_rows(e, e->x, Ly->in_norm, B, 0, st, err)))
+            return rc;
+        if ((rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL, e->qkv,
+                       B, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
+            return rc;
+        sfi_gpu_qkv_args qa = {
+            .qkv = e->qkv, .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
+            .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
+            .bv = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
+            .q_norm = Ly->q_norm, .k_norm = Ly->k_norm, .cs = e->cs, .sn = e->sn,
+            .pos_arr = e->d_state->pos, .row0 = -1, .T = B, .n_heads = e->nh, .n_kv = e->nkv,
+            .head_dim = e->D, .eps = e->eps, .block_table = e->bt, .max_blocks = e->max_blocks,
+            .page = e->o.page, .k_pool = e->kp[l], .v_pool = e->vp[l], .dtype = e->o.dtype,
+            .key_norms = sfi ? e->knorm[l] : NULL, .ld_norms = e->ld, .q_out = e->q};
+        CK(sfi_gpu_qkv_post(&qa, e->exact, st));
+        if (overlap && l >= R_SLOTS)
+            CK(cudaStreamWaitEvent(st, e->ev_free[slot], 0));
+        CK(sfi_gpu_attn_mixed(&e->h_cap, e->d_desc, e->o.dtype, e->q, e->kp[l], e->vp[l],
+                              sfi ? e->ck[l] : NULL, sfi ? e->cv[l] : NULL, e->att,
+                              sfi ? e->logits_ring[slot] : NULL, &e->attn_ws, e->exact, st));
+        if (sfi) {
+            cudaStream_t ss = overlap ? side : st;
+            if (overlap) {
+                CK(cudaEventRecord(e->ev_attn[slot], st));
+                CK(cudaStreamWaitEvent(side, e->ev_attn[slot], 0));
+            }
+            int pdl = sfi_gpu_pdl();
+            sfi_gpu_set_pdl(0); /* the side stream's kernels wait on events */
+            if (!e->o.skip_select)
+                CK(sfi_gpu_selector(&e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
+                                    &e->sel_ws[slot], NULL, e->sel[l], e->exact, ss));
+            if (overlap)
+                CK(cudaEventRecord(e->ev_free[slot], side));
+            if (!e->o.skip_select)
+                CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l], e->sel[l],
+                                 e->ck[l], e->cv[l], NULL, ss));
+            sfi_gpu_set_pdl(pdl);
+        }
+        if ((rc = oproj(e, l, B, st, err)) || (rc = mlp(e, l, B, st, err)))
+            return rc;
+    }
+    if (overlap) {
+        CK(cudaEventRecord(e->ev_done, side));
+        CK(cudaStreamWaitEvent(st, e->ev_done, 0));
+    }
+    if ((rc = norm_rows(e, e->x, e->final_norm, B, 0, st, err)))
+        return rc;
+    if ((rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL, e->logits, B, e->V, e->H, 0,
+                   st, err)))
+        return rc;
+    CK(sfi_gpu_argmax(e->logits, B, e->V, NULL, e->next, e->slots, st));
+    CK(sfi_gpu_end_step(&e->plan, e->d_state, e->next, e->hist_tok, st));
+    return SFI_OK;
+}
+
+/* ---- run ---- */
+
+static sfi_status observe_selected(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int b,
+                                   int step, int32_t *buf, sfi_error *err)
+{
+    const int K = e->o.params.K;
+    int kout = 0;
+    CK(cudaMemcpy(&kout, &e->d_state->kout[b], 4, cudaMemcpyDeviceToHost));
+    for (int l = 0; l < e->L; l++) {
+        CK(cudaMemcpy(buf, e->sel[l] + (size_t)b * e->nkv * K, (size_t)e->nkv * K * 4,
+                      cudaMemcpyDeviceToHost));
+        sfi_status rc = obs->on_selected(obs->user, b, step, l, buf, e->nkv, K, kout, err);
+        if (rc)
+            return rc;
+    }
+    return SFI_OK;
+}
+
+sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
+                              const sfi_gpu_observer *obs, int time_steps,
+                              sfi_gpu_run_result *res, sfi_error *err)
+{
+    memset(res, 0, sizeof *res);
+    const int max_new = e->o.max_new;
+    if (B < 1 || B > e->o.max_batch)
+        return sfi_error_set(err, SFI_ERANGE, "batch %d: the engine was made for 1..%d", B,
+                             e->o.max_batch);
+    for (int b = 0; b < B; b++) {
+        if (rq[b].n_prompt < 1)
+            return sfi_error_set(err, SFI_EINVAL, "request %d: empty prompt", b);
+        if ((long)rq[b].n_prompt + max_new - 1 > e->cap)
+            return sfi_error_set(err, SFI_ERANGE,
+                                 "request %d: %d prompt tokens + %d new exceed the engine's %d "
+                                 "positions", b, rq[b].n_prompt, max_new, e->cap);
+        for (int i = 0; i < rq[b].n_prompt; i++)
+            if (rq[b].prompt[i] < 0 || rq[b].prompt[i] >= e->V)
+                return sfi_error_set(err, SFI_ERANGE,
+                                     "request %d: prompt token %d (id %d) outside the vocabulary "
+                                     "[0, %d)", b, i, (int)rq[b].prompt[i], e->V);
+        if (rq[b].force) {
+            if (rq[b].n_force < max_new - 1)
+                return sfi_error_set(err, SFI_EINVAL,
+                                     "request %d: %d forced tokens, %d steps need %d", b,
+                                     rq[b].n_force, max_new, max_new - 1);
+            for (int i = 0; i < max_new - 1; i++)
+                if (rq[b].force[i] < 0 || rq[b].force[i] >= e->V)
+                    return sfi_error_set(err, SFI_ERANGE,
+                                         "request %d: forced token %d (id %d) outside the "
+                                         "vocabulary", b, i, (int)rq[b].force[i]);
+        }
+    }
+    int forced = rq[0].force != NULL;
+    for (int b = 1; b < B; b++)
+        if ((rq[b].force != NULL) != forced)
+            return sfi_error_set(err, SFI_EINVAL, "either every request is replayed or none");
+    res->batch = B;
+    res->max_new = max_new;
+    size_t nn = (size_t)B * max_new;
+    res->ids = calloc(nn, sizeof(int32_t));
+    res->kinds = calloc(nn, 1);
+    res->reasons = calloc(nn, 1);
+    res->n_generated = calloc((size_t)B, sizeof(int));
+    res->n_slow = calloc((size_t)B, sizeof(int));
+    res->step_ms = calloc((size_t)max_new, sizeof(float));
+    int32_t *hk = malloc(nn * 4), *ht = malloc(nn * 4);
+    float *lg = obs ? malloc((size_t)B * e->V * 4) : NULL;
+    int32_t *selbuf = obs ? malloc((size_t)e->nkv * e->o.params.K * 4) : NULL;
+    cudaEvent_t *ev = time_steps ? calloc((size_t)max_new, sizeof(cudaEvent_t)) : NULL;
+    sfi_status rc = SFI_OK;
+    if (!res->ids || !res->kinds || !res->reasons || !res->n_generated || !res->n_slow ||
+        !res->step_ms || !hk || !ht || (obs && (!lg || !selbuf)) || (time_steps && !ev)) {
+        rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+        goto out;
+    }
+#define RTRY(x)                                                                          \
+    do {                                                                                 \
+        if ((rc = (x)))                                                                  \
+            goto out;                                                                    \
+    } while (0)
+#define RCK(x)                                                                           \
+    do {                                                                                 \
+        cudaError_t ce_ = (cudaError_t)(x);                                              \
+        if (ce_ != cudaSuccess) {                                                        \
+            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_)); \
+            goto out;                                                                    \
+        }                                                                                \
+    } while (0)
+    /* run state and plan */
+    {
+        sfi_gpu_run_state s0;
+        memset(&s0, 0, sizeof s0);
+        for (int b = 0; b < B; b++) {
+            s0.ctx[b] = rq[b].n_prompt;
+            s0.active[b] = max_new > 1;
+            if (e->o.sfi) { /* the prefill's selection: |selected| = min(K, |J|) */
+                int jb, je;
+                sfi_state_candidates(&e->o.params, rq[b].n_prompt, &jb, &je);
+                s0.kout[b] = je > jb ? (e->o.params.K < je - jb ? e->o.params.K : je - jb) : 0;
+            }
+        }
+        RCK(cudaMemcpy(e->d_state, &s0, sizeof s0, cudaMemcpyHostToDevice));
+        if (forced) {
+            int32_t *f = calloc(nn, sizeof(int32_t));
+            if (!f) {
+                rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+                goto out;
+            }
+            for (int b = 0; b < B; b++)
+                memcpy(f + (size_t)b * max_new, rq[b].force, (size_t)(max_new - 1) * 4);
+            cudaError_t ce = cudaMemcpy(e->d_force, f, nn * 4, cudaMemcpyHostToDevice);
+            free(f);
+            RCK(ce);
+        }
+        sfi_gpu_plan_cfg *pc = &e->plan;
+        memset(pc, 0, sizeof *pc);
+        pc->batch = B;
+        pc->sfi = e->o.sfi;
+        pc->policy = e->o.trigger;
+        pc->T_max = e->o.params.T_max;
+        pc->interval = e->o.interval;
+        pc->n_sink = e->o.params.n_sink;
+        pc->n_recent = e->o.params.n_recent;
+        pc->K = e->o.params.K;
+        pc->max_new = max_new;
+        pc->stop_token = e->o.stop_token;
+        pc->is_trigger = e->d_trig;
+        pc->n_vocab = e->d_trig ? e->o.n_trigger_vocab : 0;
+        pc->force = forced ? e->d_force : NULL;
+        /* the grid-sizing descriptor: every request at the capacity */
+        desc_header(e, &e->h_cap, B, e->bt);
+        for (int b = 0; b < B; b++) {
+            e->h_cap.req[b].ctx_len = e->cap;
+            e->h_cap.req[b].recent_begin = e->cap;
+            e->h_cap.req[b].n_compact = e->ccap;
+            e->h_cap.req[b].j_begin = e->o.params.n_sink;
+            e->h_cap.req[b].j_end = e->o.params.n_sink + e->capJ;
+        }
+        RCK(cudaMemcpy(e->d_desc, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
+    }
+    RCK(cudaMemset(e->hist_kind, 0, nn * 4));
+    RCK(cudaMemset(e->hist_tok, 0, nn * 4));
+    /* prefill, request by request (step 0) */
+    double t0 = now_s();
+    for (int b = 0; b < B; b++)
+        RTRY(prefill(e, b, rq[b].prompt, rq[b].n_prompt, err));
+    res->prefill_s = now_s() - t0;
+    {
+        /* step 0's histories */
+        for (int b = 0; b < B; b++)
+            hk[b] = SFI_STEP_SLOW | (SFI_REASON_FIRST << 4);
+        RCK(cudaMemcpy(e->hist_kind, hk, (size_t)B * 4, cudaMemcpyHostToDevice));
+        RCK(cudaMemcpy(e->hist_tok, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToDevice));
+    }
+    if (obs) {
+        RCK(cudaMemcpy(ht, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToHost));
+        RCK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
+        for (int b = 0; b < B; b++) {
+            if (e->o.sfi && obs->on_selected)
+                RTRY(observe_selected(e, obs, b, -1, selbuf, err));
+            if (obs->on_step)
+                RTRY(obs->on_step(obs->user, b, 0, SFI_STEP_SLOW, SFI_REASON_FIRST, ht[b],
+                                  lg + (size_t)b * e->V, e->V, err));
+        }
+    }
+    /* decode steps 1.. */
+    double tb = now_s();
+    if (max_new > 1) {
+        int use_graph = e->o.graphs;
+        if (e->graph_exec) { /* a previous run's: its batch and plan are baked in */
+            cudaGraphExecDestroy(e->graph_exec);
+            e->graph_exec = NULL;
+        }
+        /* step 1 runs eagerly (one-time setup such as kernel attributes
+         * happens outside any capture); it is then captured once and
+         * replayed for every later step */
+        if (time_steps) {
+            for (int t = 0; t < max_new; t++)
+                RCK(cudaEventCreate(&ev[t]));
+            RCK(cudaEventRecord(ev[0], e->main_st));
+        }
+        /* SFI_GPU_PROFILE_STEP=t brackets step t with cudaProfilerStart/Stop
+         * (ncu --profile-from-start off); use with --no-graph */
+        const char *pe = getenv("SFI_GPU_PROFILE_STEP");
+        int prof_step = pe ? atoi(pe) : -1;
+        for (int t = 1; t < max_new; t++) {
+            if (t == prof_step)
+                RCK(cudaProfilerStart());
+            if (use_graph && t > 1) {
+                RCK(cudaGraphLaunch(e->graph_exec, e->main_st));
+            } else {
+                RTRY(enqueue_step(e, err));
+                if (use_graph) {
+                    double tg = now_s();
+                    cudaGraph_t g;
+                    RCK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
+                    rc = enqueue_step(e, err);
+                    cudaError_t ce = cudaStreamEndCapture(e->main_st, &g);
+                    if (rc)
+                        goto out;
+                    RCK(ce);
+                    ce = cudaGraphInstantiateWithFlags(&e->graph_exec, g,
+                                                       cudaGraphInstantiateFlagUseNodePriority);
+                    cudaGraphDestroy(g);
+                    RCK(ce);
+                    res->graph_build_s = now_s() - tg;
+                }
+            }
+            if (time_steps)
+                RCK(cudaEventRecord(ev[t], e->main_st));
+            if (t == prof_step) {
+                RCK(cudaStreamSynchronize(e->main_st));
+                RCK(cudaProfilerStop());
+            }
+            if (obs) {
+                RCK(cudaStreamSynchronize(e->main_st));
+                RCK(cudaMemcpy(hk, e->hist_kind + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
+                RCK(cudaMemcpy(ht, e->hist_tok + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
+                RCK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
+                sfi_gpu_run_state s;
+                RCK(cudaMemcpy(&s, e->d_state, sizeof s, cudaMemcpyDeviceToHost));
+                for (int b = 0; b < B; b++) {
+                    if (s.pos[b] < 0)
+                        continue; /* finished */
+                    int kind = hk[b] & 15, why = hk[b] >> 4;
+                    if (e->o.sfi && kind == SFI_STEP_SLOW && obs->on_selected)
+                        RTRY(observe_selected(e, obs, b, t, selbuf, err));
+                    if (obs->on_step)
+                        RTRY(obs->on_step(obs->user, b, t, kind, why, ht[b],
+                                          lg + (size_t)b * e->V, e->V, err));
+                }
+            }
+        }
+    }
+    RCK(cudaStreamSynchronize(e->main_st));
+    res->decode_s = now_s() - tb;
+    if (time_steps && max_new > 1) {
+        for (int t = 1; t < max_new; t++)
+            RCK(cudaEventElapsedTime(&res->step_ms[t], ev[t - 1], ev[t]));
+        res->n_timed = max_new - 1;
+    }
+    /* histories */
+    RCK(cudaMemcpy(hk, e->hist_kind, nn * 4, cudaMemcpyDeviceToHost));
+    RCK(cudaMemcpy(ht, e->hist_tok, nn * 4, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < B; b++) {
+        int n = 0;
+        for (int t = 0; t < max_new; t++) {
+            int32_t tok = ht[(size_t)t * B + b];
+            int kind = hk[(size_t)t * B + b] & 15, why = hk[(size_t)t * B + b] >> 4;
+            res->ids[(size_t)b * max_new + t] = tok;
+            res->kinds[(size_t)b * max_new + t] = (uint8_t)kind;
+            res->reasons[(size_t)b * max_new + t] = (uint8_t)why;
+            n = t + 1;
+            if (kind == SFI_STEP_SLOW)
+                res->n_slow[b]++;
+            if (!forced && e->o.stop_token >= 0 && tok == e->o.stop_token)
+                break;
+        }
+        res->n_generated[b] = n;
+    }
+out:
+    if (ev) {
+        for (int t = 0; t < max_new; t++)
+            if (ev[t])
+                cudaEventDestroy(ev[t]);
+        free(ev);
+    }
+    free(hk);
+    free(ht);
+    free(lg);
+    free(selbuf);
+    if (rc)
+        sfi_gpu_run_result_free(res);
+    return rc;
+#undef RTRY
+#undef RCK
+}

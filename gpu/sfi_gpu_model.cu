@@ -1,0 +1,906 @@
+/* The Qwen3 forward pass's kernels and the per-step plan; see
+ * sfi_gpu_model.h. Exact variants follow ref/sfi_qwen3.c operation for
+ * operation (sequential sums, explicit _rn intrinsics, sfi_dev_expf). */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "sfi_gpu.h"
+#include "sfi_gpu_math.cuh"
+#include "sfi_gpu_model.h"
+
+namespace {
+
+/* programmatic dependent launch: wait for the previous kernel of the
+ * stream (its writes visible), and let the next one start launching.
+ * Both are no-ops for a kernel launched without the attribute. */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+/* sfi_step_kind / sfi_step_reason / sfi_trigger_kind values (ref/sfi_state.h),
+ * which this CUDA file cannot include */
+enum { kSlow = 1, kFast = 2 };
+enum { kRNone = 0, kRFirst = 1, kRTrigger = 2, kRTmax = 3, kRInterval = 4, kRAlways = 5 };
+enum { kTrigSfi = 0, kTrigTmax, kTrigBoundary, kTrigInterval, kTrigAlways, kTrigNever };
+
+__device__ __forceinline__ float ld_elem(const void *p, size_t i, int dtype) {
+    if (dtype == SFI_GPU_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void st_elem(void *p, size_t i, int dtype, float x) {
+    if (dtype == SFI_GPU_BF16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else
+        ((float *)p)[i] = x;
+}
+
+/* Block sum of one float per thread (any block size up to 1024; a fixed
+ * tree, so deterministic). sh: 33 floats. */
+__device__ float block_sum(float v, float *sh) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : 0.f;
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) sh[32] = v;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+/* ---- embedding, norms, elementwise ---- */
+
+__global__ void embed_kernel(const int32_t *__restrict__ tok, const void *__restrict__ E,
+                             int dtype, int H, float *__restrict__ x) {
+    pdl_wait();
+    pdl_launch();
+    const int t = blockIdx.x;
+    const size_t base = (size_t)tok[t] * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = ld_elem(E, base + i, dtype);
+}
+
+/* One block per row. Exact: thread 0 sums x*x in ascending order, as the
+ * reference's rmsnorm. */
+template <bool EXACT>
+__global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, int n,
+                               float eps, float *__restrict__ yf, __nv_bfloat16 *__restrict__ yb) {
+    pdl_wait();
+    pdl_launch();
+    __shared__ float sh[34];
+    const int t = blockIdx.x;
+    const float *xr = x + (size_t)t * n;
+    float r;
+    if (EXACT) {
+        if (threadIdx.x == 0) {
+            float ss = 0.f;
+            for (int i = 0; i < n; i++) ss = __fadd_rn(ss, __fmul_rn(xr[i], xr[i]));
+            sh[33] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+        }
+        __syncthreads();
+        r = sh[33];
+    } else {
+        float a = 0.f;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) a += xr[i] * xr[i];
+        a = block_sum(a, sh);
+        r = rsqrtf(a / (float)n + eps);
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = __fmul_rn(w[i], __fmul_rn(xr[i], r));
+        if (yf) yf[(size_t)t * n + i] = y;
+        if (yb) yb[(size_t)t * n + i] = __float2bfloat16_rn(y);
+    }
+}
+
+/* Thread per (row i, token t): the reference's sfi_dot (ascending, one
+ * accumulator from 0), then + b, then (accumulate) Y + that. */
+__global__ void gemv_exact_kernel(const float *__restrict__ W, const float *__restrict__ X,
+                                  const float *__restrict__ b, float *__restrict__ Y, int M, int N,
+                                  int accumulate) {
+    pdl_wait();
+    pdl_launch();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (i >= M) return;
+    const float *wr = W + (size_t)i * N, *xr = X + (size_t)t * N;
+    float a = 0.f;
+    for (int j = 0; j < N; j++) a = __fadd_rn(a, __fmul_rn(wr[j], xr[j]));
+    if (b) a = __fadd_rn(a, b[i]);
+    float *y = Y + (size_t)t * M + i;
+    *y = accumulate ? __fadd_rn(*y, a) : a;
+}
+
+__global__ void add_bias_kernel(float *__restrict__ y, const float *__restrict__ b, int M) {
+    pdl_wait();
+    pdl_launch();
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < M; i += gridDim.x * blockDim.x)
+        y[(size_t)t * M + i] += b[i];
+}
+
+template <bool EXACT>
+__global__ void silu_mul_kernel(const float *__restrict__ gu, int I, int tiled, int adtype, void *act) {
+    pdl_wait();
+    pdl_launch();
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < I; i += gridDim.x * blockDim.x) {
+        const size_t gi = tiled ? (size_t)(i / 8) * 16 + i % 8 : (size_t)i;
+        const size_t ui = tiled ? gi + 8 : (size_t)I + i;
+        const float g = gu[(size_t)t * 2 * I + gi], u = gu[(size_t)t * 2 * I + ui];
+        const float e = EXACT ? sfi_dev_expf(-g) : __expf(-g);
+        const float s = __fdiv_rn(g, __fadd_rn(1.0f, e));
+        st_elem(act, (size_t)t * I + i, adtype, __fmul_rn(s, u));
+    }
+}
+
+__global__ void to_bf16_kernel(const float *__restrict__ x, size_t n, __nv_bfloat16 *__restrict__ y) {
+    pdl_wait();
+    pdl_launch();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* Order-preserving 32-bit key of a float (larger float, larger key). */
+__device__ __forceinline__ uint32_t okey(float x) {
+    uint32_t u = __float_as_uint(x);
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Argmax in two launches: blocks of a row each find their best (value,
+ * smaller index) and fold it into slot[t] with a 64-bit atomicMax of
+ * (key << 32 | ~index), so the largest value wins and among equal values
+ * the smaller index (the reference's first maximum); the result does not
+ * depend on the order. Then argmax_decode writes the ids. */
+__global__ void argmax_kernel(const float *__restrict__ lg, int V, const int32_t *__restrict__ active,
+                              unsigned long long *__restrict__ slot) {
+    pdl_wait();
+    pdl_launch();
+    __shared__ unsigned long long sb[32];
+    const int t = blockIdx.y;
+    if (active && !active[t]) return;
+    const float *x = lg + (size_t)t * V;
+    unsigned long long best = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x) {
+        const unsigned long long k = ((unsigned long long)okey(x[i]) << 32) | (uint32_t)~(uint32_t)i;
+        best = k > best ? k : best;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
+        best = o > best ? o : best;
+    }
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (lane == 0) sb[w] = best;
+    __syncthreads();
+    if (w == 0) {
+        best = lane < nw ? sb[lane] : 0;
+        for (int off = 16; off > 0; off >>= 1) {
+            const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
+            best = o > best ? o : best;
+        }
+        if (lane == 0) atomicMax(slot + t, best);
+    }
+}
+
+__global__ void argmax_decode_kernel(unsigned long long *__restrict__ slot, int T,
+                                     const int32_t *__restrict__ active, int32_t *__restrict__ out) {
+    pdl_wait();
+    pdl_launch();
+    const int t = threadIdx.x;
+    if (t >= T) return;
+    if (!active || active[t]) out[t] = (int32_t)~(uint32_t)(slot[t] & 0xffffffffu);
+    slot[t] = 0; /* ready for the next step */
+}
+
+/* ---- skinny GEMM on tensor cores (decode: T <= 64 rows of activations) ----
+ *
+ * Y[t][i] (= or +=) sum_k X[t][k] W[i][k] for bf16 W [M][N] and bf16 X
+ * [T][N], f32 Y. A CTA owns 16 output rows; its 8 warps split the
+ * reduction into k-blocks of 32 (warp w takes blocks w, w + 8, ...), then
+ * add their partials in warp order (deterministic). Per k-block a lane
+ * loads 16 bytes of each of its two weight rows (g and g + 8) and 16 bytes
+ * of X per token tile, and runs two mma.sync m16n8k16 per token tile: the
+ * k order inside a block is permuted identically for W and X (lane t's 8
+ * consecutive k feed logical k {2t, 2t+1, 2t+8, 2t+9} of two k-steps), so
+ * every operand is one 16-byte load and the sum is unchanged. Weights
+ * stream through once (no shared memory, no split-K pass); X is re-read
+ * by every CTA from L2. */
+enum { kEpiStore = 0, kEpiAccumulate = 1, kEpiSwiGLU = 2 };
+
+__device__ __forceinline__ void mma_bf16_g(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                           uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int NT>
+__global__ void __launch_bounds__(256) skinny_gemm_kernel(const __nv_bfloat16 *__restrict__ W,
+                                                          const __nv_bfloat16 *__restrict__ X,
+                                                          void *__restrict__ Yv, int T, int M, int N,
+                                                          int epi, float *__restrict__ part,
+                                                          int *__restrict__ counters) {
+    constexpr int U = 4; /* k-blocks in flight per warp */
+    __shared__ float red[8][32][NT * 4 + 1];
+    __shared__ int s_last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int r0 = blockIdx.x * 16;
+    const int ks = gridDim.y, ky = blockIdx.y;
+    const int ra = min(r0 + g, M - 1), rb = min(r0 + g + 8, M - 1);
+    const __nv_bfloat16 *wa = W + (size_t)ra * N + 8 * t4, *wb = W + (size_t)rb * N + 8 * t4;
+    float c[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+    /* this CTA's k-blocks: a contiguous share of the reduction (split-K
+     * over gridDim.y when there are few row tiles) */
+    const int nkb_all = N / 32;
+    const int kb_lo = (int)((long)nkb_all * ky / ks), kb_hi = (int)((long)nkb_all * (ky + 1) / ks);
+    uint4 A[U], Bv[U];
+    auto load_w = [&](int kb0) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (kb0 + u < kb_hi) {
+                A[u] = __ldg(reinterpret_cast<const uint4 *>(wa + (kb0 + u) * 32));
+                Bv[u] = __ldg(reinterpret_cast<const uint4 *>(wb + (kb0 + u) * 32));
+            }
+    };
+    /* the weights do not depend on the previous kernel: their first loads
+     * are issued before waiting for it (programmatic dependent launch) */
+    load_w(kb_lo + warp * U);
+    pdl_wait();
+    const __nv_bfloat16 *xr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) xr[j] = X + (size_t)min(8 * j + g, T - 1) * N + 8 * t4;
+    for (int kb0 = kb_lo + warp * U; kb0 < kb_hi; kb0 += 8 * U) {
+        uint4 Xv[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (kb0 + u < kb_hi)
+#pragma unroll
+                for (int j = 0; j < NT; j++) Xv[u][j] = __ldg(reinterpret_cast<const uint4 *>(xr[j] + (kb0 + u) * 32));
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb0 + u < kb_hi) {
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    mma_bf16_g(c[j], A[u].x, Bv[u].x, A[u].y, Bv[u].y, Xv[u][j].x, Xv[u][j].y);
+                    mma_bf16_g(c[j], A[u].z, Bv[u].z, A[u].w, Bv[u].w, Xv[u][j].z, Xv[u][j].w);
+                }
+            }
+        }
+        if (kb0 + 8 * U < kb_hi) load_w(kb0 + 8 * U);
+    }
+    pdl_launch();
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[warp][lane][j * 4 + e] = c[j][e];
+    __syncthreads();
+    /* warp 0 adds the 8 partials in order; with split-K it stores the
+     * CTA's partial and the last CTA of the row tile adds the splits in
+     * order (deterministic) and finishes */
+    if (warp != 0) return;
+    float v[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            v[j][e] = 0.f;
+#pragma unroll
+            for (int w = 0; w < 8; w++) v[j][e] += red[w][lane][j * 4 + e];
+        }
+    if (ks > 1) {
+        auto pidx = [&](int y, int j, int e) {
+            const int row = r0 + g + (e >= 2 ? 8 : 0), tok = 8 * j + 2 * t4 + (e & 1);
+            return ((size_t)y * 64 + tok) * M + row;
+        };
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) part[pidx(ky, j, e)] = v[j][e];
+        __threadfence();
+        __syncwarp();
+        if (lane == 0) s_last = atomicAdd(&counters[blockIdx.x], 1) == ks - 1;
+        __syncwarp();
+        if (!s_last) return;
+        __threadfence();
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float a = 0.f;
+                for (int y = 0; y < ks; y++) a += __ldcg(part + pidx(y, j, e));
+                v[j][e] = a;
+            }
+        if (lane == 0) counters[blockIdx.x] = 0;
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        if (epi == kEpiSwiGLU) {
+            /* tiled gate/up rows: row g of the tile is gate i, row g + 8 its
+             * up; act [T][M/2] gets silu(gate) * up in bf16 */
+            const int i = r0 / 2 + g;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int tok = 8 * j + 2 * t4 + e;
+                if (r0 + g < M && tok < T) {
+                    const float gt = v[j][e], up = v[j][e + 2];
+                    const float a = gt / (1.0f + __expf(-gt)) * up;
+                    ((__nv_bfloat16 *)Yv)[(size_t)tok * (M / 2) + i] = __float2bfloat16_rn(a);
+                }
+            }
+            continue;
+        }
+        float *Y = (float *)Yv;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = r0 + g + (e >= 2 ? 8 : 0), tok = 8 * j + 2 * t4 + (e & 1);
+            if (row < M && tok < T) {
+                float *y = Y + (size_t)tok * M + row;
+                *y = epi == kEpiAccumulate ? *y + v[j][e] : v[j][e];
+            }
+        }
+    }
+}
+
+/* ---- q/k norm, RoPE, KV append ---- */
+
+/* Block per (token, head slot): slots 0..nh-1 are q heads, then nkv k
+ * heads, then nkv v heads. Block of max(32, D) threads, thread i owns
+ * element i. Exact: the sums in thread 0 in ascending order; RoPE in the
+ * rotate-half form with the reference's operation order. */
+template <bool EXACT>
+__global__ void qkv_post_kernel(sfi_gpu_qkv_args a) {
+    pdl_wait();
+    pdl_launch();
+    __shared__ float v[512];
+    __shared__ float sh[34];
+    const int t = blockIdx.x, slot = blockIdx.y, D = a.head_dim, i = threadIdx.x;
+    const int nh = a.n_heads, nkv = a.n_kv;
+    const int pos = a.pos_arr ? a.pos_arr[t] : a.pos0 + t;
+    const int row = a.row_arr ? a.row_arr[t] : a.row0 >= 0 ? a.row0 : t;
+    if (pos < 0) return;
+    const int width = (nh + 2 * nkv) * D;
+    const float *src = a.qkv + (size_t)t * width + (size_t)slot * D;
+    const float *bias = nullptr;
+    if (slot < nh) bias = a.bq ? a.bq + (size_t)slot * D : nullptr;
+    else if (slot < nh + nkv) bias = a.bk ? a.bk + (size_t)(slot - nh) * D : nullptr;
+    else bias = a.bv ? a.bv + (size_t)(slot - nh - nkv) * D : nullptr;
+    if (i < D) v[i] = bias ? __fadd_rn(src[i], bias[i]) : src[i];
+    __syncthreads();
+    const int kind = slot < nh ? 0 : slot < nh + nkv ? 1 : 2;
+    const int kvh = kind == 1 ? slot - nh : kind == 2 ? slot - nh - nkv : 0;
+    const int blk = kind ? a.block_table[(size_t)row * a.max_blocks + pos / a.page] : 0;
+    const size_t dst = kind ? (((size_t)blk * nkv + kvh) * a.page + pos % a.page) * D : 0;
+    if (kind == 2) { /* v: stored as it is */
+        if (i < D) st_elem(a.v_pool, dst + i, a.dtype, v[i]);
+        return;
+    }
+    /* RMSNorm over the head */
+    const float *nw = kind == 0 ? a.q_norm : a.k_norm;
+    float r;
+    if (EXACT) {
+        if (i == 0) {
+            float ss = 0.f;
+            for (int j = 0; j < D; j++) ss = __fadd_rn(ss, __fmul_rn(v[j], v[j]));
+            sh[33] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), a.eps)));
+        }
+        __syncthreads();
+        r = sh[33];
+    } else {
+        r = block_sum(i < D ? v[i] * v[i] : 0.f, sh);
+        r = rsqrtf(r / (float)D + a.eps);
+    }
+    float y = 0.f;
+    if (i < D) y = __fmul_rn(nw[i], __fmul_rn(v[i], r));
+    __syncthreads();
+    if (i < D) v[i] = y;
+    __syncthreads();
+    /* RoPE: x[i] = a*cos - b*sin, x[i+h] = b*cos + a*sin */
+    const int h2 = D / 2;
+    float o = 0.f;
+    if (i < D) {
+        const int k = i < h2 ? i : i - h2;
+        const float c = a.cs[(size_t)pos * h2 + k], s = a.sn[(size_t)pos * h2 + k];
+        const float x0 = v[k], x1 = v[k + h2];
+        o = i < h2 ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
+                   : __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    }
+    if (kind == 0) {
+        if (i < D) a.q_out[((size_t)t * nh + slot) * D + i] = o;
+        return;
+    }
+    /* k: store, then ||k|| of the stored values */
+    float stored = o;
+    if (i < D) {
+        st_elem(a.k_pool, dst + i, a.dtype, o);
+        if (a.dtype == SFI_GPU_BF16) stored = __bfloat162float(__float2bfloat16_rn(o));
+    }
+    if (!a.key_norms) return;
+    __syncthreads();
+    if (i < D) v[i] = stored;
+    __syncthreads();
+    float nrm;
+    if (EXACT) {
+        if (i == 0) {
+            float ss = 0.f;
+            for (int j = 0; j < D; j++) ss = __fadd_rn(ss, __fmul_rn(v[j], v[j]));
+            sh[33] = __fsqrt_rn(ss);
+        }
+        __syncthreads();
+        nrm = sh[33];
+    } else {
+        nrm = sqrtf(block_sum(i < D ? v[i] * v[i] : 0.f, sh));
+    }
+    if (i == 0) a.key_norms[((size_t)row * nkv + kvh) * a.ld_norms + pos] = nrm;
+}
+
+/* ---- Qwen3-MoE ---- */
+
+/* Thread per token: sfi_softmax's order (max, exp(x - max), ascending
+ * sum, divide), top-k by repeated selection (strict >: ties to the
+ * smaller expert), normalisation in selection order, then the experts
+ * sorted ascending (the order their outputs are summed in). */
+template <bool EXACT>
+__global__ void moe_route_kernel(float *__restrict__ rl, int T, int E, int top, int norm,
+                                 int32_t *__restrict__ sel_e, float *__restrict__ sel_w) {
+    pdl_wait();
+    pdl_launch();
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    float *x = rl + (size_t)t * E, *p = x; /* in place, as sfi_softmax */
+    float m = x[0];
+    for (int e = 1; e < E; e++) m = x[e] > m ? x[e] : m;
+    float s = 0.f;
+    for (int e = 0; e < E; e++) {
+        p[e] = EXACT ? sfi_dev_expf(__fsub_rn(x[e], m)) : __expf(x[e] - m);
+        s = __fadd_rn(s, p[e]);
+    }
+    for (int e = 0; e < E; e++) p[e] = __fdiv_rn(p[e], s);
+    int sel[64];
+    float w[64];
+    for (int k = 0; k < top; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[k] = best;
+        w[k] = p[best];
+    }
+    if (norm) {
+        float z = 0.f;
+        for (int k = 0; k < top; k++) z = __fadd_rn(z, w[k]);
+        for (int k = 0; k < top; k++) w[k] = __fdiv_rn(w[k], z);
+    }
+    /* ascending expert order (insertion sort of top <= 64 entries) */
+    for (int k = 1; k < top; k++) {
+        const int e = sel[k];
+        const float we = w[k];
+        int j = k - 1;
+        while (j >= 0 && sel[j] > e) { sel[j + 1] = sel[j]; w[j + 1] = w[j]; j--; }
+        sel[j + 1] = e;
+        w[j + 1] = we;
+    }
+    for (int k = 0; k < top; k++) {
+        sel_e[(size_t)t * top + k] = sel[k];
+        sel_w[(size_t)t * top + k] = w[k];
+    }
+}
+
+/* Exact: thread per (row, pair), sequential dot. */
+__global__ void moe_gemv_exact_kernel(const float *const *__restrict__ w, const int32_t *__restrict__ sel_e,
+                                      int top, const float *__restrict__ x, int x_per_pair, int M, int N,
+                                      float *__restrict__ y) {
+    pdl_wait();
+    pdl_launch();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, p = blockIdx.y;
+    if (i >= M) return;
+    const float *W = w[sel_e[p]] + (size_t)i * N;
+    const float *xr = x + (size_t)(x_per_pair ? p : p / top) * N;
+    float a = 0.f;
+    for (int j = 0; j < N; j++) a = __fadd_rn(a, __fmul_rn(W[j], xr[j]));
+    y[(size_t)p * M + i] = a;
+}
+
+/* Fast: a warp per output row, x of the pair staged in shared memory
+ * (N <= 8192 floats), 16-byte weight loads. */
+template <typename T>
+__global__ void __launch_bounds__(256) moe_gemv_kernel(void *const *__restrict__ w, const int32_t *__restrict__ sel_e,
+                                int top, const float *__restrict__ x, int x_per_pair, int M, int N,
+                                float *__restrict__ y) {
+    pdl_wait();
+    pdl_launch();
+    extern __shared__ float xs[];
+    const int p = blockIdx.y;
+    const float *xr = x + (size_t)(x_per_pair ? p : p / top) * N;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) xs[j] = xr[j];
+    __syncthreads();
+    const T *W = (const T *)w[sel_e[p]];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    constexpr int VEC = 16 / sizeof(T);
+    for (int i = blockIdx.x * 8 + warp; i < M; i += gridDim.x * 8) {
+        const T *wr = W + (size_t)i * N;
+        float a = 0.f;
+        if (N % VEC == 0) {
+            for (int j = lane * VEC; j < N; j += 32 * VEC) {
+                const uint4 u = *reinterpret_cast<const uint4 *>(wr + j);
+                const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+                for (int k = 0; k < VEC; k++) a += (float)e[k] * xs[j + k];
+            }
+        } else {
+            for (int j = lane; j < N; j += 32) a += (float)wr[j] * xs[j];
+        }
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0) y[(size_t)p * M + i] = a;
+    }
+}
+
+__global__ void moe_combine_kernel(float *__restrict__ h, const float *__restrict__ y,
+                                   const float *__restrict__ sw, int top, int H) {
+    pdl_wait();
+    pdl_launch();
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H; i += gridDim.x * blockDim.x) {
+        float acc = 0.f;
+        for (int k = 0; k < top; k++)
+            acc = __fadd_rn(acc, __fmul_rn(y[((size_t)t * top + k) * H + i], sw[(size_t)t * top + k]));
+        h[(size_t)t * H + i] = __fadd_rn(h[(size_t)t * H + i], acc);
+    }
+}
+
+/* ---- window logits (prefill Selector input) ---- */
+
+/* Thread per position j, block row = (w, query head): the reference's
+ * dot (ascending over D, one accumulator) times the scale. */
+__global__ void window_logits_kernel(const float *__restrict__ qwin, int nw, int first, int n_ctx,
+                                     int row, int nh, int nkv, int D, const int32_t *__restrict__ bt,
+                                     int max_blocks, int page, const void *__restrict__ kp, int dtype,
+                                     float *__restrict__ out, int ld) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int w = blockIdx.y, h = blockIdx.z;
+    if (j >= n_ctx) return;
+    const int G = nh / nkv, kvh = h / G, g = h % G;
+    float *o = out + ((size_t)kvh * nw * G + (size_t)w * G + g) * ld;
+    if (j > first + w) { o[j] = -INFINITY; return; }
+    const float *q = qwin + ((size_t)w * nh + h) * D;
+    const int blk = bt[(size_t)row * max_blocks + j / page];
+    const size_t base = (((size_t)blk * nkv + kvh) * page + j % page) * D;
+    float a = 0.f;
+    for (int i = 0; i < D; i++) a = __fadd_rn(a, __fmul_rn(q[i], ld_elem(kp, base + i, dtype)));
+    const float sc = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
+    o[j] = __fmul_rn(a, sc);
+}
+
+/* ---- random fill ---- */
+
+__device__ __forceinline__ uint32_t hash32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+
+__global__ void fill_kernel(void *p, size_t n, int dtype, uint32_t seed, float scale, float offset) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = hash32((uint32_t)i ^ hash32(seed ^ (uint32_t)(i >> 32) * 0x9e3779b9u));
+        const float u = (float)(h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+        st_elem(p, i, dtype, offset + u * scale);
+    }
+}
+
+/* ---- the plan ---- */
+
+__device__ __forceinline__ bool is_trig(const sfi_gpu_plan_cfg &c, int32_t tok) {
+    return c.is_trigger && tok >= 0 && tok < c.n_vocab && c.is_trigger[tok];
+}
+
+/* One thread per request (batch <= 64, one block). The rules of
+ * sfi_trigger_next and sfi_state_candidates / sfi_state_fast_set. */
+__global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ s,
+                            sfi_gpu_step_desc *__restrict__ d, int32_t *__restrict__ hist) {
+    pdl_wait();
+    pdl_launch();
+    const int b = threadIdx.x;
+    const int step = s->step + 1;
+    if (b < c.batch) {
+        sfi_gpu_req rq = d->req[b];
+        rq.j_begin = rq.j_end = 0;
+        if (!s->active[b] || step >= c.max_new) {
+            s->active[b] = 0;
+            s->pos[b] = -1;
+            s->in_tok[b] = 0;
+            rq.flags = SFI_GPU_REQ_IDLE;
+        } else {
+            const int32_t prev = c.force ? c.force[(size_t)b * c.max_new + step - 1] : s->tok[b];
+            int why = kRNone;
+            const int dd = s->since_slow[b] + 1;
+            if (!c.sfi) {
+                why = kRAlways;
+            } else {
+                switch (c.policy) {
+                case kTrigSfi:
+                    if (is_trig(c, prev)) why = kRTrigger;
+                    else if (c.T_max >= 1 && dd >= c.T_max) why = kRTmax;
+                    break;
+                case kTrigTmax: if (c.T_max >= 1 && dd >= c.T_max) why = kRTmax; break;
+                case kTrigBoundary: if (is_trig(c, prev)) why = kRTrigger; break;
+                case kTrigInterval: if (c.interval >= 1 && dd >= c.interval) why = kRInterval; break;
+                case kTrigAlways: why = kRAlways; break;
+                default: break;
+                }
+            }
+            s->since_slow[b] = why == kRNone ? dd : 0;
+            const int ctx = s->ctx[b] + 1;
+            s->ctx[b] = ctx;
+            s->pos[b] = ctx - 1;
+            s->in_tok[b] = prev;
+            rq.ctx_len = ctx;
+            if (why != kRNone) {
+                rq.flags = 0;
+                rq.n_compact = 0;
+                rq.recent_begin = 0;
+                if (c.sfi) {
+                    /* J = [n_sink, ctx - n_recent) clipped (sfi_state_candidates) */
+                    int jb = c.n_sink < ctx ? c.n_sink : ctx, je = ctx - c.n_recent;
+                    if (je > ctx) je = ctx;
+                    if (je < jb) je = jb;
+                    rq.j_begin = jb;
+                    rq.j_end = je;
+                    s->kout[b] = je > jb ? min(c.K, je - jb) : 0;
+                }
+            } else {
+                /* fast: sink [0, a) + selected + recent [max(a, ctx - n_recent),
+                 * ctx); with no gap between sink and recent the rows are
+                 * simply 0..ctx-1, in place */
+                const int a = c.n_sink < ctx ? c.n_sink : ctx;
+                rq.flags = SFI_GPU_REQ_SPARSE;
+                if (ctx - c.n_recent > a) {
+                    rq.n_compact = c.n_sink + s->kout[b];
+                    rq.recent_begin = ctx - c.n_recent;
+                } else {
+                    rq.n_compact = 0;
+                    rq.recent_begin = 0;
+                }
+            }
+            hist[(size_t)step * c.batch + b] = (why == kRNone ? kFast : kSlow) | (why << 4);
+        }
+        d->req[b] = rq;
+    }
+    __syncthreads();
+    if (b == 0) s->step = step;
+}
+
+__global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ s,
+                                const int32_t *__restrict__ next, int32_t *__restrict__ hist) {
+    pdl_wait();
+    pdl_launch();
+    const int b = threadIdx.x;
+    if (b >= c.batch || s->pos[b] < 0) return;
+    const int32_t t = next[b];
+    s->tok[b] = t;
+    hist[(size_t)s->step * c.batch + b] = t;
+    if ((c.stop_token >= 0 && !c.force && t == c.stop_token) || s->step + 1 >= c.max_new)
+        s->active[b] = 0;
+}
+
+/* Launches k, with the programmatic-dependent-launch attribute when
+ * sfi_gpu_set_pdl(1) is in force (the engine's decode steps). */
+template <typename... P, typename... A>
+int launch_k(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = sfi_gpu_pdl() ? 1 : 0;
+    return (int)cudaLaunchKernelEx(&cfg, k, (P)args...);
+}
+
+} // namespace
+
+#include "sfi_gpu_prefill.cuh"
+
+extern "C" {
+
+int sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
+                  cudaStream_t st) {
+    if (T <= 0) return 0;
+    launch_k(embed_kernel, dim3(T), dim3(256), 0, st, tok, E, dtype, H, x);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf, void *yb,
+                    int exact, cudaStream_t st) {
+    if (T <= 0) return 0;
+    if (exact)
+        launch_k(rmsnorm_kernel<true>, dim3(T), dim3(256), 0, st, x, w, n, eps, yf, (__nv_bfloat16 *)yb);
+    else
+        launch_k(rmsnorm_kernel<false>, dim3(T), dim3(256), 0, st, x, w, n, eps, yf, (__nv_bfloat16 *)yb);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_gemv_exact(const float *W, const float *X, const float *b, float *Y, int T, int M,
+                       int N, int accumulate, cudaStream_t st) {
+    if (T <= 0) return 0;
+    launch_k(gemv_exact_kernel, dim3((M + 127) / 128, T), dim3(128), 0, st, W, X, b, Y, M, N, accumulate);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_add_bias(float *y, const float *b, int T, int M, cudaStream_t st) {
+    if (T <= 0) return 0;
+    launch_k(add_bias_kernel, dim3((M + 255) / 256, T), dim3(256), 0, st, y, b, M);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st) {
+    if (a->T <= 0) return 0;
+    if (a->head_dim > 512 || a->head_dim % 2) return (int)cudaErrorInvalidValue;
+    const int threads = a->head_dim < 32 ? 32 : (a->head_dim + 31) / 32 * 32;
+    dim3 g(a->T, a->n_heads + 2 * a->n_kv);
+    if (exact)
+        launch_k(qkv_post_kernel<true>, dim3(g), dim3(threads), 0, st, *a);
+    else
+        launch_k(qkv_post_kernel<false>, dim3(g), dim3(threads), 0, st, *a);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_silu_mul(const float *gu, int T, int I, int tiled, void *act, int adtype, int exact,
+                     cudaStream_t st) {
+    if (T <= 0) return 0;
+    dim3 g((I + 255) / 256 < 1024 ? (I + 255) / 256 : 1024, T);
+    if (exact)
+        launch_k(silu_mul_kernel<true>, g, dim3(256), 0, st, gu, I, tiled, adtype, act);
+    else
+        launch_k(silu_mul_kernel<false>, g, dim3(256), 0, st, gu, I, tiled, adtype, act);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st) {
+    if (!n) return 0;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    launch_k(to_bf16_kernel, dim3((unsigned)blocks), dim3(256), 0, st, x, n, (__nv_bfloat16 *)y);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
+                   unsigned long long *slots, cudaStream_t st) {
+    if (T <= 0) return 0;
+    if (T > 1024) return (int)cudaErrorInvalidValue;
+    int bx = (V + 4095) / 4096;
+    if (bx > 64) bx = 64;
+    launch_k(argmax_kernel, dim3(bx, T), dim3(256), 0, st, logits, V, active, slots);
+    launch_k(argmax_decode_kernel, dim3(1), dim3(((T + 31) / 32) * 32), 0, st, slots, T, active, out);
+    return (int)cudaGetLastError();
+}
+
+static float *g_gemm_part;
+static int *g_gemm_counters;
+static size_t g_gemm_part_floats;
+static int g_gemm_max_tiles;
+
+void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max_tiles) {
+    g_gemm_part = part;
+    g_gemm_part_floats = part_floats;
+    g_gemm_counters = counters;
+    g_gemm_max_tiles = max_tiles;
+}
+
+int sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
+                        cudaStream_t st) {
+    if (T <= 0) return 0;
+    if (T > 64 || N % 32 || (epi == kEpiSwiGLU && M % 16)) return (int)cudaErrorInvalidValue;
+    const int tiles = (M + 15) / 16, nkb = N / 32;
+    /* Split-K over gridDim.y (partials + the last CTA of a row tile
+     * adding them in order) is supported by the kernel, but measured on
+     * the H100 it made the 0.6B and 4B decode steps slower (the extra
+     * partial traffic and fences cost more than the idle SMs of the
+     * 64-160-tile products), so every product runs unsplit unless
+     * SFI_GPU_SPLITK=1 asks for the split (experiments). */
+    int ks = 1;
+    static int split = -1;
+    if (split < 0) {
+        const char *v = getenv("SFI_GPU_SPLITK");
+        split = v && *v == '1';
+    }
+    while (split && tiles * ks < 264 && nkb / (ks * 2) >= 8 && ks < 8) ks *= 2;
+    if (ks > 1 && (!g_gemm_part || tiles > g_gemm_max_tiles ||
+                   (size_t)ks * 64 * M > g_gemm_part_floats))
+        ks = 1;
+    dim3 g(tiles, ks);
+    const __nv_bfloat16 *w = (const __nv_bfloat16 *)W, *x = (const __nv_bfloat16 *)X;
+    float *p = g_gemm_part;
+    int *c = g_gemm_counters;
+    if (T <= 8) return launch_k(skinny_gemm_kernel<1>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
+    if (T <= 16) return launch_k(skinny_gemm_kernel<2>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
+    if (T <= 32) return launch_k(skinny_gemm_kernel<4>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
+    return launch_k(skinny_gemm_kernel<8>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
+}
+
+int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e,
+                      float *sel_w, int exact, cudaStream_t st) {
+    if (T <= 0) return 0;
+    if (top > 64 || top < 1 || top > E) return (int)cudaErrorInvalidValue;
+    if (exact)
+        launch_k(moe_route_kernel<true>, dim3((T + 63) / 64), dim3(64), 0, st, rl, T, E, top, norm, sel_e, sel_w);
+    else
+        launch_k(moe_route_kernel<false>, dim3((T + 63) / 64), dim3(64), 0, st, rl, T, E, top, norm, sel_e, sel_w);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int top,
+                     const float *x, int x_per_pair, int M, int N, float *y, int exact,
+                     cudaStream_t st) {
+    if (T <= 0) return 0;
+    const int pairs = T * top;
+    if (exact) {
+        if (dtype != SFI_GPU_F32) return (int)cudaErrorInvalidValue;
+        launch_k(moe_gemv_exact_kernel, dim3((M + 127) / 128, pairs), dim3(128), 0, st, (const float *const *)w, sel_e, top, x, x_per_pair, M, N, y);
+        return (int)cudaGetLastError();
+    }
+    if (N > 12288) return (int)cudaErrorInvalidValue;
+    const size_t smem = (size_t)N * sizeof(float);
+    int gx = (M + 7) / 8;
+    if (gx > 64) gx = 64;
+    if (dtype == SFI_GPU_BF16) {
+        if (smem > 48 * 1024)
+            cudaFuncSetAttribute(moe_gemv_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        launch_k(moe_gemv_kernel<__nv_bfloat16>, dim3(gx, pairs), dim3(256), smem, st, w, sel_e, top, x, x_per_pair, M, N, y);
+    } else {
+        if (smem > 48 * 1024)
+            cudaFuncSetAttribute(moe_gemv_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        launch_k(moe_gemv_kernel<float>, dim3(gx, pairs), dim3(256), smem, st, w, sel_e, top, x, x_per_pair, M, N, y);
+    }
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int top, int H,
+                        int exact, cudaStream_t st) {
+    (void)exact; /* one formula: the reference's order, which costs nothing here */
+    if (T <= 0) return 0;
+    launch_k(moe_combine_kernel, dim3((H + 255) / 256, T), dim3(256), 0, st, h, y, sel_w, top, H);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row, int n_heads,
+                          int n_kv, int head_dim, const int32_t *block_table, int max_blocks,
+                          int page, const void *k_pool, int dtype, float *out, int ld,
+                          cudaStream_t st) {
+    if (nw <= 0 || n_ctx <= 0) return 0;
+    dim3 g((n_ctx + 255) / 256, nw, n_heads);
+    window_logits_kernel<<<g, 256, 0, st>>>(qwin, nw, first, n_ctx, row, n_heads, n_kv, head_dim,
+                                            block_table, max_blocks, page, k_pool, dtype, out, ld);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale, float offset,
+                         cudaStream_t st) {
+    if (!n) return 0;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 8192) blocks = 8192;
+    fill_kernel<<<(unsigned)blocks, 256, 0, st>>>(p, n, dtype, seed, scale, offset);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
+                      int32_t *hist_kind, cudaStream_t st_) {
+    if (cfg->batch < 1 || cfg->batch > SFI_GPU_MAX_BATCH) return (int)cudaErrorInvalidValue;
+    launch_k(plan_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, d, hist_kind);
+    return (int)cudaGetLastError();
+}
+
+int sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, const int32_t *next,
+                     int32_t *hist_tok, cudaStream_t st_) {
+    launch_k(end_step_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, next, hist_tok);
+    return (int)cudaGetLastError();
+}
+
+} // extern "C"

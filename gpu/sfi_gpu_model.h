@@ -1,0 +1,197 @@
+/* The Qwen3 forward pass on the GPU, as kernels the engine
+ * (sfi_gpu_engine.h) strings together: embedding, RMSNorm, the bit-exact
+ * matrix-vector product, q/k norm + RoPE + paged KV append, SwiGLU,
+ * Qwen3-MoE routing and experts, greedy argmax, causal prefill attention,
+ * the Selector's prefill window logits and the per-step plan (trigger
+ * decisions and the step descriptor, made on the device).
+ *
+ * exact = 1 selects the bit-exact f32 variants: every sum is one
+ * sequential loop in the reference's order (ref/sfi_qwen3.c's header
+ * says which), every float operation an explicit round-to-nearest
+ * intrinsic, exp through sfi_dev_expf: the bits equal sfi-ref's scalar
+ * backend. Dense GEMMs of the fast path are cuBLAS calls made by the
+ * engine, not here.
+ *
+ * Every function launches on the stream it is given, allocates nothing
+ * and returns a cudaError_t value (0 = success). */
+#ifndef SFI_GPU_MODEL_H
+#define SFI_GPU_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#include "sfi_gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* x[t][0..H) = float(E[tok[t]][0..H)), E of dtype [V][H]. */
+int sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
+                  cudaStream_t st);
+
+/* RMSNorm of T rows of n: y = w * (x * (1 / sqrt(mean(x^2) + eps))).
+ * yf (f32) and yb (bf16) may each be NULL. */
+int sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf,
+                    void *yb, int exact, cudaStream_t st);
+
+/* Bit-exact Y[t][i] (= or +=) (sum_j W[i][j] X[t][j] ascending) + b[i];
+ * accumulate: Y[t][i] = Y[t][i] + that (the reference's h += tmp). */
+int sfi_gpu_gemv_exact(const float *W, const float *X, const float *b, float *Y, int T, int M,
+                       int N, int accumulate, cudaStream_t st);
+
+/* y[t][i] += b[i] */
+int sfi_gpu_add_bias(float *y, const float *b, int T, int M, cudaStream_t st);
+
+/* After the QKV product: per token t, qkv[t] = [q heads | k heads | v
+ * heads] (f32). Adds the biases (may be NULL), RMSNorms each q and k head
+ * (q_norm, k_norm), rotates them (RoPE tables cs/sn [pos][D/2]), writes q
+ * to q_out [T][n_heads][D] and appends k and v at position pos into the
+ * paged pools of dtype (row rq of the block table), with ||k|| into
+ * key_norms[rq][kvh][pos] (stride ld_norms; may be NULL). Position and
+ * row of token t: pos_arr[t] / row_arr[t] when given, else pos0 + t /
+ * row0 (row0 < 0: row t). A negative position skips the token (a
+ * finished request). */
+typedef struct {
+    const float *qkv;
+    const float *bq, *bk, *bv;
+    const float *q_norm, *k_norm;
+    const float *cs, *sn;
+    const int32_t *pos_arr, *row_arr;
+    int pos0, row0;
+    int T, n_heads, n_kv, head_dim;
+    float eps;
+    const int32_t *block_table;
+    int max_blocks, page;
+    void *k_pool, *v_pool;
+    int dtype;
+    float *key_norms;
+    int ld_norms;
+    float *q_out;
+} sfi_gpu_qkv_args;
+int sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st);
+
+/* act[t][i] = silu(gate) * up from the fused product gu [T][2I]: the gate
+ * rows first, then the up rows, or (tiled) in the gate/up tiles of
+ * sfi_gpu_gemm_skinny's SwiGLU form; act is f32 or bf16 (adtype). */
+int sfi_gpu_silu_mul(const float *gu, int T, int I, int tiled, void *act, int adtype, int exact,
+                     cudaStream_t st);
+
+/* bf16 copy of n floats. */
+int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st);
+
+/* out[t] = argmax of logits[t][0..V), ties to the smaller id. When
+ * active is given, rows whose active[t] is 0 are left alone. slots: T
+ * zeroed 64-bit words of scratch (left zeroed again). */
+int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
+                   unsigned long long *slots, cudaStream_t st);
+
+/* Decode GEMM on tensor cores over W bf16 [M][N] and X bf16 [T][N] (T <=
+ * 64, N a multiple of 32), in a fixed summation order. epi 0: Y f32
+ * [T][M] = X W^T; 1: Y += X W^T; 2 (SwiGLU): W's rows are gate/up tiles
+ * (rows 16j..16j+7 the gate rows 8j..8j+7, rows 16j+8..16j+15 the same up
+ * rows) and Y is bf16 act [T][M/2] = silu(gate) * up. */
+#define SFI_GPU_EPI_STORE 0
+#define SFI_GPU_EPI_ACCUMULATE 1
+#define SFI_GPU_EPI_SWIGLU 2
+int sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
+                        cudaStream_t st);
+/* Split-K scratch of sfi_gpu_gemm_skinny (device): part_floats floats of
+ * partial sums (64 * M per split) and max_tiles zeroed counters (M / 16
+ * row tiles); without it every product runs unsplit. Not thread-safe. */
+void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max_tiles);
+
+/* Qwen3-MoE routing of T tokens from router logits rl[t][E] (turned into
+ * probabilities in place): softmax,
+ * the top `top` experts by probability (ties to the smaller expert),
+ * weights divided by their sum when norm; writes sel_e[t][k] in
+ * ascending expert order and sel_w[t][k] their weights. */
+int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e,
+                      float *sel_w, int exact, cudaStream_t st);
+
+/* Expert products for the T*top (token, expert) pairs: y[p][0..M) =
+ * W_e[M][N] x[t] with e = sel_e[p], t = p / top, W_e = w[e] (an array of
+ * E device pointers of dtype). x is f32 [T][N] (x_stride floats per
+ * token) or, for the down projection, per pair (x_per_pair: [T*top][N]). */
+int sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int top,
+                     const float *x, int x_per_pair, int M, int N, float *y, int exact,
+                     cudaStream_t st);
+
+/* h[t][i] = h[t][i] + (sum over k ascending of y[t*top+k][i] * w[t][k]),
+ * the sum from 0 (the reference's acc). */
+int sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int top, int H,
+                        int exact, cudaStream_t st);
+
+/* Causal attention of a prefill chunk: queries q [T][n_heads][D] (f32) at
+ * positions pos0..pos0+T-1 of request row `row`, over keys 0..pos of each
+ * in the paged pools (already appended); out [T][n_heads][D] f32. bf16
+ * pools with D 64 or 128 use tensor cores (mma.sync); other shapes return
+ * cudaErrorNotSupported (the engine then uses the decode kernels). */
+int sfi_gpu_prefill_attn(const float *q, int T, int pos0, int row, int n_heads, int n_kv,
+                         int head_dim, const int32_t *block_table, int max_blocks, int page,
+                         const void *k_pool, const void *v_pool, int dtype, float *out,
+                         cudaStream_t st);
+
+/* Window logits for the Selector at prefill (method.md section 4, W > 1):
+ * for the nw queries qwin [nw][n_heads][D] (f32, roped) at positions
+ * first..first+nw-1 of request row `row`, the scaled logits over
+ * positions 0..n_ctx-1 (-inf past a query's own position), written as
+ * rows (kvh * nw * G + w * G + g) * ld of out: the reference's window
+ * order. Sums as the reference's (sequential over D, then * scale). */
+int sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row,
+                          int n_heads, int n_kv, int head_dim, const int32_t *block_table,
+                          int max_blocks, int page, const void *k_pool, int dtype, float *out,
+                          int ld, cudaStream_t st);
+
+/* Random weights: p[i] = offset + uniform[-scale, scale) from a counter
+ * hash of (seed, i). */
+int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale,
+                         float offset, cudaStream_t st);
+
+/* ---- the per-step plan (trigger decisions on the device) ---- */
+
+/* Trigger policies, as sfi_trigger_kind (ref/sfi_state.h). */
+typedef struct {
+    int batch;
+    int sfi;              /* 1: SFI mode; 0: dense (every step slow, ALWAYS) */
+    int policy;           /* sfi_trigger_kind value */
+    int T_max, interval;
+    int n_sink, n_recent, K;
+    int max_new;          /* steps per request (step 0 is the prefill's) */
+    int32_t stop_token;   /* -1: none */
+    const uint8_t *is_trigger; /* device [n_vocab] 0/1, may be NULL */
+    int32_t n_vocab;
+    const int32_t *force; /* device [batch][max_new] teacher-forced inputs, or NULL */
+} sfi_gpu_plan_cfg;
+
+/* Device state the plan kernel and the end-of-step kernel keep. */
+typedef struct {
+    int32_t step;             /* the step being run (1 = first decode step) */
+    int32_t pad;
+    int32_t ctx[SFI_GPU_MAX_BATCH];        /* cached positions, current token's included */
+    int32_t since_slow[SFI_GPU_MAX_BATCH];
+    int32_t active[SFI_GPU_MAX_BATCH];
+    int32_t kout[SFI_GPU_MAX_BATCH];       /* |selected| at the last slow step */
+    int32_t tok[SFI_GPU_MAX_BATCH];        /* x_{t-1}: the last generated token */
+    int32_t in_tok[SFI_GPU_MAX_BATCH];     /* this step's input */
+    int32_t pos[SFI_GPU_MAX_BATCH];        /* this step's position, -1: idle */
+} sfi_gpu_run_state;
+
+/* Start of a step: advances st->step, decides each active request's kind
+ * (step 0 is the prefill's), sets its input token and position and the
+ * descriptor d->req[b] (ctx_len, recent window, compact rows, J for the
+ * Selector when slow, flags), and records kind | reason << 4 into
+ * hist_kind[step][b]. */
+int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st,
+                      sfi_gpu_step_desc *d, int32_t *hist_kind, cudaStream_t st_);
+
+/* End of a step: tok[b] = next[b] for active requests, hist_tok[step][b]
+ * = it; a request stops after max_new steps or its stop token. */
+int sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, const int32_t *next,
+                     int32_t *hist_tok, cudaStream_t st_);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
