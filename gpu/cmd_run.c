@@ -321,45 +321,6 @@ static int file_exists(const char *dir, const char *name)
     return stat(p, &sb) == 0;
 }
 
-/* The text as valid UTF-8 (a random-weight model emits byte-level tokens
- * that need not join into characters): invalid bytes become U+FFFD. */
-static char *utf8_clean(const char *s, size_t n, size_t *out_n)
-{
-    char *o = malloc(3 * n + 1);
-    size_t k = 0;
-    if (!o)
-        return NULL;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        int ok = len > 0 && i + len <= n && c != 0;
-        for (int j = 1; ok && j < len; j++)
-            ok = ((unsigned char)s[i + j] >> 6) == 2;
-        if (ok && len == 2 && c < 0xc2)
-            ok = 0; /* overlong */
-        if (ok && len >= 3) {
-            uint32_t cp = len == 3 ? ((c & 15u) << 12) | (((unsigned char)s[i + 1] & 63u) << 6) |
-                                         ((unsigned char)s[i + 2] & 63u)
-                                   : ((c & 7u) << 18) | (((unsigned char)s[i + 1] & 63u) << 12) |
-                                         (((unsigned char)s[i + 2] & 63u) << 6) |
-                                         ((unsigned char)s[i + 3] & 63u);
-            ok = (len == 3 ? cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff) : cp >= 0x10000 && cp <= 0x10ffff);
-        }
-        if (ok) {
-            memcpy(o + k, s + i, (size_t)len);
-            k += (size_t)len;
-            i += (size_t)len;
-        } else {
-            memcpy(o + k, "\xef\xbf\xbd", 3);
-            k += 3;
-            i++;
-        }
-    }
-    o[k] = 0;
-    *out_n = k;
-    return o;
-}
-
 /* ---- bench: bytes and times ---- */
 
 static int cmp_float(const void *a, const void *b)
@@ -976,7 +937,7 @@ int sfi_gpu_cmd_run(int argc, char **argv)
             }
             json_object_set_new(j, "generated_ids", g);
             size_t cl = 0;
-            char *clean = text ? utf8_clean(text, text_len, &cl) : NULL;
+            char *clean = text ? sfi_utf8_clean(text, text_len, &cl) : NULL;
             if (clean)
                 json_object_set_new(j, "text", json_stringn(clean, cl));
             free(clean);
