@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "sfi_replay.h"
+#include "sfi_rng.h"
 #include "sfi_serve.h"
 
 static sfi_model_config m06, m4b;
@@ -303,7 +304,7 @@ START_TEST(invariants_of_random_workloads)
             if (rq[i].prompt > 20000)
                 rq[i].prompt = 20000;
             rq[i].gen = sfi_len_dist_draw(&gd, &rng, i, NULL, 0);
-            t += -log(1 - sfi_serve_uniform(&rng)) / 50.0;
+            t += -log(1 - sfi_rng_uniform(&rng)) / 50.0;
             rq[i].arrival = trial % 2 ? t : 0;
         }
         for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
