@@ -85,7 +85,7 @@ START_TEST(files_are_capped_and_missing_files_named)
     ck_assert_int_eq(sfi_test_write_file(path, junk, big), 0);
     free(junk);
     ck_assert_int_eq(sfi_gpu_load(path, &g, &e), SFI_ERANGE);
-    ck_assert_ptr_nonnull(strstr(e.msg, "larger than"));
+    ck_assert_ptr_nonnull(strstr(e.msg, "is too large for a GPU description"));
     snprintf(path, sizeof path, "%s/none.json", dir);
     ck_assert_int_eq(sfi_gpu_load(path, &g, &e), SFI_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(e.msg, "none.json"));
