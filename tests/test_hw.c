@@ -232,9 +232,5 @@ int main(void)
     tcase_add_test(tc, profile_parse_partial_measurements_and_errors);
     tcase_add_test(tc, step_measurements_load_and_are_checked);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

@@ -12,6 +12,7 @@
 #include "sfi_replay.h"
 #include "sfi_rng.h"
 #include "sfi_serve.h"
+#include "sfi_test_util.h"
 
 static sfi_model_config m06, m4b;
 
@@ -452,9 +453,5 @@ int main(void)
     tcase_add_test(tc, errors_name_the_problem);
     tcase_add_test(tc, length_distributions);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }
