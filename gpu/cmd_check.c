@@ -102,26 +102,12 @@ static void *dmalloc(size_t n)
     return p;
 }
 
+/* The method's defaults with the case's K. */
 static void set_params(sfi_params *p, int K)
 {
-    memset(p, 0, sizeof *p);
+    sfi_params_default(p);
     p->n_sink = N_SINK;
-    p->n_recent = 256;
     p->K = K;
-    p->T_max = 64;
-    p->W_decode = 1;
-    p->W_prefill = 16;
-    p->alpha = 0.5f;
-    p->gamma = 1.0f;
-    p->beta = 1.0f;
-    p->p = 2.0f;
-    p->eta = 0.5f;
-    p->lambda_clip = 0.02f;
-    p->nms_radius = 2;
-    p->alpha_soft = 0.5f;
-    p->T = 1.0f;
-    p->alpha_cross = 0.35f;
-    p->eps = 1e-8f;
 }
 
 /* Worst violation of |g - r| <= atol + rtol*|r| as a ratio (<= 1 passes). */
