@@ -242,9 +242,14 @@ static sfi_status wsql(sfi_trace_writer *w, sfi_error *err, const char *what)
 
 static sfi_status wexec(sfi_trace_writer *w, const char *sql, sfi_error *err)
 {
-    if (sqlite3_exec(w->db, sql, NULL, NULL, NULL) != SQLITE_OK)
-        return wsql(w, err, sql);
-    return SFI_OK;
+    if (sqlite3_exec(w->db, sql, NULL, NULL, NULL) == SQLITE_OK)
+        return SFI_OK;
+    /* Name the statement briefly: the schema is a screenful of SQL. */
+    char what[48];
+    size_t n = strcspn(sql, ";(");
+    snprintf(what, sizeof what, "%.*s%s", (int)(n < 40 ? n : 40), sql,
+             sql[n] || n > 40 ? " ..." : "");
+    return wsql(w, err, what);
 }
 
 static sfi_status put_meta(sfi_trace_writer *w, const char *key, const char *value, sfi_error *err)
