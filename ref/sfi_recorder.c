@@ -407,6 +407,11 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
         snprintf(tokid, sizeof tokid, "%.200s; vocab.json %s; merges.txt %s", tdir, hv, hm);
     else
         snprintf(tokid, sizeof tokid, "model directory; vocab.json %s; merges.txt %s", hv, hm);
+    /* Meta text holds no control characters and only UTF-8 (sfi-trace(5));
+     * a directory name may hold anything: '?' stands for such bytes. */
+    for (unsigned char *u = (unsigned char *)tokid; *u; u++)
+        if (*u < 0x20 || *u >= 0x7f)
+            *u = '?';
     char *pjson = sfi_params_to_json(&dopts->params);
     sfi_trace_meta m;
     sfi_trace_meta_init(&m);
