@@ -236,6 +236,14 @@ struct sfi_recorder {
 static void sha256_hex(const char *path, char *out, size_t n)
 {
     snprintf(out, n, "(absent)");
+    /* Only a regular file is hashed: opening a FIFO would wait forever. */
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return;
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(out, n, "(not a regular file)");
+        return;
+    }
     FILE *f = fopen(path, "rb");
     if (!f)
         return;
