@@ -336,37 +336,80 @@ static void report(int ci, const char *what, int ok, const char *fmt, ...)
     putchar('\n');
 }
 
-static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
-{
-    const int B = c->batch, HK = c->n_kv, G = c->G, H = HK * G, D = c->D, P = c->page;
-    const int bf = c->dtype == SFI_GPU_BF16, esz = bf ? 2 : 4;
-    const int fail0 = g_fail;
-    g_rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)ci * 0x632be59bd9b4e019ull + 1;
-    printf("case %d: batch %d, %d kv x %d q heads, D %d, context %d, page %d, K %d, recent %d, %s\n",
-           ci, B, HK, H, D, c->ctx, P, c->K, c->n_recent, bf ? "bf16" : "f32");
+/* One kernel case: its shape, the host data in the reference layout, the
+ * paged device copy, the reference's (and the float64 oracle's) results
+ * and the buffers the checks share. Phases fill it in order; the random
+ * stream (urand) is drawn in that order too, so a seed gives the same
+ * inputs. */
+typedef struct {
+    const tcase *c;
+    int ci, B, HK, G, H, D, P, bf, esz, maxctx, maxJ, max_nb;
+    int ctx[SFI_GPU_MAX_BATCH], kout[SFI_GPU_MAX_BATCH];
+    size_t row; /* floats per position: HK * D */
+    /* host inputs */
+    float **k, **v, *q;
+    int32_t *bt, *perm;
+    unsigned char *hk, *hv;
+    /* device inputs */
+    void *d_k, *d_v;
+    int32_t *d_bt;
+    float *d_q;
+    sfi_gpu_step_desc h, *d_desc;
+    sfi_gpu_attn_ws aws;
+    void *aws_mem;
+    /* reference results; x_*: the float64 oracle's */
+    sfi_params prm;
+    float *r_out, *r_lg, *norms, *r_lam, *r_s, *r_z, *r_sp;
+    int32_t *r_sel;
+    double *x_out, *x_sp, *x_s, *x_lam, *x_z;
+    /* device results and their host copies */
+    float *d_out, *d_lg, *g_out, *g_lg, *d_rlg, *d_norm, *d_s, *g_s, *g_lam;
+    int32_t *d_sel, *g_sel, *d_cpos, *g_cpos, *idx_mem;
+    sfi_gpu_sel_ws sws;
+    void *sws_mem, *d_ck, *d_cv;
+} kcase;
 
-    int ctx[SFI_GPU_MAX_BATCH], maxctx = 0, maxJ = 0, max_nb = 0;
-    for (int b = 0; b < B; b++) {
-        ctx[b] = c->ctx - b * 13;
-        if (ctx[b] > maxctx)
-            maxctx = ctx[b];
-        int nJ = ctx[b] - N_SINK - c->n_recent;
-        if (nJ > maxJ)
-            maxJ = nJ;
-        int nb = (ctx[b] + P - 1) / P;
-        if (nb > max_nb)
-            max_nb = nb;
+/* Context lengths (each request 13 shorter than the one before) and the
+ * sizes that follow from them. */
+static void case_geometry(kcase *s)
+{
+    const tcase *c = s->c;
+    s->B = c->batch;
+    s->HK = c->n_kv;
+    s->G = c->G;
+    s->H = s->HK * s->G;
+    s->D = c->D;
+    s->P = c->page;
+    s->bf = c->dtype == SFI_GPU_BF16;
+    s->esz = s->bf ? 2 : 4;
+    s->row = (size_t)s->HK * s->D;
+    for (int b = 0; b < s->B; b++) {
+        s->ctx[b] = c->ctx - b * 13;
+        if (s->ctx[b] > s->maxctx)
+            s->maxctx = s->ctx[b];
+        int nJ = s->ctx[b] - N_SINK - c->n_recent;
+        if (nJ > s->maxJ)
+            s->maxJ = nJ;
+        int nb = (s->ctx[b] + s->P - 1) / s->P;
+        if (nb > s->max_nb)
+            s->max_nb = nb;
     }
-    /* host data, reference layout */
-    const size_t row = (size_t)HK * D;
-    float **k = xmalloc(B * sizeof *k), **v = xmalloc(B * sizeof *v);
-    float *q = xmalloc((size_t)B * H * D * 4);
+}
+
+/* Host data, reference layout: K and V uniform in [-1, 1) (a few keys 4x
+ * larger, so that the key-norm prior and the logits vary; bf16 cases
+ * rounded once), queries in [-4, 4). */
+static void make_host_data(kcase *s)
+{
+    const int B = s->B, H = s->H, D = s->D, bf = s->bf;
+    const size_t row = s->row;
+    float **k = s->k = xmalloc(B * sizeof *k), **v = s->v = xmalloc(B * sizeof *v);
+    float *q = s->q = xmalloc((size_t)B * H * D * 4);
     for (int b = 0; b < B; b++) {
-        k[b] = xmalloc((size_t)ctx[b] * row * 4);
-        v[b] = xmalloc((size_t)ctx[b] * row * 4);
-        for (size_t i = 0; i < (size_t)ctx[b] * row; i++) {
+        k[b] = xmalloc((size_t)s->ctx[b] * row * 4);
+        v[b] = xmalloc((size_t)s->ctx[b] * row * 4);
+        for (size_t i = 0; i < (size_t)s->ctx[b] * row; i++) {
             float a = urand(), e = urand();
-            /* a few large keys so the key-norm prior and the logits vary */
             if ((i / D) % 97 == 5)
                 a *= 4.0f;
             k[b][i] = bf ? from_bf16(to_bf16(a)) : a;
@@ -375,13 +418,41 @@ static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
     }
     for (size_t i = 0; i < (size_t)B * H * D; i++)
         q[i] = 4.0f * urand();
+}
 
-    /* paged device cache: shuffled blocks, unused rows NaN */
+/* Writes request b's K and V into the host pool's blocks (s->bt). */
+static void fill_pool(kcase *s, int b)
+{
+    const int HK = s->HK, P = s->P, D = s->D, max_nb = s->max_nb;
+    const size_t row = s->row;
+    for (int p = 0; p < s->ctx[b]; p++)
+        for (int h = 0; h < HK; h++) {
+            size_t dst = (((size_t)s->bt[(size_t)b * max_nb + p / P] * HK + h) * P + p % P) * D;
+            for (int x = 0; x < D; x++) {
+                float kv = s->k[b][(size_t)p * row + (size_t)h * D + x];
+                float vv = s->v[b][(size_t)p * row + (size_t)h * D + x];
+                if (s->bf) {
+                    uint16_t a = to_bf16(kv), e = to_bf16(vv);
+                    memcpy(s->hk + (dst + x) * 2, &a, 2);
+                    memcpy(s->hv + (dst + x) * 2, &e, 2);
+                } else {
+                    memcpy(s->hk + (dst + x) * 4, &kv, 4);
+                    memcpy(s->hv + (dst + x) * 4, &vv, 4);
+                }
+            }
+        }
+}
+
+/* Paged device cache: shuffled blocks, unused rows NaN (a kernel reading
+ * past a request's end poisons its output); the queries. */
+static void make_paged_cache(kcase *s)
+{
+    const int B = s->B, H = s->H, D = s->D, esz = s->esz, max_nb = s->max_nb;
     int total_blocks = 0, nbk[SFI_GPU_MAX_BATCH];
     for (int b = 0; b < B; b++)
-        total_blocks += nbk[b] = (ctx[b] + P - 1) / P;
-    int32_t *bt = xmalloc((size_t)B * max_nb * 4);
-    int32_t *perm = xmalloc((size_t)total_blocks * 4);
+        total_blocks += nbk[b] = (s->ctx[b] + s->P - 1) / s->P;
+    s->bt = xmalloc((size_t)B * max_nb * 4);
+    int32_t *perm = s->perm = xmalloc((size_t)total_blocks * 4);
     for (int i = 0; i < total_blocks; i++)
         perm[i] = i;
     for (int i = total_blocks - 1; i > 0; i--) {
@@ -392,392 +463,490 @@ static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
         perm[i] = perm[j];
         perm[j] = x;
     }
-    const size_t blk_elems = (size_t)HK * P * D, pool_elems = (size_t)total_blocks * blk_elems;
-    unsigned char *hk = xmalloc(pool_elems * esz), *hv = xmalloc(pool_elems * esz);
-    memset(hk, 0xff, pool_elems * esz); /* NaN in both f32 and bf16 */
-    memset(hv, 0xff, pool_elems * esz);
+    const size_t blk_elems = (size_t)s->HK * s->P * D, pool_elems = (size_t)total_blocks * blk_elems;
+    s->hk = xmalloc(pool_elems * esz);
+    s->hv = xmalloc(pool_elems * esz);
+    memset(s->hk, 0xff, pool_elems * esz); /* NaN in both f32 and bf16 */
+    memset(s->hv, 0xff, pool_elems * esz);
     for (int b = 0, nxt = 0; b < B; b++) {
         for (int i = 0; i < nbk[b]; i++)
-            bt[(size_t)b * max_nb + i] = perm[nxt++];
-        for (int p = 0; p < ctx[b]; p++)
-            for (int h = 0; h < HK; h++) {
-                size_t dst = (((size_t)bt[(size_t)b * max_nb + p / P] * HK + h) * P + p % P) * D;
-                for (int x = 0; x < D; x++) {
-                    float kv = k[b][(size_t)p * row + (size_t)h * D + x];
-                    float vv = v[b][(size_t)p * row + (size_t)h * D + x];
-                    if (bf) {
-                        uint16_t a = to_bf16(kv), e = to_bf16(vv);
-                        memcpy(hk + (dst + x) * 2, &a, 2);
-                        memcpy(hv + (dst + x) * 2, &e, 2);
-                    } else {
-                        memcpy(hk + (dst + x) * 4, &kv, 4);
-                        memcpy(hv + (dst + x) * 4, &vv, 4);
-                    }
-                }
-            }
+            s->bt[(size_t)b * max_nb + i] = perm[nxt++];
+        fill_pool(s, b);
     }
-    void *d_k = dmalloc(pool_elems * esz), *d_v = dmalloc(pool_elems * esz);
-    CK(cudaMemcpy(d_k, hk, pool_elems * esz, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_v, hv, pool_elems * esz, cudaMemcpyHostToDevice));
-    int32_t *d_bt = dmalloc((size_t)B * max_nb * 4);
-    CK(cudaMemcpy(d_bt, bt, (size_t)B * max_nb * 4, cudaMemcpyHostToDevice));
-    float *d_q = dmalloc((size_t)B * H * D * 4);
-    CK(cudaMemcpy(d_q, q, (size_t)B * H * D * 4, cudaMemcpyHostToDevice));
+    s->d_k = dmalloc(pool_elems * esz);
+    s->d_v = dmalloc(pool_elems * esz);
+    CK(cudaMemcpy(s->d_k, s->hk, pool_elems * esz, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s->d_v, s->hv, pool_elems * esz, cudaMemcpyHostToDevice));
+    s->d_bt = dmalloc((size_t)B * max_nb * 4);
+    CK(cudaMemcpy(s->d_bt, s->bt, (size_t)B * max_nb * 4, cudaMemcpyHostToDevice));
+    s->d_q = dmalloc((size_t)B * H * D * 4);
+    CK(cudaMemcpy(s->d_q, s->q, (size_t)B * H * D * 4, cudaMemcpyHostToDevice));
+}
 
-    sfi_gpu_step_desc h;
-    memset(&h, 0, sizeof h);
-    h.batch = B;
-    h.n_heads = H;
-    h.n_kv = HK;
-    h.head_dim = D;
-    h.page = P;
-    h.max_blocks = max_nb;
-    h.ld_logits = maxctx;
-    h.compact_cap = N_SINK + c->K;
-    h.n_sink = N_SINK;
-    h.K = c->K;
-    h.max_ctx = maxctx;
-    h.max_J = maxJ;
-    h.block_table = d_bt;
-    int kout[SFI_GPU_MAX_BATCH];
-    for (int b = 0; b < B; b++) {
-        h.req[b].ctx_len = ctx[b];
-        h.req[b].recent_begin = ctx[b] - c->n_recent;
-        h.req[b].j_begin = N_SINK;
-        h.req[b].j_end = ctx[b] - c->n_recent;
-        int nJ = h.req[b].j_end - h.req[b].j_begin;
-        kout[b] = c->K < nJ ? c->K : nJ;
-        h.req[b].n_compact = N_SINK + kout[b];
+/* The step descriptor (K capped at each request's |J|: kout) on host and
+ * device, and the attention workspace. */
+static void make_step_desc(kcase *s)
+{
+    const tcase *c = s->c;
+    sfi_gpu_step_desc *h = &s->h;
+    memset(h, 0, sizeof *h);
+    h->batch = s->B;
+    h->n_heads = s->H;
+    h->n_kv = s->HK;
+    h->head_dim = s->D;
+    h->page = s->P;
+    h->max_blocks = s->max_nb;
+    h->ld_logits = s->maxctx;
+    h->compact_cap = N_SINK + c->K;
+    h->n_sink = N_SINK;
+    h->K = c->K;
+    h->max_ctx = s->maxctx;
+    h->max_J = s->maxJ;
+    h->block_table = s->d_bt;
+    for (int b = 0; b < s->B; b++) {
+        h->req[b].ctx_len = s->ctx[b];
+        h->req[b].recent_begin = s->ctx[b] - c->n_recent;
+        h->req[b].j_begin = N_SINK;
+        h->req[b].j_end = s->ctx[b] - c->n_recent;
+        int nJ = h->req[b].j_end - h->req[b].j_begin;
+        s->kout[b] = c->K < nJ ? c->K : nJ;
+        h->req[b].n_compact = N_SINK + s->kout[b];
     }
-    sfi_gpu_step_desc *d_desc = dmalloc(sizeof h);
-    CK(cudaMemcpy(d_desc, &h, sizeof h, cudaMemcpyHostToDevice));
-    sfi_gpu_attn_ws aws;
-    void *aws_mem = dmalloc(sfi_gpu_attn_ws_bytes(B, H, D));
-    sfi_gpu_attn_ws_carve(&aws, aws_mem, B, H, D);
-    CK(sfi_gpu_attn_ws_init(&aws, 0));
+    s->d_desc = dmalloc(sizeof *h);
+    CK(cudaMemcpy(s->d_desc, h, sizeof *h, cudaMemcpyHostToDevice));
+    s->aws_mem = dmalloc(sfi_gpu_attn_ws_bytes(s->B, s->H, s->D));
+    sfi_gpu_attn_ws_carve(&s->aws, s->aws_mem, s->B, s->H, s->D);
+    CK(sfi_gpu_attn_ws_init(&s->aws, 0));
+}
 
-    /* reference: dense output and logits, key norms, Selector */
+/* Request b's Selector: the reference's sets, lambda*, s and z, the
+ * oracle's s, lambda* and z, into rows of maxJ (sets: rows of K). */
+static void reference_selector(kcase *s, int b)
+{
+    const tcase *c = s->c;
+    const int H = s->H, HK = s->HK, G = s->G, maxctx = s->maxctx, maxJ = s->maxJ;
+    sfi_error err;
+    sfi_selector_input in = {.n_kv_heads = HK, .n_win = G, .n_pos = maxctx,
+                             .j_begin = s->h.req[b].j_begin, .j_end = s->h.req[b].j_end,
+                             .logits = s->r_lg + (size_t)b * H * maxctx,
+                             .key_norms = s->norms + (size_t)b * HK * maxctx};
+    const int nJ = in.j_end - in.j_begin;
+    float *s_tmp = xmalloc((size_t)HK * nJ * 4), *z_tmp = xmalloc((size_t)HK * nJ * 4);
+    sfi_selector_detail det = {.lambda = s->r_lam + (size_t)b * HK, .s = s_tmp, .z_cross = z_tmp};
+    double *xs = xmalloc((size_t)HK * nJ * 8), *xz = xmalloc((size_t)HK * nJ * 8);
+    selector_f64(&s->prm, HK, G, maxctx, in.j_begin, nJ, in.logits, in.key_norms, xs,
+                 s->x_lam + (size_t)b * HK, xz);
+    for (int hh = 0; hh < HK; hh++) {
+        memcpy(s->x_s + ((size_t)b * HK + hh) * maxJ, xs + (size_t)hh * nJ, (size_t)nJ * 8);
+        memcpy(s->x_z + ((size_t)b * HK + hh) * maxJ, xz + (size_t)hh * nJ, (size_t)nJ * 8);
+    }
+    free(xs);
+    free(xz);
+    int nsel;
+    int32_t *r_sel = s->r_sel;
+    if (sfi_selector_run(&s->prm, &in, r_sel + (size_t)b * HK * c->K, &nsel, &det, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-gpu check: reference selector: %s\n", err.msg);
+        exit(1);
+    }
+    /* reference writes [h][K_out]; repack to the GPU's [h][K] rows */
+    if (nsel != c->K)
+        for (int hh = HK - 1; hh >= 0; hh--)
+            memmove(r_sel + ((size_t)b * HK + hh) * c->K,
+                    r_sel + (size_t)b * HK * c->K + (size_t)hh * nsel, (size_t)nsel * 4);
+    for (int hh = 0; hh < HK; hh++) {
+        memcpy(s->r_s + ((size_t)b * HK + hh) * maxJ, s_tmp + (size_t)hh * nJ, (size_t)nJ * 4);
+        memcpy(s->r_z + ((size_t)b * HK + hh) * maxJ, z_tmp + (size_t)hh * nJ, (size_t)nJ * 4);
+    }
+    free(s_tmp);
+    free(z_tmp);
+}
+
+/* The reference (and oracle) side: dense output and logits, key norms,
+ * Selector, request by request. */
+static void reference(kcase *s)
+{
+    const int B = s->B, H = s->H, HK = s->HK, D = s->D, maxctx = s->maxctx, maxJ = s->maxJ;
+    const size_t row = s->row;
     const sfi_attn_shape shp = {H, HK, D};
     sfi_error err;
-    float *r_out = xmalloc((size_t)B * H * D * 4);
-    float *r_lg = xmalloc((size_t)B * H * maxctx * 4);
-    float *norms = xmalloc((size_t)B * HK * maxctx * 4);
-    sfi_params prm;
-    set_params(&prm, c->K);
-    int32_t *r_sel = xmalloc((size_t)B * HK * c->K * 4);
-    float *r_lam = xmalloc((size_t)B * HK * 4);
-    float *r_s = xmalloc((size_t)B * HK * maxJ * 4);
+    s->r_out = xmalloc((size_t)B * H * D * 4);
+    s->r_lg = xmalloc((size_t)B * H * maxctx * 4);
+    s->norms = xmalloc((size_t)B * HK * maxctx * 4);
+    set_params(&s->prm, s->c->K);
+    s->r_sel = xmalloc((size_t)B * HK * s->c->K * 4);
+    s->r_lam = xmalloc((size_t)B * HK * 4);
+    s->r_s = xmalloc((size_t)B * HK * maxJ * 4);
     float *tmp_lg = xmalloc((size_t)H * maxctx * 4);
-    double *x_out = xmalloc((size_t)B * H * D * 8), *x_sp = xmalloc((size_t)B * H * D * 8);
-    double *x_s = xmalloc((size_t)B * HK * maxJ * 8), *x_lam = xmalloc((size_t)B * HK * 8);
-    double *x_z = xmalloc((size_t)B * HK * maxJ * 8);
-    float *r_z = xmalloc((size_t)B * HK * maxJ * 4);
+    s->x_out = xmalloc((size_t)B * H * D * 8);
+    s->x_sp = xmalloc((size_t)B * H * D * 8);
+    s->x_s = xmalloc((size_t)B * HK * maxJ * 8);
+    s->x_lam = xmalloc((size_t)B * HK * 8);
+    s->x_z = xmalloc((size_t)B * HK * maxJ * 8);
+    s->r_z = xmalloc((size_t)B * HK * maxJ * 4);
     for (int b = 0; b < B; b++) {
-        attn_f64(H, HK, D, q + (size_t)b * H * D, k[b], v[b], ctx[b], NULL,
-                 x_out + (size_t)b * H * D);
-        if (sfi_attn_dense_decode(&shp, q + (size_t)b * H * D, k[b], v[b], ctx[b],
-                                  r_out + (size_t)b * H * D, tmp_lg, &err) != SFI_OK) {
+        const float *qb = s->q + (size_t)b * H * D;
+        attn_f64(H, HK, D, qb, s->k[b], s->v[b], s->ctx[b], NULL, s->x_out + (size_t)b * H * D);
+        if (sfi_attn_dense_decode(&shp, qb, s->k[b], s->v[b], s->ctx[b],
+                                  s->r_out + (size_t)b * H * D, tmp_lg, &err) != SFI_OK) {
             fprintf(stderr, "sfi-gpu check: reference dense: %s\n", err.msg);
             exit(1);
         }
         for (int hh = 0; hh < H; hh++)
-            memcpy(r_lg + ((size_t)b * H + hh) * maxctx, tmp_lg + (size_t)hh * ctx[b],
-                   (size_t)ctx[b] * 4);
+            memcpy(s->r_lg + ((size_t)b * H + hh) * maxctx, tmp_lg + (size_t)hh * s->ctx[b],
+                   (size_t)s->ctx[b] * 4);
         for (int hh = 0; hh < HK; hh++)
-            for (int p = 0; p < ctx[b]; p++) {
-                const float *kr = k[b] + (size_t)p * row + (size_t)hh * D;
-                norms[((size_t)b * HK + hh) * maxctx + p] = sfi_sqrtf(sfi_dot(kr, kr, (size_t)D));
+            for (int p = 0; p < s->ctx[b]; p++) {
+                const float *kr = s->k[b] + (size_t)p * row + (size_t)hh * D;
+                s->norms[((size_t)b * HK + hh) * maxctx + p] = sfi_sqrtf(sfi_dot(kr, kr, (size_t)D));
             }
-        sfi_selector_input in = {.n_kv_heads = HK, .n_win = G, .n_pos = maxctx,
-                                 .j_begin = h.req[b].j_begin, .j_end = h.req[b].j_end,
-                                 .logits = r_lg + (size_t)b * H * maxctx,
-                                 .key_norms = norms + (size_t)b * HK * maxctx};
-        const int nJ = in.j_end - in.j_begin;
-        float *s_tmp = xmalloc((size_t)HK * nJ * 4), *z_tmp = xmalloc((size_t)HK * nJ * 4);
-        sfi_selector_detail det = {.lambda = r_lam + (size_t)b * HK, .s = s_tmp,
-                                   .z_cross = z_tmp};
-        double *xs = xmalloc((size_t)HK * nJ * 8), *xz = xmalloc((size_t)HK * nJ * 8);
-        selector_f64(&prm, HK, G, maxctx, in.j_begin, nJ, in.logits, in.key_norms, xs,
-                     x_lam + (size_t)b * HK, xz);
-        for (int hh = 0; hh < HK; hh++) {
-            memcpy(x_s + ((size_t)b * HK + hh) * maxJ, xs + (size_t)hh * nJ, (size_t)nJ * 8);
-            memcpy(x_z + ((size_t)b * HK + hh) * maxJ, xz + (size_t)hh * nJ, (size_t)nJ * 8);
-        }
-        free(xs);
-        free(xz);
-        int nsel;
-        if (sfi_selector_run(&prm, &in, r_sel + (size_t)b * HK * c->K, &nsel, &det, &err) !=
-            SFI_OK) {
-            fprintf(stderr, "sfi-gpu check: reference selector: %s\n", err.msg);
-            exit(1);
-        }
-        /* reference writes [h][K_out]; repack to the GPU's [h][K] rows */
-        if (nsel != c->K)
-            for (int hh = HK - 1; hh >= 0; hh--)
-                memmove(r_sel + ((size_t)b * HK + hh) * c->K,
-                        r_sel + (size_t)b * HK * c->K + (size_t)hh * nsel, (size_t)nsel * 4);
-        for (int hh = 0; hh < HK; hh++) {
-            memcpy(r_s + ((size_t)b * HK + hh) * maxJ, s_tmp + (size_t)hh * nJ, (size_t)nJ * 4);
-            memcpy(r_z + ((size_t)b * HK + hh) * maxJ, z_tmp + (size_t)hh * nJ, (size_t)nJ * 4);
-        }
-        free(s_tmp);
-        free(z_tmp);
+        reference_selector(s, b);
     }
+    free(tmp_lg);
+}
 
-    /* A. dense */
-    float *d_out = dmalloc((size_t)B * H * D * 4);
-    float *d_lg = dmalloc((size_t)B * H * maxctx * 4);
-    float *g_out = xmalloc((size_t)B * H * D * 4);
-    float *g_lg = xmalloc((size_t)B * H * maxctx * 4);
-    CK(sfi_gpu_attn_dense(&h, d_desc, c->dtype, d_q, d_k, d_v, d_out, d_lg, &aws, 0, 0));
-    CK(cudaMemcpy(g_out, d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(g_lg, d_lg, (size_t)B * H * maxctx * 4, cudaMemcpyDeviceToHost));
+/* A. dense output and logits. */
+static void check_dense(kcase *s)
+{
+    const int B = s->B, H = s->H, D = s->D, maxctx = s->maxctx, ci = s->ci;
+    s->d_out = dmalloc((size_t)B * H * D * 4);
+    s->d_lg = dmalloc((size_t)B * H * maxctx * 4);
+    s->g_out = xmalloc((size_t)B * H * D * 4);
+    s->g_lg = xmalloc((size_t)B * H * maxctx * 4);
+    CK(sfi_gpu_attn_dense(&s->h, s->d_desc, s->c->dtype, s->d_q, s->d_k, s->d_v, s->d_out,
+                          s->d_lg, &s->aws, 0, 0));
+    CK(cudaMemcpy(s->g_out, s->d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(s->g_lg, s->d_lg, (size_t)B * H * maxctx * 4, cudaMemcpyDeviceToHost));
     double ma, worst;
     /* max|v| = 1 by construction (uniform in [-1, 1)) */
     double rerr = 0;
-    worst = tol_ratio_x(g_out, r_out, x_out, (size_t)B * H * D, 2e-5, 1e-5, &rerr);
-    tol_ratio(g_out, r_out, (size_t)B * H * D, 2e-5, 1e-5, &ma);
+    worst = tol_ratio_x(s->g_out, s->r_out, s->x_out, (size_t)B * H * D, 2e-5, 1e-5, &rerr);
+    tol_ratio(s->g_out, s->r_out, (size_t)B * H * D, 2e-5, 1e-5, &ma);
     report(ci, "dense output", worst <= 1, "max |gpu-ref| %.3g, %.3g of tolerance (ref vs f64 %.3g)",
            ma, worst, rerr);
     worst = 0;
     for (int b = 0; b < B; b++)
         for (int hh = 0; hh < H; hh++) {
-            double w = tol_ratio(g_lg + ((size_t)b * H + hh) * maxctx,
-                                 r_lg + ((size_t)b * H + hh) * maxctx, (size_t)ctx[b], 1e-5, 1e-5,
-                                 NULL);
+            double w = tol_ratio(s->g_lg + ((size_t)b * H + hh) * maxctx,
+                                 s->r_lg + ((size_t)b * H + hh) * maxctx, (size_t)s->ctx[b], 1e-5,
+                                 1e-5, NULL);
             if (w > worst)
                 worst = w;
         }
     report(ci, "dense logits", worst <= 1, "%.3g of tolerance", worst);
-
-    /* B. Selector on the reference's logits and norms */
-    float *d_rlg = dmalloc((size_t)B * H * maxctx * 4), *d_norm = dmalloc((size_t)B * HK * maxctx * 4);
-    CK(cudaMemcpy(d_rlg, r_lg, (size_t)B * H * maxctx * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_norm, norms, (size_t)B * HK * maxctx * 4, cudaMemcpyHostToDevice));
-    sfi_gpu_sel_ws sws;
-    void *sws_mem = dmalloc(sfi_gpu_sel_ws_bytes(B, HK, maxJ));
-    sfi_gpu_sel_ws_carve(&sws, sws_mem, B, HK, maxJ);
-    float *d_s = dmalloc((size_t)B * HK * maxJ * 4);
-    int32_t *d_sel = dmalloc((size_t)B * HK * c->K * 4);
-    sfi_gpu_sel_params gp = {prm.alpha, prm.gamma, prm.beta, prm.p, prm.eta, prm.lambda_clip,
-                             prm.alpha_soft, prm.T, prm.alpha_cross, prm.eps, prm.nms_radius};
-    int32_t *g_sel = xmalloc((size_t)B * HK * c->K * 4);
-    float *g_s = xmalloc((size_t)B * HK * maxJ * 4), *g_lam = xmalloc((size_t)B * HK * 4);
-    for (int exact = 0; exact <= (bit_exact && !bf); exact++) {
-        const char *tag = exact ? " (exact)" : "";
-        char name[40];
-        CK(sfi_gpu_selector(&h, d_desc, &gp, d_rlg, d_norm, &sws, d_s, d_sel, exact, 0));
-        CK(cudaMemcpy(g_sel, d_sel, (size_t)B * HK * c->K * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(g_s, d_s, (size_t)B * HK * maxJ * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(g_lam, sws.lambda, (size_t)B * HK * 4, cudaMemcpyDeviceToHost));
-        float *g_z = xmalloc((size_t)B * HK * maxJ * 4);
-        CK(cudaMemcpy(g_z, sws.z1, (size_t)B * HK * maxJ * 4, cudaMemcpyDeviceToHost));
-        /* Top-K: identical sets required. If they differ (fast mode only),
-         * every swapped position must sit within the score errors of the
-         * K-th score: |z_ref(j) - z_ref(K-th)| <= 2 (d_ref + d_gpu), d = max
-         * distance of each side's final scores from the float64 oracle's.
-         * That is reported as "equivalent", never silently. */
-        int identical = 1, equivalent = 1, swaps = 0;
-        double d_ref_max = 0, d_gpu_max = 0;
-        for (int b = 0; b < B; b++)
-            for (int hh = 0; hh < HK; hh++) {
-                size_t o = ((size_t)b * HK + hh) * c->K, oz = ((size_t)b * HK + hh) * maxJ;
-                const int nJ = h.req[b].j_end - h.req[b].j_begin, j0 = h.req[b].j_begin;
-                double dr = 0, dg = 0;
-                for (int i = 0; i < nJ; i++) {
-                    double e1 = fabs(r_z[oz + i] - x_z[oz + i]), e2 = fabs(g_z[oz + i] - x_z[oz + i]);
-                    dr = e1 > dr ? e1 : dr;
-                    dg = e2 > dg ? e2 : dg;
-                }
-                d_ref_max = dr > d_ref_max ? dr : d_ref_max;
-                d_gpu_max = dg > d_gpu_max ? dg : d_gpu_max;
-                if (!memcmp(g_sel + o, r_sel + o, (size_t)kout[b] * 4))
-                    continue;
-                identical = 0;
-                float thr = INFINITY;
-                for (int i = 0; i < kout[b]; i++)
-                    thr = r_z[oz + r_sel[o + i] - j0] < thr ? r_z[oz + r_sel[o + i] - j0] : thr;
-                /* symmetric difference of two ascending lists */
-                int a1 = 0, a2 = 0;
-                while (a1 < kout[b] || a2 < kout[b]) {
-                    int32_t x1 = a1 < kout[b] ? g_sel[o + a1] : INT32_MAX;
-                    int32_t x2 = a2 < kout[b] ? r_sel[o + a2] : INT32_MAX;
-                    int32_t jj;
-                    if (x1 == x2) { a1++; a2++; continue; }
-                    if (x1 < x2) { jj = x1; a1++; } else { jj = x2; a2++; }
-                    swaps++;
-                    if (fabs((double)r_z[oz + jj - j0] - thr) > 2 * (dr + dg))
-                        equivalent = 0;
-                }
-            }
-        free(g_z);
-        snprintf(name, sizeof name, "top-k sets%s", tag);
-        if (identical)
-            report(ci, name, 1, "identical (%d per head); final-score error vs oracle: ref %.3g, gpu %.3g",
-                   kout[0], d_ref_max, d_gpu_max);
-        else
-            report(ci, name, !exact && equivalent,
-                   "%s: %d positions swapped at the K-th score, within the score errors vs the oracle "
-                   "(ref %.3g, gpu %.3g)", equivalent ? "EQUIVALENT, not identical" : "DIFFERENT",
-                   swaps / 2, d_ref_max, d_gpu_max);
-        double lw = 0, sw = 0, lre = 0, sre = 0, sgx = 0;
-        float w_g = 0, w_r = 0;
-        double w_x = 0;
-        int lbits = 1, sbits = 1;
-        for (int i = 0; i < B * HK; i++) {
-            double re = 0;
-            double w = tol_ratio_x(g_lam + i, r_lam + i, x_lam + i, 1, 1e-30, 1e-6, &re);
-            lw = w > lw ? w : lw;
-            lre = re > lre ? re : lre;
-            lbits &= !memcmp(g_lam + i, r_lam + i, 4);
-        }
-        for (int b = 0; b < B; b++)
-            for (int hh = 0; hh < HK; hh++) {
-                size_t o = ((size_t)b * HK + hh) * maxJ;
-                int nJ = h.req[b].j_end - h.req[b].j_begin;
-                double re = 0;
-                double w = tol_ratio_x(g_s + o, r_s + o, x_s + o, (size_t)nJ, 1e-30, 1e-6, &re);
-                sw = w > sw ? w : sw;
-                for (int i = 0; i < nJ; i++) {
-                    double e = fabs(g_s[o + i] - x_s[o + i]) / fabs(x_s[o + i]);
-                    if (e > sgx) {
-                        sgx = e;
-                        w_g = g_s[o + i];
-                        w_r = r_s[o + i];
-                        w_x = x_s[o + i];
-                    }
-                }
-                sre = re > sre ? re : sre;
-                sbits &= !memcmp(g_s + o, r_s + o, (size_t)nJ * 4);
-            }
-        snprintf(name, sizeof name, "lambda*%s", tag);
-        if (exact)
-            report(ci, name, lbits, "%s (e.g. %.9g)", lbits ? "bit-identical" : "bits differ",
-                   (double)g_lam[0]);
-        else
-            report(ci, name, lw <= 1, "%.3g of 1e-6 rel + ref error (e.g. %.9g; ref vs oracle %.3g)",
-                   lw, (double)g_lam[0], lre);
-        snprintf(name, sizeof name, "s%s", tag);
-        if (exact)
-            report(ci, name, sbits, "%s", sbits ? "bit-identical" : "bits differ");
-        else
-            report(ci, name, sw <= 1,
-                   "%.3g of 1e-6 rel + ref error (ref vs oracle max %.3g; gpu vs oracle max rel %.3g: "
-                   "gpu %.9g ref %.9g oracle %.9g)", sw, sre, sgx, (double)w_g, (double)w_r, w_x);
-    }
-
-    /* C. reorg + two-segment sparse attention on the reference's sets */
-    void *d_ck = dmalloc((size_t)B * HK * h.compact_cap * D * esz);
-    void *d_cv = dmalloc((size_t)B * HK * h.compact_cap * D * esz);
-    int32_t *d_cpos = dmalloc((size_t)B * HK * h.compact_cap * 4);
-    CK(cudaMemcpy(d_sel, r_sel, (size_t)B * HK * c->K * 4, cudaMemcpyHostToDevice));
-    CK(sfi_gpu_reorg(&h, d_desc, c->dtype, d_k, d_v, d_sel, d_ck, d_cv, d_cpos, 0));
-    int32_t *g_cpos = xmalloc((size_t)B * HK * h.compact_cap * 4);
-    CK(cudaMemcpy(g_cpos, d_cpos, (size_t)B * HK * h.compact_cap * 4, cudaMemcpyDeviceToHost));
-    int pos_ok = 1;
-    float *r_sp = xmalloc((size_t)B * H * D * 4);
-    int32_t *idx_mem = xmalloc((size_t)HK * (N_SINK + c->K + c->n_recent) * 4);
-    for (int b = 0; b < B; b++) {
-        const int32_t *idx[64];
-        int nidx[64];
-        for (int hh = 0; hh < HK; hh++) {
-            int32_t *ix = idx_mem + (size_t)hh * (N_SINK + c->K + c->n_recent);
-            int n = 0;
-            for (int i = 0; i < N_SINK; i++)
-                ix[n++] = i;
-            for (int i = 0; i < kout[b]; i++)
-                ix[n++] = r_sel[((size_t)b * HK + hh) * c->K + i];
-            for (int i = 0; i < n; i++)
-                if (g_cpos[((size_t)b * HK + hh) * h.compact_cap + i] != ix[i])
-                    pos_ok = 0;
-            for (int p = h.req[b].recent_begin; p < ctx[b]; p++)
-                ix[n++] = p;
-            idx[hh] = ix;
-            nidx[hh] = n;
-        }
-        if (sfi_attn_sparse_decode(&shp, q + (size_t)b * H * D, k[b], v[b], ctx[b], idx, nidx,
-                                   r_sp + (size_t)b * H * D, &err) != SFI_OK) {
-            fprintf(stderr, "sfi-gpu check: reference sparse: %s\n", err.msg);
-            exit(1);
-        }
-        attn_f64(H, HK, D, q + (size_t)b * H * D, k[b], v[b], nidx[0], idx,
-                 x_sp + (size_t)b * H * D);
-    }
-    report(ci, "reorg rows", pos_ok, "sink + selected positions %s", pos_ok ? "in order" : "WRONG");
-    CK(sfi_gpu_attn_sparse(&h, d_desc, c->dtype, d_q, d_k, d_v, d_ck, d_cv, d_cpos, d_out, &aws, 0, 0));
-    CK(cudaMemcpy(g_out, d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
-    worst = tol_ratio_x(g_out, r_sp, x_sp, (size_t)B * H * D, 2e-5, 1e-5, &rerr);
-    tol_ratio(g_out, r_sp, (size_t)B * H * D, 2e-5, 1e-5, &ma);
-    report(ci, "sparse output", worst <= 1, "max |gpu-ref| %.3g, %.3g of tolerance (ref vs f64 %.3g)",
-           ma, worst, rerr);
-
-    /* E. bit-exact attention */
-    if (bit_exact && !bf) {
-        CK(cudaMemset(d_lg, 0, (size_t)B * H * maxctx * 4));
-        CK(sfi_gpu_attn_dense(&h, d_desc, c->dtype, d_q, d_k, d_v, d_out, d_lg, &aws, 1, 0));
-        CK(cudaMemcpy(g_out, d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(g_lg, d_lg, (size_t)B * H * maxctx * 4, cudaMemcpyDeviceToHost));
-        int ob = !memcmp(g_out, r_out, (size_t)B * H * D * 4), lb = 1;
-        for (int b = 0; b < B; b++)
-            for (int hh = 0; hh < H; hh++)
-                lb &= !memcmp(g_lg + ((size_t)b * H + hh) * maxctx,
-                              r_lg + ((size_t)b * H + hh) * maxctx, (size_t)ctx[b] * 4);
-        report(ci, "dense output exact", ob, "%s", ob ? "bit-identical" : "bits differ");
-        report(ci, "dense logits exact", lb, "%s", lb ? "bit-identical" : "bits differ");
-        CK(sfi_gpu_attn_sparse(&h, d_desc, c->dtype, d_q, d_k, d_v, d_ck, d_cv, d_cpos, d_out, &aws,
-                               1, 0));
-        CK(cudaMemcpy(g_out, d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
-        ob = !memcmp(g_out, r_sp, (size_t)B * H * D * 4);
-        report(ci, "sparse output exact", ob, "%s", ob ? "bit-identical" : "bits differ");
-    }
-
-    /* D. Top-K on tie-heavy scores (few distinct values, -0 and +0) */
-    {
-        float *sc = xmalloc((size_t)B * HK * maxJ * 4);
-        for (size_t i = 0; i < (size_t)B * HK * maxJ; i++) {
-            float x = (float)(int)((urand() * 0.5f + 0.5f) * 6.0f) - 3.0f;
-            sc[i] = x == 0.0f && (i & 1) ? -0.0f : x;
-        }
-        float *d_sc = dmalloc((size_t)B * HK * maxJ * 4);
-        CK(cudaMemcpy(d_sc, sc, (size_t)B * HK * maxJ * 4, cudaMemcpyHostToDevice));
-        CK(sfi_gpu_topk(&h, d_desc, d_sc, maxJ, d_sel, 0));
-        CK(cudaMemcpy(g_sel, d_sel, (size_t)B * HK * c->K * 4, cudaMemcpyDeviceToHost));
-        int same = 1;
-        int32_t *tk = xmalloc((size_t)c->K * 4);
-        for (int b = 0; b < B; b++)
-            for (int hh = 0; hh < HK; hh++) {
-                int nJ = h.req[b].j_end - h.req[b].j_begin;
-                if (sfi_topk(sc + ((size_t)b * HK + hh) * maxJ, nJ, kout[b], tk, &err) != SFI_OK) {
-                    fprintf(stderr, "sfi-gpu check: reference top-k: %s\n", err.msg);
-                    exit(1);
-                }
-                for (int i = 0; i < kout[b]; i++)
-                    if (g_sel[((size_t)b * HK + hh) * c->K + i] != h.req[b].j_begin + tk[i])
-                        same = 0;
-            }
-        report(ci, "top-k with ties", same, "%s", same ? "identical" : "differ");
-        free(tk);
-        free(sc);
-        CK(cudaFree(d_sc));
-    }
-    CK(cudaDeviceSynchronize());
-
-    for (int b = 0; b < B; b++) {
-        free(k[b]);
-        free(v[b]);
-    }
-    free(k); free(v); free(q); free(bt); free(perm); free(hk); free(hv);
-    free(r_out); free(r_lg); free(norms); free(r_sel); free(r_lam); free(r_s); free(tmp_lg);
-    free(g_out); free(g_lg); free(g_sel); free(g_s); free(g_lam); free(g_cpos); free(r_sp);
-    free(idx_mem);
-    free(x_out); free(x_sp); free(x_s); free(x_lam); free(x_z); free(r_z);
-    void *dev[] = {d_k, d_v, d_bt, d_q, d_desc, aws_mem, d_out, d_lg, d_rlg, d_norm, sws_mem,
-                   d_s, d_sel, d_ck, d_cv, d_cpos};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        CK(cudaFree(dev[i]));
-    return g_fail == fail0;
 }
 
+/* Top-K: identical sets required. If they differ (fast mode only), every
+ * swapped position must sit within the score errors of the K-th score:
+ * |z_ref(j) - z_ref(K-th)| <= 2 (d_ref + d_gpu), d = max distance of each
+ * side's final scores from the float64 oracle's. That is reported as
+ * "equivalent", never silently. */
+static void check_topk_sets(const kcase *s, const float *g_z, int exact, const char *tag)
+{
+    const int B = s->B, HK = s->HK, K = s->c->K, maxJ = s->maxJ;
+    const int32_t *g_sel = s->g_sel, *r_sel = s->r_sel;
+    const float *r_z = s->r_z;
+    const double *x_z = s->x_z;
+    const int *kout = s->kout;
+    char name[40];
+    int identical = 1, equivalent = 1, swaps = 0;
+    double d_ref_max = 0, d_gpu_max = 0;
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < HK; hh++) {
+            size_t o = ((size_t)b * HK + hh) * K, oz = ((size_t)b * HK + hh) * maxJ;
+            const int nJ = s->h.req[b].j_end - s->h.req[b].j_begin, j0 = s->h.req[b].j_begin;
+            double dr = 0, dg = 0;
+            for (int i = 0; i < nJ; i++) {
+                double e1 = fabs(r_z[oz + i] - x_z[oz + i]), e2 = fabs(g_z[oz + i] - x_z[oz + i]);
+                dr = e1 > dr ? e1 : dr;
+                dg = e2 > dg ? e2 : dg;
+            }
+            d_ref_max = dr > d_ref_max ? dr : d_ref_max;
+            d_gpu_max = dg > d_gpu_max ? dg : d_gpu_max;
+            if (!memcmp(g_sel + o, r_sel + o, (size_t)kout[b] * 4))
+                continue;
+            identical = 0;
+            float thr = INFINITY;
+            for (int i = 0; i < kout[b]; i++)
+                thr = r_z[oz + r_sel[o + i] - j0] < thr ? r_z[oz + r_sel[o + i] - j0] : thr;
+            /* symmetric difference of two ascending lists */
+            int a1 = 0, a2 = 0;
+            while (a1 < kout[b] || a2 < kout[b]) {
+                int32_t x1 = a1 < kout[b] ? g_sel[o + a1] : INT32_MAX;
+                int32_t x2 = a2 < kout[b] ? r_sel[o + a2] : INT32_MAX;
+                int32_t jj;
+                if (x1 == x2) { a1++; a2++; continue; }
+                if (x1 < x2) { jj = x1; a1++; } else { jj = x2; a2++; }
+                swaps++;
+                if (fabs((double)r_z[oz + jj - j0] - thr) > 2 * (dr + dg))
+                    equivalent = 0;
+            }
+        }
+    snprintf(name, sizeof name, "top-k sets%s", tag);
+    if (identical)
+        report(s->ci, name, 1, "identical (%d per head); final-score error vs oracle: ref %.3g, gpu %.3g",
+               kout[0], d_ref_max, d_gpu_max);
+    else
+        report(s->ci, name, !exact && equivalent,
+               "%s: %d positions swapped at the K-th score, within the score errors vs the oracle "
+               "(ref %.3g, gpu %.3g)", equivalent ? "EQUIVALENT, not identical" : "DIFFERENT",
+               swaps / 2, d_ref_max, d_gpu_max);
+}
+
+/* lambda* and s against the reference: within 1e-6 relative plus the
+ * reference's own error (fast), bit for bit (exact). */
+static void check_lambda_s(const kcase *s, int exact, const char *tag)
+{
+    const int B = s->B, HK = s->HK, maxJ = s->maxJ, ci = s->ci;
+    const float *g_lam = s->g_lam, *r_lam = s->r_lam, *g_s = s->g_s, *r_s = s->r_s;
+    const double *x_lam = s->x_lam, *x_s = s->x_s;
+    char name[40];
+    double lw = 0, sw = 0, lre = 0, sre = 0, sgx = 0;
+    float w_g = 0, w_r = 0;
+    double w_x = 0;
+    int lbits = 1, sbits = 1;
+    for (int i = 0; i < B * HK; i++) {
+        double re = 0;
+        double w = tol_ratio_x(g_lam + i, r_lam + i, x_lam + i, 1, 1e-30, 1e-6, &re);
+        lw = w > lw ? w : lw;
+        lre = re > lre ? re : lre;
+        lbits &= !memcmp(g_lam + i, r_lam + i, 4);
+    }
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < HK; hh++) {
+            size_t o = ((size_t)b * HK + hh) * maxJ;
+            int nJ = s->h.req[b].j_end - s->h.req[b].j_begin;
+            double re = 0;
+            double w = tol_ratio_x(g_s + o, r_s + o, x_s + o, (size_t)nJ, 1e-30, 1e-6, &re);
+            sw = w > sw ? w : sw;
+            for (int i = 0; i < nJ; i++) {
+                double e = fabs(g_s[o + i] - x_s[o + i]) / fabs(x_s[o + i]);
+                if (e > sgx) {
+                    sgx = e;
+                    w_g = g_s[o + i];
+                    w_r = r_s[o + i];
+                    w_x = x_s[o + i];
+                }
+            }
+            sre = re > sre ? re : sre;
+            sbits &= !memcmp(g_s + o, r_s + o, (size_t)nJ * 4);
+        }
+    snprintf(name, sizeof name, "lambda*%s", tag);
+    if (exact)
+        report(ci, name, lbits, "%s (e.g. %.9g)", lbits ? "bit-identical" : "bits differ",
+               (double)g_lam[0]);
+    else
+        report(ci, name, lw <= 1, "%.3g of 1e-6 rel + ref error (e.g. %.9g; ref vs oracle %.3g)",
+               lw, (double)g_lam[0], lre);
+    snprintf(name, sizeof name, "s%s", tag);
+    if (exact)
+        report(ci, name, sbits, "%s", sbits ? "bit-identical" : "bits differ");
+    else
+        report(ci, name, sw <= 1,
+               "%.3g of 1e-6 rel + ref error (ref vs oracle max %.3g; gpu vs oracle max rel %.3g: "
+               "gpu %.9g ref %.9g oracle %.9g)", sw, sre, sgx, (double)w_g, (double)w_r, w_x);
+}
+
+/* B. the Selector on the reference's logits and norms, fast and (with
+ * --bit-exact on f32 cases) exact. */
+static void check_selector(kcase *s, int bit_exact)
+{
+    const int B = s->B, H = s->H, HK = s->HK, K = s->c->K, maxctx = s->maxctx, maxJ = s->maxJ;
+    const sfi_params *prm = &s->prm;
+    s->d_rlg = dmalloc((size_t)B * H * maxctx * 4);
+    s->d_norm = dmalloc((size_t)B * HK * maxctx * 4);
+    CK(cudaMemcpy(s->d_rlg, s->r_lg, (size_t)B * H * maxctx * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s->d_norm, s->norms, (size_t)B * HK * maxctx * 4, cudaMemcpyHostToDevice));
+    s->sws_mem = dmalloc(sfi_gpu_sel_ws_bytes(B, HK, maxJ));
+    sfi_gpu_sel_ws_carve(&s->sws, s->sws_mem, B, HK, maxJ);
+    s->d_s = dmalloc((size_t)B * HK * maxJ * 4);
+    s->d_sel = dmalloc((size_t)B * HK * K * 4);
+    sfi_gpu_sel_params gp = {prm->alpha, prm->gamma, prm->beta, prm->p, prm->eta, prm->lambda_clip,
+                             prm->alpha_soft, prm->T, prm->alpha_cross, prm->eps, prm->nms_radius};
+    s->g_sel = xmalloc((size_t)B * HK * K * 4);
+    s->g_s = xmalloc((size_t)B * HK * maxJ * 4);
+    s->g_lam = xmalloc((size_t)B * HK * 4);
+    for (int exact = 0; exact <= (bit_exact && !s->bf); exact++) {
+        const char *tag = exact ? " (exact)" : "";
+        CK(sfi_gpu_selector(&s->h, s->d_desc, &gp, s->d_rlg, s->d_norm, &s->sws, s->d_s, s->d_sel,
+                            exact, 0));
+        CK(cudaMemcpy(s->g_sel, s->d_sel, (size_t)B * HK * K * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(s->g_s, s->d_s, (size_t)B * HK * maxJ * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(s->g_lam, s->sws.lambda, (size_t)B * HK * 4, cudaMemcpyDeviceToHost));
+        float *g_z = xmalloc((size_t)B * HK * maxJ * 4);
+        CK(cudaMemcpy(g_z, s->sws.z1, (size_t)B * HK * maxJ * 4, cudaMemcpyDeviceToHost));
+        check_topk_sets(s, g_z, exact, tag);
+        free(g_z);
+        check_lambda_s(s, exact, tag);
+    }
+}
+
+/* Request b's reference sparse attention (and the oracle's) on sink +
+ * the reference's selected + recent; pos_ok is cleared when the reorg's
+ * row positions differ from sink + selected. */
+static void reference_sparse(kcase *s, int b, int *pos_ok)
+{
+    const tcase *c = s->c;
+    const int H = s->H, HK = s->HK, D = s->D;
+    const sfi_attn_shape shp = {H, HK, D};
+    sfi_error err;
+    const int32_t *idx[64];
+    int nidx[64];
+    for (int hh = 0; hh < HK; hh++) {
+        int32_t *ix = s->idx_mem + (size_t)hh * (N_SINK + c->K + c->n_recent);
+        int n = 0;
+        for (int i = 0; i < N_SINK; i++)
+            ix[n++] = i;
+        for (int i = 0; i < s->kout[b]; i++)
+            ix[n++] = s->r_sel[((size_t)b * HK + hh) * c->K + i];
+        for (int i = 0; i < n; i++)
+            if (s->g_cpos[((size_t)b * HK + hh) * s->h.compact_cap + i] != ix[i])
+                *pos_ok = 0;
+        for (int p = s->h.req[b].recent_begin; p < s->ctx[b]; p++)
+            ix[n++] = p;
+        idx[hh] = ix;
+        nidx[hh] = n;
+    }
+    const float *qb = s->q + (size_t)b * H * D;
+    if (sfi_attn_sparse_decode(&shp, qb, s->k[b], s->v[b], s->ctx[b], idx, nidx,
+                               s->r_sp + (size_t)b * H * D, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-gpu check: reference sparse: %s\n", err.msg);
+        exit(1);
+    }
+    attn_f64(H, HK, D, qb, s->k[b], s->v[b], nidx[0], idx, s->x_sp + (size_t)b * H * D);
+}
+
+/* C. reorg + two-segment sparse attention on the reference's sets. */
+static void check_sparse(kcase *s)
+{
+    const tcase *c = s->c;
+    const int B = s->B, H = s->H, HK = s->HK, D = s->D, esz = s->esz, cap = s->h.compact_cap;
+    s->d_ck = dmalloc((size_t)B * HK * cap * D * esz);
+    s->d_cv = dmalloc((size_t)B * HK * cap * D * esz);
+    s->d_cpos = dmalloc((size_t)B * HK * cap * 4);
+    CK(cudaMemcpy(s->d_sel, s->r_sel, (size_t)B * HK * c->K * 4, cudaMemcpyHostToDevice));
+    CK(sfi_gpu_reorg(&s->h, s->d_desc, c->dtype, s->d_k, s->d_v, s->d_sel, s->d_ck, s->d_cv,
+                     s->d_cpos, 0));
+    s->g_cpos = xmalloc((size_t)B * HK * cap * 4);
+    CK(cudaMemcpy(s->g_cpos, s->d_cpos, (size_t)B * HK * cap * 4, cudaMemcpyDeviceToHost));
+    int pos_ok = 1;
+    s->r_sp = xmalloc((size_t)B * H * D * 4);
+    s->idx_mem = xmalloc((size_t)HK * (N_SINK + c->K + c->n_recent) * 4);
+    for (int b = 0; b < B; b++)
+        reference_sparse(s, b, &pos_ok);
+    report(s->ci, "reorg rows", pos_ok, "sink + selected positions %s", pos_ok ? "in order" : "WRONG");
+    CK(sfi_gpu_attn_sparse(&s->h, s->d_desc, c->dtype, s->d_q, s->d_k, s->d_v, s->d_ck, s->d_cv,
+                           s->d_cpos, s->d_out, &s->aws, 0, 0));
+    CK(cudaMemcpy(s->g_out, s->d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
+    double ma, rerr = 0;
+    double worst = tol_ratio_x(s->g_out, s->r_sp, s->x_sp, (size_t)B * H * D, 2e-5, 1e-5, &rerr);
+    tol_ratio(s->g_out, s->r_sp, (size_t)B * H * D, 2e-5, 1e-5, &ma);
+    report(s->ci, "sparse output", worst <= 1,
+           "max |gpu-ref| %.3g, %.3g of tolerance (ref vs f64 %.3g)", ma, worst, rerr);
+}
+
+/* E. bit-exact attention: dense output and logits, sparse output. */
+static void check_exact(kcase *s)
+{
+    const int B = s->B, H = s->H, D = s->D, maxctx = s->maxctx, ci = s->ci, dt = s->c->dtype;
+    CK(cudaMemset(s->d_lg, 0, (size_t)B * H * maxctx * 4));
+    CK(sfi_gpu_attn_dense(&s->h, s->d_desc, dt, s->d_q, s->d_k, s->d_v, s->d_out, s->d_lg,
+                          &s->aws, 1, 0));
+    CK(cudaMemcpy(s->g_out, s->d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(s->g_lg, s->d_lg, (size_t)B * H * maxctx * 4, cudaMemcpyDeviceToHost));
+    int ob = !memcmp(s->g_out, s->r_out, (size_t)B * H * D * 4), lb = 1;
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < H; hh++)
+            lb &= !memcmp(s->g_lg + ((size_t)b * H + hh) * maxctx,
+                          s->r_lg + ((size_t)b * H + hh) * maxctx, (size_t)s->ctx[b] * 4);
+    report(ci, "dense output exact", ob, "%s", ob ? "bit-identical" : "bits differ");
+    report(ci, "dense logits exact", lb, "%s", lb ? "bit-identical" : "bits differ");
+    CK(sfi_gpu_attn_sparse(&s->h, s->d_desc, dt, s->d_q, s->d_k, s->d_v, s->d_ck, s->d_cv,
+                           s->d_cpos, s->d_out, &s->aws, 1, 0));
+    CK(cudaMemcpy(s->g_out, s->d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
+    ob = !memcmp(s->g_out, s->r_sp, (size_t)B * H * D * 4);
+    report(ci, "sparse output exact", ob, "%s", ob ? "bit-identical" : "bits differ");
+}
+
+/* D. Top-K on tie-heavy scores (few distinct values, -0 and +0). */
+static void check_topk_ties(kcase *s)
+{
+    const int B = s->B, HK = s->HK, K = s->c->K, maxJ = s->maxJ;
+    sfi_error err;
+    float *sc = xmalloc((size_t)B * HK * maxJ * 4);
+    for (size_t i = 0; i < (size_t)B * HK * maxJ; i++) {
+        float x = (float)(int)((urand() * 0.5f + 0.5f) * 6.0f) - 3.0f;
+        sc[i] = x == 0.0f && (i & 1) ? -0.0f : x;
+    }
+    float *d_sc = dmalloc((size_t)B * HK * maxJ * 4);
+    CK(cudaMemcpy(d_sc, sc, (size_t)B * HK * maxJ * 4, cudaMemcpyHostToDevice));
+    CK(sfi_gpu_topk(&s->h, s->d_desc, d_sc, maxJ, s->d_sel, 0));
+    CK(cudaMemcpy(s->g_sel, s->d_sel, (size_t)B * HK * K * 4, cudaMemcpyDeviceToHost));
+    int same = 1;
+    int32_t *tk = xmalloc((size_t)K * 4);
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < HK; hh++) {
+            const int j0 = s->h.req[b].j_begin, nJ = s->h.req[b].j_end - j0;
+            if (sfi_topk(sc + ((size_t)b * HK + hh) * maxJ, nJ, s->kout[b], tk, &err) != SFI_OK) {
+                fprintf(stderr, "sfi-gpu check: reference top-k: %s\n", err.msg);
+                exit(1);
+            }
+            for (int i = 0; i < s->kout[b]; i++)
+                if (s->g_sel[((size_t)b * HK + hh) * K + i] != j0 + tk[i])
+                    same = 0;
+        }
+    report(s->ci, "top-k with ties", same, "%s", same ? "identical" : "differ");
+    free(tk);
+    free(sc);
+    CK(cudaFree(d_sc));
+}
+
+static void kcase_free(kcase *s)
+{
+    for (int b = 0; b < s->B; b++) {
+        free(s->k[b]);
+        free(s->v[b]);
+    }
+    void *host[] = {s->k, s->v, s->q, s->bt, s->perm, s->hk, s->hv, s->r_out, s->r_lg,
+                    s->norms, s->r_sel, s->r_lam, s->r_s, s->g_out, s->g_lg, s->g_sel, s->g_s,
+                    s->g_lam, s->g_cpos, s->r_sp, s->idx_mem, s->x_out, s->x_sp, s->x_s,
+                    s->x_lam, s->x_z, s->r_z};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+    void *dev[] = {s->d_k, s->d_v, s->d_bt, s->d_q, s->d_desc, s->aws_mem, s->d_out, s->d_lg,
+                   s->d_rlg, s->d_norm, s->sws_mem, s->d_s, s->d_sel, s->d_ck, s->d_cv, s->d_cpos};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CK(cudaFree(dev[i]));
+}
+
+/* One kernel case: inputs, the reference, then checks A (dense), B
+ * (Selector), C (reorg + sparse), E (exact, with --bit-exact) and D (Top-K
+ * ties), in the order that draws the random stream. Returns 1 when every
+ * check passed. */
+static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
+{
+    const int fail0 = g_fail;
+    kcase s;
+    memset(&s, 0, sizeof s);
+    s.c = c;
+    s.ci = ci;
+    case_geometry(&s);
+    g_rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)ci * 0x632be59bd9b4e019ull + 1;
+    printf("case %d: batch %d, %d kv x %d q heads, D %d, context %d, page %d, K %d, recent %d, %s\n",
+           ci, s.B, s.HK, s.H, s.D, c->ctx, s.P, c->K, c->n_recent, s.bf ? "bf16" : "f32");
+    make_host_data(&s);
+    make_paged_cache(&s);
+    make_step_desc(&s);
+    reference(&s);
+    check_dense(&s);
+    check_selector(&s, bit_exact);
+    check_sparse(&s);
+    if (bit_exact && !s.bf)
+        check_exact(&s);
+    check_topk_ties(&s);
+    CK(cudaDeviceSynchronize());
+    kcase_free(&s);
+    return g_fail == fail0;
+}
 
 /* ---- end to end: the engine (sfi-gpu run) against sfi-ref's decode loop ----
  * Each case decodes a batch with the engine and with sfi_decode_run on the

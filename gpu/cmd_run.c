@@ -321,45 +321,6 @@ static int file_exists(const char *dir, const char *name)
     return stat(p, &sb) == 0;
 }
 
-/* The text as valid UTF-8 (a random-weight model emits byte-level tokens
- * that need not join into characters): invalid bytes become U+FFFD. */
-static char *utf8_clean(const char *s, size_t n, size_t *out_n)
-{
-    char *o = malloc(3 * n + 1);
-    size_t k = 0;
-    if (!o)
-        return NULL;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        int ok = len > 0 && i + len <= n && c != 0;
-        for (int j = 1; ok && j < len; j++)
-            ok = ((unsigned char)s[i + j] >> 6) == 2;
-        if (ok && len == 2 && c < 0xc2)
-            ok = 0; /* overlong */
-        if (ok && len >= 3) {
-            uint32_t cp = len == 3 ? ((c & 15u) << 12) | (((unsigned char)s[i + 1] & 63u) << 6) |
-                                         ((unsigned char)s[i + 2] & 63u)
-                                   : ((c & 7u) << 18) | (((unsigned char)s[i + 1] & 63u) << 12) |
-                                         (((unsigned char)s[i + 2] & 63u) << 6) |
-                                         ((unsigned char)s[i + 3] & 63u);
-            ok = (len == 3 ? cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff) : cp >= 0x10000 && cp <= 0x10ffff);
-        }
-        if (ok) {
-            memcpy(o + k, s + i, (size_t)len);
-            k += (size_t)len;
-            i += (size_t)len;
-        } else {
-            memcpy(o + k, "\xef\xbf\xbd", 3);
-            k += 3;
-            i++;
-        }
-    }
-    o[k] = 0;
-    *out_n = k;
-    return o;
-}
-
 /* ---- bench: bytes and times ---- */
 
 static int cmp_float(const void *a, const void *b)
@@ -512,12 +473,147 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
 
 /* ---- the command ---- */
 
-int sfi_gpu_cmd_run(int argc, char **argv)
+enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
+       O_TOKENIZER, O_STOP, O_JSON, O_SYN, O_LAYERS, O_SEED, O_REPLAY, O_REPLAY_CTX,
+       O_DTYPE, O_EXACT, O_CHECK, O_CHECK_BACKEND, O_BENCH, O_NODIGEST, O_NOGRAPH,
+       O_NOOVERLAP, O_PAGE, O_CHUNK, O_FORCE, O_NOSEL, O_NOPDL, O_GEMM, O_PDL };
+
+/* The command line. */
+typedef struct {
+    const char *model, *synthetic, *prompt, *prompt_file, *prompt_ids, *replay, *tok_dir,
+        *force_ids;
+    int layers, seed, replay_ctx, max_new, batch, json, stop, check, bench, no_digest;
+    int digest; /* a per-step readback for the digest: neither --bench nor --no-digest */
+    sfi_backend check_backend;
+    sfi_gpu_engine_opts eo;
+    sfi_decode_mode mode;
+    sfi_trigger_kind trig;
+} run_args;
+
+/* The options that set a flag or a string. Returns 1 when c is one. */
+static int parse_simple(int c, run_args *a)
 {
-    enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
-           O_TOKENIZER, O_STOP, O_JSON, O_SYN, O_LAYERS, O_SEED, O_REPLAY, O_REPLAY_CTX,
-           O_DTYPE, O_EXACT, O_CHECK, O_CHECK_BACKEND, O_BENCH, O_NODIGEST, O_NOGRAPH,
-           O_NOOVERLAP, O_PAGE, O_CHUNK, O_FORCE, O_NOSEL, O_NOPDL, O_GEMM, O_PDL };
+    switch (c) {
+    case 'm': a->model = optarg; return 1;
+    case O_SYN: a->synthetic = optarg; return 1;
+    case 'p': a->prompt = optarg; return 1;
+    case O_PROMPT_FILE: a->prompt_file = optarg; return 1;
+    case O_PROMPT_IDS: a->prompt_ids = optarg; return 1;
+    case O_REPLAY: a->replay = optarg; return 1;
+    case O_EXACT: a->eo.exact = 1; return 1;
+    case O_TOKENIZER: a->tok_dir = optarg; return 1;
+    case O_STOP: a->stop = 1; return 1;
+    case O_JSON: a->json = 1; return 1;
+    case O_CHECK: a->check = 1; return 1;
+    case O_BENCH: a->bench = 1; return 1;
+    case O_NODIGEST: a->no_digest = 1; return 1;
+    case O_NOGRAPH: a->eo.graphs = 0; return 1;
+    case O_NOOVERLAP: a->eo.overlap = 0; return 1;
+    case O_FORCE: a->force_ids = optarg; return 1;
+    case O_NOSEL: a->eo.skip_select = 1; return 1;
+    case O_NOPDL: a->eo.pdl = 0; return 1;
+    case O_PDL: a->eo.pdl = 1; return 1;
+    }
+    return 0;
+}
+
+/* The options with a numeric value. Returns 0 when c is not one or its
+ * value is good, 2 (message printed) when it is not. */
+static int parse_number(int c, run_args *a)
+{
+    switch (c) {
+    case O_LAYERS: return parse_int(optarg, "--layers", 1, SFI_MODEL_MAX_LAYERS, &a->layers) ? 2 : 0;
+    case O_SEED: return parse_int(optarg, "--seed", 0, INT_MAX, &a->seed) ? 2 : 0;
+    case O_REPLAY_CTX: return parse_int(optarg, "--replay-ctx", 1, INT_MAX / 2, &a->replay_ctx) ? 2 : 0;
+    case 'n': return parse_int(optarg, "--max-new", 1, INT_MAX / 2, &a->max_new) ? 2 : 0;
+    case 'b': return parse_int(optarg, "--batch", 1, SFI_GPU_MAX_BATCH, &a->batch) ? 2 : 0;
+    case O_INTERVAL: return parse_int(optarg, "--interval", 1, INT_MAX, &a->eo.interval) ? 2 : 0;
+    case O_PAGE: return parse_int(optarg, "--page", 1, 4096, &a->eo.page) ? 2 : 0;
+    case O_CHUNK:
+        return parse_int(optarg, "--prefill-chunk", 1, 1 << 20, &a->eo.prefill_chunk) ? 2 : 0;
+    }
+    return 0;
+}
+
+/* The options whose value names a choice. Returns 0 or the exit status. */
+static int parse_choice(int c, run_args *a, sfi_error *e)
+{
+    switch (c) {
+    case O_MODE:
+        if (sfi_decode_mode_parse(optarg, &a->mode, e))
+            return fprintf(stderr, CMD ": --%s\n", e->msg), 2;
+        return 0;
+    case O_DTYPE:
+        if (!strcmp(optarg, "bf16"))
+            a->eo.dtype = SFI_GPU_BF16;
+        else if (!strcmp(optarg, "f32"))
+            a->eo.dtype = SFI_GPU_F32;
+        else
+            return fprintf(stderr, CMD ": --dtype '%s': expected bf16 or f32\n", optarg), 2;
+        return 0;
+    case 'P':
+        if (sfi_params_set(&a->eo.params, optarg, "--param", e))
+            return fprintf(stderr, CMD ": %s\n", e->msg), 2;
+        return 0;
+    case O_PARAMS:
+        if (sfi_params_load_file(&a->eo.params, optarg, e))
+            return fprintf(stderr, CMD ": %s\n", e->msg), 1;
+        return 0;
+    case O_TRIGGER:
+        if (sfi_trigger_policy_parse(optarg, &a->trig, e))
+            return fprintf(stderr, CMD ": --trigger: %s\n", e->msg), 2;
+        return 0;
+    case O_CHECK_BACKEND:
+        if (sfi_backend_parse(optarg, &a->check_backend, e))
+            return fprintf(stderr, CMD ": --check-%s\n", e->msg), 2;
+        return 0;
+    case O_GEMM:
+        if (!strcmp(optarg, "cublas"))
+            a->eo.gemm_cublas = 1;
+        else if (!strcmp(optarg, "sfi"))
+            a->eo.gemm_cublas = 0;
+        else
+            return fprintf(stderr, CMD ": --gemm '%s': expected sfi or cublas\n", optarg), 2;
+        return 0;
+    }
+    return 0;
+}
+
+/* Options that exclude or need each other. Returns 0 or 2. */
+static int check_combinations(const run_args *a)
+{
+    const char *why = NULL;
+    if (!!a->model + !!a->synthetic != 1 || a->max_new < 0 ||
+        (!!a->prompt + !!a->prompt_file + !!a->prompt_ids + !!a->replay) != 1) {
+        fprintf(stderr, CMD ": need exactly one of --model and --synthetic, --max-new, and "
+                        "exactly one of --prompt, --prompt-file, --prompt-ids, --replay\n");
+        usage(stderr);
+        return 2;
+    }
+    if (a->layers && !a->synthetic)
+        why = "--layers cuts a --synthetic preset (use sfi-ref make-checkpoint for a checkpoint)";
+    else if (a->force_ids && a->replay)
+        why = "--force-ids and --replay both force the inputs: give one";
+    else if (a->eo.skip_select && !a->bench)
+        why = "--bench-no-selector is a timing experiment: it needs --bench";
+    else if (a->replay_ctx && !a->replay)
+        why = "--replay-ctx needs --replay";
+    else if (a->check && (a->synthetic || a->replay || a->force_ids))
+        why = "--check compares with sfi-ref on a checkpoint (--model) and greedy decoding (no "
+              "--replay)";
+    else if (a->check && a->bench)
+        why = "--check and --bench exclude each other";
+    if (why) {
+        fprintf(stderr, CMD ": %s\n", why);
+        return 2;
+    }
+    return 0;
+}
+
+/* Parses and checks the command line. Returns -1 to go on, else the exit
+ * status (0 for --help). */
+static int parse_args(int argc, char **argv, run_args *a)
+{
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"synthetic", required_argument, NULL, O_SYN},
@@ -556,97 +652,24 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *model = NULL, *synthetic = NULL, *prompt = NULL, *prompt_file = NULL;
-    const char *prompt_ids = NULL, *replay = NULL, *tok_dir = NULL, *force_ids = NULL;
-    int layers = 0, seed = 1, replay_ctx = 0, max_new = -1, batch = 0, json = 0, stop = 0;
-    int check = 0, bench = 0, no_digest = 0;
-    sfi_backend check_backend = SFI_BACKEND_SCALAR;
-    sfi_gpu_engine_opts eo;
-    sfi_gpu_engine_opts_default(&eo);
-    sfi_decode_mode mode = SFI_DECODE_SFI;
-    sfi_trigger_kind trig = SFI_TRIG_SFI;
+    memset(a, 0, sizeof *a);
+    a->seed = 1;
+    a->max_new = -1;
+    a->check_backend = SFI_BACKEND_SCALAR;
+    sfi_gpu_engine_opts_default(&a->eo);
+    a->mode = SFI_DECODE_SFI;
+    a->trig = SFI_TRIG_SFI;
     sfi_error e;
     sfi_error_clear(&e);
-    int c, li = 0;
+    int c, li = 0, rc;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:p:n:b:P:h", opts, &li)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case O_SYN: synthetic = optarg; break;
-        case O_LAYERS: if (parse_int(optarg, "--layers", 1, SFI_MODEL_MAX_LAYERS, &layers)) return 2; break;
-        case O_SEED: if (parse_int(optarg, "--seed", 0, INT_MAX, &seed)) return 2; break;
-        case 'p': prompt = optarg; break;
-        case O_PROMPT_FILE: prompt_file = optarg; break;
-        case O_PROMPT_IDS: prompt_ids = optarg; break;
-        case O_REPLAY: replay = optarg; break;
-        case O_REPLAY_CTX: if (parse_int(optarg, "--replay-ctx", 1, INT_MAX / 2, &replay_ctx)) return 2; break;
-        case 'n': if (parse_int(optarg, "--max-new", 1, INT_MAX / 2, &max_new)) return 2; break;
-        case 'b': if (parse_int(optarg, "--batch", 1, SFI_GPU_MAX_BATCH, &batch)) return 2; break;
-        case O_MODE:
-            if (sfi_decode_mode_parse(optarg, &mode, &e)) {
-                fprintf(stderr, CMD ": --%s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_DTYPE:
-            if (!strcmp(optarg, "bf16")) eo.dtype = SFI_GPU_BF16;
-            else if (!strcmp(optarg, "f32")) eo.dtype = SFI_GPU_F32;
-            else {
-                fprintf(stderr, CMD ": --dtype '%s': expected bf16 or f32\n", optarg);
-                return 2;
-            }
-            break;
-        case O_EXACT: eo.exact = 1; break;
-        case 'P':
-            if (sfi_params_set(&eo.params, optarg, "--param", &e)) {
-                fprintf(stderr, CMD ": %s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_PARAMS:
-            if (sfi_params_load_file(&eo.params, optarg, &e)) {
-                fprintf(stderr, CMD ": %s\n", e.msg);
-                return 1;
-            }
-            break;
-        case O_TRIGGER:
-            if (sfi_trigger_policy_parse(optarg, &trig, &e)) {
-                fprintf(stderr, CMD ": --trigger: %s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_INTERVAL: if (parse_int(optarg, "--interval", 1, INT_MAX, &eo.interval)) return 2; break;
-        case O_TOKENIZER: tok_dir = optarg; break;
-        case O_STOP: stop = 1; break;
-        case O_JSON: json = 1; break;
-        case O_CHECK: check = 1; break;
-        case O_CHECK_BACKEND:
-            if (sfi_backend_parse(optarg, &check_backend, &e)) {
-                fprintf(stderr, CMD ": --check-%s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_BENCH: bench = 1; break;
-        case O_NODIGEST: no_digest = 1; break;
-        case O_NOGRAPH: eo.graphs = 0; break;
-        case O_NOOVERLAP: eo.overlap = 0; break;
-        case O_PAGE: if (parse_int(optarg, "--page", 1, 4096, &eo.page)) return 2; break;
-        case O_CHUNK: if (parse_int(optarg, "--prefill-chunk", 1, 1 << 20, &eo.prefill_chunk)) return 2; break;
-        case O_FORCE: force_ids = optarg; break;
-        case O_NOSEL: eo.skip_select = 1; break;
-        case O_NOPDL: eo.pdl = 0; break;
-        case O_PDL: eo.pdl = 1; break;
-        case O_GEMM:
-            if (!strcmp(optarg, "cublas")) eo.gemm_cublas = 1;
-            else if (!strcmp(optarg, "sfi")) eo.gemm_cublas = 0;
-            else {
-                fprintf(stderr, CMD ": --gemm '%s': expected sfi or cublas\n", optarg);
-                return 2;
-            }
-            break;
-        case 'h': usage(stdout); return 0;
-        default:
+        if (c == 'h') {
+            usage(stdout);
+            return 0;
+        }
+        if (c == '?' || c == ':') {
             if (optopt && optopt < 256)
                 fprintf(stderr, CMD ": option -%c: %s\n", optopt,
                         strchr("mpnbP", optopt) ? "needs a value" : "unknown");
@@ -655,429 +678,552 @@ int sfi_gpu_cmd_run(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+        if (!parse_simple(c, a) && ((rc = parse_number(c, a)) || (rc = parse_choice(c, a, &e))))
+            return rc;
     }
     if (optind < argc) {
         fprintf(stderr, CMD ": unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!!model + !!synthetic != 1 || max_new < 0 ||
-        (!!prompt + !!prompt_file + !!prompt_ids + !!replay) != 1) {
-        fprintf(stderr, CMD ": need exactly one of --model and --synthetic, --max-new, and "
-                        "exactly one of --prompt, --prompt-file, --prompt-ids, --replay\n");
-        usage(stderr);
-        return 2;
-    }
-    if (layers && !synthetic) {
-        fprintf(stderr, CMD ": --layers cuts a --synthetic preset (use sfi-ref make-checkpoint "
-                        "for a checkpoint)\n");
-        return 2;
-    }
-    if (force_ids && replay) {
-        fprintf(stderr, CMD ": --force-ids and --replay both force the inputs: give one\n");
-        return 2;
-    }
-    if (eo.skip_select && !bench) {
-        fprintf(stderr, CMD ": --bench-no-selector is a timing experiment: it needs --bench\n");
-        return 2;
-    }
-    if (replay_ctx && !replay) {
-        fprintf(stderr, CMD ": --replay-ctx needs --replay\n");
-        return 2;
-    }
-    if (check && (synthetic || replay || force_ids)) {
-        fprintf(stderr, CMD ": --check compares with sfi-ref on a checkpoint (--model) and "
-                        "greedy decoding (no --replay)\n");
-        return 2;
-    }
-    if (check && bench) {
-        fprintf(stderr, CMD ": --check and --bench exclude each other\n");
-        return 2;
-    }
-    if (sfi_params_validate(&eo.params, &e)) {
+    if ((rc = check_combinations(a)))
+        return rc;
+    if (sfi_params_validate(&a->eo.params, &e)) {
         fprintf(stderr, CMD ": %s\n", e.msg);
         return 2;
     }
-    eo.sfi = mode == SFI_DECODE_SFI;
-    eo.trigger = trig;
-    eo.max_new = max_new;
-    int digest = !bench && !no_digest;
+    a->eo.sfi = a->mode == SFI_DECODE_SFI;
+    a->eo.trigger = a->trig;
+    a->eo.max_new = a->max_new;
+    a->digest = !a->bench && !a->no_digest;
+    return -1;
+}
 
-    char msg[256];
-    int rc = 1;
-    sfi_qwen3 *m = NULL;
+/* What the run holds, freed by run_free. */
+typedef struct {
+    sfi_qwen3 *m;            /* NULL for --synthetic */
     sfi_model_config cfg;
-    sfi_tokenizer *tk = NULL;
+    sfi_tokenizer *tk;       /* NULL: no tokenizer files */
     sfi_trigger_set ts;
-    int have_ts = 0;
-    prompt_t *pr = NULL;
-    int n_pr = 0;
-    sfi_gpu_engine *eng = NULL;
+    int have_ts;
+    prompt_t *pr;            /* B of them once the batch is filled */
+    int n_pr, B;
+    sfi_gpu_engine *eng;
     sfi_gpu_run_result res;
-    memset(&res, 0, sizeof res);
-    sfi_gpu_verify *ver = NULL;
-    sfi_gpu_verify_report *rep = NULL;
-    const int32_t **pp = NULL;
-    int *pn = NULL;
-    sfi_gpu_request *req = NULL;
-    json_t *jout = NULL;
-    int B = 0;
+    sfi_gpu_verify *ver;     /* with the digest */
+    sfi_gpu_verify_report *rep;
+    const int32_t **pp;
+    int *pn;
+    sfi_gpu_request *req;
+    json_t *jout;
+} run_state;
 
-    if (model) {
-        if (sfi_qwen3_load(model, &m, &e)) {
+static void run_free(run_state *r)
+{
+    if (r->jout)
+        json_decref(r->jout);
+    sfi_gpu_verify_free(r->ver);
+    free(r->rep);
+    free(r->pp);
+    free(r->pn);
+    free(r->req);
+    sfi_gpu_run_result_free(&r->res);
+    sfi_gpu_engine_free(r->eng);
+    if (r->pr)
+        prompts_free(r->pr, r->n_pr);
+    if (r->have_ts)
+        sfi_trigger_set_free(&r->ts);
+    sfi_tokenizer_free(r->tk);
+    sfi_qwen3_free(r->m);
+}
+
+/* The checkpoint, or a preset's shape (cut to --layers) for random
+ * weights. Returns 0 or 1. */
+static int load_model(const run_args *a, run_state *r)
+{
+    sfi_error e;
+    if (a->model) {
+        if (sfi_qwen3_load(a->model, &r->m, &e)) {
             fprintf(stderr, CMD ": %s\n", e.msg);
-            goto out;
+            return 1;
         }
-        cfg = *sfi_qwen3_config(m);
-    } else {
-        if (sfi_model_preset(synthetic, &cfg, &e)) {
-            fprintf(stderr, CMD ": --synthetic: %s\n", e.msg);
-            goto out;
-        }
-        if (layers) {
-            if (layers > cfg.num_hidden_layers) {
-                fprintf(stderr, CMD ": --layers %d: %s has %d\n", layers, synthetic,
-                        cfg.num_hidden_layers);
-                goto out;
-            }
-            cfg.num_hidden_layers = layers;
-        }
+        r->cfg = *sfi_qwen3_config(r->m);
+        return 0;
     }
-    if (!tok_dir && model)
-        tok_dir = model;
-    if (tok_dir && file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt")) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e) ||
-            sfi_trigger_set_build(sfi_tokenizer_vocab(tk), eo.params.trigger_chars, &ts, &e)) {
-            fprintf(stderr, CMD ": %s\n", e.msg);
-            goto out;
+    if (sfi_model_preset(a->synthetic, &r->cfg, &e)) {
+        fprintf(stderr, CMD ": --synthetic: %s\n", e.msg);
+        return 1;
+    }
+    if (a->layers) {
+        if (a->layers > r->cfg.num_hidden_layers) {
+            fprintf(stderr, CMD ": --layers %d: %s has %d\n", a->layers, a->synthetic,
+                    r->cfg.num_hidden_layers);
+            return 1;
         }
-        have_ts = 1;
-        eo.is_trigger = ts.is_trigger;
-        eo.n_trigger_vocab = ts.n_vocab;
-    } else if (prompt || prompt_file) {
+        r->cfg.num_hidden_layers = a->layers;
+    }
+    return 0;
+}
+
+/* The tokenizer and the trigger set when the tokenizer files are there
+ * (they must be for prompt text, and where --tokenizer names them).
+ * Returns 0 or 1. */
+static int load_tokenizer(run_args *a, run_state *r)
+{
+    sfi_error e;
+    const char *tok_dir = a->tok_dir ? a->tok_dir : a->model;
+    if (tok_dir && file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt")) {
+        if (sfi_tokenizer_load(tok_dir, &r->tk, &e) ||
+            sfi_trigger_set_build(sfi_tokenizer_vocab(r->tk), a->eo.params.trigger_chars, &r->ts,
+                                  &e)) {
+            fprintf(stderr, CMD ": %s\n", e.msg);
+            return 1;
+        }
+        r->have_ts = 1;
+        a->eo.is_trigger = r->ts.is_trigger;
+        a->eo.n_trigger_vocab = r->ts.n_vocab;
+    } else if (a->prompt || a->prompt_file) {
         fprintf(stderr, CMD ": %s: no vocab.json + merges.txt to encode the prompt text (give "
                         "--tokenizer DIR or --prompt-ids)\n", tok_dir ? tok_dir : "(none)");
-        goto out;
-    } else if (tok_dir && !file_exists(tok_dir, "vocab.json") && !model) {
+        return 1;
+    } else if (tok_dir && !file_exists(tok_dir, "vocab.json") && !a->model) {
         fprintf(stderr, CMD ": --tokenizer %s: no vocab.json + merges.txt there\n", tok_dir);
-        goto out;
-    } else if (eo.sfi && !json) {
+        return 1;
+    } else if (a->eo.sfi && !a->json) {
         fprintf(stderr, CMD ": note: no tokenizer: the trigger set is empty, slow steps come "
                         "from T_max only\n");
     }
-    /* prompts */
-    if (prompt_ids) {
+    return 0;
+}
+
+/* --prompt or --prompt-file encoded: one request. Returns 0 or 1. */
+static int encode_prompt(const run_args *a, run_state *r)
+{
+    sfi_error e;
+    size_t len = 0;
+    char *s = a->prompt ? strdup(a->prompt) : read_file(a->prompt_file, &len, &e);
+    if (!s) {
+        fprintf(stderr, CMD ": %s\n", a->prompt ? "out of memory" : e.msg);
+        return 1;
+    }
+    if (a->prompt)
+        len = strlen(s);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    sfi_status st = sfi_tokenizer_encode(r->tk, s, len, &ids, &n, &e);
+    free(s);
+    if (st || n == 0 || n > INT_MAX / 2) {
+        fprintf(stderr, CMD ": %s: %s\n", a->prompt ? "--prompt" : a->prompt_file,
+                st ? e.msg : "the prompt encodes to no tokens");
+        free(ids);
+        return 1;
+    }
+    r->pr = calloc(1, sizeof *r->pr);
+    if (!r->pr) {
+        free(ids);
+        return 1;
+    }
+    r->pr[0].ids = ids;
+    r->pr[0].n = (int)n;
+    r->n_pr = 1;
+    return 0;
+}
+
+/* The prompts: --prompt-ids lines, a trace's requests (--replay), or the
+ * prompt text. Returns 0 or 1. */
+static int read_prompts(const run_args *a, run_state *r)
+{
+    sfi_error e;
+    if (a->prompt_ids) {
         size_t len;
-        char *s = read_file(prompt_ids, &len, &e);
-        if (!s || parse_id_lines(prompt_ids, s, len, &pr, &n_pr, &e)) {
+        char *s = read_file(a->prompt_ids, &len, &e);
+        if (!s || parse_id_lines(a->prompt_ids, s, len, &r->pr, &r->n_pr, &e)) {
             free(s);
             fprintf(stderr, CMD ": %s\n", e.msg);
-            goto out;
+            return 1;
         }
         free(s);
-    } else if (replay) {
-        if (read_replay(replay, replay_ctx, max_new - 1, cfg.vocab_size, batch, &pr, &n_pr, &e)) {
+        return 0;
+    }
+    if (a->replay) {
+        if (read_replay(a->replay, a->replay_ctx, a->max_new - 1, r->cfg.vocab_size, a->batch,
+                        &r->pr, &r->n_pr, &e)) {
             fprintf(stderr, CMD ": %s\n", e.msg);
-            goto out;
+            return 1;
         }
-    } else {
-        size_t len = 0;
-        char *s = prompt ? strdup(prompt) : read_file(prompt_file, &len, &e);
-        if (!s) {
-            fprintf(stderr, CMD ": %s\n", prompt ? "out of memory" : e.msg);
-            goto out;
-        }
-        if (prompt)
-            len = strlen(s);
-        int32_t *ids = NULL;
-        size_t n = 0;
-        sfi_status st = sfi_tokenizer_encode(tk, s, len, &ids, &n, &e);
+        return 0;
+    }
+    return encode_prompt(a, r);
+}
+
+/* --force-ids: line i forces request i's inputs of steps 1... Returns 0
+ * or 1. */
+static int read_force_ids(const run_args *a, run_state *r)
+{
+    sfi_error e;
+    size_t len;
+    prompt_t *fr = NULL;
+    int nf = 0;
+    char *s = read_file(a->force_ids, &len, &e);
+    if (!s || parse_id_lines(a->force_ids, s, len, &fr, &nf, &e)) {
         free(s);
-        if (st || n == 0 || n > INT_MAX / 2) {
-            fprintf(stderr, CMD ": %s: %s\n", prompt ? "--prompt" : prompt_file,
-                    st ? e.msg : "the prompt encodes to no tokens");
-            free(ids);
-            goto out;
-        }
-        pr = calloc(1, sizeof *pr);
-        if (!pr) {
-            free(ids);
-            goto out;
-        }
-        pr[0].ids = ids;
-        pr[0].n = (int)n;
-        n_pr = 1;
+        fprintf(stderr, CMD ": %s\n", e.msg);
+        return 1;
     }
-    if (force_ids) { /* line i forces request i's inputs of steps 1.. */
-        size_t len;
-        prompt_t *fr = NULL;
-        int nf = 0;
-        char *s = read_file(force_ids, &len, &e);
-        if (!s || parse_id_lines(force_ids, s, len, &fr, &nf, &e)) {
-            free(s);
-            fprintf(stderr, CMD ": %s\n", e.msg);
-            goto out;
+    free(s);
+    int bad = nf < r->n_pr;
+    for (int i = 0; i < r->n_pr && !bad; i++) {
+        if (fr[i].n < a->max_new - 1) {
+            bad = 1;
+            break;
         }
-        free(s);
-        int bad = nf < n_pr;
-        for (int i = 0; i < n_pr && !bad; i++) {
-            if (fr[i].n < max_new - 1) {
-                bad = 1;
-                break;
-            }
-            pr[i].force = fr[i].ids;
-            pr[i].n_force = fr[i].n;
-            fr[i].ids = NULL;
-        }
-        prompts_free(fr, nf);
-        if (bad) {
-            fprintf(stderr, CMD ": %s: needs a line of at least %d ids for each of the %d "
-                            "prompts\n", force_ids, max_new - 1, n_pr);
-            goto out;
-        }
+        r->pr[i].force = fr[i].ids;
+        r->pr[i].n_force = fr[i].n;
+        fr[i].ids = NULL;
     }
-    B = batch ? batch : (n_pr < SFI_GPU_MAX_BATCH ? n_pr : SFI_GPU_MAX_BATCH);
-    if (n_pr < B) { /* cycle through the prompts */
-        prompt_t *np = realloc(pr, (size_t)B * sizeof *pr);
-        if (!np)
-            goto out;
-        pr = np;
-        for (int b = n_pr; b < B; b++) {
-            const prompt_t *s = &pr[b % n_pr];
-            pr[b].n = s->n;
-            pr[b].n_force = s->n_force;
-            pr[b].ids = malloc((size_t)s->n * 4);
-            pr[b].force = s->force ? malloc((size_t)s->n_force * 4 + 4) : NULL;
-            if (!pr[b].ids || (s->force && !pr[b].force)) {
-                n_pr = b + 1;
-                goto out;
-            }
-            memcpy(pr[b].ids, s->ids, (size_t)s->n * 4);
-            if (s->force)
-                memcpy(pr[b].force, s->force, (size_t)s->n_force * 4);
-        }
-        n_pr = B;
+    prompts_free(fr, nf);
+    if (bad) {
+        fprintf(stderr, CMD ": %s: needs a line of at least %d ids for each of the %d "
+                        "prompts\n", a->force_ids, a->max_new - 1, r->n_pr);
+        return 1;
     }
+    return 0;
+}
+
+/* The batch: --batch requests (default: one per prompt, at most
+ * SFI_GPU_MAX_BATCH), cycling through the prompts. Returns 0 or 1. */
+static int fill_batch(const run_args *a, run_state *r)
+{
+    const int B = r->B = a->batch ? a->batch
+                                  : (r->n_pr < SFI_GPU_MAX_BATCH ? r->n_pr : SFI_GPU_MAX_BATCH);
+    if (r->n_pr >= B)
+        return 0;
+    prompt_t *np = realloc(r->pr, (size_t)B * sizeof *r->pr);
+    if (!np)
+        return 1;
+    r->pr = np;
+    for (int b = r->n_pr; b < B; b++) {
+        prompt_t *pr = r->pr;
+        const prompt_t *s = &pr[b % r->n_pr];
+        pr[b].n = s->n;
+        pr[b].n_force = s->n_force;
+        pr[b].ids = malloc((size_t)s->n * 4);
+        pr[b].force = s->force ? malloc((size_t)s->n_force * 4 + 4) : NULL;
+        if (!pr[b].ids || (s->force && !pr[b].force)) {
+            r->n_pr = b + 1;
+            return 1;
+        }
+        memcpy(pr[b].ids, s->ids, (size_t)s->n * 4);
+        if (s->force)
+            memcpy(pr[b].force, s->force, (size_t)s->n_force * 4);
+    }
+    r->n_pr = B;
+    return 0;
+}
+
+/* Every prompt's ids inside the vocabulary and every request inside the
+ * model's positions; sizes the engine for them. Returns 0 or 1. */
+static int check_prompts(run_args *a, run_state *r)
+{
+    const sfi_model_config *cfg = &r->cfg;
     int max_prompt = 0;
-    for (int b = 0; b < B; b++) {
-        for (int i = 0; i < pr[b].n; i++)
-            if (pr[b].ids[i] < 0 || pr[b].ids[i] >= cfg.vocab_size) {
+    for (int b = 0; b < r->B; b++) {
+        const prompt_t *p = &r->pr[b];
+        for (int i = 0; i < p->n; i++)
+            if (p->ids[i] < 0 || p->ids[i] >= cfg->vocab_size) {
                 fprintf(stderr, CMD ": request %d: token %d (id %d) outside the model's "
-                                "vocabulary [0, %d)\n", b, i, (int)pr[b].ids[i], cfg.vocab_size);
-                goto out;
+                                "vocabulary [0, %d)\n", b, i, (int)p->ids[i], cfg->vocab_size);
+                return 1;
             }
-        max_prompt = pr[b].n > max_prompt ? pr[b].n : max_prompt;
+        max_prompt = p->n > max_prompt ? p->n : max_prompt;
     }
-    if ((long)max_prompt + max_new - 1 > cfg.max_position_embeddings) {
+    if ((long)max_prompt + a->max_new - 1 > cfg->max_position_embeddings) {
         fprintf(stderr, CMD ": a prompt of %d tokens + %d steps exceeds the model's "
-                        "max_position_embeddings %d\n", max_prompt, max_new,
-                cfg.max_position_embeddings);
-        goto out;
+                        "max_position_embeddings %d\n", max_prompt, a->max_new,
+                cfg->max_position_embeddings);
+        return 1;
     }
-    eo.max_batch = B;
-    eo.max_ctx = max_prompt + max_new - 1 > 2 ? max_prompt + max_new - 1 : 2;
-    eo.stop_token = stop ? cfg.eos_token_id : -1;
-    /* inputs are checked; now the device */
-    if (!sfi_gpu_device_ok(msg, sizeof msg)) {
-        fprintf(stderr, CMD ": skipped: %s\n", msg);
-        rc = SFI_GPU_EXIT_NODEV;
-        goto out;
-    }
-    double bw = bench ? copy_bandwidth() : 0;
-    {
-        sfi_gpu_engine_mem mp;
-        if (sfi_gpu_engine_mem_plan(&cfg, &eo, &mp, &e)) {
-            fprintf(stderr, CMD ": %s\n", e.msg);
-            goto out;
-        }
-        if (!json)
-            fprintf(stderr,
-                    CMD ": memory: %.3f GiB (weights %.3f, KV %.3f, compact + key norms %.3f, "
-                        "Selector + logits %.3f, activations %.3f, other %.3f)\n",
-                    mp.total / 1073741824.0, mp.weights / 1073741824.0, mp.kv / 1073741824.0,
-                    (mp.compact + mp.key_norms) / 1073741824.0,
-                    (mp.selector + mp.logits) / 1073741824.0, mp.activations / 1073741824.0,
-                    (mp.prefill + mp.other) / 1073741824.0);
-    }
-    if (sfi_gpu_engine_create(&cfg, m, (uint64_t)seed, &eo, &eng, &e)) {
-        fprintf(stderr, CMD ": %s: %s\n", model ? model : synthetic, e.msg);
-        goto out;
-    }
-    req = calloc((size_t)B, sizeof *req);
-    pp = calloc((size_t)B, sizeof *pp);
-    pn = calloc((size_t)B, sizeof *pn);
-    rep = calloc((size_t)B, sizeof *rep);
-    if (!req || !pp || !pn || !rep)
-        goto out;
-    for (int b = 0; b < B; b++) {
-        req[b].prompt = pp[b] = pr[b].ids;
-        req[b].n_prompt = pn[b] = pr[b].n;
-        req[b].force = pr[b].force;
-        req[b].n_force = pr[b].n_force;
-    }
-    if (digest && sfi_gpu_verify_new(B, max_new, cfg.vocab_size, pp, pn, mode, check, &ver, &e)) {
+    a->eo.max_batch = r->B;
+    a->eo.max_ctx = max_prompt + a->max_new - 1 > 2 ? max_prompt + a->max_new - 1 : 2;
+    a->eo.stop_token = a->stop ? cfg->eos_token_id : -1;
+    return 0;
+}
+
+/* The engine's memory plan, said on stderr (not with --json). Returns 0
+ * or 1. */
+static int plan_memory(const run_args *a, const run_state *r)
+{
+    sfi_error e;
+    sfi_gpu_engine_mem mp;
+    if (sfi_gpu_engine_mem_plan(&r->cfg, &a->eo, &mp, &e)) {
         fprintf(stderr, CMD ": %s\n", e.msg);
-        goto out;
+        return 1;
     }
-    if (sfi_gpu_engine_run(eng, req, B, ver ? sfi_gpu_verify_observer(ver) : NULL, bench, &res,
-                           &e)) {
-        fprintf(stderr, CMD ": %s\n", e.msg);
-        goto out;
+    if (!a->json)
+        fprintf(stderr,
+                CMD ": memory: %.3f GiB (weights %.3f, KV %.3f, compact + key norms %.3f, "
+                    "Selector + logits %.3f, activations %.3f, other %.3f)\n",
+                mp.total / 1073741824.0, mp.weights / 1073741824.0, mp.kv / 1073741824.0,
+                (mp.compact + mp.key_norms) / 1073741824.0,
+                (mp.selector + mp.logits) / 1073741824.0, mp.activations / 1073741824.0,
+                (mp.prefill + mp.other) / 1073741824.0);
+    return 0;
+}
+
+/* Creates the engine and decodes the batch (with the digest's readback
+ * unless --bench or --no-digest). Returns 0 or 1. */
+static int run_engine(const run_args *a, run_state *r)
+{
+    sfi_error e;
+    const int B = r->B;
+    if (sfi_gpu_engine_create(&r->cfg, r->m, (uint64_t)a->seed, &a->eo, &r->eng, &e)) {
+        fprintf(stderr, CMD ": %s: %s\n", a->model ? a->model : a->synthetic, e.msg);
+        return 1;
     }
-    /* --check: the reference on the CPU, one thread per request */
-    int check_fail = 0;
-    if (check) {
-        sfi_decode_opts ro;
-        sfi_decode_opts_default(&ro);
-        ro.mode = mode;
-        ro.params = eo.params;
-        ro.trigger = trig;
-        ro.interval = eo.interval;
-        ro.is_trigger = eo.is_trigger;
-        ro.n_trigger_vocab = eo.n_trigger_vocab;
-        ro.max_new = max_new;
-        ro.stop_token = eo.stop_token;
-        ro.backend = check_backend;
-        check_fail = sfi_gpu_verify_reference(ver, m, &ro, &res, eo.exact, 1e-4, stderr, rep) > 0;
-    }
-    /* output */
-    size_t text_len = 0;
-    jout = json ? json_object() : NULL;
-    json_t *jreqs = json ? json_array() : NULL;
-    const char *backend = eo.exact ? "gpu-exact" : eo.dtype == SFI_GPU_BF16 ? "gpu-bf16" : "gpu-f32";
+    r->req = calloc((size_t)B, sizeof *r->req);
+    r->pp = calloc((size_t)B, sizeof *r->pp);
+    r->pn = calloc((size_t)B, sizeof *r->pn);
+    r->rep = calloc((size_t)B, sizeof *r->rep);
+    if (!r->req || !r->pp || !r->pn || !r->rep)
+        return 1;
     for (int b = 0; b < B; b++) {
-        int ng = res.n_generated[b];
-        const int32_t *ids = res.ids + (size_t)b * max_new;
+        r->req[b].prompt = r->pp[b] = r->pr[b].ids;
+        r->req[b].n_prompt = r->pn[b] = r->pr[b].n;
+        r->req[b].force = r->pr[b].force;
+        r->req[b].n_force = r->pr[b].n_force;
+    }
+    if (a->digest && sfi_gpu_verify_new(B, a->max_new, r->cfg.vocab_size, r->pp, r->pn, a->mode,
+                                        a->check, &r->ver, &e)) {
+        fprintf(stderr, CMD ": %s\n", e.msg);
+        return 1;
+    }
+    if (sfi_gpu_engine_run(r->eng, r->req, B, r->ver ? sfi_gpu_verify_observer(r->ver) : NULL,
+                           a->bench, &r->res, &e)) {
+        fprintf(stderr, CMD ": %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* --check: the reference on the CPU, one thread per request. Returns 1
+ * when it differs. */
+static int run_reference(const run_args *a, run_state *r)
+{
+    sfi_decode_opts ro;
+    sfi_decode_opts_default(&ro);
+    ro.mode = a->mode;
+    ro.params = a->eo.params;
+    ro.trigger = a->trig;
+    ro.interval = a->eo.interval;
+    ro.is_trigger = a->eo.is_trigger;
+    ro.n_trigger_vocab = a->eo.n_trigger_vocab;
+    ro.max_new = a->max_new;
+    ro.stop_token = a->eo.stop_token;
+    ro.backend = a->check_backend;
+    return sfi_gpu_verify_reference(r->ver, r->m, &ro, &r->res, a->eo.exact, 1e-4, stderr,
+                                    r->rep) > 0;
+}
+
+/* One request's report as the JSON object of sfi-ref run --json (plus
+ * the --check comparison). */
+static json_t *request_json(const run_args *a, const run_state *r, int b, const char *backend,
+                            const char *text, size_t text_len, const char *hex, int n_slow)
+{
+    const sfi_gpu_run_result *res = &r->res;
+    const int max_new = a->max_new, ng = res->n_generated[b];
+    const int32_t *ids = res->ids + (size_t)b * max_new;
+    json_t *j = json_object(), *g = json_array(), *steps = json_array();
+    json_object_set_new(j, "model", json_string(a->model ? a->model : a->synthetic));
+    json_object_set_new(j, "mode", json_string(sfi_decode_mode_name(a->mode)));
+    json_object_set_new(j, "backend", json_string(backend));
+    json_object_set_new(j, "trigger", json_string(sfi_trigger_kind_name(a->trig)));
+    json_object_set_new(j, "prompt_tokens", json_integer(r->pr[b].n));
+    for (int t = 0; t < ng; t++) {
+        json_array_append_new(g, json_integer(ids[t]));
+        json_t *s = json_object();
+        json_object_set_new(s, "kind", json_string(sfi_step_kind_name(
+                                           (sfi_step_kind)res->kinds[(size_t)b * max_new + t])));
+        json_object_set_new(s, "reason", json_string(sfi_step_reason_name(
+                                             (sfi_step_reason)res->reasons[(size_t)b * max_new + t])));
+        json_array_append_new(steps, s);
+    }
+    json_object_set_new(j, "generated_ids", g);
+    size_t cl = 0;
+    char *clean = text ? sfi_utf8_clean(text, text_len, &cl) : NULL;
+    if (clean)
+        json_object_set_new(j, "text", json_stringn(clean, cl));
+    free(clean);
+    json_object_set_new(j, "steps", steps);
+    json_object_set_new(j, "n_slow", json_integer(n_slow));
+    json_object_set_new(j, "slow_fraction", json_real((double)n_slow / ng));
+    json_object_set_new(j, "digest", a->digest ? json_string(hex) : json_null());
+    json_object_set_new(j, "prefill_seconds", json_real(res->prefill_s));
+    json_object_set_new(j, "decode_seconds", json_real(res->decode_s));
+    if (a->check) {
+        const sfi_gpu_verify_report *rp = &r->rep[b];
+        json_t *ck = json_object();
+        json_object_set_new(ck, "ref_digest", rp->ran ? json_string(rp->ref_digest) : json_null());
+        json_object_set_new(ck, "first_diff_step", json_integer(rp->first_diff));
+        json_object_set_new(ck, "max_rel_logit_err", json_real(rp->max_rel));
+        json_object_set_new(ck, "selected_sets", json_integer(rp->sel_sets));
+        json_object_set_new(ck, "selected_sets_equal", json_integer(rp->sel_sets_equal));
+        json_object_set_new(j, "check", ck);
+    }
+    return j;
+}
+
+/* One request's report as sfi-ref run's text. */
+static void request_text(const run_args *a, const run_state *r, int b, const char *backend,
+                         const char *text, size_t text_len, const char *hex, int n_slow)
+{
+    const sfi_gpu_run_result *res = &r->res;
+    const int max_new = a->max_new, ng = res->n_generated[b];
+    const int32_t *ids = res->ids + (size_t)b * max_new;
+    if (r->B > 1)
+        printf("request %d:\n", b);
+    if (text) {
+        printf("text: ");
+        fwrite(text, 1, text_len, stdout);
+        printf("\n");
+    }
+    printf("ids:");
+    for (int t = 0; t < ng; t++)
+        printf(" %d", (int)ids[t]);
+    printf("\nsteps:\n");
+    for (int t = 0; t < ng; t++)
+        printf("  %d %s %s %d\n", t,
+               sfi_step_kind_name((sfi_step_kind)res->kinds[(size_t)b * max_new + t]),
+               sfi_step_reason_name((sfi_step_reason)res->reasons[(size_t)b * max_new + t]),
+               (int)ids[t]);
+    printf("slow_fraction: %.6f (%d of %d steps)\n", (double)n_slow / ng, n_slow, ng);
+    printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", r->pr[b].n,
+           sfi_decode_mode_name(a->mode), backend);
+    if (a->digest)
+        printf("digest: %s\n", hex);
+}
+
+/* Every request's report: text on standard output, or appended to jreqs.
+ * Returns 0 or 1. */
+static int report_requests(const run_args *a, const run_state *r, json_t *jreqs)
+{
+    sfi_error e;
+    const sfi_gpu_engine_opts *eo = &a->eo;
+    const char *backend = eo->exact ? "gpu-exact" : eo->dtype == SFI_GPU_BF16 ? "gpu-bf16" : "gpu-f32";
+    for (int b = 0; b < r->B; b++) {
+        const int ng = r->res.n_generated[b];
+        const int32_t *ids = r->res.ids + (size_t)b * a->max_new;
         char hex[65] = "";
-        if (digest && sfi_gpu_verify_digest(ver, b, hex, &e)) {
+        if (a->digest && sfi_gpu_verify_digest(r->ver, b, hex, &e)) {
             fprintf(stderr, CMD ": %s\n", e.msg);
-            goto out;
+            return 1;
         }
         char *text = NULL;
-        if (tk && sfi_tokenizer_decode(tk, ids, (size_t)ng, &text, &text_len, &e))
+        size_t text_len = 0;
+        if (r->tk && sfi_tokenizer_decode(r->tk, ids, (size_t)ng, &text, &text_len, &e))
             text = NULL;
         int n_slow = 0;
         for (int t = 0; t < ng; t++)
-            n_slow += res.kinds[(size_t)b * max_new + t] == SFI_STEP_SLOW;
-        if (json) {
-            json_t *j = json_object(), *g = json_array(), *steps = json_array();
-            json_object_set_new(j, "model", json_string(model ? model : synthetic));
-            json_object_set_new(j, "mode", json_string(sfi_decode_mode_name(mode)));
-            json_object_set_new(j, "backend", json_string(backend));
-            json_object_set_new(j, "trigger", json_string(sfi_trigger_kind_name(trig)));
-            json_object_set_new(j, "prompt_tokens", json_integer(pr[b].n));
-            for (int t = 0; t < ng; t++) {
-                json_array_append_new(g, json_integer(ids[t]));
-                json_t *s = json_object();
-                json_object_set_new(s, "kind", json_string(sfi_step_kind_name(
-                                                   (sfi_step_kind)res.kinds[(size_t)b * max_new + t])));
-                json_object_set_new(s, "reason", json_string(sfi_step_reason_name(
-                                                     (sfi_step_reason)res.reasons[(size_t)b * max_new + t])));
-                json_array_append_new(steps, s);
-            }
-            json_object_set_new(j, "generated_ids", g);
-            size_t cl = 0;
-            char *clean = text ? utf8_clean(text, text_len, &cl) : NULL;
-            if (clean)
-                json_object_set_new(j, "text", json_stringn(clean, cl));
-            free(clean);
-            json_object_set_new(j, "steps", steps);
-            json_object_set_new(j, "n_slow", json_integer(n_slow));
-            json_object_set_new(j, "slow_fraction", json_real((double)n_slow / ng));
-            json_object_set_new(j, "digest", digest ? json_string(hex) : json_null());
-            json_object_set_new(j, "prefill_seconds", json_real(res.prefill_s));
-            json_object_set_new(j, "decode_seconds", json_real(res.decode_s));
-            if (check) {
-                const sfi_gpu_verify_report *r = &rep[b];
-                json_t *ck = json_object();
-                json_object_set_new(ck, "ref_digest", r->ran ? json_string(r->ref_digest) : json_null());
-                json_object_set_new(ck, "first_diff_step", json_integer(r->first_diff));
-                json_object_set_new(ck, "max_rel_logit_err", json_real(r->max_rel));
-                json_object_set_new(ck, "selected_sets", json_integer(r->sel_sets));
-                json_object_set_new(ck, "selected_sets_equal", json_integer(r->sel_sets_equal));
-                json_object_set_new(j, "check", ck);
-            }
-            json_array_append_new(jreqs, j);
-        } else {
-            if (B > 1)
-                printf("request %d:\n", b);
-            if (text) {
-                printf("text: ");
-                fwrite(text, 1, text_len, stdout);
-                printf("\n");
-            }
-            printf("ids:");
-            for (int t = 0; t < ng; t++)
-                printf(" %d", (int)ids[t]);
-            printf("\nsteps:\n");
-            for (int t = 0; t < ng; t++)
-                printf("  %d %s %s %d\n", t,
-                       sfi_step_kind_name((sfi_step_kind)res.kinds[(size_t)b * max_new + t]),
-                       sfi_step_reason_name((sfi_step_reason)res.reasons[(size_t)b * max_new + t]),
-                       (int)ids[t]);
-            printf("slow_fraction: %.6f (%d of %d steps)\n", (double)n_slow / ng, n_slow, ng);
-            printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", pr[b].n,
-                   sfi_decode_mode_name(mode), backend);
-            if (digest)
-                printf("digest: %s\n", hex);
-        }
+            n_slow += r->res.kinds[(size_t)b * a->max_new + t] == SFI_STEP_SLOW;
+        if (jreqs)
+            json_array_append_new(jreqs, request_json(a, r, b, backend, text, text_len, hex, n_slow));
+        else
+            request_text(a, r, b, backend, text, text_len, hex, n_slow);
         free(text);
     }
-    if (json) {
-        json_object_set_new(jout, "batch", json_integer(B));
-        json_object_set_new(jout, "dtype", json_string(eo.dtype == SFI_GPU_BF16 ? "bf16" : "f32"));
-        json_object_set_new(jout, "exact", json_boolean(eo.exact));
-        json_object_set_new(jout, "max_new", json_integer(max_new));
-        json_object_set_new(jout, "graph_build_seconds", json_real(res.graph_build_s));
-        char *pj = sfi_params_to_json(&eo.params);
-        json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
-        free(pj);
-        if (pv)
-            json_object_set_new(jout, "params", pv);
-        if (B == 1) { /* sfi-ref run's shape at the top level */
-            json_t *r0 = json_array_get(jreqs, 0);
-            const char *k;
-            json_t *v;
-            json_object_foreach(r0, k, v) json_object_set(jout, k, v);
-        }
-        json_object_set_new(jout, "requests", jreqs);
+    return 0;
+}
+
+/* The JSON object's run-wide fields and its requests (a single request's
+ * fields also at the top level, as sfi-ref run has them). */
+static void finish_json(const run_args *a, const run_state *r, json_t *jreqs)
+{
+    json_t *jout = r->jout;
+    json_object_set_new(jout, "batch", json_integer(r->B));
+    json_object_set_new(jout, "dtype", json_string(a->eo.dtype == SFI_GPU_BF16 ? "bf16" : "f32"));
+    json_object_set_new(jout, "exact", json_boolean(a->eo.exact));
+    json_object_set_new(jout, "max_new", json_integer(a->max_new));
+    json_object_set_new(jout, "graph_build_seconds", json_real(r->res.graph_build_s));
+    char *pj = sfi_params_to_json(&a->eo.params);
+    json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
+    free(pj);
+    if (pv)
+        json_object_set_new(jout, "params", pv);
+    if (r->B == 1) {
+        json_t *r0 = json_array_get(jreqs, 0);
+        const char *k;
+        json_t *v;
+        json_object_foreach(r0, k, v) json_object_set(jout, k, v);
     }
-    if (bench) {
-        json_t *jb = json ? json_object() : NULL;
-        bench_report(eng, &eo, pr, B, &res, bw, jb);
+    json_object_set_new(jout, "requests", jreqs);
+}
+
+/* The reports (requests, --bench's classes), on standard output. Returns
+ * 0 or 1. */
+static int report(const run_args *a, run_state *r, double bw)
+{
+    json_t *jreqs = NULL;
+    if (a->json) {
+        r->jout = json_object();
+        jreqs = json_array();
+    }
+    if (report_requests(a, r, jreqs)) {
+        json_decref(jreqs);
+        return 1;
+    }
+    if (a->json)
+        finish_json(a, r, jreqs);
+    if (a->bench) {
+        json_t *jb = a->json ? json_object() : NULL;
+        bench_report(r->eng, &a->eo, r->pr, r->B, &r->res, bw, jb);
         if (jb)
-            json_object_set_new(jout, "bench", jb);
+            json_object_set_new(r->jout, "bench", jb);
     }
-    if (json) {
-        char *s = json_dumps(jout, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+    if (a->json) {
+        char *s = json_dumps(r->jout, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
         if (!s) {
             fprintf(stderr, CMD ": cannot encode the JSON output (out of memory?)\n");
-            goto out;
+            return 1;
         }
         printf("%s\n", s);
         free(s);
     }
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, CMD ": writing standard output failed\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* parse, load, read the prompts (all checked before the device), run,
+ * check, report. */
+int sfi_gpu_cmd_run(int argc, char **argv)
+{
+    run_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    run_state r;
+    memset(&r, 0, sizeof r);
+    rc = 1;
+    if (load_model(&a, &r) || load_tokenizer(&a, &r) || read_prompts(&a, &r) ||
+        (a.force_ids && read_force_ids(&a, &r)) || fill_batch(&a, &r) || check_prompts(&a, &r))
+        goto out;
+    /* inputs are checked; now the device */
+    char msg[256];
+    if (!sfi_gpu_device_ok(msg, sizeof msg)) {
+        fprintf(stderr, CMD ": skipped: %s\n", msg);
+        rc = SFI_GPU_EXIT_NODEV;
         goto out;
     }
+    double bw = a.bench ? copy_bandwidth() : 0;
+    if (plan_memory(&a, &r) || run_engine(&a, &r))
+        goto out;
+    int check_fail = a.check ? run_reference(&a, &r) : 0;
+    if (report(&a, &r, bw))
+        goto out;
     rc = check_fail ? 1 : 0;
-    if (check)
+    if (a.check)
         fprintf(stderr, CMD ": check %s\n", check_fail ? "FAILED" : "passed");
 out:
-    if (jout)
-        json_decref(jout);
-    sfi_gpu_verify_free(ver);
-    free(rep);
-    free(pp);
-    free(pn);
-    free(req);
-    sfi_gpu_run_result_free(&res);
-    sfi_gpu_engine_free(eng);
-    if (pr)
-        prompts_free(pr, n_pr);
-    if (have_ts)
-        sfi_trigger_set_free(&ts);
-    sfi_tokenizer_free(tk);
-    sfi_qwen3_free(m);
+    run_free(&r);
     return rc;
 }

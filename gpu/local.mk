@@ -44,4 +44,3 @@ SUFFIXES = .cu
 $(SFI_GPU_CU_OBJS): $(SFI_GPU_HDRS)
 endif
 
-dist_man_MANS += man/sfi-gpu.1

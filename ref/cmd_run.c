@@ -84,6 +84,9 @@ static char *read_prompt(const char *path, const char *what, size_t *len, sfi_er
     return st ? NULL : buf;
 }
 
+enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_FORCED_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
+       O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE };
+
 static int parse_int(const char *s, const char *what, int lo, int *out)
 {
     char *end;
@@ -97,11 +100,60 @@ static int parse_int(const char *s, const char *what, int lo, int *out)
     return 0;
 }
 
-int sfi_ref_cmd_run(int argc, char **argv)
+/* The command line. */
+typedef struct {
+    const char *model, *prompt, *prompt_file, *prompt_ids, *forced_ids, *tok_dir;
+    int json, stop;
+    sfi_decode_opts o;    /* o.max_new: --max-new, -1 until given */
+    sfi_recorder_opts ro; /* --trace* */
+} run_args;
+
+/* One option of getopt_long's c (opt names it for the --trace* group). */
+static int parse_option(int c, const struct option *opt, run_args *a, sfi_error *e)
 {
-    enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_FORCED_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
-           O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE };
-    int long_index = 0;
+    switch (c) {
+    case 'm': a->model = optarg; return 0;
+    case 'p': a->prompt = optarg; return 0;
+    case O_PROMPT_FILE: a->prompt_file = optarg; return 0;
+    case O_PROMPT_IDS: a->prompt_ids = optarg; return 0;
+    case O_FORCED_IDS: a->forced_ids = optarg; return 0;
+    case 'n': return parse_int(optarg, "--max-new", 1, &a->o.max_new) ? 2 : 0;
+    case O_INTERVAL: return parse_int(optarg, "--interval", 1, &a->o.interval) ? 2 : 0;
+    case O_TOKENIZER: a->tok_dir = optarg; return 0;
+    case O_STOP: a->stop = 1; return 0;
+    case O_JSON: a->json = 1; return 0;
+    case O_MODE:
+        if (sfi_decode_mode_parse(optarg, &a->o.mode, e))
+            return fprintf(stderr, "sfi-ref run: --%s\n", e->msg), 2;
+        return 0;
+    case 'P':
+        if (sfi_params_set(&a->o.params, optarg, "--param", e))
+            return fprintf(stderr, "sfi-ref run: %s\n", e->msg), 2;
+        return 0;
+    case O_PARAMS:
+        if (sfi_params_load_file(&a->o.params, optarg, e))
+            return fprintf(stderr, "sfi-ref run: %s\n", e->msg), 1;
+        return 0;
+    case O_TRIGGER:
+        if (sfi_trigger_policy_parse(optarg, &a->o.trigger, e))
+            return fprintf(stderr, "sfi-ref run: --trigger: %s\n", e->msg), 2;
+        return 0;
+    case O_BACKEND:
+        if (sfi_backend_parse(optarg, &a->o.backend, e))
+            return fprintf(stderr, "sfi-ref run: --%s\n", e->msg), 2;
+        return 0;
+    case O_TRACE:
+        if (sfi_recorder_set_option(&a->ro, opt->name, optarg, e) != 1)
+            return fprintf(stderr, "sfi-ref run: %s\n", e->msg), 2;
+        return 0;
+    }
+    return 2;
+}
+
+/* Parses and checks the command line. Returns -1 to go on, else the exit
+ * status (0 for --help). */
+static int parse_args(int argc, char **argv, run_args *a)
+{
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"prompt", required_argument, NULL, 'p'},
@@ -128,77 +180,21 @@ int sfi_ref_cmd_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *model = NULL, *prompt = NULL, *prompt_file = NULL, *prompt_ids = NULL;
-    const char *forced_ids = NULL;
-    int32_t *forced = NULL;
-    int n_forced = 0;
-    const char *tok_dir = NULL;
-    sfi_recorder_opts ro;
-    sfi_recorder_opts_default(&ro);
-    int max_new = -1, json = 0, stop = 0;
-    sfi_decode_opts o;
-    sfi_decode_opts_default(&o);
+    memset(a, 0, sizeof *a);
+    sfi_recorder_opts_default(&a->ro);
+    sfi_decode_opts_default(&a->o);
+    a->o.max_new = -1;
     sfi_error e;
     sfi_error_clear(&e);
-    int c;
+    int c, long_index = 0;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:p:n:P:h", opts, &long_index)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'p': prompt = optarg; break;
-        case O_PROMPT_FILE: prompt_file = optarg; break;
-        case O_PROMPT_IDS: prompt_ids = optarg; break;
-        case O_FORCED_IDS: forced_ids = optarg; break;
-        case 'n':
-            if (parse_int(optarg, "--max-new", 1, &max_new))
-                return 2;
-            break;
-        case O_MODE:
-            if (sfi_decode_mode_parse(optarg, &o.mode, &e)) {
-                fprintf(stderr, "sfi-ref run: --%s\n", e.msg);
-                return 2;
-            }
-            break;
-        case 'P':
-            if (sfi_params_set(&o.params, optarg, "--param", &e)) {
-                fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_PARAMS:
-            if (sfi_params_load_file(&o.params, optarg, &e)) {
-                fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-                return 1;
-            }
-            break;
-        case O_TRIGGER:
-            if (sfi_trigger_policy_parse(optarg, &o.trigger, &e)) {
-                fprintf(stderr, "sfi-ref run: --trigger: %s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_INTERVAL:
-            if (parse_int(optarg, "--interval", 1, &o.interval))
-                return 2;
-            break;
-        case O_BACKEND:
-            if (sfi_backend_parse(optarg, &o.backend, &e)) {
-                fprintf(stderr, "sfi-ref run: --%s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_TOKENIZER: tok_dir = optarg; break;
-        case O_STOP: stop = 1; break;
-        case O_JSON: json = 1; break;
-        case O_TRACE:
-            if (sfi_recorder_set_option(&ro, opts[long_index].name, optarg, &e) != 1) {
-                fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-                return 2;
-            }
-            break;
-        case 'h': usage(stdout); return 0;
-        default:
+        if (c == 'h') {
+            usage(stdout);
+            return 0;
+        }
+        if (c == '?' || c == ':') {
             if (optopt && optopt < 256)
                 fprintf(stderr, "sfi-ref run: option -%c: %s\n", optopt,
                         strchr("mpnP", optopt) ? "needs a value" : "unknown");
@@ -208,212 +204,305 @@ int sfi_ref_cmd_run(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+        int rc = parse_option(c, &opts[long_index], a, &e);
+        if (rc)
+            return rc;
     }
     if (optind < argc) {
         fprintf(stderr, "sfi-ref run: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!model || max_new < 0 || (!!prompt + !!prompt_file + !!prompt_ids) != 1) {
+    if (!a->model || a->o.max_new < 0 ||
+        (!!a->prompt + !!a->prompt_file + !!a->prompt_ids) != 1) {
         fprintf(stderr, "sfi-ref run: need --model, --max-new and exactly one of --prompt, "
                         "--prompt-file, --prompt-ids\n");
         usage(stderr);
         return 2;
     }
-    if (sfi_params_validate(&o.params, &e)) {
+    if (sfi_params_validate(&a->o.params, &e) || sfi_recorder_opts_check(&a->ro, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
         return 2;
     }
-    if (sfi_recorder_opts_check(&ro, &e)) {
-        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-        return 2;
-    }
-    o.max_new = max_new;
+    if (!a->tok_dir)
+        a->tok_dir = a->model;
+    return -1;
+}
 
-    int rc = 1;
-    sfi_qwen3 *m = NULL;
-    sfi_tokenizer *tk = NULL;
+/* What the run holds, freed by run_free. */
+typedef struct {
+    sfi_qwen3 *m;
+    sfi_tokenizer *tk;     /* NULL: no tokenizer files, ids only */
     sfi_trigger_set ts;
-    int have_ts = 0;
-    int32_t *ids = NULL;
-    int n_ids = 0;
-    char *text = NULL;
+    int have_ts;
+    int32_t *ids;          /* the prompt */
+    int n_ids;
+    int32_t *forced;       /* --forced-ids */
+    int n_forced;
     sfi_decode_result res;
-    memset(&res, 0, sizeof res);
-    sfi_recorder *rec = NULL;
+    char *text;            /* the generated text (with a tokenizer) */
+    size_t text_len;
+} run_state;
 
-    if (sfi_qwen3_load(model, &m, &e)) {
+static void run_free(run_state *r)
+{
+    free(r->text);
+    free(r->ids);
+    free(r->forced);
+    sfi_decode_result_free(&r->res);
+    if (r->have_ts)
+        sfi_trigger_set_free(&r->ts);
+    sfi_tokenizer_free(r->tk);
+    sfi_qwen3_free(r->m);
+}
+
+/* The tokenizer and the trigger set when the tokenizer files are there
+ * (they must be for prompt text). Returns 0 or 1 (message printed). */
+static int load_tokenizer(run_args *a, const sfi_model_config *cfg, run_state *r)
+{
+    sfi_error e;
+    int have_files = file_exists(a->tok_dir, "vocab.json") && file_exists(a->tok_dir, "merges.txt");
+    if (!have_files) {
+        if (a->prompt || a->prompt_file) {
+            fprintf(stderr, "sfi-ref run: %s: no vocab.json + merges.txt to encode the prompt "
+                            "text (give --tokenizer DIR or --prompt-ids)\n", a->tok_dir);
+            return 1;
+        }
+        if (a->o.mode == SFI_DECODE_SFI && !a->json)
+            fprintf(stderr, "sfi-ref run: note: no tokenizer files in %s: the trigger set is "
+                            "empty, slow steps come from T_max only\n", a->tok_dir);
+        return 0;
+    }
+    if (sfi_tokenizer_load(a->tok_dir, &r->tk, &e) ||
+        sfi_ref_tokenizer_fits(r->tk, a->tok_dir, cfg, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-        goto out;
+        return 1;
     }
-    const sfi_model_config *cfg = sfi_qwen3_config(m);
-    if (!tok_dir)
-        tok_dir = model;
-    int have_tok_files = file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt");
-    if (have_tok_files) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e) || sfi_ref_tokenizer_fits(tk, tok_dir, cfg, &e)) {
-            fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-            goto out;
-        }
-        if (tok_dir != model)
-            ro.tokenizer_dir = tok_dir;
-        if (sfi_trigger_set_build(sfi_tokenizer_vocab(tk), o.params.trigger_chars, &ts, &e)) {
-            fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-            goto out;
-        }
-        have_ts = 1;
-        o.is_trigger = ts.is_trigger;
-        o.n_trigger_vocab = ts.n_vocab;
-    } else if (prompt || prompt_file) {
-        fprintf(stderr, "sfi-ref run: %s: no vocab.json + merges.txt to encode the prompt "
-                        "text (give --tokenizer DIR or --prompt-ids)\n", tok_dir);
-        goto out;
-    } else if (o.mode == SFI_DECODE_SFI && !json) {
-        fprintf(stderr, "sfi-ref run: note: no tokenizer files in %s: the trigger set is "
-                        "empty, slow steps come from T_max only\n", tok_dir);
+    if (a->tok_dir != a->model)
+        a->ro.tokenizer_dir = a->tok_dir;
+    if (sfi_trigger_set_build(sfi_tokenizer_vocab(r->tk), a->o.params.trigger_chars, &r->ts, &e)) {
+        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+        return 1;
     }
-    if (prompt_ids) {
+    r->have_ts = 1;
+    a->o.is_trigger = r->ts.is_trigger;
+    a->o.n_trigger_vocab = r->ts.n_vocab;
+    return 0;
+}
+
+/* The prompt's text (--prompt, --prompt-file) encoded. Returns 0 or 1. */
+static int encode_prompt(const run_args *a, run_state *r)
+{
+    sfi_error e;
+    size_t len = 0;
+    char *s = a->prompt ? strdup(a->prompt)
+                        : read_prompt(a->prompt_file, "a prompt file", &len, &e);
+    if (!s) {
+        fprintf(stderr, "sfi-ref run: %s\n", a->prompt ? "out of memory" : e.msg);
+        return 1;
+    }
+    if (a->prompt)
+        len = strlen(s);
+    size_t n;
+    sfi_status st = sfi_tokenizer_encode(r->tk, s, len, &r->ids, &n, &e);
+    free(s);
+    if (st) {
+        fprintf(stderr, "sfi-ref run: %s: %s\n", a->prompt ? "--prompt" : a->prompt_file, e.msg);
+        return 1;
+    }
+    if (n == 0) {
+        fprintf(stderr, "sfi-ref run: the prompt encodes to no tokens\n");
+        return 1;
+    }
+    if (n > INT_MAX / 2) {
+        fprintf(stderr, "sfi-ref run: prompt too long\n");
+        return 1;
+    }
+    r->n_ids = (int)n;
+    return 0;
+}
+
+/* The prompt's ids (--prompt-ids, or the text encoded), no longer than
+ * the model's positions. Returns 0 or 1. */
+static int read_prompt_ids(const run_args *a, const sfi_model_config *cfg, run_state *r)
+{
+    if (a->prompt_ids) {
+        sfi_error e;
         size_t len;
-        char *s = read_prompt(prompt_ids, "a list of token ids", &len, &e);
-        if (!s || sfi_ref_parse_ids(prompt_ids, s, len, &ids, &n_ids, &e)) {
+        char *s = read_prompt(a->prompt_ids, "a list of token ids", &len, &e);
+        if (!s || sfi_ref_parse_ids(a->prompt_ids, s, len, &r->ids, &r->n_ids, &e)) {
             free(s);
             fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-            goto out;
+            return 1;
         }
         free(s);
-    } else {
-        size_t len = 0;
-        char *s = prompt ? strdup(prompt) : read_prompt(prompt_file, "a prompt file", &len, &e);
-        if (!s) {
-            fprintf(stderr, "sfi-ref run: %s\n", prompt ? "out of memory" : e.msg);
-            goto out;
-        }
-        if (prompt)
-            len = strlen(s);
-        size_t n;
-        sfi_status st = sfi_tokenizer_encode(tk, s, len, &ids, &n, &e);
-        free(s);
-        if (st) {
-            fprintf(stderr, "sfi-ref run: %s: %s\n", prompt ? "--prompt" : prompt_file, e.msg);
-            goto out;
-        }
-        if (n == 0) {
-            fprintf(stderr, "sfi-ref run: the prompt encodes to no tokens\n");
-            goto out;
-        }
-        if (n > INT_MAX / 2) {
-            fprintf(stderr, "sfi-ref run: prompt too long\n");
-            goto out;
-        }
-        n_ids = (int)n;
+    } else if (encode_prompt(a, r)) {
+        return 1;
     }
-    if (n_ids > cfg->max_position_embeddings) {
+    if (r->n_ids > cfg->max_position_embeddings) {
         fprintf(stderr, "sfi-ref run: prompt of %d tokens is longer than the model's "
-                        "max_position_embeddings %d\n", n_ids, cfg->max_position_embeddings);
-        goto out;
+                        "max_position_embeddings %d\n", r->n_ids, cfg->max_position_embeddings);
+        return 1;
     }
-    o.stop_tokens = stop ? cfg->eos_token_ids : NULL;
-    o.n_stop_tokens = stop ? cfg->n_eos : 0;
-    if (forced_ids) {
-        size_t len;
-        char *s = read_prompt(forced_ids, "a list of token ids", &len, &e);
-        if (!s || sfi_ref_parse_ids(forced_ids, s, len, &forced, &n_forced, &e)) {
-            free(s);
-            fprintf(stderr, "sfi-ref run: --forced-ids: %s\n", e.msg);
-            goto out;
-        }
+    return 0;
+}
+
+/* --forced-ids: at least one id per step after the first. Returns 0 or 1. */
+static int read_forced_ids(run_args *a, run_state *r)
+{
+    sfi_error e;
+    size_t len;
+    char *s = read_prompt(a->forced_ids, "a list of token ids", &len, &e);
+    if (!s || sfi_ref_parse_ids(a->forced_ids, s, len, &r->forced, &r->n_forced, &e)) {
         free(s);
-        if (n_forced < max_new - 1) {
-            fprintf(stderr, "sfi-ref run: --forced-ids %s: %d ids for %d steps (need %d)\n",
-                    forced_ids, n_forced, max_new, max_new - 1);
-            goto out;
-        }
-        o.forced = forced;
-        o.n_forced = n_forced;
+        fprintf(stderr, "sfi-ref run: --forced-ids: %s\n", e.msg);
+        return 1;
     }
-    /* the trace file is created (or refused: unwritable) before decoding */
-    if (sfi_recorder_open(&ro, model, cfg, &o, &rec, &e)) {
+    free(s);
+    if (r->n_forced < a->o.max_new - 1) {
+        fprintf(stderr, "sfi-ref run: --forced-ids %s: %d ids for %d steps (need %d)\n",
+                a->forced_ids, r->n_forced, a->o.max_new, a->o.max_new - 1);
+        return 1;
+    }
+    a->o.forced = r->forced;
+    a->o.n_forced = r->n_forced;
+    return 0;
+}
+
+/* Decodes, recording the trace when asked (the trace file is created, or
+ * refused, before decoding), and decodes the generated ids to text.
+ * Returns 0 or 1. */
+static int decode(run_args *a, const sfi_model_config *cfg, run_state *r)
+{
+    sfi_error e;
+    a->o.stop_tokens = a->stop ? cfg->eos_token_ids : NULL;
+    a->o.n_stop_tokens = a->stop ? cfg->n_eos : 0;
+    if (a->forced_ids && read_forced_ids(a, r))
+        return 1;
+    sfi_recorder *rec = NULL;
+    if (sfi_recorder_open(&a->ro, a->model, cfg, &a->o, &rec, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-        goto out;
+        return 1;
     }
     sfi_decode_observer obs;
     sfi_recorder_observer(rec, &obs);
-    if (sfi_decode_run(m, &o, ids, n_ids, rec ? &obs : NULL, &res, &e)) {
-        fprintf(stderr, "sfi-ref run: %s: %s\n", model, e.msg);
-        goto out;
+    if (sfi_decode_run(r->m, &a->o, r->ids, r->n_ids, rec ? &obs : NULL, &r->res, &e)) {
+        fprintf(stderr, "sfi-ref run: %s: %s\n", a->model, e.msg);
+        if (rec)
+            sfi_recorder_abort(rec);
+        return 1;
     }
-    if (rec) {
-        sfi_recorder *r = rec;
-        rec = NULL;
-        if (sfi_recorder_finish(r, &e)) {
-            fprintf(stderr, "sfi-ref run: %s\n", e.msg);
-            goto out;
-        }
+    if (rec && sfi_recorder_finish(rec, &e)) {
+        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+        return 1;
     }
-    size_t text_len = 0;
-    if (tk && sfi_tokenizer_decode(tk, res.ids, (size_t)res.n_generated, &text, &text_len, &e)) {
+    if (r->tk && sfi_tokenizer_decode(r->tk, r->res.ids, (size_t)r->res.n_generated, &r->text,
+                                      &r->text_len, &e)) {
+        fprintf(stderr, "sfi-ref run: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* One JSON object on standard output. Returns 0 or 1. */
+static int print_json(const run_args *a, const run_state *r)
+{
+    const sfi_decode_result *res = &r->res;
+    json_t *j = json_object(), *g = json_array(), *steps = json_array();
+    json_object_set_new(j, "model", json_string(a->model));
+    json_object_set_new(j, "mode", json_string(sfi_decode_mode_name(a->o.mode)));
+    json_object_set_new(j, "backend", json_string(sfi_backend_name(a->o.backend)));
+    json_object_set_new(j, "trigger", json_string(sfi_trigger_kind_name(a->o.trigger)));
+    json_object_set_new(j, "prompt_tokens", json_integer(r->n_ids));
+    for (int i = 0; i < res->n_generated; i++) {
+        json_array_append_new(g, json_integer(res->ids[i]));
+        json_t *s = json_object();
+        json_object_set_new(s, "kind", json_string(sfi_step_kind_name(res->kinds[i])));
+        json_object_set_new(s, "reason", json_string(sfi_step_reason_name(res->reasons[i])));
+        json_array_append_new(steps, s);
+    }
+    json_object_set_new(j, "generated_ids", g);
+    int text_ok = 1;
+    if (r->text) {
+        /* JSON holds text: bytes that do not form UTF-8 become U+FFFD */
+        size_t n;
+        char *clean = sfi_utf8_clean(r->text, r->text_len, &n);
+        text_ok = clean && !json_object_set_new(j, "text", json_stringn(clean, n));
+        free(clean);
+    }
+    json_object_set_new(j, "steps", steps);
+    json_object_set_new(j, "n_slow", json_integer(res->n_slow));
+    json_object_set_new(j, "slow_fraction", json_real(res->slow_fraction));
+    json_object_set_new(j, "digest", json_string(res->digest_hex));
+    json_object_set_new(j, "prefill_seconds", json_real(res->prefill_seconds));
+    json_object_set_new(j, "decode_seconds", json_real(res->decode_seconds));
+    json_object_set_new(j, "prefill_cpu_seconds", json_real(res->prefill_cpu_seconds));
+    json_object_set_new(j, "decode_cpu_seconds", json_real(res->decode_cpu_seconds));
+    char *pj = sfi_params_to_json(&a->o.params);
+    json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
+    free(pj);
+    if (pv)
+        json_object_set_new(j, "params", pv);
+    char *s = text_ok ? json_dumps(j, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII) : NULL;
+    json_decref(j);
+    if (!s) {
+        fprintf(stderr, "sfi-ref run: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+/* The text report on standard output. */
+static void print_text(const run_args *a, const run_state *r)
+{
+    const sfi_decode_result *res = &r->res;
+    if (r->text) {
+        printf("text: ");
+        fwrite(r->text, 1, r->text_len, stdout);
+        printf("\n");
+    }
+    printf("ids:");
+    for (int i = 0; i < res->n_generated; i++)
+        printf(" %d", (int)res->ids[i]);
+    printf("\nsteps:\n");
+    for (int i = 0; i < res->n_generated; i++)
+        printf("  %d %s %s %d\n", i, sfi_step_kind_name(res->kinds[i]),
+               sfi_step_reason_name(res->reasons[i]), (int)res->ids[i]);
+    printf("slow_fraction: %.6f (%d of %d steps)\n", res->slow_fraction, res->n_slow,
+           res->n_generated);
+    printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", r->n_ids,
+           sfi_decode_mode_name(a->o.mode), sfi_backend_name(a->o.backend));
+    printf("seconds: prefill %.3f, decode %.3f (%.2f ms/token); CPU seconds: prefill "
+           "%.3f, decode %.3f\n", res->prefill_seconds, res->decode_seconds,
+           res->n_generated > 1 ? 1e3 * res->decode_seconds / (res->n_generated - 1) : 0.0,
+           res->prefill_cpu_seconds, res->decode_cpu_seconds);
+    printf("digest: %s\n", res->digest_hex);
+}
+
+/* parse, load, read the prompt, decode, report. */
+int sfi_ref_cmd_run(int argc, char **argv)
+{
+    run_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    run_state r;
+    memset(&r, 0, sizeof r);
+    sfi_error e;
+    rc = 1;
+    if (sfi_qwen3_load(a.model, &r.m, &e)) {
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
         goto out;
     }
-    if (json) {
-        json_t *j = json_object(), *g = json_array(), *steps = json_array();
-        json_object_set_new(j, "model", json_string(model));
-        json_object_set_new(j, "mode", json_string(sfi_decode_mode_name(o.mode)));
-        json_object_set_new(j, "backend", json_string(sfi_backend_name(o.backend)));
-        json_object_set_new(j, "trigger", json_string(sfi_trigger_kind_name(o.trigger)));
-        json_object_set_new(j, "prompt_tokens", json_integer(n_ids));
-        for (int i = 0; i < res.n_generated; i++) {
-            json_array_append_new(g, json_integer(res.ids[i]));
-            json_t *s = json_object();
-            json_object_set_new(s, "kind", json_string(sfi_step_kind_name(res.kinds[i])));
-            json_object_set_new(s, "reason", json_string(sfi_step_reason_name(res.reasons[i])));
-            json_array_append_new(steps, s);
-        }
-        json_object_set_new(j, "generated_ids", g);
-        if (text)
-            json_object_set_new(j, "text", json_stringn_nocheck(text, text_len));
-        json_object_set_new(j, "steps", steps);
-        json_object_set_new(j, "n_slow", json_integer(res.n_slow));
-        json_object_set_new(j, "slow_fraction", json_real(res.slow_fraction));
-        json_object_set_new(j, "digest", json_string(res.digest_hex));
-        json_object_set_new(j, "prefill_seconds", json_real(res.prefill_seconds));
-        json_object_set_new(j, "decode_seconds", json_real(res.decode_seconds));
-        json_object_set_new(j, "prefill_cpu_seconds", json_real(res.prefill_cpu_seconds));
-        json_object_set_new(j, "decode_cpu_seconds", json_real(res.decode_cpu_seconds));
-        char *pj = sfi_params_to_json(&o.params);
-        json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
-        free(pj);
-        if (pv)
-            json_object_set_new(j, "params", pv);
-        char *s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-        json_decref(j);
-        if (!s) {
-            fprintf(stderr, "sfi-ref run: out of memory\n");
+    const sfi_model_config *cfg = sfi_qwen3_config(r.m);
+    if (load_tokenizer(&a, cfg, &r) || read_prompt_ids(&a, cfg, &r) || decode(&a, cfg, &r))
+        goto out;
+    if (a.json) {
+        if (print_json(&a, &r))
             goto out;
-        }
-        printf("%s\n", s);
-        free(s);
     } else {
-        if (text) {
-            printf("text: ");
-            fwrite(text, 1, text_len, stdout);
-            printf("\n");
-        }
-        printf("ids:");
-        for (int i = 0; i < res.n_generated; i++)
-            printf(" %d", (int)res.ids[i]);
-        printf("\nsteps:\n");
-        for (int i = 0; i < res.n_generated; i++)
-            printf("  %d %s %s %d\n", i, sfi_step_kind_name(res.kinds[i]),
-                   sfi_step_reason_name(res.reasons[i]), (int)res.ids[i]);
-        printf("slow_fraction: %.6f (%d of %d steps)\n", res.slow_fraction, res.n_slow,
-               res.n_generated);
-        printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", n_ids,
-               sfi_decode_mode_name(o.mode), sfi_backend_name(o.backend));
-        printf("seconds: prefill %.3f, decode %.3f (%.2f ms/token); CPU seconds: prefill "
-               "%.3f, decode %.3f\n", res.prefill_seconds, res.decode_seconds,
-               res.n_generated > 1 ? 1e3 * res.decode_seconds / (res.n_generated - 1) : 0.0,
-               res.prefill_cpu_seconds, res.decode_cpu_seconds);
-        printf("digest: %s\n", res.digest_hex);
+        print_text(&a, &r);
     }
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "sfi-ref run: writing standard output failed\n");
@@ -421,15 +510,6 @@ int sfi_ref_cmd_run(int argc, char **argv)
     }
     rc = 0;
 out:
-    if (rec)
-        sfi_recorder_abort(rec);
-    free(text);
-    free(ids);
-    free(forced);
-    sfi_decode_result_free(&res);
-    if (have_ts)
-        sfi_trigger_set_free(&ts);
-    sfi_tokenizer_free(tk);
-    sfi_qwen3_free(m);
+    run_free(&r);
     return rc;
 }

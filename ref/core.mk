@@ -14,4 +14,3 @@ pkginclude_HEADERS += ref/sfi_state.h
 # The golden-digest suite (tests/test_ref_digest, `sfi-ref digest --suite`).
 libsfi_la_SOURCES += ref/sfi_golden.c
 pkginclude_HEADERS += ref/sfi_golden.h
-dist_man_MANS += man/sfi-ref-digest.1

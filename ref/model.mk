@@ -3,7 +3,6 @@
 # pass (scalar + OpenBLAS backends) and the decode loop of sfi(7) DECODE LOOP.
 pkginclude_HEADERS += ref/sfi_safetensors.h ref/sfi_qwen3.h ref/sfi_decode.h
 libsfi_la_SOURCES += ref/sfi_safetensors.c ref/sfi_qwen3.c ref/sfi_decode.c
-dist_man_MANS += man/sfi-ref-run.1 man/sfi-ref-make-checkpoint.1 man/sfi-ref-eval.1
 # sfi-ref eval's harness: every policy at equal budget inside the forward pass.
 pkginclude_HEADERS += ref/sfi_eval.h
 libsfi_la_SOURCES += ref/sfi_eval.c

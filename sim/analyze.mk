@@ -7,4 +7,3 @@ libsfisim_la_SOURCES += sim/sfi_analyze.h sim/sfi_analyze.c \
 	sim/sfi_analyze_trace.h sim/sfi_analyze_trace.c \
 	sim/sfi_analyze_report.h sim/sfi_analyze_report.c
 sfi_sim_LDADD += -lpthread -lm
-dist_man_MANS += man/sfi-sim-analyze.1

@@ -707,6 +707,9 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
 
 /* ---- main ---- */
 
+/* A phase's status for "out of memory", said once by the command. */
+#define SWEEP_OOM 3
+
 /* A context past the model's max_position_embeddings is priced all the
  * same (the cost does not depend on what RoPE can reach), but the model
  * was not trained for it: say so once per model. */
@@ -767,6 +770,23 @@ static void note_recycling(const sweep *s)
                 need / (double)s->stream.n_tokens);
 }
 
+/* The cost setup of one cell, its policy left to the caller. */
+static sfi_cost_setup cell_setup(const sweep *s, int m, int g, int tp, int context, int batch)
+{
+    sfi_cost_setup cs;
+    sfi_cost_setup_init(&cs);
+    cs.model = &s->models[m];
+    cs.gpu = s->gpus[g];
+    cs.prof = s->prof;
+    cs.budget = s->budget;
+    cs.tp = tp;
+    cs.context = context;
+    cs.batch = batch;
+    cs.weight_bytes = s->weight_bytes;
+    cs.kv_bytes = s->kv_bytes;
+    return cs;
+}
+
 /* --tp auto, per (model, GPU, batch, context): the smallest power of two
  * (up to 8, one node) at which every requested policy fits the batch at
  * this context; when none does, the largest valid degree up to 8 (its rows
@@ -777,17 +797,7 @@ static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int c
 {
     int last_ok = 0;
     for (int t = 1; t <= 8; t *= 2) {
-        sfi_cost_setup cs;
-        sfi_cost_setup_init(&cs);
-        cs.model = &s->models[m];
-        cs.gpu = s->gpus[g];
-        cs.tp = t;
-        cs.context = context;
-        cs.batch = batch;
-        cs.prof = s->prof;
-        cs.budget = s->budget;
-        cs.weight_bytes = s->weight_bytes;
-        cs.kv_bytes = s->kv_bytes;
+        sfi_cost_setup cs = cell_setup(s, m, g, t, context, batch);
         int all_fit = 1, valid = 1;
         for (int pi = 0; pi < s->n_pols && valid; pi++) {
             cs.kind = s->pols[pi].kind;
@@ -814,7 +824,17 @@ static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int c
     return SFI_OK;
 }
 
-int sfi_sim_cmd_sweep(int argc, char **argv)
+/* The command line: what to sweep (lists, as text until setup resolves
+ * them) and where the results go. */
+typedef struct {
+    const char *models, *gpus, *tp, *contexts, *batch, *pols, *trace, *tok, *prof, *fmt, *out,
+        *png, *timeline;
+    int synthetic;
+} sweep_args;
+
+/* Parses the options into a and s's scalars (steps, bytes, --param,
+ * --budget). Returns -1 to go on, else the exit status (0 for --help). */
+static int parse_args(int argc, char **argv, sweep_args *a, sweep *s)
 {
     static const struct option opts[] = {
         {"models", required_argument, NULL, 'm'},   {"gpus", required_argument, NULL, 'g'},
@@ -832,56 +852,45 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         {"model", required_argument, NULL, 'm'},    {"gpu", required_argument, NULL, 'g'},
         {"context", required_argument, NULL, 'c'},  {"policy", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0}};
-    const char *a_models = DEFAULT_MODELS, *a_gpus = "B200", *a_tp = "auto",
-               *a_ctx = DEFAULT_CONTEXTS, *a_batch = "8", *a_pols = NULL, *a_trace = NULL,
-               *a_tok = NULL, *a_prof = NULL, *a_fmt = "table", *a_out = NULL,
-               *a_png = DEFAULT_PNG, *a_tl = NULL;
-    int synthetic = 0;
-    int64_t steps = 2048;
-    int wbytes = 2, kvbytes = 2;
-    sweep s;
-    memset(&s, 0, sizeof s);
-    sfi_policy_config_default(&s.cfg);
-    sfi_hw_profile_default(&s.prof);
+    *a = (sweep_args){.models = DEFAULT_MODELS, .gpus = "B200", .tp = "auto",
+                      .contexts = DEFAULT_CONTEXTS, .batch = "8", .fmt = "table",
+                      .png = DEFAULT_PNG};
+    s->steps = 2048;
+    s->weight_bytes = 2;
+    s->kv_bytes = 2;
     sfi_error err;
-    int rc = 1;
-    row *rows = NULL;
-    sfi_replay_result *replays = NULL;
-    int n_replays = 0;
-    int drew = 0; /* a figure was drawn: release the font caches at the end */
-
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': a_models = optarg; break;
-        case 'g': a_gpus = optarg; break;
-        case 't': a_tp = optarg; break;
-        case 'c': a_ctx = optarg; break;
-        case 'b': a_batch = optarg; break;
-        case 'P': a_pols = optarg; break;
-        case 'T': a_trace = optarg; break;
-        case 'k': a_tok = optarg; break;
-        case 'S': synthetic = 1; break;
+        case 'm': a->models = optarg; break;
+        case 'g': a->gpus = optarg; break;
+        case 't': a->tp = optarg; break;
+        case 'c': a->contexts = optarg; break;
+        case 'b': a->batch = optarg; break;
+        case 'P': a->pols = optarg; break;
+        case 'T': a->trace = optarg; break;
+        case 'k': a->tok = optarg; break;
+        case 'S': a->synthetic = 1; break;
         case 's': {
             int64_t v;
             if (sfi_sim_parse_size(optarg, 1, &v) || v < 1 || v > 100000000) {
                 fprintf(stderr, "sfi-sim sweep: --steps: '%s' is not in 1..1e8\n", optarg);
                 return 2;
             }
-            steps = v;
+            s->steps = v;
             break;
         }
-        case 'p': a_prof = optarg; break;
+        case 'p': a->prof = optarg; break;
         case 'B':
-            if (sfi_budget_parse(optarg, &s.budget, &err) != SFI_OK) {
+            if (sfi_budget_parse(optarg, &s->budget, &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: --budget: %s\n", err.msg);
                 return 2;
             }
             break;
         case 'x':
-            if (sfi_policy_config_set(&s.cfg, optarg, &err) != SFI_OK) {
+            if (sfi_policy_config_set(&s->cfg, optarg, &err) != SFI_OK) {
                 fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
                 return 1;
             }
@@ -891,23 +900,23 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
                 fprintf(stderr, "sfi-sim sweep: --weight-bytes: must be 1 or 2\n");
                 return 2;
             }
-            wbytes = atoi(optarg);
+            s->weight_bytes = optarg[0] - '0';
             break;
         case 'K':
             if (!strcasecmp(optarg, "bf16")) {
-                kvbytes = 2;
+                s->kv_bytes = 2;
             } else if (!strcasecmp(optarg, "fp8")) {
-                kvbytes = 1;
+                s->kv_bytes = 1;
             } else {
                 fprintf(stderr, "sfi-sim sweep: --kv-dtype: '%s' is not bf16 or fp8\n", optarg);
                 return 2;
             }
             break;
-        case 'f': a_fmt = optarg; break;
-        case 'o': a_out = optarg; break;
-        case 'G': a_png = optarg; break;
-        case 'N': a_png = NULL; break;
-        case 'L': a_tl = optarg; break;
+        case 'f': a->fmt = optarg; break;
+        case 'o': a->out = optarg; break;
+        case 'G': a->png = optarg; break;
+        case 'N': a->png = NULL; break;
+        case 'L': a->timeline = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "sfi-sim sweep: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -920,214 +929,383 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (strcmp(a_fmt, "table") && strcmp(a_fmt, "csv") && strcmp(a_fmt, "json")) {
-        fprintf(stderr, "sfi-sim sweep: --format: '%s' is not table, csv or json\n", a_fmt);
+    if (strcmp(a->fmt, "table") && strcmp(a->fmt, "csv") && strcmp(a->fmt, "json")) {
+        fprintf(stderr, "sfi-sim sweep: --format: '%s' is not table, csv or json\n", a->fmt);
         return 2;
     }
-    if (sfi_params_validate(&s.cfg.prm, &err) != SFI_OK) {
+    if (a->png && !strcmp(a->png, "none"))
+        a->png = NULL;
+    if (sfi_params_validate(&s->cfg.prm, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         return 1;
     }
-    s.steps = steps;
-    s.weight_bytes = wbytes;
-    s.kv_bytes = kvbytes;
-    if (a_prof && sfi_hw_profile_load(a_prof, &s.prof, NULL, NULL, &err) != SFI_OK) {
-        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-        return 1;
-    }
+    return -1;
+}
 
-    /* Models. */
-    {
-        char **v;
-        int n = sfi_sim_split_list(a_models, &v);
-        if (n < 0)
-            goto oom;
-        s.model_names = v;
-        s.n_models = n;
-        s.models = calloc((size_t)n, sizeof *s.models);
-        if (!s.models)
-            goto oom;
-        for (int i = 0; i < n; i++)
-            if (sfi_model_resolve(v[i], &s.models[i], &err) != SFI_OK) {
-                fprintf(stderr, "sfi-sim sweep: --models: %s\n", err.msg);
-                goto out;
-            }
-    }
-    /* GPUs. */
-    {
-        char **v;
-        int n = sfi_sim_split_list(a_gpus, &v);
-        if (n < 0)
-            goto oom;
-        s.gpus = calloc((size_t)n, sizeof *s.gpus);
-        s.n_gpus = n;
-        for (int i = 0; i < n && s.gpus; i++)
-            if (sfi_gpu_resolve(v[i], &s.gpus[i], &err) != SFI_OK) {
-                fprintf(stderr, "sfi-sim sweep: --gpus: %s\n", err.msg);
-                sfi_sim_free_list(v, n);
-                goto out;
-            }
-        sfi_sim_free_list(v, n);
-        if (!s.gpus)
-            goto oom;
-    }
-    if ((s.n_tps = parse_int_list("--tp", a_tp, 1, 0, 1, 64, &s.tps)) < 0 ||
-        (s.n_contexts = parse_int_list("--contexts", a_ctx, 0, 1, 1, 1 << 30, &s.contexts)) < 0 ||
-        (s.n_batches = parse_int_list("--batch", a_batch, 0, 0, 1, 1 << 16, &s.batches)) < 0) {
-        rc = 2;
-        goto out;
-    }
-    /* Policies. */
-    if (!a_pols || !strcasecmp(a_pols, "all")) {
-        if ((s.n_pols = all_policies(&s.cfg, &s.pols)) < 0)
-            goto oom;
-    } else {
-        char **v;
-        int n = sfi_sim_split_policies(a_pols, &v);
-        if (n < 0)
-            goto oom;
-        s.pols = calloc((size_t)n, sizeof *s.pols);
-        s.n_pols = s.pols ? n : 0;
-        for (int i = 0; i < n; i++) {
-            if (s.pols)
-                s.pols[i].name = v[i];
-            else
-                free(v[i]);
+/* --models: presets or config.json paths. Returns 0, or the exit status. */
+static int resolve_models(sweep *s, const char *arg)
+{
+    char **v;
+    int n = sfi_sim_split_list(arg, &v);
+    if (n < 0)
+        return SWEEP_OOM;
+    s->model_names = v;
+    s->n_models = n;
+    s->models = calloc((size_t)n, sizeof *s->models);
+    if (!s->models)
+        return SWEEP_OOM;
+    sfi_error err;
+    for (int i = 0; i < n; i++)
+        if (sfi_model_resolve(v[i], &s->models[i], &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: --models: %s\n", err.msg);
+            return 1;
         }
-        free(v);
-        if (!s.pols)
-            goto oom;
-        for (int i = 0; i < n; i++)
-            if (parse_policy_spec(s.pols[i].name, &s.cfg, &s.pols[i], &err) != SFI_OK) {
-                fprintf(stderr, "sfi-sim sweep: --policies: %s\n", err.msg);
-                goto out;
-            }
-    }
-    /* Outputs that cannot be written fail now, not after the sweep. */
-    {
-        const char *outs[] = {a_out, a_png && strcmp(a_png, "none") ? a_png : NULL, a_tl};
-        for (int i = 0; i < 3; i++)
-            if (outs[i] && sfi_out_check(outs[i], &err) != SFI_OK) {
-                fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-                goto out;
-            }
-    }
-    if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.cfg.prm, &s.stream, &err) != SFI_OK) {
-        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-        goto out;
-    }
+    return 0;
+}
 
-    /* Replays: one per (policy, batch); the trigger stream does not depend
-     * on model, GPU or context. */
-    n_replays = s.n_pols * s.n_batches;
-    replays = calloc((size_t)n_replays, sizeof *replays);
-    if (!replays)
-        goto oom;
-    for (int pi = 0; pi < s.n_pols; pi++) {
-        const policy_spec *ps = &s.pols[pi];
+/* --gpus: names or GPU JSON files. Returns 0, or the exit status. */
+static int resolve_gpus(sweep *s, const char *arg)
+{
+    char **v;
+    int n = sfi_sim_split_list(arg, &v);
+    if (n < 0)
+        return SWEEP_OOM;
+    s->gpus = calloc((size_t)n, sizeof *s->gpus);
+    s->n_gpus = n;
+    sfi_error err;
+    for (int i = 0; i < n && s->gpus; i++)
+        if (sfi_gpu_resolve(v[i], &s->gpus[i], &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: --gpus: %s\n", err.msg);
+            sfi_sim_free_list(v, n);
+            return 1;
+        }
+    sfi_sim_free_list(v, n);
+    return s->gpus ? 0 : SWEEP_OOM;
+}
+
+/* --policies: every policy, or the specs given. Returns 0, or the exit
+ * status. */
+static int resolve_policies(sweep *s, const char *arg)
+{
+    if (!arg || !strcasecmp(arg, "all"))
+        return (s->n_pols = all_policies(&s->cfg, &s->pols)) < 0 ? SWEEP_OOM : 0;
+    char **v;
+    int n = sfi_sim_split_policies(arg, &v);
+    if (n < 0)
+        return SWEEP_OOM;
+    s->pols = calloc((size_t)n, sizeof *s->pols);
+    s->n_pols = s->pols ? n : 0;
+    for (int i = 0; i < n; i++) {
+        if (s->pols)
+            s->pols[i].name = v[i];
+        else
+            free(v[i]);
+    }
+    free(v);
+    if (!s->pols)
+        return SWEEP_OOM;
+    sfi_error err;
+    for (int i = 0; i < n; i++)
+        if (parse_policy_spec(s->pols[i].name, &s->cfg, &s->pols[i], &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: --policies: %s\n", err.msg);
+            return 1;
+        }
+    return 0;
+}
+
+/* Everything the sweep reads, resolved and checked before any pricing:
+ * profile, lists, writable outputs, the token stream. Returns 0, or the
+ * exit status (SWEEP_OOM: out of memory, not yet said). */
+static int setup(sweep *s, const sweep_args *a)
+{
+    sfi_error err;
+    if (a->prof && sfi_hw_profile_load(a->prof, &s->prof, NULL, NULL, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+        return 1;
+    }
+    int rc = resolve_models(s, a->models);
+    if (!rc)
+        rc = resolve_gpus(s, a->gpus);
+    if (rc)
+        return rc;
+    if ((s->n_tps = parse_int_list("--tp", a->tp, 1, 0, 1, 64, &s->tps)) < 0 ||
+        (s->n_contexts = parse_int_list("--contexts", a->contexts, 0, 1, 1, 1 << 30, &s->contexts)) < 0 ||
+        (s->n_batches = parse_int_list("--batch", a->batch, 0, 0, 1, 1 << 16, &s->batches)) < 0)
+        return 2;
+    if ((rc = resolve_policies(s, a->pols)))
+        return rc;
+    /* Outputs that cannot be written fail now, not after the sweep. */
+    const char *outs[] = {a->out, a->png, a->timeline};
+    for (int i = 0; i < 3; i++)
+        if (outs[i] && sfi_out_check(outs[i], &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+            return 1;
+        }
+    if (sfi_sim_stream_load(a->trace, a->tok, a->synthetic, &s->cfg.prm, &s->stream, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* Replays, one per (policy, batch) into replays[pi * n_batches + bi]: the
+ * trigger stream does not depend on model, GPU or context. Policies
+ * without slow steps are not replayed (their entries stay zero). */
+static sfi_status run_replays(const sweep *s, int timeline, sfi_replay_result *replays,
+                              sfi_error *err)
+{
+    const sfi_replay_stream rs = {s->stream.tokens, s->stream.n_tokens, s->stream.is_trigger,
+                                  s->stream.n_vocab};
+    for (int pi = 0; pi < s->n_pols; pi++) {
+        const policy_spec *ps = &s->pols[pi];
         if (!sfi_policy_has_slow_steps(ps->kind))
             continue;
-        for (int bi = 0; bi < s.n_batches; bi++)
-            if (sfi_replay_run(&(sfi_replay_stream){s.stream.tokens, s.stream.n_tokens,
-                                                   s.stream.is_trigger, s.stream.n_vocab},
-                               sfi_policy_trigger_kind(ps->kind), &ps->cfg.prm,
-                               ps->cfg.interval, s.batches[bi], stagger_of(ps), s.steps,
-                               a_tl ? TIMELINE_STEPS : 0,
-                               &replays[pi * s.n_batches + bi], &err) != SFI_OK) {
-                fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-                goto out;
-            }
+        for (int bi = 0; bi < s->n_batches; bi++) {
+            sfi_status st = sfi_replay_run(&rs, sfi_policy_trigger_kind(ps->kind), &ps->cfg.prm,
+                                           ps->cfg.interval, s->batches[bi], stagger_of(ps),
+                                           s->steps, timeline ? TIMELINE_STEPS : 0,
+                                           &replays[pi * s->n_batches + bi], err);
+            if (st)
+                return st;
+        }
     }
+    return SFI_OK;
+}
 
-    size_t n_rows_max = (size_t)s.n_models * s.n_gpus * s.n_tps * s.n_contexts * s.n_batches * s.n_pols;
-    rows = calloc(n_rows_max ? n_rows_max : 1, sizeof *rows);
-    if (!rows)
-        goto oom;
-    int n_rows = 0, n_fit = 0;
-    for (int m = 0; m < s.n_models; m++)
-        for (int g = 0; g < s.n_gpus; g++)
-            for (int ti = 0; ti < s.n_tps; ti++)
-                for (int bi = 0; bi < s.n_batches; bi++)
-                    for (int ci = 0; ci < s.n_contexts; ci++) {
-                        int tp = s.tps[ti];
-                        if (tp == 0 && resolve_tp_auto(&s, m, g, s.batches[bi], s.contexts[ci], &tp,
-                                                       &err) != SFI_OK) {
-                            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-                            goto out;
-                        }
-                        sfi_cost_setup cs;
-                        sfi_cost_setup_init(&cs);
-                        cs.model = &s.models[m];
-                        cs.gpu = s.gpus[g];
-                        cs.prof = s.prof;
-                        cs.budget = s.budget;
-                        cs.tp = tp;
-                        cs.context = s.contexts[ci];
-                        cs.batch = s.batches[bi];
-                        cs.weight_bytes = s.weight_bytes;
-                        cs.kv_bytes = s.kv_bytes;
-                        /* Full-KV baseline of the speedup column, on the
-                         * same GPUs. */
-                        row base;
-                        memset(&base, 0, sizeof base);
-                        cs.kind = SFI_POLICY_FULL;
-                        cs.pol = s.cfg;
-                        if (price_cell(&cs, NULL, &base, NULL, &err) != SFI_OK) {
-                            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-                            goto out;
-                        }
-                        for (int pi = 0; pi < s.n_pols; pi++) {
-                            row *r = &rows[n_rows];
-                            cs.kind = s.pols[pi].kind;
-                            cs.pol = s.pols[pi].cfg;
-                            const sfi_replay_result *rp =
-                                sfi_policy_has_slow_steps(cs.kind) ? &replays[pi * s.n_batches + bi]
-                                                                   : NULL;
-                            if (price_cell(&cs, rp, r, NULL, &err) != SFI_OK) {
-                                fprintf(stderr, "sfi-sim sweep: %s (model %s, context %d, policy %s)\n",
-                                        err.msg, model_label(&s, m), cs.context, s.pols[pi].name);
-                                goto out;
-                            }
-                            r->model = m;
-                            r->gpu = g;
-                            r->tp = tp;
-                            r->tp_index = ti;
-                            r->context = cs.context;
-                            r->batch = cs.batch;
-                            r->policy = pi;
-                            /* No speedup when either side does not fit. */
-                            r->speedup = base.fits && r->fits ? r->tok_s / base.tok_s : NAN;
-                            n_fit += r->fits;
-                            n_rows++;
-                        }
-                    }
-    warn_positions(&s);
-    note_recycling(&s);
+/* The rows of one (model, GPU, TP entry, batch, context): every policy,
+ * with its speedup over full KV on the same GPUs, appended at
+ * rows[*n_rows]. Returns 0 or 1 (message printed). */
+static int price_group(const sweep *s, const sfi_replay_result *replays, int m, int g, int ti,
+                       int bi, int ci, row *rows, int *n_rows, int *n_fit)
+{
+    sfi_error err;
+    int tp = s->tps[ti];
+    if (tp == 0 && resolve_tp_auto(s, m, g, s->batches[bi], s->contexts[ci], &tp, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+        return 1;
+    }
+    sfi_cost_setup cs = cell_setup(s, m, g, tp, s->contexts[ci], s->batches[bi]);
+    /* Full-KV baseline of the speedup column, on the same GPUs. */
+    row base;
+    memset(&base, 0, sizeof base);
+    cs.kind = SFI_POLICY_FULL;
+    cs.pol = s->cfg;
+    if (price_cell(&cs, NULL, &base, NULL, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+        return 1;
+    }
+    for (int pi = 0; pi < s->n_pols; pi++) {
+        row *r = &rows[*n_rows];
+        cs.kind = s->pols[pi].kind;
+        cs.pol = s->pols[pi].cfg;
+        const sfi_replay_result *rp =
+            sfi_policy_has_slow_steps(cs.kind) ? &replays[pi * s->n_batches + bi] : NULL;
+        if (price_cell(&cs, rp, r, NULL, &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: %s (model %s, context %d, policy %s)\n", err.msg,
+                    model_label(s, m), cs.context, s->pols[pi].name);
+            return 1;
+        }
+        r->model = m;
+        r->gpu = g;
+        r->tp = tp;
+        r->tp_index = ti;
+        r->context = cs.context;
+        r->batch = cs.batch;
+        r->policy = pi;
+        /* No speedup when either side does not fit. */
+        r->speedup = base.fits && r->fits ? r->tok_s / base.tok_s : NAN;
+        *n_fit += r->fits;
+        (*n_rows)++;
+    }
+    return 0;
+}
 
-    /* Table. */
-    {
-        FILE *f = stdout;
-        sfi_out *o = NULL;
-        if (a_out && sfi_out_open(a_out, &o, &f, &err) != SFI_OK) {
+/* Every cell of the sweep, in the table's order. Returns 0 or 1. */
+static int price_all(const sweep *s, const sfi_replay_result *replays, row *rows, int *n_rows,
+                     int *n_fit)
+{
+    *n_rows = *n_fit = 0;
+    for (int m = 0; m < s->n_models; m++)
+        for (int g = 0; g < s->n_gpus; g++)
+            for (int ti = 0; ti < s->n_tps; ti++)
+                for (int bi = 0; bi < s->n_batches; bi++)
+                    for (int ci = 0; ci < s->n_contexts; ci++)
+                        if (price_group(s, replays, m, g, ti, bi, ci, rows, n_rows, n_fit))
+                            return 1;
+    return 0;
+}
+
+/* The table (text, CSV or JSON) to --output or standard output. Returns
+ * 0 or 1. */
+static int write_table(const sweep *s, const row *rows, int n_rows, const sweep_args *a)
+{
+    sfi_error err;
+    FILE *f = stdout;
+    sfi_out *o = NULL;
+    if (a->out && sfi_out_open(a->out, &o, &f, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+        return 1;
+    }
+    if (!strcmp(a->fmt, "csv"))
+        print_csv(f, s, rows, n_rows);
+    else if (!strcmp(a->fmt, "json"))
+        print_json(f, s, rows, n_rows);
+    else
+        print_table(f, s, rows, n_rows);
+    if (o) {
+        if (sfi_out_commit(o, 0, &err) != SFI_OK) {
             fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-            goto out;
+            return 1;
         }
-        if (!strcmp(a_fmt, "csv"))
-            print_csv(f, &s, rows, n_rows);
-        else if (!strcmp(a_fmt, "json"))
-            print_json(f, &s, rows, n_rows);
-        else
-            print_table(f, &s, rows, n_rows);
-        if (o) {
-            if (sfi_out_commit(o, 0, &err) != SFI_OK) {
-                fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-                goto out;
-            }
-        } else if (fflush(stdout) != 0 || ferror(stdout)) {
-            fprintf(stderr, "sfi-sim sweep: standard output: %s\n", strerror(errno));
-            goto out;
-        }
+    } else if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "sfi-sim sweep: standard output: %s\n", strerror(errno));
+        return 1;
     }
+    return 0;
+}
+
+/* The degree that --tp's first entry took at (first model, first GPU,
+ * first batch, context): --tp auto resolves per context. */
+static int first_tp_at(const sweep *s, const row *rows, int n_rows, int context)
+{
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i].model == 0 && rows[i].gpu == 0 && rows[i].tp_index == 0 &&
+            rows[i].batch == s->batches[0] && rows[i].context == context)
+            return rows[i].tp;
+    return rows[0].tp;
+}
+
+/* The timeline figure's panels: one per replayed policy, full KV drawn
+ * in each as the reference (x, yf: TIMELINE_STEPS points); none replayed,
+ * full KV alone. */
+static sfi_status timeline_panels(const sweep *s, const sfi_replay_result *replays,
+                                  sfi_cost_setup *cs, sfi_plot *p, int n_panels, const double *x,
+                                  const double *yf, double *y, const char *cl, const char *gl,
+                                  sfi_error *err)
+{
+    sfi_status st = SFI_OK;
+    int panel = 0;
+    row tmp;
+    for (int pi = 0; pi < s->n_pols && !st && panel < n_panels; pi++) {
+        cs->kind = s->pols[pi].kind;
+        cs->pol = s->pols[pi].cfg;
+        if (!sfi_policy_has_slow_steps(cs->kind))
+            continue;
+        const sfi_replay_result *rp = &replays[pi * s->n_batches];
+        double *tt = NULL;
+        st = price_cell(cs, rp, &tmp, &tt, err);
+        if (st)
+            break;
+        int64_t nt = rp->n_timeline;
+        for (int64_t i = 0; i < nt; i++)
+            y[i] = tt[rp->timeline[i]] * 1e3;
+        free(tt);
+        char title[512];
+        snprintf(title, sizeof title, "%s: %s, batch %d, context %s: per-step latency\n%s%s",
+                 s->pols[pi].name, model_label(s, 0), s->batches[0], cl, gl,
+                 tmp.fits ? "" : " (the batch does not fit: see max_batch)");
+        st = sfi_plot_axes(p, panel, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, err);
+        if (!st)
+            st = sfi_plot_line_styled(p, panel, "full", x, yf, TIMELINE_STEPS, 0,
+                                      SFI_PLOT_REFERENCE, err);
+        if (!st)
+            st = sfi_plot_line_styled(p, panel, s->pols[pi].name, x, y, (size_t)nt, 0,
+                                      emphasis_of(cs->kind), err);
+        panel++;
+    }
+    if (!st && panel == 0) {
+        char title[512];
+        snprintf(title, sizeof title, "%s, batch %d, context %s: per-step latency\n%s",
+                 model_label(s, 0), s->batches[0], cl, gl);
+        st = sfi_plot_axes(p, 0, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, err);
+        if (!st)
+            st = sfi_plot_line_styled(p, 0, "full", x, yf, TIMELINE_STEPS, 0, SFI_PLOT_REFERENCE,
+                                      err);
+    }
+    return st;
+}
+
+/* --timeline-png: per-step latency of the replayed policies at the first
+ * model, GPU and batch and the largest context. *drew is set once a
+ * figure exists (its fonts are released at the end). */
+static sfi_status write_timeline(const sweep *s, const row *rows, int n_rows,
+                                 const sfi_replay_result *replays, const char *path, int *drew,
+                                 sfi_error *err)
+{
+    int ci_max = 0;
+    for (int ci = 1; ci < s->n_contexts; ci++)
+        if (s->contexts[ci] > s->contexts[ci_max])
+            ci_max = ci;
+    int n_panels = 0;
+    for (int pi = 0; pi < s->n_pols; pi++)
+        n_panels += sfi_policy_has_slow_steps(s->pols[pi].kind);
+    if (n_panels == 0)
+        n_panels = 1;
+    if (n_panels > 16)
+        n_panels = 16;
+    sfi_plot *p = sfi_plot_new(1400, 80 + 240 * n_panels, n_panels, 1);
+    if (!p)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    *drew = 1;
+    int tp = first_tp_at(s, rows, n_rows, s->contexts[ci_max]);
+    sfi_status st = SFI_OK;
+    double *x = malloc(TIMELINE_STEPS * sizeof *x), *y = malloc(TIMELINE_STEPS * sizeof *y),
+           *yf = malloc(TIMELINE_STEPS * sizeof *yf);
+    if (!x || !y || !yf)
+        st = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    sfi_cost_setup cs = cell_setup(s, 0, 0, tp, s->contexts[ci_max], s->batches[0]);
+    char cl[32], gl[128];
+    context_label(s->contexts[ci_max], cl, sizeof cl);
+    if (tp == 1)
+        snprintf(gl, sizeof gl, "1 %s", s->gpus[0].name);
+    else
+        snprintf(gl, sizeof gl, "%dx %s (TP %d)", tp, s->gpus[0].name, tp);
+    row full;
+    cs.kind = SFI_POLICY_FULL;
+    cs.pol = s->cfg;
+    if (!st)
+        st = price_cell(&cs, NULL, &full, NULL, err);
+    for (int i = 0; i < TIMELINE_STEPS && !st; i++) {
+        x[i] = (double)i;
+        yf[i] = full.mean_s * 1e3;
+    }
+    if (!st)
+        st = timeline_panels(s, replays, &cs, p, n_panels, x, yf, y, cl, gl, err);
+    free(yf);
+    free(x);
+    free(y);
+    if (!st)
+        st = sfi_plot_write_png(p, path, err);
+    sfi_plot_free(p);
+    return st;
+}
+
+/* The figures (--png, --timeline-png), after the table. Returns 0 or 1. */
+static int write_figures(const sweep *s, const row *rows, int n_rows,
+                         const sfi_replay_result *replays, const sweep_args *a, int *drew)
+{
+    sfi_error err;
+    if (a->png) {
+        *drew = 1;
+        if (write_figure(s, rows, n_rows, a->png, &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+            return 1;
+        }
+        fprintf(stderr, "sfi-sim sweep: wrote %s\n", a->png);
+    }
+    if (a->timeline) {
+        if (write_timeline(s, rows, n_rows, replays, a->timeline, drew, &err) != SFI_OK) {
+            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+            return 1;
+        }
+        fprintf(stderr, "sfi-sim sweep: wrote %s\n", a->timeline);
+    }
+    return 0;
+}
+
+/* Says how many rows do not fit; returns 1 when none does. */
+static int report_fit(int n_rows, int n_fit)
+{
     if (n_fit < n_rows)
         fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch; "
                         "'sfi-sim serve' admits what fits and queues the rest)\n",
@@ -1135,132 +1313,55 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
     if (n_fit == 0) {
         fprintf(stderr, "sfi-sim sweep: nothing fits: the batch does not fit at any context "
                         "(see max_batch; lower --batch or raise --tp)\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* parse, setup, replay, price, report. */
+int sfi_sim_cmd_sweep(int argc, char **argv)
+{
+    sweep s;
+    memset(&s, 0, sizeof s);
+    sfi_policy_config_default(&s.cfg);
+    sfi_hw_profile_default(&s.prof);
+    sweep_args a;
+    int rc = parse_args(argc, argv, &a, &s);
+    if (rc >= 0)
+        return rc;
+    row *rows = NULL;
+    sfi_replay_result *replays = NULL;
+    int n_replays = 0, n_rows = 0, n_fit = 0;
+    int drew = 0; /* a figure was drawn: release the font caches at the end */
+    sfi_error err;
+    if ((rc = setup(&s, &a)))
+        goto out;
+    n_replays = s.n_pols * s.n_batches;
+    replays = calloc((size_t)n_replays, sizeof *replays);
+    size_t n_rows_max = (size_t)s.n_models * s.n_gpus * s.n_tps * s.n_contexts * s.n_batches * s.n_pols;
+    rows = calloc(n_rows_max ? n_rows_max : 1, sizeof *rows);
+    if (!replays || !rows) {
+        rc = SWEEP_OOM;
         goto out;
     }
-    if (a_png && strcmp(a_png, "none")) {
-        drew = 1;
-        if (write_figure(&s, rows, n_rows, a_png, &err) != SFI_OK) {
-            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-            goto out;
-        }
-        fprintf(stderr, "sfi-sim sweep: wrote %s\n", a_png);
+    if (run_replays(&s, a.timeline != NULL, replays, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
+        rc = 1;
+        goto out;
     }
-    if (a_tl) {
-        /* Per-step latency of the replayed policies at the first model,
-         * GPU and batch and the largest context. */
-        int ci_max = 0;
-        for (int ci = 1; ci < s.n_contexts; ci++)
-            if (s.contexts[ci] > s.contexts[ci_max])
-                ci_max = ci;
-        /* One panel per replayed policy, full KV drawn in each as the
-         * reference; no replayed policy: full KV alone. */
-        int n_panels = 0;
-        for (int pi = 0; pi < s.n_pols; pi++)
-            n_panels += sfi_policy_has_slow_steps(s.pols[pi].kind);
-        if (n_panels == 0)
-            n_panels = 1;
-        if (n_panels > 16)
-            n_panels = 16;
-        sfi_plot *p = sfi_plot_new(1400, 80 + 240 * n_panels, n_panels, 1);
-        if (!p)
-            goto oom;
-        drew = 1;
-        int tp = rows[0].tp;
-        for (int i = 0; i < n_rows; i++) /* --tp auto: the degree at that context */
-            if (rows[i].model == 0 && rows[i].gpu == 0 && rows[i].tp_index == 0 &&
-                rows[i].batch == s.batches[0] && rows[i].context == s.contexts[ci_max]) {
-                tp = rows[i].tp;
-                break;
-            }
-        sfi_status st = SFI_OK;
-        double *x = malloc(TIMELINE_STEPS * sizeof *x), *y = malloc(TIMELINE_STEPS * sizeof *y),
-               *yf = malloc(TIMELINE_STEPS * sizeof *yf);
-        if (!x || !y || !yf)
-            st = sfi_error_set(&err, SFI_ENOMEM, "out of memory");
-        sfi_cost_setup cs;
-        sfi_cost_setup_init(&cs);
-        cs.model = &s.models[0];
-        cs.gpu = s.gpus[0];
-        cs.prof = s.prof;
-        cs.budget = s.budget;
-        cs.tp = tp;
-        cs.context = s.contexts[ci_max];
-        cs.batch = s.batches[0];
-        cs.weight_bytes = s.weight_bytes;
-        cs.kv_bytes = s.kv_bytes;
-        row tmp;
-        double full_t = 0;
-        char cl[32], gl[128];
-        context_label(s.contexts[ci_max], cl, sizeof cl);
-        if (tp == 1)
-            snprintf(gl, sizeof gl, "1 %s", s.gpus[0].name);
-        else
-            snprintf(gl, sizeof gl, "%dx %s (TP %d)", tp, s.gpus[0].name, tp);
-        cs.kind = SFI_POLICY_FULL;
-        cs.pol = s.cfg;
-        if (!st)
-            st = price_cell(&cs, NULL, &tmp, NULL, &err);
-        full_t = tmp.mean_s;
-        for (int i = 0; i < TIMELINE_STEPS && !st; i++) {
-            x[i] = (double)i;
-            yf[i] = full_t * 1e3;
-        }
-        int panel = 0;
-        for (int pi = 0; pi < s.n_pols && !st && panel < n_panels; pi++) {
-            cs.kind = s.pols[pi].kind;
-            cs.pol = s.pols[pi].cfg;
-            if (!sfi_policy_has_slow_steps(cs.kind))
-                continue;
-            const sfi_replay_result *rp = &replays[pi * s.n_batches];
-            double *tt = NULL;
-            st = price_cell(&cs, rp, &tmp, &tt, &err);
-            if (st)
-                break;
-            int64_t nt = rp->n_timeline;
-            for (int64_t i = 0; i < nt; i++)
-                y[i] = tt[rp->timeline[i]] * 1e3;
-            free(tt);
-            char title[512];
-            snprintf(title, sizeof title, "%s: %s, batch %d, context %s: per-step latency\n%s%s",
-                     s.pols[pi].name, model_label(&s, 0), s.batches[0], cl, gl,
-                     tmp.fits ? "" : " (the batch does not fit: see max_batch)");
-            st = sfi_plot_axes(p, panel, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
-            if (!st)
-                st = sfi_plot_line_styled(p, panel, "full", x, yf, TIMELINE_STEPS, 0,
-                                          SFI_PLOT_REFERENCE, &err);
-            if (!st)
-                st = sfi_plot_line_styled(p, panel, s.pols[pi].name, x, y, (size_t)nt, 0,
-                                          emphasis_of(cs.kind), &err);
-            panel++;
-        }
-        if (!st && panel == 0) {
-            char title[512];
-            snprintf(title, sizeof title, "%s, batch %d, context %s: per-step latency\n%s",
-                     model_label(&s, 0), s.batches[0], cl, gl);
-            st = sfi_plot_axes(p, 0, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, &err);
-            if (!st)
-                st = sfi_plot_line_styled(p, 0, "full", x, yf, TIMELINE_STEPS, 0, SFI_PLOT_REFERENCE,
-                                          &err);
-        }
-        free(yf);
-        free(x);
-        free(y);
-        if (!st)
-            st = sfi_plot_write_png(p, a_tl, &err);
-        sfi_plot_free(p);
-        if (st) {
-            fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
-            goto out;
-        }
-        fprintf(stderr, "sfi-sim sweep: wrote %s\n", a_tl);
-    }
-    rc = 0;
-    goto out;
-oom:
-    fprintf(stderr, "sfi-sim sweep: out of memory\n");
-    rc = 1;
+    if ((rc = price_all(&s, replays, rows, &n_rows, &n_fit)))
+        goto out;
+    warn_positions(&s);
+    note_recycling(&s);
+    if ((rc = write_table(&s, rows, n_rows, &a)) || (rc = report_fit(n_rows, n_fit)))
+        goto out;
+    rc = write_figures(&s, rows, n_rows, replays, &a, &drew);
 out:
-    for (int i = 0; i < n_replays; i++)
+    if (rc == SWEEP_OOM) {
+        fprintf(stderr, "sfi-sim sweep: out of memory\n");
+        rc = 1;
+    }
+    for (int i = 0; i < n_replays && replays; i++)
         sfi_replay_result_free(&replays[i]);
     free(replays);
     free(rows);

@@ -11,7 +11,6 @@ sfi_sim_LDADD = libsfisim.la libsfi.la $(SFI_DEP_LIBS) -lm
 # the source tree (uninstalled use, make demo) and the installed data dir.
 libsfisim_la_CPPFLAGS = $(AM_CPPFLAGS) -DSFI_SIM_SRCDIR='"$(abs_top_srcdir)"' \
 	-DSFI_SIM_PKGDATADIR='"$(pkgdatadir)"'
-dist_man_MANS += man/sfi-sim-sweep.1 man/sfi-sim-serve.1 man/sfi-sim-presets.1 man/sfi-sim-validate.1
 # The documented default calibration profile and the named engine profiles
 # (sfi-sim serve --engine NAME), installed next to the data; the B200 as
 # vLLM sees it (192.3 GB).

@@ -26,4 +26,3 @@ src/sfi_presets.c: $(SFI_PRESET_JSON) src/presets/gen-presets.sh
 	(cd $(srcdir) && $(SHELL) src/presets/gen-presets.sh $(SFI_PRESET_JSON)) > $@-t && \
 	mv -f $@-t $@
 # Man page of `sfi-ref info` (ref/cmd_info.c; the model description's CLI).
-dist_man_MANS += man/sfi-ref-info.1

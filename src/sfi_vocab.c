@@ -585,3 +585,29 @@ char *sfi_escape_bytes(const uint8_t *b, size_t n)
     *o = '\0';
     return out;
 }
+
+char *sfi_utf8_clean(const char *s, size_t n, size_t *out_n)
+{
+    if (n > (SIZE_MAX - 1) / 3)
+        return NULL;
+    char *o = malloc(3 * n + 1); /* at worst every byte becomes 3 */
+    if (!o)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = sfi_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        if (len) {
+            memcpy(o + k, s + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(o + k, "\xef\xbf\xbd", 3);
+            k += 3;
+            i++;
+        }
+    }
+    o[k] = 0;
+    *out_n = k;
+    return o;
+}

@@ -42,6 +42,13 @@ size_t sfi_utf8_decode(const uint8_t *s, size_t len, uint32_t *cp);
  * kept, every other byte as \xHH. */
 char *sfi_escape_bytes(const uint8_t *b, size_t n);
 
+/* s[0..n) as valid UTF-8, for JSON and other text-only outputs: valid
+ * characters (NUL included) kept, every byte that does not start one
+ * replaced by U+FFFD. Decoded token bytes need not be valid (a byte-level
+ * token may hold part of a character). malloc'd, NUL-terminated, length in
+ * *out_n; NULL on ENOMEM. */
+char *sfi_utf8_clean(const char *s, size_t n, size_t *out_n);
+
 /* sfi(7) TRIGGERS's default: . ? ! ; and newline. */
 #ifndef SFI_TRIGGER_CHARS_DEFAULT
 #define SFI_TRIGGER_CHARS_DEFAULT ".?!;\n"

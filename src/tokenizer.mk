@@ -25,7 +25,6 @@ tests_test_vocab_shared_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_vocab_shared_LDADD = $(TEST_LDADD)
 TESTS += tests/test_vocab_shared
 
-dist_man_MANS += man/sfi-ref-trigger-set.1 man/sfi-ref-encode.1 man/sfi-ref-decode.1
 EXTRA_DIST += tests/fixtures/qwen3-tokenizer/vocab.json \
 	tests/fixtures/qwen3-tokenizer/merges.txt \
 	tests/fixtures/qwen3-tokenizer/tokenizer_config.json \

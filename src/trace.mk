@@ -2,7 +2,6 @@
 # Decode traces in SQLite: writer, reader, validation (sfi-trace(5)).
 pkginclude_HEADERS += src/sfi_trace.h
 libsfi_la_SOURCES += src/sfi_trace.c
-dist_man_MANS += man/sfi-sim-trace.1
 # The sfi-ref run trace recorder (a decode observer), kept with the trace
 # code it drives.
 libsfi_la_SOURCES += ref/sfi_recorder.c

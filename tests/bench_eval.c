@@ -7,12 +7,13 @@
  * Needs $SFI_SHARED/models/sfi-small-qwen3 (prints SKIP without it) and
  * the OpenBLAS backend. Environment: SFI_BENCH_EVAL_PREFIX (8192),
  * SFI_BENCH_EVAL_TOKENS (512), SFI_BENCH_EVAL_BUDGET (6%),
- * SFI_BENCH_EVAL_POLICIES (all). */
+ * SFI_BENCH_EVAL_POLICIES (sfi-ref eval's default: every peer and SFI). */
 #include <config.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sfi_eval.h"
 #include "sfi_qwen3.h"
@@ -53,8 +54,9 @@ int main(void)
     o.backend = SFI_BACKEND_BLAS;
     o.n_prefix = env_int("SFI_BENCH_EVAL_PREFIX", 8192);
     o.n_tokens = env_int("SFI_BENCH_EVAL_TOKENS", 512);
+    const char *pol = getenv("SFI_BENCH_EVAL_POLICIES");
     if (sfi_eval_parse_shares(env_str("SFI_BENCH_EVAL_BUDGET", "6%"), &o, &e) ||
-        sfi_policy_parse_list(env_str("SFI_BENCH_EVAL_POLICIES", "all"), &o.policies, &e)) {
+        (pol && *pol && sfi_policy_parse_list(pol, &o.policies, &e))) {
         fprintf(stderr, "bench_eval: %s\n", e.msg);
         return 1;
     }
@@ -88,6 +90,8 @@ int main(void)
         fclose(la);
     }
     printf("load average at start: %s", lbuf);
+    printf("runs in parallel: %d (one per CPU), one BLAS thread each\n",
+           (int)sysconf(_SC_NPROCESSORS_ONLN));
     printf("model %s, text %s (%zu tokens), prefix %d, scored %d, budget %.1f%%, blas\n", model,
            text_path, n, o.n_prefix, o.n_tokens, 100.0 * o.shares[0]);
     sfi_eval_result r;
@@ -106,6 +110,12 @@ int main(void)
            "(target < 600 s wall on 2 cores: %s)\n",
            r.n_rows, o.n_prefix, o.n_tokens, r.seconds, r.cpu_seconds,
            r.seconds < 600.0 ? "met" : "MISSED");
+    la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fgets(lbuf, sizeof lbuf, la))
+            printf("load average at the end: %s", lbuf);
+        fclose(la);
+    }
     sfi_eval_result_free(&r);
     free(ids);
     free(text);

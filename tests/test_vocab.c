@@ -283,6 +283,33 @@ START_TEST(escape)
 }
 END_TEST
 
+/* Text for JSON: valid characters (NUL and 4-byte ones included) stay,
+ * each byte that starts none becomes U+FFFD: a lone continuation byte, a
+ * truncated sequence, an overlong, a surrogate, a code point past
+ * U+10FFFF, 0xFF. */
+START_TEST(utf8_clean)
+{
+    static const char in[] = "a\0\xC3\xA9\xF0\x9F\x98\x80|\x80|\xE3\x80|\xC0\x80|\xED\xA0\x80|"
+                             "\xF4\x90\x80\x80|\xFF|\xE3\x80";
+    size_t n;
+    char *o = sfi_utf8_clean(in, sizeof in - 1, &n);
+    ck_assert_ptr_nonnull(o);
+    static const char want[] = "a\0\xC3\xA9\xF0\x9F\x98\x80|\xEF\xBF\xBD|"
+                               "\xEF\xBF\xBD\xEF\xBF\xBD|\xEF\xBF\xBD\xEF\xBF\xBD|"
+                               "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD|"
+                               "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD|\xEF\xBF\xBD|"
+                               "\xEF\xBF\xBD\xEF\xBF\xBD";
+    ck_assert_uint_eq(n, sizeof want - 1);
+    ck_assert_mem_eq(o, want, n);
+    ck_assert_int_eq(o[n], 0);
+    free(o);
+    o = sfi_utf8_clean("", 0, &n);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_uint_eq(n, 0);
+    free(o);
+}
+END_TEST
+
 START_TEST(cli_text_and_json)
 {
     char cmd[8192], *out = NULL, *errs = NULL;
@@ -368,6 +395,7 @@ int main(void)
     tcase_add_test(tc, malformed_config);
     tcase_add_test(tc, oversized_vocab_is_refused_before_reading);
     tcase_add_test(tc, escape);
+    tcase_add_test(tc, utf8_clean);
     tcase_add_test(tc, cli_text_and_json);
     tcase_add_test(tc, cli_errors);
     suite_add_tcase(s, tc);
