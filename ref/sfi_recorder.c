@@ -236,6 +236,14 @@ struct sfi_recorder {
 static void sha256_hex(const char *path, char *out, size_t n)
 {
     snprintf(out, n, "(absent)");
+    /* Only a regular file is hashed: opening a FIFO would wait forever. */
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return;
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(out, n, "(not a regular file)");
+        return;
+    }
     FILE *f = fopen(path, "rb");
     if (!f)
         return;
@@ -407,6 +415,11 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
         snprintf(tokid, sizeof tokid, "%.200s; vocab.json %s; merges.txt %s", tdir, hv, hm);
     else
         snprintf(tokid, sizeof tokid, "model directory; vocab.json %s; merges.txt %s", hv, hm);
+    /* Meta text holds no control characters and only UTF-8 (sfi-trace(5));
+     * a directory name may hold anything: '?' stands for such bytes. */
+    for (unsigned char *u = (unsigned char *)tokid; *u; u++)
+        if (*u < 0x20 || *u >= 0x7f)
+            *u = '?';
     char *pjson = sfi_params_to_json(&dopts->params);
     sfi_trace_meta m;
     sfi_trace_meta_init(&m);

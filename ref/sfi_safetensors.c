@@ -182,7 +182,9 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
 {
     st_file *f = &st->files[fi];
     const char *path = f->path;
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO (which cannot be mapped anyway) must not hang us
+     * waiting for a writer; it is refused below. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO,
                              "%s: cannot open: %s", path, strerror(errno));

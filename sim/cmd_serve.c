@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 
 #include "sfi_cost.h"
@@ -148,10 +149,9 @@ static sfi_status load_engine(const char *arg, sfi_hw_profile *p, char *label, s
     for (int d = 0; d < 2; d++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s.json", dirs[d], arg);
-        FILE *f = fopen(path, "rb");
-        if (!f)
+        struct stat sb;
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
             continue;
-        fclose(f);
         snprintf(label, cap, "%s", arg);
         return sfi_hw_profile_load(path, p, NULL, NULL, err);
     }

@@ -83,6 +83,11 @@ static sfi_status load_trace_tokens(const char *path, int32_t **tokens, uint8_t 
     if (*n == 0)
         snprintf(tok_id, tok_cap, "%s", tk);
     int64_t nr = sfi_trace_n_requests(t), total = sfi_trace_n_steps(t);
+    /* A killed or still running recorder's trace is valid but partial:
+     * say so rather than price it as if it were the whole run. */
+    if (!sfi_trace_complete(t))
+        fprintf(stderr, "sfi-sim: note: %s is incomplete (its writer did not finish); using its "
+                "%lld committed steps\n", path, (long long)total);
     if (total < 1) {
         sfi_trace_close(t);
         return sfi_error_set(err, SFI_EFORMAT, "%s: trace has no decode steps to replay", path);

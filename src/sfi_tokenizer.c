@@ -657,6 +657,13 @@ sfi_status sfi_token_ids_parse(const char *text, size_t len, const char *origin,
             if (nul)
                 return sfi_error_set(err, SFI_EFORMAT, "%s: byte %zu is a NUL byte, not part of "
                                      "a decimal token id", origin, (size_t)(nul - text));
+            int digits = 1;
+            for (size_t k = w; k < i; k++)
+                digits &= text[k] >= '0' && text[k] <= '9';
+            if (digits)
+                return sfi_error_set(err, SFI_EFORMAT, "%s: id %zu: '%.*s' is too large for a "
+                                     "token id (at most 9 digits)", origin, count,
+                                     (int)(i - w > 40 ? 40 : i - w), text + w);
             return sfi_error_set(err, SFI_EFORMAT, "%s: id %zu: '%.*s' is not a decimal token id",
                                  origin, count, (int)(i - w > 40 ? 40 : i - w), text + w);
         }

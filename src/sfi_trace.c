@@ -242,9 +242,14 @@ static sfi_status wsql(sfi_trace_writer *w, sfi_error *err, const char *what)
 
 static sfi_status wexec(sfi_trace_writer *w, const char *sql, sfi_error *err)
 {
-    if (sqlite3_exec(w->db, sql, NULL, NULL, NULL) != SQLITE_OK)
-        return wsql(w, err, sql);
-    return SFI_OK;
+    if (sqlite3_exec(w->db, sql, NULL, NULL, NULL) == SQLITE_OK)
+        return SFI_OK;
+    /* Name the statement briefly: the schema is a screenful of SQL. */
+    char what[48];
+    size_t n = strcspn(sql, ";(");
+    snprintf(what, sizeof what, "%.*s%s", (int)(n < 40 ? n : 40), sql,
+             sql[n] || n > 40 ? " ..." : "");
+    return wsql(w, err, what);
 }
 
 static sfi_status put_meta(sfi_trace_writer *w, const char *key, const char *value, sfi_error *err)
@@ -362,6 +367,62 @@ static void writer_free(sfi_trace_writer *w)
     free(w);
 }
 
+/* Free-text meta values are printed by `trace info`: no control
+ * characters (a terminal escape in a hostile file would reach the user's
+ * terminal) and valid UTF-8. */
+static sfi_status meta_text(const char *path, const char *key, const char *v, sfi_error *err)
+{
+    const unsigned char *u = (const unsigned char *)v;
+    for (size_t i = 0; u[i];) {
+        unsigned c = u[i];
+        size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+                 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        int bad = n == 0 || (n == 1 && (c < 0x20 || c == 0x7f)) || (n == 2 && c < 0xc2) ||
+                  (n == 4 && c > 0xf4);
+        for (size_t k = 1; !bad && k < n; k++)
+            bad = (u[i + k] & 0xc0) != 0x80;
+        if (bad)
+            return sfi_error_set(err, SFI_EFORMAT, "%s: meta %s: byte %zu is a control "
+                                 "character or not UTF-8", path, key, i);
+        i += n;
+    }
+    return SFI_OK;
+}
+
+/* The meta strings every writer stores and every reader accepts (one
+ * definition for both sides): free text, the policy, model_config a JSON
+ * object, params SFI parameters within the ranges of --param. */
+static sfi_status meta_strings(const char *path, const sfi_trace_meta *m, sfi_error *err)
+{
+    const char *policy = m->policy ? m->policy : "";
+    sfi_status st;
+    if ((st = meta_text(path, "tool", m->tool ? m->tool : "", err)) ||
+        (st = meta_text(path, "tool_version", m->tool_version ? m->tool_version : "", err)) ||
+        (st = meta_text(path, "tokenizer", m->tokenizer ? m->tokenizer : "", err)) ||
+        (st = meta_text(path, "policy", policy, err)))
+        return st;
+    sfi_trigger_kind tk;
+    if (*policy && strcmp(policy, "dense") && sfi_trigger_policy_parse(policy, &tk, NULL) != SFI_OK)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: meta policy '%.40s' is not a trigger policy "
+                             "(sfi, tmax, boundary, interval, always, never) or dense", path,
+                             policy);
+    const char *mcj = m->model_config_json && *m->model_config_json ? m->model_config_json : "{}";
+    json_error_t je;
+    json_t *mc = json_loads(mcj, JSON_REJECT_DUPLICATES, &je);
+    int obj = json_is_object(mc);
+    json_decref(mc);
+    if (!obj)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: meta model_config is not a JSON object%s%s",
+                             path, mc ? "" : ": ", mc ? "" : je.text);
+    sfi_params prm;
+    sfi_params_default(&prm);
+    sfi_error pe;
+    if (sfi_params_from_json(&prm, m->params_json && *m->params_json ? m->params_json : "{}",
+                             "meta params", &pe) != SFI_OK)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s", path, pe.msg);
+    return SFI_OK;
+}
+
 static sfi_status check_meta_for_write(const char *path, const sfi_trace_meta *m, sfi_error *err)
 {
     if (m->level != SFI_TRACE_TOKENS && m->level != SFI_TRACE_SUMMARY && m->level != SFI_TRACE_FULL)
@@ -385,7 +446,11 @@ static sfi_status check_meta_for_write(const char *path, const sfi_trace_meta *m
         return sfi_error_set(err, SFI_EINVAL, "%s: level full needs top_m >= 1 and head_dim", path);
     if (m->topm_heads != SFI_TRACE_HEADS_QUERY && m->topm_heads != SFI_TRACE_HEADS_KV)
         return sfi_error_set(err, SFI_EINVAL, "%s: bad topm_heads", path);
-    return SFI_OK;
+    /* What the readers would refuse is refused here, as a caller's error. */
+    sfi_status st = meta_strings(path, m, err);
+    if (st && err)
+        err->code = SFI_EINVAL;
+    return st ? SFI_EINVAL : SFI_OK;
 }
 
 static void remove_db_files(const char *path)
@@ -1095,28 +1160,6 @@ static sfi_status meta_int(sfi_trace *t, const char *key, const char *v, long lo
     return SFI_OK;
 }
 
-/* Free-text meta values are printed by `trace info`: no control
- * characters (a terminal escape in a hostile file would reach the user's
- * terminal) and valid UTF-8. */
-static sfi_status meta_text(sfi_trace *t, const char *key, const char *v, sfi_error *err)
-{
-    const unsigned char *u = (const unsigned char *)v;
-    for (size_t i = 0; u[i];) {
-        unsigned c = u[i];
-        size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
-                 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        int bad = n == 0 || (n == 1 && (c < 0x20 || c == 0x7f)) || (n == 2 && c < 0xc2) ||
-                  (n == 4 && c > 0xf4);
-        for (size_t k = 1; !bad && k < n; k++)
-            bad = (u[i + k] & 0xc0) != 0x80;
-        if (bad)
-            return sfi_error_set(err, SFI_EFORMAT, "%s: meta %s: byte %zu is a control "
-                                 "character or not UTF-8", t->path, key, i);
-        i += n;
-    }
-    return SFI_OK;
-}
-
 /* "YYYY-MM-DDTHH:MM:SSZ", what every writer stores. */
 static sfi_status meta_created(sfi_trace *t, const char *v, sfi_error *err)
 {
@@ -1163,31 +1206,8 @@ static sfi_status check_meta_values(sfi_trace *t, sfi_error *err)
 {
     const sfi_trace_meta *m = &t->meta;
     sfi_status st;
-    if ((st = meta_text(t, "tool", m->tool, err)) ||
-        (st = meta_text(t, "tool_version", m->tool_version, err)) ||
-        (st = meta_text(t, "tokenizer", m->tokenizer, err)) ||
-        (st = meta_text(t, "policy", m->policy, err)) || (st = meta_created(t, t->created, err)))
+    if ((st = meta_strings(t->path, m, err)) || (st = meta_created(t, t->created, err)))
         return st;
-    sfi_trigger_kind tk;
-    if (*m->policy && strcmp(m->policy, "dense") &&
-        sfi_trigger_policy_parse(m->policy, &tk, NULL) != SFI_OK)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta policy '%.40s' is not a trigger policy "
-                             "(sfi, tmax, boundary, interval, always, never) or dense", t->path,
-                             m->policy);
-    json_error_t je;
-    json_t *mc = json_loads(m->model_config_json, JSON_REJECT_DUPLICATES, &je);
-    int obj = json_is_object(mc);
-    json_decref(mc);
-    if (!obj)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta model_config is not a JSON object%s%s",
-                             t->path, mc ? "" : ": ", mc ? "" : je.text);
-    sfi_params prm;
-    sfi_params_default(&prm);
-    char origin[64];
-    snprintf(origin, sizeof origin, "meta params");
-    sfi_error pe;
-    if (sfi_params_from_json(&prm, m->params_json, origin, &pe) != SFI_OK)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: %s", t->path, pe.msg);
     static const char *const layer_keys[] = {"topm_layers", "layers_recorded"};
     for (int i = 0; i < 2; i++) {
         char *v = NULL;

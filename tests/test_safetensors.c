@@ -161,6 +161,10 @@ START_TEST(bad_files_refused)
     unsigned char d[16] = {0};
     /* missing file */
     ck_assert_int_eq(open_err("none.safetensors", &e), SFI_ENOTFOUND);
+    /* A FIFO: refused at once, not waited on for a writer (issue 20). */
+    ck_assert_int_eq(mkfifo(pathf("fifo.safetensors"), 0600), 0);
+    ck_assert_int_eq(open_err("fifo.safetensors", &e), SFI_EIO);
+    ck_assert_msg(strstr(e.msg, "fifo.safetensors: not a regular file"), "%s", e.msg);
     /* Issue 20: trailing bytes and gaps, which the reference safetensors
      * library rejects, were accepted. */
     write_raw("trail", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", d,

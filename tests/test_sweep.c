@@ -174,6 +174,38 @@ START_TEST(default_run_finds_bundled_traces)
 }
 END_TEST
 
+/* A trace whose writer did not finish (killed, or still recording) is
+ * replayed with a note saying it is partial (issue 20, hunt). */
+START_TEST(incomplete_trace_is_noted)
+{
+    char path[4200], args[8400], *out, *err;
+    snprintf(path, sizeof path, "%s/part.db", tmp);
+    sfi_trace_meta m;
+    sfi_trace_meta_init(&m);
+    m.tool = "test_sweep";
+    m.policy = "sfi";
+    sfi_trace_writer *w;
+    sfi_error e;
+    ck_assert_msg(sfi_trace_create(path, &m, SFI_TRACE_OVERWRITE, 0, &w, &e) == SFI_OK, "%s", e.msg);
+    int32_t prompt[2] = {1, 2};
+    int64_t id;
+    ck_assert_int_eq(sfi_trace_add_request(w, prompt, 2, &id, &e), SFI_OK);
+    for (int t = 0; t < 50; t++)
+        ck_assert_int_eq(sfi_trace_append_step(w, id, t, 2 + t, 7, t ? SFI_STEP_FAST : SFI_STEP_SLOW,
+                                               t ? SFI_REASON_NONE : SFI_REASON_FIRST, &e),
+                         SFI_OK);
+    sfi_trace_writer_close(w); /* committed, never marked complete */
+    snprintf(args, sizeof args, "--trace '%s' --no-png --models Qwen3-4B --contexts 8K "
+             "--policies sfi --steps 100", path);
+    int rc = run(args, &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_msg(strstr(err, "part.db is incomplete (its writer did not finish); using its 50 "
+                              "committed steps"), "%s", err);
+    free(out);
+    free(err);
+}
+END_TEST
+
 START_TEST(trace_drives_the_trigger_stream)
 {
     char path[4200], args[12000], *out, *err;
@@ -611,6 +643,7 @@ int main(void)
     tcase_add_test(tc, default_run_writes_table_and_png);
     tcase_add_test(tc, default_run_finds_bundled_traces);
     tcase_add_test(tc, trace_drives_the_trigger_stream);
+    tcase_add_test(tc, incomplete_trace_is_noted);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, presets_and_validate);
     tcase_add_test(tc, tp_auto_per_context);

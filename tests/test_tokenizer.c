@@ -255,6 +255,10 @@ START_TEST(ids_parse)
     ck_assert_str_eq(err.msg, "p.ids: id 2: '12a' is not a decimal token id");
     ck_assert_ptr_null(ids);
     ck_assert_int_eq(sfi_token_ids_parse("1234567890", 10, "f", &ids, &n, &err), SFI_EFORMAT);
+    ck_assert_str_eq(err.msg, "f: id 1: '1234567890' is too large for a token id (at most 9 digits)");
+    /* A NUL byte is named, not taken for the end of the list. */
+    ck_assert_int_eq(sfi_token_ids_parse("5 6\0 7", 6, "f", &ids, &n, &err), SFI_EFORMAT);
+    ck_assert_str_eq(err.msg, "f: byte 3 is a NUL byte, not part of a decimal token id");
     ck_assert_int_eq(sfi_token_ids_parse("-1", 2, "f", &ids, &n, &err), SFI_EFORMAT);
     ck_assert_int_eq(sfi_token_ids_parse("1,2", 3, "f", &ids, &n, &err), SFI_EFORMAT);
     /* Length, not NUL, ends the text. */

@@ -266,6 +266,26 @@ START_TEST(writer_refuses_bad_arguments)
     ck_assert_int_eq(sfi_trace_create(path, &m, 0, 0, &w, &e), SFI_EIO);
     ck_assert_ptr_nonnull(strstr(e.msg, path));
 
+    /* Meta strings the readers would refuse are refused at create. */
+    char p3[4200];
+    snprintf(p3, sizeof p3, "%s/meta-bad.db", dir);
+    sfi_trace_meta bad;
+    meta_small(&bad, SFI_TRACE_TOKENS);
+    bad.tool = "x\033]0;title\007";
+    ck_assert_int_eq(sfi_trace_create(p3, &bad, 0, 0, &w, &e), SFI_EINVAL);
+    ck_assert_msg(strstr(e.msg, "meta tool: byte 1 is a control character"), "%s", e.msg);
+    meta_small(&bad, SFI_TRACE_TOKENS);
+    bad.params_json = "{\"K\": 0}";
+    ck_assert_int_eq(sfi_trace_create(p3, &bad, 0, 0, &w, &e), SFI_EINVAL);
+    ck_assert_msg(strstr(e.msg, "meta params: K"), "%s", e.msg);
+    meta_small(&bad, SFI_TRACE_TOKENS);
+    bad.policy = "sometimes";
+    ck_assert_int_eq(sfi_trace_create(p3, &bad, 0, 0, &w, &e), SFI_EINVAL);
+    meta_small(&bad, SFI_TRACE_TOKENS);
+    bad.model_config_json = "[]";
+    ck_assert_int_eq(sfi_trace_create(p3, &bad, 0, 0, &w, &e), SFI_EINVAL);
+    ck_assert_int_eq(access(p3, F_OK), -1);
+
     /* The writer refuses what the readers refuse (issue 20.5): the same
      * record rules on both sides. */
     char p2[4200];

@@ -165,6 +165,19 @@ START_TEST(windows_and_failures)
     ck_assert_int_eq(run_tc(args, NULL), 2);
     snprintf(args, sizeof args, "--out '%s' --windows '%s'", out2, a);
     ck_assert_int_eq(run_tc(args, NULL), 2);
+    /* --out on a file that is not an sfi trace (here the input text):
+     * refused before any work, the file unchanged (issue 20.3's rule). */
+    snprintf(args, sizeof args, "--out '%s' --prompt 10 '%s'", a, a);
+    ck_assert_int_eq(run_tc(args, &err), 1);
+    ck_assert_msg(strstr(err, "a.txt: exists and is not an sfi trace; not replacing it"), "%s",
+                  err);
+    free(err);
+    char *back = sfi_test_read_file(a, NULL);
+    ck_assert_str_eq(back, text_a);
+    free(back);
+    /* An existing trace (the one just written) is replaced. */
+    snprintf(args, sizeof args, "--out '%s' --prompt 10 --steps 10 --windows '%s'", out, a);
+    ck_assert_int_eq(run_tc(args, NULL), 0);
     char cmd[8400], *lsout;
     snprintf(cmd, sizeof cmd, "ls '%s'", dir);
     ck_assert_int_eq(sfi_test_run(cmd, &lsout, NULL), 0);

@@ -268,6 +268,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "tokenize_corpus: %s\n", e.msg);
         return 2;
     }
+    /* Before the tokenizer loads: a refused --out fails at once. */
+    if (sfi_trace_replaceable(out, &e) != SFI_OK) {
+        fprintf(stderr, "tokenize_corpus: %s\n", e.msg);
+        return 1;
+    }
     sfi_tokenizer *tok;
     if (sfi_tokenizer_load(tok_dir, &tok, &e) != SFI_OK) {
         fprintf(stderr, "tokenize_corpus: %s\n", e.msg);
@@ -292,15 +297,14 @@ int main(int argc, char **argv)
              h_vocab, h_merges, (int)sfi_vocab_size(vocab));
     char *params_json = sfi_params_to_json(&prm);
 
-    if (sfi_trace_replaceable(out, &e) != SFI_OK) {
-        fprintf(stderr, "tokenize_corpus: %s\n", e.msg);
-        free(params_json);
-        return 1;
-    }
     size_t tmp_n = strlen(out) + 32;
     char *tmp = malloc(tmp_n);
     if (!tmp || !params_json) {
         fprintf(stderr, "tokenize_corpus: out of memory\n");
+        free(tmp);
+        free(params_json);
+        sfi_trigger_set_free(&ts);
+        sfi_tokenizer_free(tok);
         return 1;
     }
     snprintf(tmp, tmp_n, "%s.tmp-%ld", out, (long)getpid());
