@@ -12,6 +12,7 @@
 
 #include "sfi_attention.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,8 @@ static void attend_group(const sfi_attn_shape *s, const float *q, int kvh,
     const size_t row = (size_t)s->n_kv_heads * d;
     const int G = s->n_heads / s->n_kv_heads;
     const int h0 = kvh * G;
+    /* callers validated the shape and the positions */
+    assert(n >= 1 && kvh >= 0 && kvh < s->n_kv_heads);
     for (int i = 0; i < n; i++) {
         size_t j = pos ? (size_t)pos[i] : (size_t)i;
         const float *kj = k + j * row + (size_t)kvh * d;

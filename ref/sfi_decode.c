@@ -21,6 +21,7 @@
 
 #include "sfi_decode.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,7 @@ static size_t qdim(const dctx *d)
 
 static float *qslot(dctx *d, int layer, int pos)
 {
+    assert(layer >= 0 && layer < d->c->num_hidden_layers && pos >= 0);
     return d->qhist + ((size_t)layer * d->Wq + (size_t)(pos % d->Wq)) * qdim(d);
 }
 
@@ -119,9 +121,11 @@ static int fast_cap(const dctx *d)
 /* The fast set of every KV head of `layer` for a cache of n_ctx. */
 static void fast_sets(dctx *d, int layer, int n_ctx)
 {
-    for (int h = 0; h < d->c->num_key_value_heads; h++)
+    for (int h = 0; h < d->c->num_key_value_heads; h++) {
         sfi_state_fast_set(&d->st, d->prm, layer, h, n_ctx,
                            d->fast_idx + (size_t)h * fast_cap(d), &d->fast_n[h]);
+        assert(d->fast_n[h] >= 1 && d->fast_n[h] <= fast_cap(d));
+    }
 }
 
 /* Dense probabilities of the query whose logits are in d->logits_l
@@ -156,6 +160,7 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
         if (first < je - 1)
             first = je - 1;
         int nw = n_ctx - first;
+        assert(nw >= 1 && nw <= d->Wq); /* d->win holds Wq * G rows per KV head */
         for (int w = 0; w < nw; w++) {
             int pos = first + w;
             rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, qslot(d, layer, pos), &d->kv,
@@ -184,6 +189,7 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
         rc = sfi_selector_run(d->prm, &in, d->sel, &n_sel, &det, d->err);
         if (rc)
             return sfi_error_prefix(d->err, "layer %d", layer);
+        assert(n_sel >= 1 && n_sel <= K); /* the state's slots hold K */
         for (int h = 0; h < nkv; h++) {
             memcpy(dst_base + (size_t)h * K, d->sel + (size_t)h * n_sel,
                    (size_t)n_sel * sizeof(int32_t));

@@ -33,6 +33,7 @@
 
 #include "sfi_selector.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,7 @@ static float evidence(const sfi_params *prm, const sfi_selector_input *in, int h
 {
     const int nJ = in->j_end - in->j_begin;
     const float a = prm->alpha;
+    assert(nJ >= 1 && in->n_win >= 1); /* check_input */
     for (int i = 0; i < nJ; i++)
         mu[i] = 0.0f;
     for (int t = 0; t < in->n_win; t++) {
@@ -153,6 +155,7 @@ static float prior(const sfi_params *prm, const sfi_selector_input *in, int h, f
     const int nJ = in->j_end - in->j_begin;
     const float *kn = in->key_norms + (size_t)h * (size_t)in->n_pos + in->j_begin;
     const float span = (float)(nJ - 1) + prm->eps; /* jmax - jmin + eps */
+    assert(nJ >= 1);
     float sum = 0.0f;
     for (int i = 0; i < nJ; i++) {
         float pk = sfi_powf_pos(kn[i] + prm->eps, -prm->gamma);
@@ -195,6 +198,7 @@ float sfi_selector_fuse(const sfi_params *prm, int nJ, const float *f, const flo
 void sfi_selector_soft_nms(const sfi_params *prm, int nJ, const float *z, float *z_out)
 {
     const int R = prm->nms_radius;
+    assert(R >= 0); /* a negative radius would read z[-1] */
     for (int i = 0; i < nJ; i++) {
         int lo = i - R < 0 ? 0 : i - R;
         int hi = i > nJ - 1 - R ? nJ - 1 : i + R;
@@ -219,6 +223,7 @@ void sfi_key_norms(const float *k, int n_pos, int n_kv_heads, int head_dim, floa
 void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_pos,
                                       const float *tail, float *out)
 {
+    assert(n_kv_heads >= 1 && n_heads % n_kv_heads == 0);
     const int G = n_heads / n_kv_heads;
     const size_t row = (size_t)n_pos * sizeof *out;
     for (int kv = 0; kv < n_kv_heads; kv++)
@@ -314,6 +319,8 @@ sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *
         out[i] = h[i].i;
     free(h);
     qsort(out, (size_t)k, sizeof *out, sfi_cmp_i32);
+    for (int i = 1; i < k; i++)
+        assert(out[i - 1] < out[i]); /* k distinct positions, ascending */
     return SFI_OK;
 }
 

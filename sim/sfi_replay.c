@@ -5,6 +5,7 @@
 
 #include "sfi_replay.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +63,8 @@ sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
         for (int r = 0; r < batch; r++) {
             sfi_step_reason why;
             ns += sfi_trigger_next(&tp[r], prev[r], &why) == SFI_STEP_SLOW;
-            out->reasons[(unsigned)why & 7u]++;
+            assert((unsigned)why < sizeof out->reasons / sizeof out->reasons[0]);
+            out->reasons[why]++;
             prev[r] = tok[pos[r]];
             if (++pos[r] == n)
                 pos[r] = 0;

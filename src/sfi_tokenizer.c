@@ -5,6 +5,7 @@
 #include "sfi_tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <assert.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,9 @@ static const merge_slot *merge_find(const sfi_tokenizer *t, int32_t a, int32_t b
 {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     size_t mask = t->nmerge_slots - 1;
+    /* open addressing: a power of two at most half full, so the probe
+     * reaches an empty slot */
+    assert(t->nmerge_slots && !(t->nmerge_slots & mask));
     for (size_t h = (size_t)mix64(key) & mask;; h = (h + 1) & mask) {
         if (t->merges[h].key == key)
             return &t->merges[h];

@@ -5,6 +5,7 @@
 
 #include "sfi_vocab.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -452,6 +453,9 @@ const char *sfi_vocab_token_text(const sfi_vocab *v, int32_t id)
 
 int32_t sfi_vocab_lookup(const sfi_vocab *v, const char *text)
 {
+    /* open addressing: a power of two at most half full (build_hash), so
+     * the probe reaches an empty slot */
+    assert(v->nslots && !(v->nslots & (v->nslots - 1)) && (size_t)v->n * 2 <= v->nslots);
     size_t h = (size_t)hash_str(text) & (v->nslots - 1);
     while (v->slots[h] >= 0) {
         if (!strcmp(v->text[v->slots[h]], text))
@@ -593,6 +597,7 @@ char *sfi_utf8_clean(const char *s, size_t n, size_t *out_n)
             i++;
         }
     }
+    assert(k <= 3 * n);
     o[k] = 0;
     *out_n = k;
     return o;
