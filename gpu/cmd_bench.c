@@ -21,6 +21,7 @@
 
 #include "sfi_gpu.h"
 #include "sfi_io.h"
+#include "sfi_rng.h"
 #include "sfi_gpu_cli.h"
 
 #define CK(x) SFI_GPU_CK("bench", x, #x)
@@ -95,21 +96,14 @@ static void make_desc(sfi_gpu_step_desc *h, const int32_t *d_bt, int max_blocks,
     }
 }
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint32_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
+static uint64_t rng_state = 1;
 
 /* Fisher-Yates shuffle of a block table (a serving engine's blocks are
  * scattered). */
 static void shuffle_blocks(int32_t *bt, size_t n)
 {
     for (size_t i = n - 1; i > 0; i--) {
-        size_t j = rng() % (i + 1);
+        size_t j = (size_t)(sfi_rng_next(&rng_state) % (i + 1));
         int32_t x = bt[i];
         bt[i] = bt[j];
         bt[j] = x;

@@ -26,17 +26,18 @@
 #include <sys/stat.h>
 
 #include "sfi_attention.h"
+#include "sfi_gpu.h"
+#include "sfi_gpu_cli.h"
 #include "sfi_gpu_engine.h"
 #include "sfi_gpu_verify.h"
 #include "sfi_io.h"
-#include "sfi_qwen3.h"
-#include "sfi_tokenizer.h"
-#include "sfi_vocab.h"
-#include "sfi_gpu.h"
-#include "sfi_gpu_cli.h"
 #include "sfi_math.h"
 #include "sfi_params.h"
+#include "sfi_parse.h"
+#include "sfi_qwen3.h"
 #include "sfi_selector.h"
+#include "sfi_tokenizer.h"
+#include "sfi_vocab.h"
 
 #define CK(x) SFI_GPU_CK("check", x, #x)
 
@@ -101,26 +102,12 @@ static void *dmalloc(size_t n)
     return p;
 }
 
+/* The method's defaults with the case's K. */
 static void set_params(sfi_params *p, int K)
 {
-    memset(p, 0, sizeof *p);
+    sfi_params_default(p);
     p->n_sink = N_SINK;
-    p->n_recent = 256;
     p->K = K;
-    p->T_max = 64;
-    p->W_decode = 1;
-    p->W_prefill = 16;
-    p->alpha = 0.5f;
-    p->gamma = 1.0f;
-    p->beta = 1.0f;
-    p->p = 2.0f;
-    p->eta = 0.5f;
-    p->lambda_clip = 0.02f;
-    p->nms_radius = 2;
-    p->alpha_soft = 0.5f;
-    p->T = 1.0f;
-    p->alpha_cross = 0.35f;
-    p->eps = 1e-8f;
 }
 
 /* Worst violation of |g - r| <= atol + rtol*|r| as a ratio (<= 1 passes). */
@@ -1055,17 +1042,14 @@ static int run_e2e(const e2e_case *c)
             printf("FAIL: %s\n", e.msg);
             goto out;
         }
-        stream = malloc(8192 * sizeof(int32_t));
-        char *p = txt;
-        while (stream && n_stream < 8192 && *p) {
-            char *end;
-            long x = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            stream[n_stream++] = (int32_t)x;
-            p = end;
-        }
+        size_t n = 0;
+        sfi_status st = sfi_token_ids_parse(txt, len, ids_path, &stream, &n, &e);
         free(txt);
+        if (st) {
+            printf("FAIL: %s\n", e.msg);
+            goto out;
+        }
+        n_stream = n < 8192 ? (int)n : 8192;
     }
     int maxp = 0;
     const int32_t *pp[4];
@@ -1160,7 +1144,7 @@ static void check_usage(FILE *f)
 int sfi_gpu_cmd_check(int argc, char **argv)
 {
     int bit_exact = 0, quick = 0, no_e2e = 0;
-    unsigned long long seed = 1;
+    uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             check_usage(stdout);
@@ -1173,9 +1157,7 @@ int sfi_gpu_cmd_check(int argc, char **argv)
         else if (!strcmp(argv[i], "--kernels-only"))
             no_e2e = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            char *end;
-            seed = strtoull(argv[++i], &end, 10);
-            if (*end || !*argv[i]) {
+            if (sfi_parse_u64(argv[++i], &seed)) {
                 fprintf(stderr, "sfi-gpu check: --seed '%s': not a number\n", argv[i]);
                 return 2;
             }

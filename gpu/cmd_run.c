@@ -5,7 +5,6 @@
  * mode. See man sfi-gpu. */
 #include <config.h>
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -26,7 +25,9 @@
 #include "sfi_gpu_verify.h"
 #include "sfi_io.h"
 #include "sfi_params.h"
+#include "sfi_parse.h"
 #include "sfi_qwen3.h"
+#include "sfi_sort.h"
 #include "sfi_state.h"
 #include "sfi_tokenizer.h"
 #include "sfi_trace.h"
@@ -101,15 +102,10 @@ static void usage(FILE *out)
 
 static int parse_int(const char *s, const char *what, int lo, int hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, CMD ": %s '%s': expected an integer in %d..%d\n", what, s, lo, hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
+    if (sfi_parse_int(s, lo, hi, out) == 0)
+        return 0;
+    fprintf(stderr, CMD ": %s '%s': expected an integer in %d..%d\n", what, s, lo, hi);
+    return -1;
 }
 
 /* Prompt files: at most 256 MiB (a million-token prompt is ~8 MB). */
@@ -323,17 +319,11 @@ static int file_exists(const char *dir, const char *name)
 
 /* ---- bench: bytes and times ---- */
 
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double pct(float *v, int n, double p)
 {
     if (n <= 0)
         return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_float);
+    qsort(v, (size_t)n, sizeof *v, sfi_cmp_f32);
     int i = (int)(p * (n - 1) + 0.5);
     return v[i];
 }

@@ -21,12 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cublas_v2.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
+#include "sfi_clock.h"
 #include "sfi_digest.h"
 #include "sfi_gpu.h"
 #include "sfi_gpu_model.h"
@@ -120,13 +120,6 @@ struct sfi_gpu_engine {
             return sfi_error_set(err, SFI_EIO, "cuBLAS: %s: status %d (%s:%d)", #x,      \
                                  (int)s_, __FILE__, __LINE__);                           \
     } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o)
 {
@@ -1351,10 +1344,10 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
     RCK(cudaMemset(e->hist_kind, 0, nn * 4));
     RCK(cudaMemset(e->hist_tok, 0, nn * 4));
     /* prefill, request by request (step 0) */
-    double t0 = now_s();
+    double t0 = sfi_clock_wall();
     for (int b = 0; b < B; b++)
         RTRY(prefill(e, b, rq[b].prompt, rq[b].n_prompt, err));
-    res->prefill_s = now_s() - t0;
+    res->prefill_s = sfi_clock_wall() - t0;
     {
         /* step 0's histories */
         for (int b = 0; b < B; b++)
@@ -1374,7 +1367,7 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         }
     }
     /* decode steps 1.. */
-    double tb = now_s();
+    double tb = sfi_clock_wall();
     if (max_new > 1) {
         int use_graph = e->o.graphs;
         if (e->graph_exec) { /* a previous run's: its batch and plan are baked in */
@@ -1401,7 +1394,7 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
             } else {
                 RTRY(enqueue_step(e, err));
                 if (use_graph) {
-                    double tg = now_s();
+                    double tg = sfi_clock_wall();
                     cudaGraph_t g;
                     RCK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
                     rc = enqueue_step(e, err);
@@ -1413,7 +1406,7 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
                                                        cudaGraphInstantiateFlagUseNodePriority);
                     cudaGraphDestroy(g);
                     RCK(ce);
-                    res->graph_build_s = now_s() - tg;
+                    res->graph_build_s = sfi_clock_wall() - tg;
                 }
             }
             if (time_steps)
@@ -1443,7 +1436,7 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         }
     }
     RCK(cudaStreamSynchronize(e->main_st));
-    res->decode_s = now_s() - tb;
+    res->decode_s = sfi_clock_wall() - tb;
     if (time_steps && max_new > 1) {
         for (int t = 1; t < max_new; t++)
             RCK(cudaEventElapsedTime(&res->step_ms[t], ev[t - 1], ev[t]));

@@ -3,7 +3,6 @@
  * benchmarks of real model sizes need no download. */
 #include <config.h>
 
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <string.h>
 
 #include "sfi_model.h"
+#include "sfi_parse.h"
 #include "sfi_qwen3.h"
 #include "sfi_ref_cli.h"
 
@@ -43,11 +43,10 @@ int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *preset = NULL, *out = NULL;
-    unsigned long long seed = 1;
-    long layers = -1;
+    uint64_t seed = 1;
+    int layers = -1;
     sfi_st_dtype dt = SFI_DT_BF16;
     int c;
-    char *end;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "p:o:s:l:h", opts, NULL)) != -1) {
@@ -55,18 +54,14 @@ int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
         case 'p': preset = optarg; break;
         case 'o': out = optarg; break;
         case 's':
-            errno = 0;
-            seed = strtoull(optarg, &end, 10);
-            if (!*optarg || *end || errno || optarg[0] == '-') {
+            if (sfi_parse_u64(optarg, &seed)) {
                 fprintf(stderr, "sfi-ref make-checkpoint: --seed '%s': expected a "
                                 "non-negative integer\n", optarg);
                 return 2;
             }
             break;
         case 'l':
-            errno = 0;
-            layers = strtol(optarg, &end, 10);
-            if (!*optarg || *end || errno || layers < 1 || layers > SFI_MODEL_MAX_LAYERS) {
+            if (sfi_parse_int(optarg, 1, SFI_MODEL_MAX_LAYERS, &layers)) {
                 fprintf(stderr, "sfi-ref make-checkpoint: --layers '%s': expected 1..%d\n",
                         optarg, SFI_MODEL_MAX_LAYERS);
                 return 2;
@@ -109,12 +104,12 @@ int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
     }
     if (layers > 0) {
         if (layers > cfg->num_hidden_layers) {
-            fprintf(stderr, "sfi-ref make-checkpoint: --layers %ld: %s has only %d layers\n",
+            fprintf(stderr, "sfi-ref make-checkpoint: --layers %d: %s has only %d layers\n",
                     layers, preset, cfg->num_hidden_layers);
             free(cfg);
             return 2;
         }
-        cfg->num_hidden_layers = (int)layers;
+        cfg->num_hidden_layers = layers;
         /* mlp-only layers past the cut no longer exist */
         int k = 0;
         for (int i = 0; i < cfg->n_mlp_only_layers; i++)
@@ -123,14 +118,14 @@ int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
         cfg->n_mlp_only_layers = k;
     }
     uint64_t params = sfi_model_param_count(cfg);
-    if (sfi_qwen3_write_random(cfg, out, (uint64_t)seed, dt, &e)) {
+    if (sfi_qwen3_write_random(cfg, out, seed, dt, &e)) {
         fprintf(stderr, "sfi-ref make-checkpoint: %s\n", e.msg);
         free(cfg);
         return 1;
     }
     printf("wrote %s/config.json and %s/model.safetensors: %s, %d layers, %llu parameters, "
            "%s, seed %llu\n", out, out, cfg->name, cfg->num_hidden_layers,
-           (unsigned long long)params, dt == SFI_DT_F32 ? "f32" : "bf16", seed);
+           (unsigned long long)params, dt == SFI_DT_F32 ? "f32" : "bf16", (unsigned long long)seed);
     free(cfg);
     return 0;
 }

@@ -3,7 +3,6 @@
  * SHA-256 digest (text or one JSON object). */
 #include <config.h>
 
-#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -15,6 +14,7 @@
 #include "sfi_decode.h"
 #include "sfi_io.h"
 #include "sfi_params.h"
+#include "sfi_parse.h"
 #include "sfi_qwen3.h"
 #include "sfi_recorder.h"
 #include "sfi_ref_cli.h"
@@ -89,15 +89,10 @@ enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_FORCED_IDS, O_MODE, O_PARAMS, O_TRIG
 
 static int parse_int(const char *s, const char *what, int lo, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > INT_MAX) {
-        fprintf(stderr, "sfi-ref run: %s '%s': expected an integer >= %d\n", what, s, lo);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
+    if (sfi_parse_int(s, lo, INT_MAX, out) == 0)
+        return 0;
+    fprintf(stderr, "sfi-ref run: %s '%s': expected an integer >= %d\n", what, s, lo);
+    return -1;
 }
 
 /* The command line. */

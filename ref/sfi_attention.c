@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "sfi_math.h"
+#include "sfi_sort.h"
 
 sfi_status sfi_attn_shape_check(const sfi_attn_shape *s, sfi_error *err)
 {
@@ -131,12 +132,6 @@ sfi_status sfi_attn_dense_decode(const sfi_attn_shape *s, const float *q,
     return SFI_OK;
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
                                   const float *k, const float *v, int n_ctx,
                                   const int32_t *const *idx, const int *n_idx,
@@ -187,7 +182,7 @@ sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
                 ascending = 0;
         if (!ascending) {
             memcpy(sorted, pos, (size_t)n * sizeof *sorted);
-            qsort(sorted, (size_t)n, sizeof *sorted, cmp_i32);
+            qsort(sorted, (size_t)n, sizeof *sorted, sfi_cmp_i32);
             for (int i = 1; i < n; i++)
                 if (sorted[i] == sorted[i - 1]) {
                     st = sfi_error_set(err, SFI_EINVAL,

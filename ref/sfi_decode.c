@@ -24,9 +24,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "sfi_attention.h"
+#include "sfi_clock.h"
 #include "sfi_digest.h"
 #include "sfi_math.h"
 #include "sfi_selector.h"
@@ -69,22 +69,6 @@ void sfi_decode_result_free(sfi_decode_result *res)
     free(res->kinds);
     free(res->reasons);
     memset(res, 0, sizeof *res);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* CPU time of the whole process (all threads), so timings stay meaningful
- * on a machine shared with other work */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 typedef struct {
@@ -405,7 +389,7 @@ sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int
         return rc;
     }
     prefix_ctx pc = {.m = m, .be = be, .qhist = out->qhist, .n_queries = n_queries, .qdim = qd};
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = sfi_clock_wall(), c0 = sfi_clock_cpu();
     /* the queries of all but the last n_queries positions are not kept:
      * no attend hook there, so the blas backend attends a block at once */
     int head = n_prompt - n_queries;
@@ -414,8 +398,8 @@ sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int
     if (!rc)
         rc = sfi_qwen3_prefill(m, be, &out->kv, prompt + head, n_queries, prefix_attend, &pc,
                                out->logits, err);
-    out->seconds = now_s() - t0;
-    out->cpu_seconds = cpu_s() - c0;
+    out->seconds = sfi_clock_wall() - t0;
+    out->cpu_seconds = sfi_clock_cpu() - c0;
     if (rc)
         sfi_decode_prefix_free(out);
     return rc;
@@ -525,7 +509,7 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
                             o->n_trigger_vocab, o->interval);
 
     /* prefill: dense (or the shared prefix's) */
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = sfi_clock_wall(), c0 = sfi_clock_cpu();
     d.step = -1;
     d.kind = SFI_STEP_PREFILL;
     if (pre) {
@@ -568,7 +552,7 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
             if ((rc = observe_attention(&d, l, qslot(&d, l, n_prompt - 1), n_prompt)))
                 goto fail;
     }
-    double t1 = now_s(), c1 = cpu_s();
+    double t1 = sfi_clock_wall(), c1 = sfi_clock_cpu();
     res->prefill_seconds = pre ? pre->seconds + (t1 - t0) : t1 - t0;
     res->prefill_cpu_seconds = pre ? pre->cpu_seconds + (c1 - c0) : c1 - c0;
 
@@ -623,8 +607,8 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
             if ((rc = obs->on_qk(obs->user, &qi, err)))
                 goto fail;
         }
-    res->decode_seconds = now_s() - t1;
-    res->decode_cpu_seconds = cpu_s() - c1;
+    res->decode_seconds = sfi_clock_wall() - t1;
+    res->decode_cpu_seconds = sfi_clock_cpu() - c1;
     res->slow_fraction = (double)res->n_slow / res->n_generated;
     rc = sfi_hasher_final_hex(&d.hs, res->digest_hex, res->digest, err);
     if (rc)

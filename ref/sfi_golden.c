@@ -45,28 +45,12 @@ static float *fill(lcg *g, size_t n, float lo, float hi)
     return b;
 }
 
+/* The suite runs the method's defaults (sfi(7)), so its digests pin them
+ * too; tests/test_params checks the defaults against an independent copy. */
 static sfi_params suite_params(void)
 {
     sfi_params p;
-    memset(&p, 0, sizeof p);
-    p.n_sink = 4;
-    p.n_recent = 256;
-    p.K = 2048;
-    p.T_max = 64;
-    p.W_decode = 1;
-    p.W_prefill = 16;
-    p.alpha = 0.5f;
-    p.gamma = 1.0f;
-    p.beta = 1.0f;
-    p.p = 2.0f;
-    p.eta = 0.5f;
-    p.lambda_clip = 0.02f;
-    p.nms_radius = 2;
-    p.alpha_soft = 0.5f;
-    p.T = 1.0f;
-    p.alpha_cross = 0.35f;
-    p.eps = 1e-8f;
-    strcpy(p.trigger_chars, ".?!;\n");
+    sfi_params_default(&p);
     return p;
 }
 

@@ -28,11 +28,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "sfi_attention.h"
 #include "sfi_io.h"
 #include "sfi_math.h"
+#include "sfi_rng.h"
 #include "sfi_safetensors.h"
 
 #ifdef SFI_HAVE_OPENBLAS
@@ -996,18 +996,10 @@ void sfi_qwen3_rope_table(const sfi_model_config *c, int pos0, int n, float *cs,
 
 /* ---- random-weight checkpoints ---- */
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* uniform in [-1, 1), 24 random bits: exact in float */
 static float unif(uint64_t *s)
 {
-    return (float)(int32_t)((splitmix64(s) >> 40) - (1u << 23)) * (1.0f / (1u << 23));
+    return (float)(int32_t)((sfi_rng_next(s) >> 40) - (1u << 23)) * (1.0f / (1u << 23));
 }
 
 typedef struct {

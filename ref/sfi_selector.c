@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "sfi_math.h"
+#include "sfi_sort.h"
 
 static sfi_status check_params(const sfi_params *p, sfi_error *err)
 {
@@ -280,12 +281,6 @@ static void sift_down(scored *h, int k, int i)
     }
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *err)
 {
     if (n < 1 || k < 1 || k > n || !scores || !out)
@@ -318,7 +313,7 @@ sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *
     for (int i = 0; i < k; i++)
         out[i] = h[i].i;
     free(h);
-    qsort(out, (size_t)k, sizeof *out, cmp_i32);
+    qsort(out, (size_t)k, sizeof *out, sfi_cmp_i32);
     return SFI_OK;
 }
 

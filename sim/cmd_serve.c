@@ -21,6 +21,7 @@
 #include "sfi_io.h"
 #include "sfi_model.h"
 #include "sfi_plot.h"
+#include "sfi_rng.h"
 #include "sfi_serve.h"
 #include "sfi_sim_stream.h"
 #include "sfi_sim_util.h"
@@ -184,7 +185,7 @@ static sfi_status make_requests(const serve_cli *s, int pi, sfi_serve_request *r
         rq[i].prompt = sfi_len_dist_draw(&s->prompt_d[pi], &rng, i, pv, nv);
         rq[i].gen = sfi_len_dist_draw(&s->gen_d, &rng, i, gv, nv);
         if (s->rate > 0 && i > 0)
-            t += -log(1.0 - sfi_serve_uniform(&rng)) / s->rate;
+            t += -log(1.0 - sfi_rng_uniform(&rng)) / s->rate;
         rq[i].arrival = t;
         sum += rq[i].prompt;
     }

@@ -3,14 +3,14 @@
 
 #include "sfi_hw.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
+
+#include "sfi_io.h"
 
 /* Vendor figures, dense (no structured sparsity) tensor throughput:
  * - H100-SXM: NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5 column:
@@ -84,49 +84,6 @@ sfi_status sfi_gpu_validate(const sfi_gpu *g, const char *origin, sfi_error *err
             return sfi_error_set(err, SFI_ERANGE, "%s: %s: value out of range", origin, chk[i].key);
     if (!g->name[0])
         return sfi_error_set(err, SFI_EFORMAT, "%s: name: empty", origin);
-    return SFI_OK;
-}
-
-/* Reads a whole file, refusing anything over SFI_HW_FILE_MAX before
- * allocating for it. */
-static sfi_status read_capped(const char *path, char **out, size_t *len, sfi_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO, "%s: cannot open: %s",
-                             path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(f);
-        return sfi_error_set(err, SFI_EIO, "%s: is a directory", path);
-    }
-    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > (off_t)SFI_HW_FILE_MAX) {
-        fclose(f);
-        return sfi_error_set(err, SFI_ERANGE, "%s: file larger than %u bytes", path, SFI_HW_FILE_MAX);
-    }
-    /* Pipes and the like: read at most one byte past the cap. */
-    size_t cap = SFI_HW_FILE_MAX + 1;
-    char *buf = malloc(cap + 1);
-    if (!buf) {
-        fclose(f);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    }
-    size_t n = 0, r;
-    while (n < cap && (r = fread(buf + n, 1, cap - n, f)) > 0)
-        n += r;
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return sfi_error_set(err, SFI_EIO, "%s: read error", path);
-    }
-    if (n > SFI_HW_FILE_MAX) {
-        free(buf);
-        return sfi_error_set(err, SFI_ERANGE, "%s: file larger than %u bytes", path, SFI_HW_FILE_MAX);
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
     return SFI_OK;
 }
 
@@ -253,7 +210,7 @@ sfi_status sfi_gpu_load(const char *path, sfi_gpu *out, sfi_error *err)
 {
     char *buf;
     size_t len;
-    sfi_status st = read_capped(path, &buf, &len, err);
+    sfi_status st = sfi_io_read(path, SFI_HW_FILE_MAX, "a GPU description", &buf, &len, err);
     if (st)
         return st;
     st = sfi_gpu_parse(buf, len, path, out, err);
@@ -636,7 +593,7 @@ sfi_status sfi_hw_profile_load(const char *path, sfi_hw_profile *out, sfi_hw_mea
 {
     char *buf;
     size_t len;
-    sfi_status st = read_capped(path, &buf, &len, err);
+    sfi_status st = sfi_io_read(path, SFI_HW_FILE_MAX, "a calibration profile", &buf, &len, err);
     if (st)
         return st;
     st = sfi_hw_profile_parse(buf, len, path, out, meas, n_meas, err);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sfi_rng.h"
+
 #define MAX_STEPS ((int64_t)1 << 40)
 
 sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
@@ -106,16 +108,12 @@ sfi_status sfi_replay_synthetic(int64_t n, double mean_sentence, uint64_t seed, 
     }
     trig[0] = 0;
     trig[1] = 1;
-    /* splitmix64: fixed, portable, no libc rand(). A token ends a sentence
-     * with probability 1/mean (geometric sentence lengths). */
+    /* A token ends a sentence with probability 1/mean (geometric sentence
+     * lengths). */
     uint64_t x = seed;
     const uint64_t thresh = (uint64_t)((double)UINT64_MAX / mean_sentence);
     for (int64_t i = 0; i < n; i++) {
-        uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        z ^= z >> 31;
-        t[i] = z < thresh ? 1 : 0;
+        t[i] = sfi_rng_next(&x) < thresh ? 1 : 0;
     }
     *tokens = t;
     *is_trigger = trig;

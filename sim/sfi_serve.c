@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sfi_rng.h"
 #include "sfi_sim_util.h"
+#include "sfi_sort.h"
 
 enum { ST_PENDING = 0, ST_WAITING, ST_RUNNING, ST_DONE };
 
@@ -624,12 +626,6 @@ void sfi_serve_result_free(sfi_serve_result *r)
 
 /* ---- metrics ---- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void stats3(double *v, int m, double *mean, double *p50, double *p99)
 {
     if (m == 0) {
@@ -639,7 +635,7 @@ static void stats3(double *v, int m, double *mean, double *p50, double *p99)
     double s = 0;
     for (int i = 0; i < m; i++)
         s += v[i];
-    qsort(v, (size_t)m, sizeof *v, cmp_double);
+    qsort(v, (size_t)m, sizeof *v, sfi_cmp_f64);
     *mean = s / m;
     /* Nearest rank: the smallest value with at least q of the requests at
      * or below it. */
@@ -692,15 +688,6 @@ sfi_status sfi_serve_summarize(const sfi_serve_result *r, double slo_tpot, doubl
 }
 
 /* ---- workloads ---- */
-
-double sfi_serve_uniform(uint64_t *rng)
-{
-    uint64_t z = (*rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
 
 static int parse_len(const char *s, size_t len, double *out)
 {
@@ -767,11 +754,11 @@ int sfi_len_dist_draw(const sfi_len_dist *d, uint64_t *rng, int i, const int64_t
     double v;
     switch (d->kind) {
     case SFI_LEN_UNIFORM:
-        v = d->a + floor(sfi_serve_uniform(rng) * (d->b - d->a + 1));
+        v = d->a + floor(sfi_rng_uniform(rng) * (d->b - d->a + 1));
         break;
     case SFI_LEN_LOGNORMAL: {
         /* Box-Muller; 1 - u keeps the log finite. */
-        double u1 = 1.0 - sfi_serve_uniform(rng), u2 = sfi_serve_uniform(rng);
+        double u1 = 1.0 - sfi_rng_uniform(rng), u2 = sfi_rng_uniform(rng);
         double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
         v = floor(d->a * exp(d->b * z) + 0.5);
         break;

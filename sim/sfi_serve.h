@@ -145,10 +145,8 @@ typedef struct {
 } sfi_len_dist;
 
 sfi_status sfi_len_dist_parse(const char *spec, sfi_len_dist *d, sfi_error *err);
-/* Draws the length of request i; *rng is a splitmix64 state. */
+/* Draws the length of request i; *rng is an sfi_rng state. */
 int sfi_len_dist_draw(const sfi_len_dist *d, uint64_t *rng, int i, const int64_t *values,
                       int64_t n_values);
-/* Uniform double in [0, 1) from a splitmix64 state. */
-double sfi_serve_uniform(uint64_t *rng);
 
 #endif

@@ -5,17 +5,16 @@
 #include "sfi_tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include <errno.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "sfi_io.h"
 #include "sfi_nfc.h"
 #include "sfi_pretok_classes.h"
 
-#define MERGES_FILE_MAX ((off_t)64 << 20)
+#define MERGES_FILE_MAX ((size_t)64 << 20)
 
 const char sfi_qwen_pretokenize_pattern[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
@@ -76,56 +75,16 @@ static const merge_slot *merge_find(const sfi_tokenizer *t, int32_t a, int32_t b
     }
 }
 
-static char *read_text_file(const char *path, off_t cap, size_t *len, sfi_error *err)
-{
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO, "%s: %s", path,
-                      strerror(errno));
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        sfi_error_set(err, SFI_EIO, "%s: not a regular file", path);
-        return NULL;
-    }
-    if (st.st_size > cap) {
-        sfi_error_set(err, SFI_ERANGE, "%s: %lld bytes, more than the %lld allowed", path,
-                      (long long)st.st_size, (long long)cap);
-        return NULL;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        sfi_error_set(err, SFI_EIO, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        fclose(f);
-        sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-        return NULL;
-    }
-    size_t got = fread(buf, 1, (size_t)st.st_size, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || got != (size_t)st.st_size) {
-        free(buf);
-        sfi_error_set(err, SFI_EIO, "%s: read failed", path);
-        return NULL;
-    }
-    buf[got] = '\0';
-    *len = got;
-    return buf;
-}
-
 /* merges.txt: an optional "#version" first line, then one "LEFT RIGHT" pair
  * per line, highest priority first. Both halves and their concatenation
  * must be tokens (tokenizers refuses the file otherwise, too). */
 static sfi_status load_merges(sfi_tokenizer *t, const char *path, sfi_error *err)
 {
     size_t len;
-    char *buf = read_text_file(path, MERGES_FILE_MAX, &len, err);
-    if (!buf)
-        return err ? err->code : SFI_EIO;
+    char *buf;
+    sfi_status st = sfi_io_read(path, MERGES_FILE_MAX, "a merges file", &buf, &len, err);
+    if (st)
+        return st;
     if (memchr(buf, '\0', len)) {
         free(buf);
         return sfi_error_set(err, SFI_EFORMAT, "%s: contains a NUL byte", path);

@@ -5,18 +5,18 @@
 
 #include "sfi_vocab.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#include "sfi_io.h"
 
 /* Real vocabularies are a few MB (Qwen3: 2.7 MB); the caps only stop a wrong
  * path (a checkpoint, /dev/zero) from being read into memory whole. */
-#define VOCAB_FILE_MAX ((off_t)64 << 20)
-#define CONFIG_FILE_MAX ((off_t)16 << 20)
+#define VOCAB_FILE_MAX ((size_t)64 << 20)
+#define CONFIG_FILE_MAX ((size_t)16 << 20)
 /* Ids are dense array indexes; 2^24 is far above any real vocabulary. */
 #define VOCAB_ID_MAX (1 << 24)
 
@@ -112,36 +112,22 @@ static uint64_t hash_str(const char *s)
     return h;
 }
 
-static int read_json(const char *path, off_t cap, int required, json_t **out, sfi_error *err)
+/* path's JSON object; a missing file that is not required gives *out =
+ * NULL. The file is read whole, then parsed from memory: json_load_file
+ * reads through getc, several times slower on a multi-MB vocabulary. */
+static int read_json(const char *path, size_t cap, const char *what, int required, json_t **out,
+                     sfi_error *err)
 {
     *out = NULL;
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        if (errno == ENOENT && !required)
-            return SFI_OK;
-        return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO, "%s: %s", path,
-                             strerror(errno));
+    char *buf;
+    size_t got;
+    sfi_status st = sfi_io_read(path, cap, what, &buf, &got, err);
+    if (st == SFI_ENOTFOUND && !required) {
+        sfi_error_clear(err);
+        return SFI_OK;
     }
-    if (!S_ISREG(st.st_mode))
-        return sfi_error_set(err, SFI_EIO, "%s: not a regular file", path);
-    if (st.st_size > cap)
-        return sfi_error_set(err, SFI_ERANGE, "%s: %lld bytes, more than the %lld allowed", path,
-                             (long long)st.st_size, (long long)cap);
-    /* Read whole, then parse from memory: json_load_file reads through
-     * getc, several times slower on a multi-MB vocabulary. */
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sfi_error_set(err, SFI_EIO, "%s: %s", path, strerror(errno));
-    char *buf = malloc((size_t)st.st_size + 1);
-    size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf)
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    if (bad) {
-        free(buf);
-        return sfi_error_set(err, SFI_EIO, "%s: read failed", path);
-    }
+    if (st)
+        return st;
     json_error_t je;
     json_t *j = json_loadb(buf, got, JSON_REJECT_DUPLICATES, &je);
     free(buf);
@@ -242,7 +228,7 @@ static sfi_status build_hash(sfi_vocab *v, sfi_error *err)
 static sfi_status load_vocab_json(sfi_vocab *v, const char *path, sfi_error *err)
 {
     json_t *j;
-    sfi_status s = read_json(path, VOCAB_FILE_MAX, 1, &j, err);
+    sfi_status s = read_json(path, VOCAB_FILE_MAX, "a vocabulary", 1, &j, err);
     if (s)
         return s;
     if (json_object_size(j) == 0) {
@@ -308,7 +294,7 @@ static int parse_id(const char *s, int32_t *id)
 static sfi_status load_added(sfi_vocab *v, const char *path, sfi_error *err)
 {
     json_t *j;
-    sfi_status s = read_json(path, CONFIG_FILE_MAX, 0, &j, err);
+    sfi_status s = read_json(path, CONFIG_FILE_MAX, "a tokenizer config", 0, &j, err);
     if (s || !j)
         return s;
     json_t *dec = json_object_get(j, "added_tokens_decoder");

@@ -9,17 +9,10 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "sfi_analyze.h"
 #include "sfi_analyze_synth.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "sfi_clock.h"
 
 int main(int argc, char **argv)
 {
@@ -49,15 +42,15 @@ int main(int argc, char **argv)
         return 1;
     }
     sfi_analyze_result res;
-    double t0 = now();
-    clock_t c0 = clock();
+    double t0 = sfi_clock_wall();
+    double c0 = sfi_clock_cpu();
     if (sfi_analyze_run(&src, &opt, &res, &err)) {
         fprintf(stderr, "bench_analyze: %s\n", err.msg);
         sfi_analyze_synth_free(&syn);
         return 1;
     }
-    double dt = now() - t0;
-    double cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    double dt = sfi_clock_wall() - t0;
+    double cpu = sfi_clock_cpu() - c0;
     printf("analyze: %d steps x %d layers x %d KV heads, context %d..%d, M=%d, budget %.0f%%, "
            "%d threads: %.2f s wall, %.2f s CPU (target < 60 s wall)\n", steps, layers, heads, ctx,
            ctx + steps - 1, M, ratio * 100, threads, dt, cpu);

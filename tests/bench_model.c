@@ -16,26 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "sfi_clock.h"
 #include "sfi_math.h"
 #include "sfi_model.h"
 #include "sfi_qwen3.h"
 #include "sfi_test_util.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int env_int(const char *k, int d)
 {
@@ -70,7 +56,7 @@ static double time_steps(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, i
 {
     sfi_error e;
     kv->n = ctx;
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = sfi_clock_wall(), c0 = sfi_clock_cpu();
     for (int s = 0; s < steps; s++) {
         if (fast)
             fast->be = be;
@@ -81,8 +67,8 @@ static double time_steps(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, i
         }
     }
     if (cpu)
-        *cpu = (cpu_s() - c0) / steps;
-    return (now_s() - t0) / steps;
+        *cpu = (sfi_clock_cpu() - c0) / steps;
+    return (sfi_clock_wall() - t0) / steps;
 }
 
 int main(void)
@@ -119,20 +105,20 @@ int main(void)
         fclose(la);
     }
     printf("%s", lbuf);
-    double t0 = now_s();
+    double t0 = sfi_clock_wall();
     if (sfi_qwen3_write_random(&cfg, dir, 1, SFI_DT_BF16, &e)) {
         fprintf(stderr, "bench_model: %s\n", e.msg);
         sfi_test_rmtree(dir);
         return 1;
     }
-    double t1 = now_s();
+    double t1 = sfi_clock_wall();
     sfi_qwen3 *m;
     if (sfi_qwen3_load(dir, &m, &e)) {
         fprintf(stderr, "bench_model: %s\n", e.msg);
         sfi_test_rmtree(dir);
         return 1;
     }
-    double t2 = now_s();
+    double t2 = sfi_clock_wall();
     sfi_test_rmtree(dir);
     free(dir);
     printf("model: %s-shaped random weights, %d layers, %llu params; wrote bf16 checkpoint in "

@@ -10,26 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "sfi_attention.h"
+#include "sfi_clock.h"
 #include "sfi_selector.h"
-
-/* CPU time of this process: on a shared, loaded machine it is a steadier
- * measure of the work than wall time (which is also printed). */
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t rng = 7;
 static float urand(float lo, float hi)
@@ -72,12 +56,12 @@ static int bench_selector(int n_win, int reps)
     sfi_error e;
     for (int r = 0; r < reps; r++) {
         int n;
-        double w0 = wall(), t0 = now();
+        double w0 = sfi_clock_wall(), t0 = sfi_clock_cpu();
         if (sfi_selector_run(&p, &in, sel, &n, NULL, &e) != SFI_OK) {
             fprintf(stderr, "bench_ref: %s\n", e.msg);
             return 1;
         }
-        double t = now() - t0, w = wall() - w0;
+        double t = sfi_clock_cpu() - t0, w = sfi_clock_wall() - w0;
         best = t < best ? t : best;
         bw = w < bw ? w : bw;
     }
@@ -100,12 +84,12 @@ static int bench_attention(int reps)
     sfi_error e;
     double best = 1e30, bw = 1e30;
     for (int r = 0; r < reps; r++) {
-        double w0 = wall(), t0 = now();
+        double w0 = sfi_clock_wall(), t0 = sfi_clock_cpu();
         if (sfi_attn_dense_decode(&s, q, k, v, n, out, lg, &e) != SFI_OK) {
             fprintf(stderr, "bench_ref: %s\n", e.msg);
             return 1;
         }
-        double t = now() - t0, w = wall() - w0;
+        double t = sfi_clock_cpu() - t0, w = sfi_clock_wall() - w0;
         best = t < best ? t : best;
         bw = w < bw ? w : bw;
     }
@@ -128,12 +112,12 @@ static int bench_attention(int reps)
     best = 1e30;
     bw = 1e30;
     for (int r = 0; r < reps; r++) {
-        double w0 = wall(), t0 = now();
+        double w0 = sfi_clock_wall(), t0 = sfi_clock_cpu();
         if (sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)idx, cnt, out, &e) != SFI_OK) {
             fprintf(stderr, "bench_ref: %s\n", e.msg);
             return 1;
         }
-        double t = now() - t0, w = wall() - w0;
+        double t = sfi_clock_cpu() - t0, w = sfi_clock_wall() - w0;
         best = t < best ? t : best;
         bw = w < bw ? w : bw;
     }

@@ -9,18 +9,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "sfi_clock.h"
 #include "sfi_replay.h"
+#include "sfi_rng.h"
 #include "sfi_serve.h"
 #include "sfi_test_util.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int main(void)
 {
@@ -40,12 +34,12 @@ int main(void)
         int B = batches[i];
         int64_t steps = (int64_t)(8 << 20) / B;
         sfi_replay_result r;
-        double t0 = now();
+        double t0 = sfi_clock_wall();
         if (sfi_replay_run(&in, SFI_TRIG_SFI, &prm, 0, B, prm.T_max, steps, 0, &r, &e) != SFI_OK) {
             fprintf(stderr, "bench_sim: %s\n", e.msg);
             return 1;
         }
-        double dt = now() - t0;
+        double dt = sfi_clock_wall() - t0;
         double rate = (double)steps * B / dt;
         printf("replay sfi batch %2d: %lld request-steps in %.3f s = %.1f M steps/s/core "
                "(slow %.2f%%) %s\n",
@@ -88,17 +82,17 @@ int main(void)
                     rq[i].prompt = sfi_len_dist_draw(&ln, &rng, i, NULL, 0);
                     if (rq[i].prompt > 65536)
                         rq[i].prompt = 65536;
-                    t += -log(1 - sfi_serve_uniform(&rng)) / 4.0;
+                    t += -log(1 - sfi_rng_uniform(&rng)) / 4.0;
                     rq[i].arrival = t;
                 }
             }
             sfi_serve_result r;
-            double t0 = now();
+            double t0 = sfi_clock_wall();
             if (sfi_serve_run(&c, rq, 128, &r, &e) != SFI_OK) {
                 fprintf(stderr, "bench_sim: serve: %s\n", e.msg);
                 return 1;
             }
-            double dt = now() - t0;
+            double dt = sfi_clock_wall() - t0;
             printf("serve %s TP %d %-4s: 128 requests x (%s + 2048) in %lld steps, peak %d "
                    "running: %.3f s %s\n",
                    models[mi], tps[mi], pk & 1 ? "sfi" : "full",
@@ -126,9 +120,9 @@ int main(void)
     for (int rep = 0; rep < 3; rep++) {
         free(out);
         free(err);
-        double t0 = now();
+        double t0 = sfi_clock_wall();
         int rc = sfi_test_run(cmd, &out, &err);
-        double dt = now() - t0;
+        double dt = sfi_clock_wall() - t0;
         if (rc != 0) {
             fprintf(stderr, "bench_sim: default sweep failed (%d): %s\n", rc, err);
             return 1;

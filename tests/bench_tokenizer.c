@@ -9,24 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "sfi_clock.h"
 #include "sfi_test_util.h"
 #include "sfi_tokenizer.h"
 
 #define TARGET_BYTES (8u << 20)
-
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double now(void) { return clock_s(CLOCK_MONOTONIC); }
-/* CPU time too: on a busy 2-core machine wall time mostly measures the
- * other processes. */
-static double cpu(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 typedef struct {
     char *p;
@@ -65,12 +53,12 @@ static int run(const sfi_tokenizer *t, const char *name, const buf *text)
     sfi_error err;
     int32_t *ids;
     size_t n;
-    double t0 = now(), c0 = cpu();
+    double t0 = sfi_clock_wall(), c0 = sfi_clock_cpu();
     if (sfi_tokenizer_encode(t, text->p, text->n, &ids, &n, &err)) {
         fprintf(stderr, "bench_tokenizer: %s: %s\n", name, err.msg);
         return 1;
     }
-    double t1 = now(), c1 = cpu();
+    double t1 = sfi_clock_wall(), c1 = sfi_clock_cpu();
     char *out;
     size_t len;
     if (sfi_tokenizer_decode(t, ids, n, &out, &len, &err)) {
@@ -78,7 +66,7 @@ static int run(const sfi_tokenizer *t, const char *name, const buf *text)
         free(ids);
         return 1;
     }
-    double t2 = now();
+    double t2 = sfi_clock_wall();
     printf("%-12s %5.2f MB %8zu ids %4.2f bytes/id  encode %6.2f MB/s (CPU %6.2f)  decode "
            "%6.1f MB/s\n",
            name, (double)text->n / 1e6, n, (double)text->n / (double)n,
@@ -97,13 +85,13 @@ int main(int argc, char **argv)
     sfi_tokenizer *t = NULL;
     double best = 1e30, best_cpu = 1e30;
     for (int i = 0; i < 5; i++) {
-        double t0 = now(), c0 = cpu();
+        double t0 = sfi_clock_wall(), c0 = sfi_clock_cpu();
         sfi_tokenizer *x;
         if (sfi_tokenizer_load(dir, &x, &err)) {
             fprintf(stderr, "bench_tokenizer: %s\n", err.msg);
             return 1;
         }
-        double dt = now() - t0, dc = cpu() - c0;
+        double dt = sfi_clock_wall() - t0, dc = sfi_clock_cpu() - c0;
         best = dt < best ? dt : best;
         best_cpu = dc < best_cpu ? dc : best_cpu;
         if (t)

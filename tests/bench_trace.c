@@ -5,26 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "sfi_clock.h"
 #include "sfi_test_util.h"
 #include "sfi_trace.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Process CPU time: on a shared 2-core machine wall time mostly measures
- * the neighbours, so both are printed. */
-static double cpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void report(const char *what, int64_t n, double wall, double cpus)
 {
@@ -61,7 +45,7 @@ int main(int argc, char **argv)
     int32_t prompt[8192];
     for (int i = 0; i < 8191; i++)
         prompt[i] = i;
-    double t0 = now(), c0 = cpu();
+    double t0 = sfi_clock_wall(), c0 = sfi_clock_cpu();
     if (sfi_trace_create(path, &m, 0, getenv("CE") ? atoi(getenv("CE")) : 0, &w, &e) != SFI_OK)
         goto fail;
     for (int64_t r = 0; r < n_req; r++) {
@@ -72,12 +56,12 @@ int main(int argc, char **argv)
     }
     if (sfi_trace_finish(w, &e) != SFI_OK)
         goto fail;
-    double t1 = now(), c1 = cpu();
+    double t1 = sfi_clock_wall(), c1 = sfi_clock_cpu();
     int64_t total = n_req * per_req;
     report("write:", total, t1 - t0, c1 - c0);
     sfi_trace *t;
-    t0 = now();
-    c0 = cpu();
+    t0 = sfi_clock_wall();
+    c0 = sfi_clock_cpu();
     if (sfi_trace_open(path, &t, &e) != SFI_OK)
         goto fail;
     int64_t sum = 0, nread = 0;
@@ -90,16 +74,16 @@ int main(int argc, char **argv)
         nread += s.n;
         sfi_trace_steps_free(&s);
     }
-    t1 = now();
-    c1 = cpu();
+    t1 = sfi_clock_wall();
+    c1 = sfi_clock_cpu();
     report("read: ", nread, t1 - t0, c1 - c0);
     printf("       slow steps read: %lld\n", (long long)sum);
-    t0 = now();
-    c0 = cpu();
+    t0 = sfi_clock_wall();
+    c0 = sfi_clock_cpu();
     if (sfi_trace_check(t, &e) != SFI_OK)
         goto fail;
-    t1 = now();
-    c1 = cpu();
+    t1 = sfi_clock_wall();
+    c1 = sfi_clock_cpu();
     report("check:", nread, t1 - t0, c1 - c0);
     sfi_trace_close(t);
     free(ctx); free(tok); free(kind); free(reason);

@@ -131,6 +131,9 @@ int sfi_test_run(const char *cmd, char **out, char **err)
     return rc;
 }
 
+/* Deliberately a second copy of sfi_params_default's values, not a call
+ * to it: a change to the library's defaults must fail the tests that pin
+ * sfi(7)'s values until this copy is changed on purpose too. */
 sfi_params sfi_test_method_defaults(void)
 {
     sfi_params p;

@@ -2,7 +2,9 @@
 #ifndef SFI_TEST_UTIL_H
 #define SFI_TEST_UTIL_H
 
+#include <check.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 /* $SFI_SRCDIR/rel (the source tree; fixtures live under tests/). Static
  * buffer: copy before the next call. */
@@ -31,5 +33,19 @@ int sfi_test_write_file(const char *path, const void *data, size_t len);
  * pin the method's values independently of src/sfi_params.c. */
 #include "sfi_params.h"
 sfi_params sfi_test_method_defaults(void);
+
+/* The end of every test program's main(): runs suite s (each test in its
+ * own process, unless fork is CK_NOFORK; CK_FORK_GETENV follows $CK_FORK)
+ * and returns the exit status, EXIT_FAILURE when a test failed. Inline:
+ * only test programs link Check. */
+static inline int sfi_test_run_suite(Suite *s, enum fork_status fork)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, fork);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "sfi_attention.h"
 #include "sfi_math.h"
+#include "sfi_test_util.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -280,9 +281,5 @@ int main(void)
     tcase_add_test(tc, prefill_equals_decode_bitwise);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sfi_error.h"
+#include "sfi_test_util.h"
 
 START_TEST(set_returns_code_and_formats)
 {
@@ -39,9 +40,5 @@ int main(void)
     tcase_add_test(tc, set_returns_code_and_formats);
     tcase_add_test(tc, null_error_is_allowed_and_long_messages_truncate);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sfi_math.h"
+#include "sfi_test_util.h"
 
 static float u2f(uint32_t u)
 {
@@ -258,9 +259,5 @@ int main(void)
     tcase_add_test(tc, no_fma_contraction);
     tcase_add_test(tc, powf_general_path);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

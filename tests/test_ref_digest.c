@@ -250,9 +250,5 @@ int main(void)
     tcase_add_test(tc, golden_suite_in_process);
     tcase_add_test(tc, golden_suite_cli);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

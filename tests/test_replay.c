@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sfi_replay.h"
+#include "sfi_test_util.h"
 
 static const uint8_t trig2[2] = {0, 1};
 
@@ -174,9 +175,5 @@ int main(void)
     tcase_add_test(tc, bad_arguments);
     tcase_add_test(tc, stagger_spreads_tmax_phases);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

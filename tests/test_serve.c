@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "sfi_replay.h"
+#include "sfi_rng.h"
 #include "sfi_serve.h"
+#include "sfi_test_util.h"
 
 static sfi_model_config m06, m4b;
 
@@ -303,7 +305,7 @@ START_TEST(invariants_of_random_workloads)
             if (rq[i].prompt > 20000)
                 rq[i].prompt = 20000;
             rq[i].gen = sfi_len_dist_draw(&gd, &rng, i, NULL, 0);
-            t += -log(1 - sfi_serve_uniform(&rng)) / 50.0;
+            t += -log(1 - sfi_rng_uniform(&rng)) / 50.0;
             rq[i].arrival = trial % 2 ? t : 0;
         }
         for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
@@ -451,9 +453,5 @@ int main(void)
     tcase_add_test(tc, errors_name_the_problem);
     tcase_add_test(tc, length_distributions);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

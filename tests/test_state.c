@@ -277,9 +277,5 @@ int main(void)
     tcase_add_test(tc, slow_update_stores_selector_result);
     tcase_add_test(tc, bad_init);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

@@ -193,11 +193,6 @@ int main(void)
     tcase_add_test(tc, styles_bars_bands_notes);
     tcase_add_test(tc, bad_arguments);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
     /* One process: sfi_plot_release_fonts at the end of the last test. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sfi_test_run_suite(s, CK_NOFORK);
 }

@@ -7,7 +7,7 @@ EXTRA_DIST += traces/README.md traces/record_hf.py traces/hf_gpu_check.sh
 EXTRA_DIST += traces/kjv-8k.db traces/kjv-32k.db traces/kjv-128k.db traces/licenses-8k.db
 EXTRA_DIST += traces/full/sfi-small-qwen3-8k.db traces/full/sfi-small-qwen3-8k-hf.db
 EXTRA_DIST += traces/text/kjv-genesis.txt traces/eval/sfi-small-qwen3-kjv-genesis.png \
-	traces/eval/sfi-small-qwen3-kjv-genesis.json
+	traces/eval/sfi-small-qwen3-kjv-genesis.json traces/eval/sfi-small-qwen3-kjv-genesis-calib.json
 EXTRA_DIST += traces/full/sfi-small-qwen3-2k-qk.db
 # Kascade/FASA calibration: the text and its calibration of the small model.
 EXTRA_DIST += traces/calib/perl-test-tutorial.pod traces/calib/sfi-small-qwen3.json
