@@ -3,6 +3,7 @@
  * worker threads then only read memory. */
 #include <config.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -523,6 +524,10 @@ sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
     if (vocab_dir) {
         if ((s = sfi_vocab_load(vocab_dir, &voc, err)))
             goto fail;
+        if (sfi_trace_tokenizer_matches(m->tokenizer, vocab_dir) == 0)
+            fprintf(stderr, "sfi-sim analyze: note: %s/vocab.json is not the vocabulary %s was "
+                    "recorded with (meta tokenizer: %.160s); sentence ends are taken from %s "
+                    "all the same\n", vocab_dir, path, m->tokenizer, vocab_dir);
         if ((s = sfi_trigger_set_build(voc, trigger_chars, &ts, err)))
             goto fail;
         for (int64_t g = 0; g < total; g++)

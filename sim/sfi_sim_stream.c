@@ -223,6 +223,12 @@ sfi_status sfi_sim_stream_load(const char *trace_opt, const char *tok_dir, int s
             st = load_trigger_set(dir, &s->is_trigger, &s->n_vocab, prm, err);
             if (st)
                 sfi_error_prefix(err, "trigger set (--tokenizer)");
+            /* Sentence ends from another vocabulary than the trace's are
+             * other token ids: say so (the meta names the recorded one). */
+            else if (sfi_trace_tokenizer_matches(tok_id, dir) == 0)
+                fprintf(stderr, "sfi-sim: note: %s/vocab.json is not the vocabulary %s was "
+                        "recorded with (meta tokenizer: %.160s); its trigger tokens are "
+                        "taken from %s all the same\n", dir, paths[0], tok_id, dir);
         }
         free(flags);
         if (!st) {

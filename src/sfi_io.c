@@ -70,10 +70,16 @@ sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **ou
         return sfi_error_set(err, SFI_EINVAL, "sfi_io_read: NULL argument");
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK for the open only: a FIFO nobody writes to reads as empty
+     * instead of hanging the command; reads then block as usual (a pipe
+     * or process substitution with a writer is read whole). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO,
                              "%s: cannot open: %s", path, strerror(errno));
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;

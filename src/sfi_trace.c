@@ -13,6 +13,7 @@
 #include <config.h>
 
 #include "sfi_trace.h"
+#include "sfi_digest.h"
 #include "sfi_params.h"
 
 #include <errno.h>
@@ -2041,4 +2042,25 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
         st = rsql(t, err, "snapshots");
     sqlite3_finalize(it);
     return st;
+}
+
+int sfi_trace_tokenizer_matches(const char *meta_tokenizer, const char *dir)
+{
+    const char *key = "vocab.json sha256:";
+    const char *h = meta_tokenizer ? strstr(meta_tokenizer, key) : NULL;
+    if (!h || !dir)
+        return -1;
+    h += strlen(key);
+    size_t n = strspn(h, "0123456789abcdef");
+    if (n != SFI_DIGEST_HEX_LEN)
+        return -1;
+    size_t dl = strlen(dir) + sizeof "/vocab.json";
+    char *path = malloc(dl);
+    if (!path)
+        return -1;
+    snprintf(path, dl, "%s/vocab.json", dir);
+    char hex[SFI_DIGEST_HEX_LEN + 1];
+    int r = sfi_digest_file_hex(path, hex, NULL) == SFI_OK ? !strncmp(hex, h, n) : -1;
+    free(path);
+    return r;
 }

@@ -251,6 +251,12 @@ sfi_status sfi_trace_read_snapshot(sfi_trace *t, int64_t req, int64_t step,
                                    int layer, char kind, float **data,
                                    int32_t *rows, int32_t *cols, sfi_error *err);
 
+/* Whether DIR/vocab.json is the vocabulary a trace was recorded with, by
+ * the "vocab.json sha256:HEX" its meta tokenizer holds (as sfi-ref,
+ * tokenize_corpus and record_hf.py write it): 1 yes, 0 no, -1 unknown (no
+ * hash recorded, or the file cannot be read). */
+int sfi_trace_tokenizer_matches(const char *meta_tokenizer, const char *dir);
+
 /* Reads and validates every row of every table (types, ranges, step
  * order, blob sizes, kinds/reasons, probabilities) -- what `sfi-sim trace
  * check` runs. Stops at the first problem. */

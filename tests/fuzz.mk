@@ -48,7 +48,7 @@ EXTRA_DIST += tests/fuzz/README.md tests/fuzz/run-fuzz.sh tests/fuzz/corpus \
 
 fuzz: $(BUILT_SOURCES)
 	FUZZ_CC='$(FUZZ_CC)' \
-	FUZZ_CPPFLAGS='$(DEFS) -I$(abs_top_builddir) -I$(abs_top_srcdir) $(AM_CPPFLAGS) $(CPPFLAGS)' \
+	FUZZ_CPPFLAGS='$(DEFS) -I$(abs_top_builddir) -I$(abs_top_srcdir) $(AM_CPPFLAGS) $(CPPFLAGS) -DSFI_SIM_SRCDIR="$(abs_top_srcdir)" -DSFI_SIM_PKGDATADIR="$(pkgdatadir)"' \
 	FUZZ_LIBS='$(SFI_DEP_LIBS) -lm' \
 	FUZZ_SOURCES='$(libsfi_la_SOURCES) $(nodist_libsfi_la_SOURCES) $(libsfisim_la_SOURCES)' \
 	$(SHELL) $(srcdir)/tests/fuzz/run-fuzz.sh '$(abs_top_srcdir)' '$(abs_top_builddir)' \

@@ -644,6 +644,22 @@ START_TEST(cli_bundled_traces)
         free(out);
         free(errs);
     }
+    /* --vocab of another tokenizer than the recorded one: a note (the
+     * meta's vocab.json SHA-256 differs); the recorded one: none. */
+    char path[4096], args[8400], voc[4096], *out = NULL, *errs = NULL;
+    snprintf(path, sizeof path, "%s", sfi_test_src(names[0]));
+    snprintf(voc, sizeof voc, "%s", sfi_test_src("tests/fixtures/qwen3-tokenizer"));
+    snprintf(args, sizeof args, "'%s' --policies oracle --vocab '%s'", path, voc);
+    ck_assert_int_eq(run_cli(dir, args, &out, &errs), 0);
+    ck_assert_msg(strstr(errs, "qwen3-tokenizer/vocab.json is not the vocabulary"), "%s", errs);
+    free(out);
+    free(errs);
+    snprintf(voc, sizeof voc, "%s", sfi_test_src("tests/fixtures/sfi-small-qwen3-tokenizer"));
+    snprintf(args, sizeof args, "'%s' --policies oracle --vocab '%s'", path, voc);
+    ck_assert_int_eq(run_cli(dir, args, &out, &errs), 0);
+    ck_assert_msg(!strstr(errs, "is not the vocabulary"), "%s", errs);
+    free(out);
+    free(errs);
     sfi_test_rmtree(dir);
     free(dir);
 }

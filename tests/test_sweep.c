@@ -203,6 +203,16 @@ START_TEST(incomplete_trace_is_noted)
                               "committed steps"), "%s", err);
     free(out);
     free(err);
+    /* A --tokenizer other than the one the trace recorded: a note. */
+    char full[4200];
+    snprintf(full, sizeof full, "%s", sfi_test_src("traces/full/sfi-small-qwen3-8k.db"));
+    snprintf(args, sizeof args, "--trace '%s' --tokenizer '%s' --no-png --models Qwen3-4B "
+             "--contexts 8K --policies sfi --steps 100", full, tokdir);
+    rc = run(args, &out, &err);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_msg(strstr(err, "vocab.json is not the vocabulary"), "%s", err);
+    free(out);
+    free(err);
 }
 END_TEST
 
