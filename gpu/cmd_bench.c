@@ -35,16 +35,18 @@ typedef struct {
     int warm, reps;
 } timer;
 
-#define TIME_MS(t, out_ms, stmt)                                                        \
-    do {                                                                                \
-        for (int w_ = 0; w_ < (t)->warm; w_++) CK(stmt);                                \
-        CK(cudaEventRecord((t)->e0, (t)->st));                                          \
-        for (int r_ = 0; r_ < (t)->reps; r_++) CK(stmt);                                \
-        CK(cudaEventRecord((t)->e1, (t)->st));                                          \
-        CK(cudaEventSynchronize((t)->e1));                                              \
-        float ms_;                                                                      \
-        CK(cudaEventElapsedTime(&ms_, (t)->e0, (t)->e1));                               \
-        (out_ms) = ms_ / (t)->reps;                                                     \
+#define TIME_MS(t, out_ms, stmt)                                                                   \
+    do {                                                                                           \
+        for (int w_ = 0; w_ < (t)->warm; w_++)                                                     \
+            CK(stmt);                                                                              \
+        CK(cudaEventRecord((t)->e0, (t)->st));                                                     \
+        for (int r_ = 0; r_ < (t)->reps; r_++)                                                     \
+            CK(stmt);                                                                              \
+        CK(cudaEventRecord((t)->e1, (t)->st));                                                     \
+        CK(cudaEventSynchronize((t)->e1));                                                         \
+        float ms_;                                                                                 \
+        CK(cudaEventElapsedTime(&ms_, (t)->e0, (t)->e1));                                          \
+        (out_ms) = ms_ / (t)->reps;                                                                \
     } while (0)
 
 typedef struct {
@@ -321,12 +323,14 @@ static void bench_copy_and_launch(bench *b)
     if (cp_bytes > b->pool_elems * b->esz)
         cp_bytes = b->pool_elems * b->esz;
     double copy_ms;
-    TIME_MS(&b->t, copy_ms, cudaMemcpyAsync(b->vp, b->kp, cp_bytes, cudaMemcpyDeviceToDevice, b->t.st));
+    TIME_MS(&b->t, copy_ms,
+            cudaMemcpyAsync(b->vp, b->kp, cp_bytes, cudaMemcpyDeviceToDevice, b->t.st));
     CK(sfi_gpu_fill_random(b->vp, b->pool_elems, b->dt, 2, 1.0f, b->t.st));
     b->copy_bw = 2.0 * cp_bytes / (copy_ms * 1e-3);
     b->pk = peak_bw();
-    printf("copy D2D: %.3f ms for %zu MiB, %.1f GB/s (read+write); peak from attributes %.1f GB/s\n",
-           copy_ms, cp_bytes >> 20, b->copy_bw / 1e9, b->pk / 1e9);
+    printf(
+        "copy D2D: %.3f ms for %zu MiB, %.1f GB/s (read+write); peak from attributes %.1f GB/s\n",
+        copy_ms, cp_bytes >> 20, b->copy_bw / 1e9, b->pk / 1e9);
 
     timer t2 = b->t;
     t2.reps = 1000;
@@ -348,8 +352,9 @@ static void bench_depth(bench *b)
         for (int k = 0; k < 3; k++) {
             double ms;
             sfi_gpu_attn_set_stages(depth[k]);
-            TIME_MS(&b->t, ms, sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp,
-                                                  b->out, NULL, &b->aws, 0, b->t.st));
+            TIME_MS(&b->t, ms,
+                    sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp, b->out, NULL,
+                                       &b->aws, 0, b->t.st));
             printf(" %11.1f", ms * 1e3);
             depth_ms[k] += ms;
         }
@@ -380,8 +385,9 @@ static void bench_dense_waves(bench *b)
         for (int wv = 1; wv <= 8; wv *= 2) {
             double ms;
             sfi_gpu_attn_set_waves(wv);
-            TIME_MS(&b->t, ms, sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp,
-                                                  b->out, NULL, &b->aws, 0, b->t.st));
+            TIME_MS(&b->t, ms,
+                    sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp, b->out, NULL,
+                                       &b->aws, 0, b->t.st));
             printf(" %11.1f", ms * 1e3);
         }
         printf("\n");
@@ -420,10 +426,12 @@ static void bench_dense(bench *b, const char *torch_cmd)
         const int ctx = b->ctxs[c];
         set_desc(b, ctx, 2048);
         double ms, ms2;
-        TIME_MS(&b->t, ms, sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp,
-                                              b->out, NULL, &b->aws, 0, b->t.st));
-        TIME_MS(&b->t, ms2, sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp,
-                                               b->out, b->logits, &b->aws, 0, b->t.st));
+        TIME_MS(&b->t, ms,
+                sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp, b->out, NULL,
+                                   &b->aws, 0, b->t.st));
+        TIME_MS(&b->t, ms2,
+                sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp, b->out, b->logits,
+                                   &b->aws, 0, b->t.st));
         const double bytes = 2.0 * B * ctx * HKV * D * b->esz;
         const double bytes_lg = bytes + 4.0 * B * HQ * ctx;
         dense_us[c] = ms * 1e3;
@@ -506,19 +514,21 @@ static void bench_sparse_one(bench *b, cold_sets *cs, int ctx, int K, double *sw
     double ms;
     for (int j = 0; j < 3; j++) {
         sfi_gpu_attn_set_waves(1 << j);
-        TIME_MS(&b->t, ms, sfi_gpu_attn_sparse(h, cs->d_descc[0], b->dt, b->q, b->kp, b->vp, ck,
-                                               cv, NULL, b->out, &b->aws, 0, b->t.st));
+        TIME_MS(&b->t, ms,
+                sfi_gpu_attn_sparse(h, cs->d_descc[0], b->dt, b->q, b->kp, b->vp, ck, cv, NULL,
+                                    b->out, &b->aws, 0, b->t.st));
         sweep_us[j] = ms * 1e3;
     }
     sfi_gpu_attn_set_waves(1);
-    TIME_MS(&b->t, ms, sfi_gpu_attn_sparse(h, cs->d_descc[0], b->dt, b->q, b->kp, b->vp, ck, cv,
-                                           NULL, b->out, &b->aws, 0, b->t.st));
+    TIME_MS(&b->t, ms,
+            sfi_gpu_attn_sparse(h, cs->d_descc[0], b->dt, b->q, b->kp, b->vp, ck, cv, NULL, b->out,
+                                &b->aws, 0, b->t.st));
     *warm_us = ms * 1e3;
     int rot = 0;
-    TIME_MS(&b->t, ms, (rot = (rot + 1) % N_COLD,
-                        sfi_gpu_attn_sparse(h, cs->d_descc[rot], b->dt, b->q, b->kp, b->vp,
-                                            cs->ckc[rot], cs->cvc[rot], NULL, b->out, &b->aws, 0,
-                                            b->t.st)));
+    TIME_MS(&b->t, ms,
+            (rot = (rot + 1) % N_COLD,
+             sfi_gpu_attn_sparse(h, cs->d_descc[rot], b->dt, b->q, b->kp, b->vp, cs->ckc[rot],
+                                 cs->cvc[rot], NULL, b->out, &b->aws, 0, b->t.st)));
     *cold_us = ms * 1e3;
 }
 
@@ -540,8 +550,9 @@ static int bench_sparse(bench *b)
      * neighbouring measurements) */
     double dense16_ms;
     set_desc(b, sp_ctx, 2);
-    TIME_MS(&b->t, dense16_ms, sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp,
-                                                  b->out, NULL, &b->aws, 0, b->t.st));
+    TIME_MS(&b->t, dense16_ms,
+            sfi_gpu_attn_dense(&b->h, b->d_desc, b->dt, b->q, b->kp, b->vp, b->out, NULL, &b->aws,
+                               0, b->t.st));
     const double dense16_us = dense16_ms * 1e3;
     double sweep_us[N_RET][3], cold_us[N_RET], warm_us[N_RET];
     int Ks[N_RET];
@@ -579,9 +590,17 @@ static void bench_selector(bench *b)
     const int s_ctx = 32768, s_K = 2048;
     sfi_gpu_step_desc *h = &b->h;
     set_desc(b, s_ctx, s_K);
-    b->prm = (sfi_gpu_sel_params){.alpha = 0.5f, .gamma = 1.0f, .beta = 1.0f, .p = 2.0f,
-                                  .eta = 0.5f, .lambda_clip = 0.02f, .alpha_soft = 0.5f, .T = 1.0f,
-                                  .alpha_cross = 0.35f, .eps = 1e-8f, .nms_radius = 2};
+    b->prm = (sfi_gpu_sel_params){.alpha = 0.5f,
+                                  .gamma = 1.0f,
+                                  .beta = 1.0f,
+                                  .p = 2.0f,
+                                  .eta = 0.5f,
+                                  .lambda_clip = 0.02f,
+                                  .alpha_soft = 0.5f,
+                                  .T = 1.0f,
+                                  .alpha_cross = 0.35f,
+                                  .eps = 1e-8f,
+                                  .nms_radius = 2};
     void *sel_mem;
     const size_t sel_bytes = sfi_gpu_sel_ws_bytes(B, HKV, h->max_J);
     CK(cudaMalloc(&sel_mem, SFI_GPU_RING * sel_bytes));
@@ -594,17 +613,20 @@ static void bench_selector(bench *b)
     CK(cudaMemcpyAsync(b->d_desc, h, sizeof *h, cudaMemcpyHostToDevice, b->t.st));
     CK(sfi_gpu_key_norms(h, b->d_desc, b->dt, b->kp, b->norms, b->t.st));
     double dl_ms, both_ms;
-    TIME_MS(&b->t, dl_ms, sfi_gpu_attn_dense(h, b->d_desc, b->dt, b->q, b->kp, b->vp, b->out,
-                                             b->logits, &b->aws, 0, b->t.st));
-    TIME_MS(&b->t, b->sel_ms, sfi_gpu_selector(h, b->d_desc, &b->prm, b->logits, b->norms,
-                                               &b->sws[0], NULL, b->d_sel2, 0, b->t.st));
-    TIME_MS(&b->t, b->topk_ms, sfi_gpu_topk(h, b->d_desc, b->sws[0].z1, h->max_J, b->d_sel2,
-                                            b->t.st));
-    TIME_MS(&b->t, b->reorg_ms, sfi_gpu_reorg(h, b->d_desc, b->dt, b->kp, b->vp, b->d_sel2,
-                                              b->ck2, b->cv2, NULL, b->t.st));
-    TIME_MS(&b->t, both_ms, sel_and_reorg(h, b->d_desc, b->dt, &b->prm, b->logits, b->norms,
-                                          &b->sws[0], b->d_sel2, b->kp, b->vp, b->ck2, b->cv2,
-                                          b->t.st));
+    TIME_MS(&b->t, dl_ms,
+            sfi_gpu_attn_dense(h, b->d_desc, b->dt, b->q, b->kp, b->vp, b->out, b->logits, &b->aws,
+                               0, b->t.st));
+    TIME_MS(&b->t, b->sel_ms,
+            sfi_gpu_selector(h, b->d_desc, &b->prm, b->logits, b->norms, &b->sws[0], NULL,
+                             b->d_sel2, 0, b->t.st));
+    TIME_MS(&b->t, b->topk_ms,
+            sfi_gpu_topk(h, b->d_desc, b->sws[0].z1, h->max_J, b->d_sel2, b->t.st));
+    TIME_MS(
+        &b->t, b->reorg_ms,
+        sfi_gpu_reorg(h, b->d_desc, b->dt, b->kp, b->vp, b->d_sel2, b->ck2, b->cv2, NULL, b->t.st));
+    TIME_MS(&b->t, both_ms,
+            sel_and_reorg(h, b->d_desc, b->dt, &b->prm, b->logits, b->norms, &b->sws[0], b->d_sel2,
+                          b->kp, b->vp, b->ck2, b->cv2, b->t.st));
     printf("\nSelector + reorg, %d KV heads, context %d (|J| %d), K %d, batch %d\n", HKV, s_ctx,
            h->max_J, s_K, B);
     printf("  dense attention with logits: %8.1f us\n", dl_ms * 1e3);

@@ -162,8 +162,8 @@ static double tol_ratio_x(const float *g, const float *r, const double *x, size_
 
 /* Float64 dense attention of one request (the oracle behind tol_ratio_x).
  * pos == NULL: positions 0..n-1; else the n positions listed per KV head. */
-static void attn_f64(int H, int HK, int D, const float *q, const float *k, const float *v,
-                     int n, const int32_t *const *pos, double *out)
+static void attn_f64(int H, int HK, int D, const float *q, const float *k, const float *v, int n,
+                     const int32_t *const *pos, double *out)
 {
     const int G = H / HK;
     const size_t row = (size_t)HK * D;
@@ -208,8 +208,7 @@ static void attn_f64(int H, int HK, int D, const float *q, const float *k, const
  * terms, the GPU with parallel partial sums. Outputs s[HK][nJ], lam[HK],
  * z (after step 8) [HK][nJ], as doubles of the float results. */
 static void selector_f64(const sfi_params *prm, int HK, int nwin, int n_pos, int j0, int nJ,
-                         const float *logits, const float *norms, double *s, double *lam,
-                         double *z)
+                         const float *logits, const float *norms, double *s, double *lam, double *z)
 {
     const float eps = prm->eps, a = prm->alpha;
     float *f = malloc((size_t)nJ * 4), *r = malloc((size_t)nJ * 4), *mu = malloc((size_t)nJ * 4);
@@ -450,7 +449,8 @@ static void make_paged_cache(kcase *s)
         perm[i] = perm[j];
         perm[j] = x;
     }
-    const size_t blk_elems = (size_t)s->HK * s->P * D, pool_elems = (size_t)total_blocks * blk_elems;
+    const size_t blk_elems = (size_t)s->HK * s->P * D,
+                 pool_elems = (size_t)total_blocks * blk_elems;
     s->hk = xmalloc(pool_elems * esz);
     s->hv = xmalloc(pool_elems * esz);
     memset(s->hk, 0xff, pool_elems * esz); /* NaN in both f32 and bf16 */
@@ -513,8 +513,11 @@ static void reference_selector(kcase *s, int b)
     const tcase *c = s->c;
     const int H = s->H, HK = s->HK, G = s->G, maxctx = s->maxctx, maxJ = s->maxJ;
     sfi_error err;
-    sfi_selector_input in = {.n_kv_heads = HK, .n_win = G, .n_pos = maxctx,
-                             .j_begin = s->h.req[b].j_begin, .j_end = s->h.req[b].j_end,
+    sfi_selector_input in = {.n_kv_heads = HK,
+                             .n_win = G,
+                             .n_pos = maxctx,
+                             .j_begin = s->h.req[b].j_begin,
+                             .j_end = s->h.req[b].j_end,
                              .logits = s->r_lg + (size_t)b * H * maxctx,
                              .key_norms = s->norms + (size_t)b * HK * maxctx};
     const int nJ = in.j_end - in.j_begin;
@@ -531,7 +534,8 @@ static void reference_selector(kcase *s, int b)
     free(xz);
     int nsel;
     int32_t *r_sel = s->r_sel;
-    if (sfi_selector_run(&s->prm, &in, r_sel + (size_t)b * HK * c->K, &nsel, &det, &err) != SFI_OK) {
+    if (sfi_selector_run(&s->prm, &in, r_sel + (size_t)b * HK * c->K, &nsel, &det, &err) !=
+        SFI_OK) {
         fprintf(stderr, "sfi-gpu check: reference selector: %s\n", err.msg);
         exit(1);
     }
@@ -584,7 +588,8 @@ static void reference(kcase *s)
         for (int hh = 0; hh < HK; hh++)
             for (int p = 0; p < s->ctx[b]; p++) {
                 const float *kr = s->k[b] + (size_t)p * row + (size_t)hh * D;
-                s->norms[((size_t)b * HK + hh) * maxctx + p] = sfi_sqrtf(sfi_dot(kr, kr, (size_t)D));
+                s->norms[((size_t)b * HK + hh) * maxctx + p] =
+                    sfi_sqrtf(sfi_dot(kr, kr, (size_t)D));
             }
         reference_selector(s, b);
     }
@@ -599,8 +604,8 @@ static void check_dense(kcase *s)
     s->d_lg = dmalloc((size_t)B * H * maxctx * 4);
     s->g_out = xmalloc((size_t)B * H * D * 4);
     s->g_lg = xmalloc((size_t)B * H * maxctx * 4);
-    CK(sfi_gpu_attn_dense(&s->h, s->d_desc, s->c->dtype, s->d_q, s->d_k, s->d_v, s->d_out,
-                          s->d_lg, &s->aws, 0, 0));
+    CK(sfi_gpu_attn_dense(&s->h, s->d_desc, s->c->dtype, s->d_q, s->d_k, s->d_v, s->d_out, s->d_lg,
+                          &s->aws, 0, 0));
     CK(cudaMemcpy(s->g_out, s->d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(s->g_lg, s->d_lg, (size_t)B * H * maxctx * 4, cudaMemcpyDeviceToHost));
     double ma, worst;
@@ -608,8 +613,8 @@ static void check_dense(kcase *s)
     double rerr = 0;
     worst = tol_ratio_x(s->g_out, s->r_out, s->x_out, (size_t)B * H * D, 2e-5, 1e-5, &rerr);
     tol_ratio(s->g_out, s->r_out, (size_t)B * H * D, 2e-5, 1e-5, &ma);
-    report(ci, "dense output", worst <= 1, "max |gpu-ref| %.3g, %.3g of tolerance (ref vs f64 %.3g)",
-           ma, worst, rerr);
+    report(ci, "dense output", worst <= 1,
+           "max |gpu-ref| %.3g, %.3g of tolerance (ref vs f64 %.3g)", ma, worst, rerr);
     worst = 0;
     for (int b = 0; b < B; b++)
         for (int hh = 0; hh < H; hh++) {
@@ -661,8 +666,18 @@ static void check_topk_sets(const kcase *s, const float *g_z, int exact, const c
                 int32_t x1 = a1 < kout[b] ? g_sel[o + a1] : INT32_MAX;
                 int32_t x2 = a2 < kout[b] ? r_sel[o + a2] : INT32_MAX;
                 int32_t jj;
-                if (x1 == x2) { a1++; a2++; continue; }
-                if (x1 < x2) { jj = x1; a1++; } else { jj = x2; a2++; }
+                if (x1 == x2) {
+                    a1++;
+                    a2++;
+                    continue;
+                }
+                if (x1 < x2) {
+                    jj = x1;
+                    a1++;
+                } else {
+                    jj = x2;
+                    a2++;
+                }
                 swaps++;
                 if (fabs((double)r_z[oz + jj - j0] - thr) > 2 * (dr + dg))
                     equivalent = 0;
@@ -670,13 +685,15 @@ static void check_topk_sets(const kcase *s, const float *g_z, int exact, const c
         }
     snprintf(name, sizeof name, "top-k sets%s", tag);
     if (identical)
-        report(s->ci, name, 1, "identical (%d per head); final-score error vs oracle: ref %.3g, gpu %.3g",
-               kout[0], d_ref_max, d_gpu_max);
+        report(s->ci, name, 1,
+               "identical (%d per head); final-score error vs oracle: ref %.3g, gpu %.3g", kout[0],
+               d_ref_max, d_gpu_max);
     else
         report(s->ci, name, !exact && equivalent,
                "%s: %d positions swapped at the K-th score, within the score errors vs the oracle "
-               "(ref %.3g, gpu %.3g)", equivalent ? "EQUIVALENT, not identical" : "DIFFERENT",
-               swaps / 2, d_ref_max, d_gpu_max);
+               "(ref %.3g, gpu %.3g)",
+               equivalent ? "EQUIVALENT, not identical" : "DIFFERENT", swaps / 2, d_ref_max,
+               d_gpu_max);
 }
 
 /* lambda* and s against the reference: within 1e-6 relative plus the
@@ -730,7 +747,8 @@ static void check_lambda_s(const kcase *s, int exact, const char *tag)
     else
         report(ci, name, sw <= 1,
                "%.3g of 1e-6 rel + ref error (ref vs oracle max %.3g; gpu vs oracle max rel %.3g: "
-               "gpu %.9g ref %.9g oracle %.9g)", sw, sre, sgx, (double)w_g, (double)w_r, w_x);
+               "gpu %.9g ref %.9g oracle %.9g)",
+               sw, sre, sgx, (double)w_g, (double)w_r, w_x);
 }
 
 /* B. the Selector on the reference's logits and norms, fast and (with
@@ -747,8 +765,9 @@ static void check_selector(kcase *s, int bit_exact)
     sfi_gpu_sel_ws_carve(&s->sws, s->sws_mem, B, HK, maxJ);
     s->d_s = dmalloc((size_t)B * HK * maxJ * 4);
     s->d_sel = dmalloc((size_t)B * HK * K * 4);
-    sfi_gpu_sel_params gp = {prm->alpha, prm->gamma, prm->beta, prm->p, prm->eta, prm->lambda_clip,
-                             prm->alpha_soft, prm->T, prm->alpha_cross, prm->eps, prm->nms_radius};
+    sfi_gpu_sel_params gp = {prm->alpha,       prm->gamma,       prm->beta,       prm->p,
+                             prm->eta,         prm->lambda_clip, prm->alpha_soft, prm->T,
+                             prm->alpha_cross, prm->eps,         prm->nms_radius};
     s->g_sel = xmalloc((size_t)B * HK * K * 4);
     s->g_s = xmalloc((size_t)B * HK * maxJ * 4);
     s->g_lam = xmalloc((size_t)B * HK * 4);
@@ -820,7 +839,8 @@ static void check_sparse(kcase *s)
     s->idx_mem = xmalloc((size_t)HK * (N_SINK + c->K + c->n_recent) * 4);
     for (int b = 0; b < B; b++)
         reference_sparse(s, b, &pos_ok);
-    report(s->ci, "reorg rows", pos_ok, "sink + selected positions %s", pos_ok ? "in order" : "WRONG");
+    report(s->ci, "reorg rows", pos_ok, "sink + selected positions %s",
+           pos_ok ? "in order" : "WRONG");
     CK(sfi_gpu_attn_sparse(&s->h, s->d_desc, c->dtype, s->d_q, s->d_k, s->d_v, s->d_ck, s->d_cv,
                            s->d_cpos, s->d_out, &s->aws, 0, 0));
     CK(cudaMemcpy(s->g_out, s->d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
@@ -836,8 +856,8 @@ static void check_exact(kcase *s)
 {
     const int B = s->B, H = s->H, D = s->D, maxctx = s->maxctx, ci = s->ci, dt = s->c->dtype;
     CK(cudaMemset(s->d_lg, 0, (size_t)B * H * maxctx * 4));
-    CK(sfi_gpu_attn_dense(&s->h, s->d_desc, dt, s->d_q, s->d_k, s->d_v, s->d_out, s->d_lg,
-                          &s->aws, 1, 0));
+    CK(sfi_gpu_attn_dense(&s->h, s->d_desc, dt, s->d_q, s->d_k, s->d_v, s->d_out, s->d_lg, &s->aws,
+                          1, 0));
     CK(cudaMemcpy(s->g_out, s->d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(s->g_lg, s->d_lg, (size_t)B * H * maxctx * 4, cudaMemcpyDeviceToHost));
     int ob = !memcmp(s->g_out, s->r_out, (size_t)B * H * D * 4), lb = 1;
@@ -893,14 +913,15 @@ static void kcase_free(kcase *s)
         free(s->k[b]);
         free(s->v[b]);
     }
-    void *host[] = {s->k, s->v, s->q, s->bt, s->perm, s->hk, s->hv, s->r_out, s->r_lg,
-                    s->norms, s->r_sel, s->r_lam, s->r_s, s->g_out, s->g_lg, s->g_sel, s->g_s,
-                    s->g_lam, s->g_cpos, s->r_sp, s->idx_mem, s->x_out, s->x_sp, s->x_s,
-                    s->x_lam, s->x_z, s->r_z};
+    void *host[] = {s->k,     s->v,     s->q,     s->bt,    s->perm,   s->hk,   s->hv,
+                    s->r_out, s->r_lg,  s->norms, s->r_sel, s->r_lam,  s->r_s,  s->g_out,
+                    s->g_lg,  s->g_sel, s->g_s,   s->g_lam, s->g_cpos, s->r_sp, s->idx_mem,
+                    s->x_out, s->x_sp,  s->x_s,   s->x_lam, s->x_z,    s->r_z};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
-    void *dev[] = {s->d_k, s->d_v, s->d_bt, s->d_q, s->d_desc, s->aws_mem, s->d_out, s->d_lg,
-                   s->d_rlg, s->d_norm, s->sws_mem, s->d_s, s->d_sel, s->d_ck, s->d_cv, s->d_cpos};
+    void *dev[] = {s->d_k,   s->d_v,  s->d_bt,  s->d_q,    s->d_desc,  s->aws_mem,
+                   s->d_out, s->d_lg, s->d_rlg, s->d_norm, s->sws_mem, s->d_s,
+                   s->d_sel, s->d_ck, s->d_cv,  s->d_cpos};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CK(cudaFree(dev[i]));
 }
@@ -918,8 +939,9 @@ static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
     s.ci = ci;
     case_geometry(&s);
     g_rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)ci * 0x632be59bd9b4e019ull + 1;
-    printf("case %d: batch %d, %d kv x %d q heads, D %d, context %d, page %d, K %d, recent %d, %s\n",
-           ci, s.B, s.HK, s.H, s.D, c->ctx, s.P, c->K, c->n_recent, s.bf ? "bf16" : "f32");
+    printf(
+        "case %d: batch %d, %d kv x %d q heads, D %d, context %d, page %d, K %d, recent %d, %s\n",
+        ci, s.B, s.HK, s.H, s.D, c->ctx, s.P, c->K, c->n_recent, s.bf ? "bf16" : "f32");
     make_host_data(&s);
     make_paged_cache(&s);
     make_step_desc(&s);
@@ -945,17 +967,49 @@ static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
  * its cases say SKIP when it is absent. */
 typedef struct {
     const char *name;
-    const char *dir;     /* under tests/fixtures/hf/, or "small" */
+    const char *dir; /* under tests/fixtures/hf/, or "small" */
     int sfi, exact, B, max_new, quick;
     int len[4];
-    const char *params;  /* extra KEY=VALUE, space-separated */
+    const char *params; /* extra KEY=VALUE, space-separated */
 } e2e_case;
 
 static const e2e_case k_e2e[] = {
-    {"tiny-qwen3 exact sfi", "tiny-qwen3", 1, 1, 4, 200, 1, {30, 23, 40, 23}, "n_recent=32 K=16 T_max=8"},
-    {"tiny-qwen3-moe exact sfi", "tiny-qwen3-moe", 1, 1, 4, 200, 1, {30, 23, 40, 23}, "n_recent=32 K=16 T_max=8"},
-    {"tiny-qwen3-moe-nonorm exact dense", "tiny-qwen3-moe-nonorm", 0, 1, 2, 200, 0, {40, 23, 0, 0}, ""},
-    {"tiny-qwen3-moe f32 sfi", "tiny-qwen3-moe", 1, 0, 4, 200, 0, {30, 23, 40, 23}, "n_recent=32 K=16 T_max=8"},
+    {"tiny-qwen3 exact sfi",
+     "tiny-qwen3",
+     1,
+     1,
+     4,
+     200,
+     1,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=8"},
+    {"tiny-qwen3-moe exact sfi",
+     "tiny-qwen3-moe",
+     1,
+     1,
+     4,
+     200,
+     1,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=8"},
+    {"tiny-qwen3-moe-nonorm exact dense",
+     "tiny-qwen3-moe-nonorm",
+     0,
+     1,
+     2,
+     200,
+     0,
+     {40, 23, 0, 0},
+     ""},
+    {"tiny-qwen3-moe f32 sfi",
+     "tiny-qwen3-moe",
+     1,
+     0,
+     4,
+     200,
+     0,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=8"},
     {"sfi-small-qwen3 exact sfi", "small", 1, 1, 4, 256, 0, {700, 900, 1100, 1300}, "K=256"},
     {"sfi-small-qwen3 exact sfi (quick)", "small", 1, 1, 1, 64, 1, {1000, 0, 0, 0}, "K=256"},
     {"sfi-small-qwen3 exact dense", "small", 0, 1, 4, 256, 0, {700, 900, 1100, 1300}, ""},

@@ -114,10 +114,9 @@ static int parse_int(const char *s, const char *what, int lo, int hi, int *out)
 static char *read_file(const char *path, size_t *len, sfi_error *err)
 {
     char *s = NULL;
-    sfi_status rc = strcmp(path, "-")
-                        ? sfi_io_read(path, PROMPT_MAX, "prompt", &s, len, err)
-                        : sfi_io_read_stream(stdin, "standard input", PROMPT_MAX, "prompt", &s,
-                                             len, err);
+    sfi_status rc = strcmp(path, "-") ? sfi_io_read(path, PROMPT_MAX, "prompt", &s, len, err)
+                                      : sfi_io_read_stream(stdin, "standard input", PROMPT_MAX,
+                                                           "prompt", &s, len, err);
     return rc ? NULL : s;
 }
 
@@ -179,9 +178,10 @@ static sfi_status parse_id_lines(const char *path, const char *s, size_t len, pr
             if (p < e && s[p] != ' ' && s[p] != '\t' && s[p] != '\r') {
                 free(ids);
                 prompts_free(v, n);
-                return sfi_error_set(err, SFI_EFORMAT, "%s:%d: byte %zu: unexpected byte 0x%02x "
-                                     "after a token id", path, line, p - i + 1,
-                                     (unsigned)(unsigned char)s[p]);
+                return sfi_error_set(err, SFI_EFORMAT,
+                                     "%s:%d: byte %zu: unexpected byte 0x%02x "
+                                     "after a token id",
+                                     path, line, p - i + 1, (unsigned)(unsigned char)s[p]);
             }
             if (k == kc) {
                 kc = kc ? 2 * kc : 256;
@@ -239,7 +239,8 @@ static sfi_status read_replay(const char *path, int ctx, int n_force, int32_t n_
         sfi_trace_close(t);
         return sfi_error_set(err, SFI_EINVAL,
                              "%s: its tokens come from a vocabulary of %d ids, the model has %d "
-                             "(a trace of another tokenizer?)", path, (int)meta->n_vocab, (int)n_vocab);
+                             "(a trace of another tokenizer?)",
+                             path, (int)meta->n_vocab, (int)n_vocab);
     }
     int64_t nr = sfi_trace_n_requests(t);
     if (nr < 1) {
@@ -358,9 +359,9 @@ static double copy_bandwidth(void)
 }
 
 typedef struct {
-    int n;              /* steps */
-    double ms, bytes;   /* totals */
-    float *t;           /* per step times */
+    int n;            /* steps */
+    double ms, bytes; /* totals */
+    float *t;         /* per step times */
 } stepclass;
 
 static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *eo,
@@ -409,7 +410,8 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
     }
     static const char *names[3] = {"dense", "slow", "fast"};
     printf("bench: copy bandwidth %.1f GB/s; weights %.3f GB read per step; KV %.0f bytes per "
-           "position (all layers)\n", bw / 1e9, wb / 1e9, (double)rowb);
+           "position (all layers)\n",
+           bw / 1e9, wb / 1e9, (double)rowb);
     json_t *jc = json_object();
     for (int c = 0; c < 3; c++) {
         if (!cls[c].n)
@@ -463,10 +465,37 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
 
 /* ---- the command ---- */
 
-enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
-       O_TOKENIZER, O_STOP, O_JSON, O_SYN, O_LAYERS, O_SEED, O_REPLAY, O_REPLAY_CTX,
-       O_DTYPE, O_EXACT, O_CHECK, O_CHECK_BACKEND, O_BENCH, O_NODIGEST, O_NOGRAPH,
-       O_NOOVERLAP, O_PAGE, O_CHUNK, O_FORCE, O_NOSEL, O_NOPDL, O_GEMM, O_PDL };
+enum {
+    O_PROMPT_FILE = 256,
+    O_PROMPT_IDS,
+    O_MODE,
+    O_PARAMS,
+    O_TRIGGER,
+    O_INTERVAL,
+    O_TOKENIZER,
+    O_STOP,
+    O_JSON,
+    O_SYN,
+    O_LAYERS,
+    O_SEED,
+    O_REPLAY,
+    O_REPLAY_CTX,
+    O_DTYPE,
+    O_EXACT,
+    O_CHECK,
+    O_CHECK_BACKEND,
+    O_BENCH,
+    O_NODIGEST,
+    O_NOGRAPH,
+    O_NOOVERLAP,
+    O_PAGE,
+    O_CHUNK,
+    O_FORCE,
+    O_NOSEL,
+    O_NOPDL,
+    O_GEMM,
+    O_PDL
+};
 
 /* The command line. */
 typedef struct {
@@ -512,9 +541,11 @@ static int parse_simple(int c, run_args *a)
 static int parse_number(int c, run_args *a)
 {
     switch (c) {
-    case O_LAYERS: return parse_int(optarg, "--layers", 1, SFI_MODEL_MAX_LAYERS, &a->layers) ? 2 : 0;
+    case O_LAYERS:
+        return parse_int(optarg, "--layers", 1, SFI_MODEL_MAX_LAYERS, &a->layers) ? 2 : 0;
     case O_SEED: return parse_int(optarg, "--seed", 0, INT_MAX, &a->seed) ? 2 : 0;
-    case O_REPLAY_CTX: return parse_int(optarg, "--replay-ctx", 1, INT_MAX / 2, &a->replay_ctx) ? 2 : 0;
+    case O_REPLAY_CTX:
+        return parse_int(optarg, "--replay-ctx", 1, INT_MAX / 2, &a->replay_ctx) ? 2 : 0;
     case 'n': return parse_int(optarg, "--max-new", 1, INT_MAX / 2, &a->max_new) ? 2 : 0;
     case 'b': return parse_int(optarg, "--batch", 1, SFI_GPU_MAX_BATCH, &a->batch) ? 2 : 0;
     case O_INTERVAL: return parse_int(optarg, "--interval", 1, INT_MAX, &a->eo.interval) ? 2 : 0;
@@ -576,7 +607,7 @@ static int check_combinations(const run_args *a)
     if (!!a->model + !!a->synthetic != 1 || a->max_new < 0 ||
         (!!a->prompt + !!a->prompt_file + !!a->prompt_ids + !!a->replay) != 1) {
         fprintf(stderr, CMD ": need exactly one of --model and --synthetic, --max-new, and "
-                        "exactly one of --prompt, --prompt-file, --prompt-ids, --replay\n");
+                            "exactly one of --prompt, --prompt-file, --prompt-ids, --replay\n");
         usage(stderr);
         return 2;
     }
@@ -690,16 +721,16 @@ static int parse_args(int argc, char **argv, run_args *a)
 
 /* What the run holds, freed by run_free. */
 typedef struct {
-    sfi_qwen3 *m;            /* NULL for --synthetic */
+    sfi_qwen3 *m; /* NULL for --synthetic */
     sfi_model_config cfg;
-    sfi_tokenizer *tk;       /* NULL: no tokenizer files */
+    sfi_tokenizer *tk; /* NULL: no tokenizer files */
     sfi_trigger_set ts;
     int have_ts;
-    prompt_t *pr;            /* B of them once the batch is filled */
+    prompt_t *pr; /* B of them once the batch is filled */
     int n_pr, B;
     sfi_gpu_engine *eng;
     sfi_gpu_run_result res;
-    sfi_gpu_verify *ver;     /* with the digest */
+    sfi_gpu_verify *ver; /* with the digest */
     sfi_gpu_verify_report *rep;
     const int32_t **pp;
     int *pn;
@@ -772,15 +803,17 @@ static int load_tokenizer(run_args *a, run_state *r)
         a->eo.is_trigger = r->ts.is_trigger;
         a->eo.n_trigger_vocab = r->ts.n_vocab;
     } else if (a->prompt || a->prompt_file) {
-        fprintf(stderr, CMD ": %s: no vocab.json + merges.txt to encode the prompt text (give "
-                        "--tokenizer DIR or --prompt-ids)\n", tok_dir ? tok_dir : "(none)");
+        fprintf(stderr,
+                CMD ": %s: no vocab.json + merges.txt to encode the prompt text (give "
+                    "--tokenizer DIR or --prompt-ids)\n",
+                tok_dir ? tok_dir : "(none)");
         return 1;
     } else if (tok_dir && !file_exists(tok_dir, "vocab.json") && !a->model) {
         fprintf(stderr, CMD ": --tokenizer %s: no vocab.json + merges.txt there\n", tok_dir);
         return 1;
     } else if (a->eo.sfi && !a->json) {
         fprintf(stderr, CMD ": note: no tokenizer: the trigger set is empty, slow steps come "
-                        "from T_max only\n");
+                            "from T_max only\n");
     }
     return 0;
 }
@@ -872,8 +905,10 @@ static int read_force_ids(const run_args *a, run_state *r)
     }
     prompts_free(fr, nf);
     if (bad) {
-        fprintf(stderr, CMD ": %s: needs a line of at least %d ids for each of the %d "
-                        "prompts\n", a->force_ids, a->max_new - 1, r->n_pr);
+        fprintf(stderr,
+                CMD ": %s: needs a line of at least %d ids for each of the %d "
+                    "prompts\n",
+                a->force_ids, a->max_new - 1, r->n_pr);
         return 1;
     }
     return 0;
@@ -883,8 +918,8 @@ static int read_force_ids(const run_args *a, run_state *r)
  * SFI_GPU_MAX_BATCH), cycling through the prompts. Returns 0 or 1. */
 static int fill_batch(const run_args *a, run_state *r)
 {
-    const int B = r->B = a->batch ? a->batch
-                                  : (r->n_pr < SFI_GPU_MAX_BATCH ? r->n_pr : SFI_GPU_MAX_BATCH);
+    const int B = r->B =
+        a->batch ? a->batch : (r->n_pr < SFI_GPU_MAX_BATCH ? r->n_pr : SFI_GPU_MAX_BATCH);
     if (r->n_pr >= B)
         return 0;
     prompt_t *np = realloc(r->pr, (size_t)B * sizeof *r->pr);
@@ -920,16 +955,19 @@ static int check_prompts(run_args *a, run_state *r)
         const prompt_t *p = &r->pr[b];
         for (int i = 0; i < p->n; i++)
             if (p->ids[i] < 0 || p->ids[i] >= cfg->vocab_size) {
-                fprintf(stderr, CMD ": request %d: token %d (id %d) outside the model's "
-                                "vocabulary [0, %d)\n", b, i, (int)p->ids[i], cfg->vocab_size);
+                fprintf(stderr,
+                        CMD ": request %d: token %d (id %d) outside the model's "
+                            "vocabulary [0, %d)\n",
+                        b, i, (int)p->ids[i], cfg->vocab_size);
                 return 1;
             }
         max_prompt = p->n > max_prompt ? p->n : max_prompt;
     }
     if ((long)max_prompt + a->max_new - 1 > cfg->max_position_embeddings) {
-        fprintf(stderr, CMD ": a prompt of %d tokens + %d steps exceeds the model's "
-                        "max_position_embeddings %d\n", max_prompt, a->max_new,
-                cfg->max_position_embeddings);
+        fprintf(stderr,
+                CMD ": a prompt of %d tokens + %d steps exceeds the model's "
+                    "max_position_embeddings %d\n",
+                max_prompt, a->max_new, cfg->max_position_embeddings);
         return 1;
     }
     a->eo.max_batch = r->B;
@@ -1009,8 +1047,8 @@ static int run_reference(const run_args *a, run_state *r)
     ro.max_new = a->max_new;
     ro.stop_token = a->eo.stop_token;
     ro.backend = a->check_backend;
-    return sfi_gpu_verify_reference(r->ver, r->m, &ro, &r->res, a->eo.exact, 1e-4, stderr,
-                                    r->rep) > 0;
+    return sfi_gpu_verify_reference(r->ver, r->m, &ro, &r->res, a->eo.exact, 1e-4, stderr, r->rep) >
+           0;
 }
 
 /* One request's report as the JSON object of sfi-ref run --json (plus
@@ -1030,10 +1068,12 @@ static json_t *request_json(const run_args *a, const run_state *r, int b, const 
     for (int t = 0; t < ng; t++) {
         json_array_append_new(g, json_integer(ids[t]));
         json_t *s = json_object();
-        json_object_set_new(s, "kind", json_string(sfi_step_kind_name(
-                                           (sfi_step_kind)res->kinds[(size_t)b * max_new + t])));
-        json_object_set_new(s, "reason", json_string(sfi_step_reason_name(
-                                             (sfi_step_reason)res->reasons[(size_t)b * max_new + t])));
+        json_object_set_new(
+            s, "kind",
+            json_string(sfi_step_kind_name((sfi_step_kind)res->kinds[(size_t)b * max_new + t])));
+        json_object_set_new(s, "reason",
+                            json_string(sfi_step_reason_name(
+                                (sfi_step_reason)res->reasons[(size_t)b * max_new + t])));
         json_array_append_new(steps, s);
     }
     json_object_set_new(j, "generated_ids", g);
@@ -1085,8 +1125,8 @@ static void request_text(const run_args *a, const run_state *r, int b, const cha
                sfi_step_reason_name((sfi_step_reason)res->reasons[(size_t)b * max_new + t]),
                (int)ids[t]);
     printf("slow_fraction: %.6f (%d of %d steps)\n", (double)n_slow / ng, n_slow, ng);
-    printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", r->pr[b].n,
-           sfi_decode_mode_name(a->mode), backend);
+    printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", r->pr[b].n, sfi_decode_mode_name(a->mode),
+           backend);
     if (a->digest)
         printf("digest: %s\n", hex);
 }
@@ -1097,7 +1137,9 @@ static int report_requests(const run_args *a, const run_state *r, json_t *jreqs)
 {
     sfi_error e;
     const sfi_gpu_engine_opts *eo = &a->eo;
-    const char *backend = eo->exact ? "gpu-exact" : eo->dtype == SFI_GPU_BF16 ? "gpu-bf16" : "gpu-f32";
+    const char *backend = eo->exact                   ? "gpu-exact"
+                          : eo->dtype == SFI_GPU_BF16 ? "gpu-bf16"
+                                                      : "gpu-f32";
     for (int b = 0; b < r->B; b++) {
         const int ng = r->res.n_generated[b];
         const int32_t *ids = r->res.ids + (size_t)b * a->max_new;
@@ -1114,7 +1156,8 @@ static int report_requests(const run_args *a, const run_state *r, json_t *jreqs)
         for (int t = 0; t < ng; t++)
             n_slow += r->res.kinds[(size_t)b * a->max_new + t] == SFI_STEP_SLOW;
         if (jreqs)
-            json_array_append_new(jreqs, request_json(a, r, b, backend, text, text_len, hex, n_slow));
+            json_array_append_new(jreqs,
+                                  request_json(a, r, b, backend, text, text_len, hex, n_slow));
         else
             request_text(a, r, b, backend, text, text_len, hex, n_slow);
         free(text);

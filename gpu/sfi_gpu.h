@@ -47,7 +47,7 @@ typedef struct {
     int32_t n_compact;    /* rows of the compact buffer in use (sink+sel) */
     int32_t j_begin;      /* J = [j_begin, j_end) for the Selector */
     int32_t j_end;
-    int32_t flags;        /* SFI_GPU_REQ_* (0: dense, active) */
+    int32_t flags; /* SFI_GPU_REQ_* (0: dense, active) */
     int32_t pad[2];
 } sfi_gpu_req;
 
@@ -66,16 +66,16 @@ typedef struct {
  * host keeps its copy too: grid sizes come from its max_* fields. */
 typedef struct {
     int32_t batch, n_heads, n_kv, head_dim;
-    int32_t page;         /* positions per KV block */
-    int32_t max_blocks;   /* block-table row stride */
-    int32_t ld_logits;    /* logits / key-norm row stride (>= max ctx) */
-    int32_t compact_cap;  /* compact-buffer rows per (request, KV head) */
+    int32_t page;        /* positions per KV block */
+    int32_t max_blocks;  /* block-table row stride */
+    int32_t ld_logits;   /* logits / key-norm row stride (>= max ctx) */
+    int32_t compact_cap; /* compact-buffer rows per (request, KV head) */
     int32_t n_sink;
-    int32_t K;            /* selected positions per KV head */
-    int32_t max_ctx;      /* max ctx_len over the batch (host: grids) */
-    int32_t max_J;        /* max |J| over the batch (also the Selector
+    int32_t K;       /* selected positions per KV head */
+    int32_t max_ctx; /* max ctx_len over the batch (host: grids) */
+    int32_t max_J;   /* max |J| over the batch (also the Selector
                              scratch row stride) */
-    int32_t n_win;        /* Selector window rows per KV head: 0 = G (a
+    int32_t n_win;   /* Selector window rows per KV head: 0 = G (a
                              decode step, W = 1); W * G for a window of
                              W queries (prefill), logits row (b, kvh, w)
                              at ((b * n_kv + kvh) * n_win + w) * ld_logits */
@@ -94,9 +94,9 @@ typedef struct {
  * by which the last CTA of a (request, KV head) finds it is last). Zero the
  * counters once with sfi_gpu_attn_ws_init; the kernels leave them zero. */
 typedef struct {
-    float *part_ml;   /* [batch][n_heads][MAX_SPLITS][2] (max in log2 units, sum) */
-    float *part_acc;  /* [batch][n_heads][MAX_SPLITS][D] */
-    int *counters;    /* [batch][n_kv] (sized batch * n_heads) */
+    float *part_ml;  /* [batch][n_heads][MAX_SPLITS][2] (max in log2 units, sum) */
+    float *part_acc; /* [batch][n_heads][MAX_SPLITS][D] */
+    int *counters;   /* [batch][n_kv] (sized batch * n_heads) */
     int n_counters;
     /* grid size of calls with this workspace, in waves of one CTA per SM
      * (0 = the default, 1). A slow step overlapped with the Selector may
@@ -123,8 +123,7 @@ typedef struct {
 } sfi_gpu_sel_ws;
 
 size_t sfi_gpu_attn_ws_bytes(int batch, int n_heads, int head_dim);
-void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_heads,
-                           int head_dim);
+void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_heads, int head_dim);
 int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st);
 size_t sfi_gpu_sel_ws_bytes(int batch, int n_kv, int max_J);
 void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, int max_J);
@@ -155,18 +154,17 @@ int sfi_gpu_attn_mixed(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, i
  * selects the bit-exact f32 path (the reference's order of operations and
  * its exp, one thread per sequential sum; slow, for the checker). Returns
  * a cudaError_t value (0 = success). */
-int sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
-                       int dtype, const float *q, const void *k_pool, const void *v_pool,
-                       float *out, float *logits, const sfi_gpu_attn_ws *ws,
-                       int exact, cudaStream_t st);
+int sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                       const float *q, const void *k_pool, const void *v_pool, float *out,
+                       float *logits, const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st);
 
 /* Fast-step attention on the two-segment layout: rows 0..n_compact-1 of the
  * compact buffer, then positions recent_begin..ctx_len-1 in place in the
  * paged cache. exact as above. */
-int sfi_gpu_attn_sparse(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
-                        int dtype, const float *q, const void *k_pool, const void *v_pool,
-                        const void *ck, const void *cv, const int32_t *comp_pos,
-                        float *out, const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st);
+int sfi_gpu_attn_sparse(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                        const float *q, const void *k_pool, const void *v_pool, const void *ck,
+                        const void *cv, const int32_t *comp_pos, float *out,
+                        const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st);
 
 /* Key norms ||k(j)||_2 for positions [0, ctx_len) (cached statistic). */
 int sfi_gpu_key_norms(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
@@ -179,9 +177,9 @@ int sfi_gpu_key_norms(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, in
  * [batch][n_kv][max_J] the fused distribution s; lambda lands in ws.
  * exact = 1: the reference's sequential sums (bit-exact). */
 int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
-                     const sfi_gpu_sel_params *prm, const float *logits,
-                     const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
-                     int32_t *selected, int exact, cudaStream_t st);
+                     const sfi_gpu_sel_params *prm, const float *logits, const float *key_norms,
+                     const sfi_gpu_sel_ws *ws, float *s_out, int32_t *selected, int exact,
+                     cudaStream_t st);
 
 /* Deterministic Top-K of rows of scores (radix select, ties to the smaller
  * index), one row per (request, KV head): row length n[b] = j_end - j_begin,
@@ -195,8 +193,8 @@ int sfi_gpu_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const f
  * sets n_compact = n_sink + K_out for the next fast steps). comp_pos
  * (may be NULL) receives each row's position. */
 int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                  const void *k_pool, const void *v_pool, const int32_t *selected,
-                  void *ck, void *cv, int32_t *comp_pos, cudaStream_t st);
+                  const void *k_pool, const void *v_pool, const int32_t *selected, void *ck,
+                  void *cv, int32_t *comp_pos, cudaStream_t st);
 
 /* Two-stream slow step over n_layers (sfi(7) GPU PATH): main stream
  * runs Attn_i; after it, the side (lower-priority) stream runs Sel_i then
@@ -228,8 +226,7 @@ int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
 /* Utilities for tests and benchmarks: uniform values in [-scale, scale)
  * from a counter hash of (seed, index) (n elements of dtype); an empty
  * kernel (launch-overhead measurement). */
-int sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale,
-                        cudaStream_t st);
+int sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale, cudaStream_t st);
 int sfi_gpu_noop(cudaStream_t st);
 
 /* Programmatic dependent launch for the launches that follow (the

@@ -9,14 +9,14 @@
 /* A CUDA call that must succeed: on an error, print where and what
  * ("sfi-gpu CMD: file:line: TEXT: message", TEXT the call as written)
  * and exit 1. */
-#define SFI_GPU_CK(cmd, x, text)                                                        \
-    do {                                                                                \
-        int e_ = (int)(x);                                                              \
-        if (e_) {                                                                       \
-            fprintf(stderr, "sfi-gpu %s: %s:%d: %s: %s\n", cmd, __FILE__, __LINE__, text, \
-                    cudaGetErrorString((cudaError_t)e_));                               \
-            exit(1);                                                                    \
-        }                                                                               \
+#define SFI_GPU_CK(cmd, x, text)                                                                   \
+    do {                                                                                           \
+        int e_ = (int)(x);                                                                         \
+        if (e_) {                                                                                  \
+            fprintf(stderr, "sfi-gpu %s: %s:%d: %s: %s\n", cmd, __FILE__, __LINE__, text,          \
+                    cudaGetErrorString((cudaError_t)e_));                                          \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 int sfi_gpu_cmd_run(int argc, char **argv);

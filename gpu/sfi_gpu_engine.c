@@ -38,15 +38,15 @@
 
 typedef struct {
     float *in_norm, *post_norm, *q_norm, *k_norm; /* f32 */
-    void *wqkv;          /* [nq + 2 nkv][H] */
-    float *bqkv;         /* [nq + 2 nkv] or NULL */
-    void *wo;            /* [H][nq] */
-    float *bo;           /* [H] or NULL */
+    void *wqkv;                                   /* [nq + 2 nkv][H] */
+    float *bqkv;                                  /* [nq + 2 nkv] or NULL */
+    void *wo;                                     /* [H][nq] */
+    float *bo;                                    /* [H] or NULL */
     int moe;
-    void *wgu;           /* [2 I][H] */
-    void *wd;            /* [H][I] */
-    float *router;       /* [E][H] f32 */
-    void **e_gu, **e_d;  /* device arrays of E pointers */
+    void *wgu;              /* [2 I][H] */
+    void *wd;               /* [H][I] */
+    float *router;          /* [E][H] f32 */
+    void **e_gu, **e_d;     /* device arrays of E pointers */
     void **h_e_gu, **h_e_d; /* host copies (for freeing) */
 } dlayer;
 
@@ -55,8 +55,8 @@ struct sfi_gpu_engine {
     sfi_gpu_engine_opts o;
     sfi_gpu_engine_mem mem;
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
-    int gu_tiled;        /* gate/up rows in SwiGLU tiles (bf16 fast path) */
-    int cap;             /* positions per request */
+    int gu_tiled; /* gate/up rows in SwiGLU tiles (bf16 fast path) */
+    int cap;      /* positions per request */
     int max_blocks, ld, capJ, ccap, rows_act;
     float eps;
     /* weights */
@@ -65,18 +65,18 @@ struct sfi_gpu_engine {
     dlayer *lay;
     uint64_t weight_bytes;
     /* state */
-    void **kp, **vp, **ck, **cv;   /* per layer */
-    float **knorm;                 /* per layer [B][nkv][ld] */
-    int32_t **sel;                 /* per layer [B][nkv][K] */
-    int32_t *bt, *bt_pf;           /* block table [B][max_blocks]; prefill pseudo [64][max_blocks] */
-    float *cs, *sn;                /* RoPE tables [cap][D/2] */
+    void **kp, **vp, **ck, **cv; /* per layer */
+    float **knorm;               /* per layer [B][nkv][ld] */
+    int32_t **sel;               /* per layer [B][nkv][K] */
+    int32_t *bt, *bt_pf;         /* block table [B][max_blocks]; prefill pseudo [64][max_blocks] */
+    float *cs, *sn;              /* RoPE tables [cap][D/2] */
     float *logits_ring[R_SLOTS];
     sfi_gpu_sel_ws sel_ws[R_SLOTS];
     void *sel_ws_mem[R_SLOTS];
     sfi_gpu_attn_ws attn_ws;
     void *attn_ws_mem;
-    float *win;                    /* prefill window logits [nkv][Wmax*G][ld] */
-    float *qwin;                   /* [L][Wmax][nh][D] */
+    float *win;  /* prefill window logits [nkv][Wmax*G][ld] */
+    float *qwin; /* [L][Wmax][nh][D] */
     int Wmax;
     /* activations, rows_act rows */
     float *x, *xn, *qkv, *q, *att, *gu, *act_f, *logits;
@@ -84,17 +84,17 @@ struct sfi_gpu_engine {
     float *rl, *sel_w, *y1, *y2, *act2;
     int32_t *sel_e;
     int32_t *next;
-    unsigned long long *slots;     /* argmax scratch [64] */
-    float *gemm_part;              /* split-K partials of the decode GEMMs */
+    unsigned long long *slots; /* argmax scratch [64] */
+    float *gemm_part;          /* split-K partials of the decode GEMMs */
     int *gemm_cnt;
     size_t gemm_part_floats;
     int gemm_tiles;
-    int32_t *d_prompt;             /* [cap] prompt ids of the request in prefill */
+    int32_t *d_prompt; /* [cap] prompt ids of the request in prefill */
     uint8_t *d_trig;
     /* run */
-    sfi_gpu_step_desc h_cap;       /* grid-sizing host descriptor (capacity) */
+    sfi_gpu_step_desc h_cap; /* grid-sizing host descriptor (capacity) */
     sfi_gpu_step_desc *d_desc, *d_desc1;
-    sfi_gpu_step_desc *h_pin;      /* pinned staging for descriptor uploads */
+    sfi_gpu_step_desc *h_pin; /* pinned staging for descriptor uploads */
     sfi_gpu_run_state *d_state;
     int32_t *hist_kind, *hist_tok; /* [max_new][B] */
     int32_t *d_force;              /* [B][max_new] */
@@ -106,19 +106,19 @@ struct sfi_gpu_engine {
     cudaGraphExec_t graph_exec;
 };
 
-#define CK(x)                                                                            \
-    do {                                                                                 \
-        cudaError_t e_ = (cudaError_t)(x);                                               \
-        if (e_ != cudaSuccess)                                                           \
-            return sfi_error_set(err, SFI_EIO, "CUDA: %s: %s (%s:%d)", #x,               \
-                                 cudaGetErrorString(e_), __FILE__, __LINE__);            \
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (cudaError_t)(x);                                                         \
+        if (e_ != cudaSuccess)                                                                     \
+            return sfi_error_set(err, SFI_EIO, "CUDA: %s: %s (%s:%d)", #x, cudaGetErrorString(e_), \
+                                 __FILE__, __LINE__);                                              \
     } while (0)
-#define CKB(x)                                                                           \
-    do {                                                                                 \
-        cublasStatus_t s_ = (x);                                                         \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
-            return sfi_error_set(err, SFI_EIO, "cuBLAS: %s: status %d (%s:%d)", #x,      \
-                                 (int)s_, __FILE__, __LINE__);                           \
+#define CKB(x)                                                                                     \
+    do {                                                                                           \
+        cublasStatus_t s_ = (x);                                                                   \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return sfi_error_set(err, SFI_EIO, "cuBLAS: %s: status %d (%s:%d)", #x, (int)s_,       \
+                                 __FILE__, __LINE__);                                              \
     } while (0)
 
 void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o)
@@ -146,7 +146,10 @@ typedef struct {
         rows_act, Wmax, B, any_moe, any_dense;
 } shape;
 
-static int round_up(int x, int m) { return (x + m - 1) / m * m; }
+static int round_up(int x, int m)
+{
+    return (x + m - 1) / m * m;
+}
 
 static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts *o, shape *s,
                             sfi_error *err)
@@ -200,7 +203,8 @@ static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts
     if (o->sfi && p->W_decode != 1)
         return sfi_error_set(err, SFI_EUNSUPPORTED,
                              "W_decode=%d: the GPU engine implements W_decode = 1 (method.md's "
-                             "decode default)", p->W_decode);
+                             "decode default)",
+                             p->W_decode);
     if (o->page < 1 || o->page > 4096)
         return sfi_error_set(err, SFI_ERANGE, "page %d: expected 1..4096", o->page);
     if (o->prefill_chunk < 1)
@@ -208,11 +212,13 @@ static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts
     if (o->max_ctx < 2 || o->max_ctx > c->max_position_embeddings)
         return sfi_error_set(err, SFI_ERANGE,
                              "context %d positions: must be in 2..%d (the model's "
-                             "max_position_embeddings)", o->max_ctx, c->max_position_embeddings);
+                             "max_position_embeddings)",
+                             o->max_ctx, c->max_position_embeddings);
     s->cap = o->max_ctx;
     s->max_blocks = (s->cap + o->page - 1) / o->page;
     s->ld = round_up(s->cap, 64);
-    s->capJ = round_up(s->cap - p->n_sink - p->n_recent > 1 ? s->cap - p->n_sink - p->n_recent : 1, 4);
+    s->capJ =
+        round_up(s->cap - p->n_sink - p->n_recent > 1 ? s->cap - p->n_sink - p->n_recent : 1, 4);
     s->ccap = p->n_sink + p->K;
     int Wmax = p->W_prefill < s->cap ? p->W_prefill : s->cap;
     if (Wmax < 1)
@@ -221,11 +227,13 @@ static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts
     if (o->sfi && Wmax * s->G > 512)
         return sfi_error_set(err, SFI_EUNSUPPORTED,
                              "W_prefill=%d with %d query heads per KV head: the GPU Selector "
-                             "takes at most 512 window rows", p->W_prefill, s->G);
+                             "takes at most 512 window rows",
+                             p->W_prefill, s->G);
     if (o->exact && (long)s->cap > (long)SFI_GPU_MAX_SPLITS * s->D)
         return sfi_error_set(err, SFI_EUNSUPPORTED,
                              "--exact with %d positions: the bit-exact attention takes at most "
-                             "%d at head_dim %d", s->cap, SFI_GPU_MAX_SPLITS * s->D, s->D);
+                             "%d at head_dim %d",
+                             s->cap, SFI_GPU_MAX_SPLITS * s->D, s->D);
     int chunk = o->exact ? PF_PSEUDO : o->prefill_chunk;
     s->rows_act = chunk > s->B ? chunk : s->B;
     if (s->rows_act < PF_PSEUDO)
@@ -264,8 +272,7 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
         m->key_norms = (uint64_t)s.L * B * s.nkv * s.ld * 4;
         m->selector = R_SLOTS * sfi_gpu_sel_ws_bytes(s.B, s.nkv, s.capJ);
         m->logits = (uint64_t)R_SLOTS * B * s.nh * s.ld * 4 +
-                    (uint64_t)s.nkv * s.Wmax * s.G * s.ld * 4 +
-                    (uint64_t)s.L * s.Wmax * s.nq * 4;
+                    (uint64_t)s.nkv * s.Wmax * s.G * s.ld * 4 + (uint64_t)s.L * s.Wmax * s.nq * 4;
     }
     uint64_t rows = (uint64_t)s.rows_act;
     int Iw = s.I > s.Im ? s.I : s.Im;
@@ -277,11 +284,12 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
     }
     m->activations = act;
     m->prefill = (uint64_t)PF_PSEUDO * s.max_blocks * 4;
-    m->other = (uint64_t)s.cap * s.D * 4 /* RoPE tables */ +
-               sfi_gpu_attn_ws_bytes(s.B > PF_PSEUDO ? s.B : PF_PSEUDO, s.nh, s.D) +
-               B * s.max_blocks * 4 + (uint64_t)o->max_new * B * 4 * 3 + 2 * sizeof(sfi_gpu_step_desc) +
-               sizeof(sfi_gpu_run_state) + (uint64_t)s.V + ((uint64_t)32 << 20) /* cuBLAS workspace */ +
-               (o->dtype == SFI_GPU_BF16 && !o->exact ? ((uint64_t)8 * 64 * 4224 + 64) * 4 + 1056 : 0);
+    m->other =
+        (uint64_t)s.cap * s.D * 4 /* RoPE tables */ +
+        sfi_gpu_attn_ws_bytes(s.B > PF_PSEUDO ? s.B : PF_PSEUDO, s.nh, s.D) + B * s.max_blocks * 4 +
+        (uint64_t)o->max_new * B * 4 * 3 + 2 * sizeof(sfi_gpu_step_desc) +
+        sizeof(sfi_gpu_run_state) + (uint64_t)s.V + ((uint64_t)32 << 20) /* cuBLAS workspace */ +
+        (o->dtype == SFI_GPU_BF16 && !o->exact ? ((uint64_t)8 * 64 * 4224 + 64) * 4 + 1056 : 0);
     m->total = m->weights + m->kv + m->compact + m->key_norms + m->selector + m->logits +
                m->activations + m->prefill + m->other;
     return SFI_OK;
@@ -422,8 +430,8 @@ static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t s
             }
             if ((rc = wtensor(e, (void **)&Ly->bqkv, SFI_GPU_F32, m ? sb : NULL, nb, 3, 0.02f, 0,
                               &seed, err)) ||
-                (rc = wtensor(e, (void **)&Ly->bo, SFI_GPU_F32, SRC1(SFI_W_BO, l, 0), &nH, 1,
-                              0.02f, 0, &seed, err)))
+                (rc = wtensor(e, (void **)&Ly->bo, SFI_GPU_F32, SRC1(SFI_W_BO, l, 0), &nH, 1, 0.02f,
+                              0, &seed, err)))
                 return rc;
         }
         Ly->moe = c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l);
@@ -450,9 +458,8 @@ static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t s
             rc = wtensor(e, &Ly->wgu, dt, m ? sg : NULL, ngu, nt, s_mat_h, 0, &seed, err);
             free(ngu);
             free(sg);
-            if (rc ||
-                (rc = wtensor(e, &Ly->wd, dt, SRC1(SFI_W_DOWN, l, 0), &nd, 1,
-                              sqrtf(3.0f / e->I), 0, &seed, err)))
+            if (rc || (rc = wtensor(e, &Ly->wd, dt, SRC1(SFI_W_DOWN, l, 0), &nd, 1,
+                                    sqrtf(3.0f / e->I), 0, &seed, err)))
                 return rc;
         } else {
             size_t nr = (size_t)e->E * H;
@@ -479,8 +486,10 @@ static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t s
             if ((rc = dalloc((void **)&Ly->e_gu, (size_t)e->E * sizeof(void *), err)) ||
                 (rc = dalloc((void **)&Ly->e_d, (size_t)e->E * sizeof(void *), err)))
                 return rc;
-            CK(cudaMemcpy(Ly->e_gu, Ly->h_e_gu, (size_t)e->E * sizeof(void *), cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(Ly->e_d, Ly->h_e_d, (size_t)e->E * sizeof(void *), cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(Ly->e_gu, Ly->h_e_gu, (size_t)e->E * sizeof(void *),
+                          cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(Ly->e_d, Ly->h_e_d, (size_t)e->E * sizeof(void *),
+                          cudaMemcpyHostToDevice));
         }
     }
 #undef SRC1
@@ -496,8 +505,7 @@ static void fmt_gib(char *b, size_t n, uint64_t x)
 }
 
 sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m, uint64_t seed,
-                                 const sfi_gpu_engine_opts *o, sfi_gpu_engine **out,
-                                 sfi_error *err)
+                                 const sfi_gpu_engine_opts *o, sfi_gpu_engine **out, sfi_error *err)
 {
     *out = NULL;
     shape s;
@@ -535,27 +543,44 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
     e->c = *cfg;
     e->o = *o;
     e->mem = mp;
-    e->L = s.L; e->H = s.H; e->nh = s.nh; e->nkv = s.nkv; e->D = s.D; e->G = s.G;
-    e->nq = s.nq; e->nkvd = s.nkvd; e->V = s.V; e->I = s.I; e->E = s.E; e->top = s.top;
-    e->Im = s.Im; e->esz = s.esz; e->exact = o->exact; e->cap = s.cap;
-    e->max_blocks = s.max_blocks; e->ld = s.ld; e->capJ = s.capJ; e->ccap = s.ccap;
-    e->rows_act = s.rows_act; e->Wmax = s.Wmax;
+    e->L = s.L;
+    e->H = s.H;
+    e->nh = s.nh;
+    e->nkv = s.nkv;
+    e->D = s.D;
+    e->G = s.G;
+    e->nq = s.nq;
+    e->nkvd = s.nkvd;
+    e->V = s.V;
+    e->I = s.I;
+    e->E = s.E;
+    e->top = s.top;
+    e->Im = s.Im;
+    e->esz = s.esz;
+    e->exact = o->exact;
+    e->cap = s.cap;
+    e->max_blocks = s.max_blocks;
+    e->ld = s.ld;
+    e->capJ = s.capJ;
+    e->ccap = s.ccap;
+    e->rows_act = s.rows_act;
+    e->Wmax = s.Wmax;
     e->eps = (float)cfg->rms_norm_eps;
     e->gu_tiled = o->dtype == SFI_GPU_BF16 && !o->exact && e->I % 8 == 0;
     *out = e;
     rc = SFI_OK;
-#define TRY(x)                                                                           \
-    do {                                                                                 \
-        if ((rc = (x)))                                                                  \
-            goto fail;                                                                   \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((rc = (x)))                                                                            \
+            goto fail;                                                                             \
     } while (0)
-#define TRYC(x)                                                                          \
-    do {                                                                                 \
-        cudaError_t ce_ = (cudaError_t)(x);                                              \
-        if (ce_ != cudaSuccess) {                                                        \
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_)); \
-            goto fail;                                                                   \
-        }                                                                                \
+#define TRYC(x)                                                                                    \
+    do {                                                                                           \
+        cudaError_t ce_ = (cudaError_t)(x);                                                        \
+        if (ce_ != cudaSuccess) {                                                                  \
+            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));         \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
     {
         int lo = 0, hi = 0;
@@ -734,13 +759,24 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     if (e->lay) {
         for (int l = 0; l < e->L; l++) {
             dlayer *Ly = &e->lay[l];
-            cudaFree(Ly->in_norm); cudaFree(Ly->post_norm); cudaFree(Ly->q_norm); cudaFree(Ly->k_norm);
-            cudaFree(Ly->wqkv); cudaFree(Ly->bqkv); cudaFree(Ly->wo); cudaFree(Ly->bo);
-            cudaFree(Ly->wgu); cudaFree(Ly->wd); cudaFree(Ly->router);
-            cudaFree(Ly->e_gu); cudaFree(Ly->e_d);
+            cudaFree(Ly->in_norm);
+            cudaFree(Ly->post_norm);
+            cudaFree(Ly->q_norm);
+            cudaFree(Ly->k_norm);
+            cudaFree(Ly->wqkv);
+            cudaFree(Ly->bqkv);
+            cudaFree(Ly->wo);
+            cudaFree(Ly->bo);
+            cudaFree(Ly->wgu);
+            cudaFree(Ly->wd);
+            cudaFree(Ly->router);
+            cudaFree(Ly->e_gu);
+            cudaFree(Ly->e_d);
             for (int x = 0; x < e->E; x++) {
-                if (Ly->h_e_gu) cudaFree(Ly->h_e_gu[x]);
-                if (Ly->h_e_d) cudaFree(Ly->h_e_d[x]);
+                if (Ly->h_e_gu)
+                    cudaFree(Ly->h_e_gu[x]);
+                if (Ly->h_e_d)
+                    cudaFree(Ly->h_e_d[x]);
             }
             free(Ly->h_e_gu);
             free(Ly->h_e_d);
@@ -748,39 +784,79 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     }
     free(e->lay);
     for (int l = 0; l < e->L; l++) {
-        if (e->kp) cudaFree(e->kp[l]);
-        if (e->vp) cudaFree(e->vp[l]);
-        if (e->ck) cudaFree(e->ck[l]);
-        if (e->cv) cudaFree(e->cv[l]);
-        if (e->knorm) cudaFree(e->knorm[l]);
-        if (e->sel) cudaFree(e->sel[l]);
+        if (e->kp)
+            cudaFree(e->kp[l]);
+        if (e->vp)
+            cudaFree(e->vp[l]);
+        if (e->ck)
+            cudaFree(e->ck[l]);
+        if (e->cv)
+            cudaFree(e->cv[l]);
+        if (e->knorm)
+            cudaFree(e->knorm[l]);
+        if (e->sel)
+            cudaFree(e->sel[l]);
     }
-    free(e->kp); free(e->vp); free(e->ck); free(e->cv); free(e->knorm); free(e->sel);
+    free(e->kp);
+    free(e->vp);
+    free(e->ck);
+    free(e->cv);
+    free(e->knorm);
+    free(e->sel);
     cudaFree(e->embed);
     if (e->lm_head != e->embed)
         cudaFree(e->lm_head);
     cudaFree(e->final_norm);
-    cudaFree(e->bt); cudaFree(e->bt_pf); cudaFree(e->cs); cudaFree(e->sn);
+    cudaFree(e->bt);
+    cudaFree(e->bt_pf);
+    cudaFree(e->cs);
+    cudaFree(e->sn);
     for (int i = 0; i < R_SLOTS; i++) {
         cudaFree(e->logits_ring[i]);
         cudaFree(e->sel_ws_mem[i]);
     }
-    cudaFree(e->attn_ws_mem); cudaFree(e->win); cudaFree(e->qwin);
-    cudaFree(e->x); cudaFree(e->xn); cudaFree(e->qkv); cudaFree(e->q); cudaFree(e->att);
-    cudaFree(e->gu); cudaFree(e->act_f); cudaFree(e->xn_b); cudaFree(e->att_b); cudaFree(e->act_b);
-    cudaFree(e->logits); cudaFree(e->next); cudaFree(e->d_prompt); cudaFree(e->slots);
-    cudaFree(e->gemm_part); cudaFree(e->gemm_cnt); cudaFree(e->rl); cudaFree(e->sel_e);
-    cudaFree(e->sel_w); cudaFree(e->y1); cudaFree(e->act2); cudaFree(e->y2);
-    cudaFree(e->d_desc); cudaFree(e->d_desc1); cudaFree(e->d_state);
-    cudaFree(e->hist_kind); cudaFree(e->hist_tok); cudaFree(e->d_force); cudaFree(e->d_trig);
+    cudaFree(e->attn_ws_mem);
+    cudaFree(e->win);
+    cudaFree(e->qwin);
+    cudaFree(e->x);
+    cudaFree(e->xn);
+    cudaFree(e->qkv);
+    cudaFree(e->q);
+    cudaFree(e->att);
+    cudaFree(e->gu);
+    cudaFree(e->act_f);
+    cudaFree(e->xn_b);
+    cudaFree(e->att_b);
+    cudaFree(e->act_b);
+    cudaFree(e->logits);
+    cudaFree(e->next);
+    cudaFree(e->d_prompt);
+    cudaFree(e->slots);
+    cudaFree(e->gemm_part);
+    cudaFree(e->gemm_cnt);
+    cudaFree(e->rl);
+    cudaFree(e->sel_e);
+    cudaFree(e->sel_w);
+    cudaFree(e->y1);
+    cudaFree(e->act2);
+    cudaFree(e->y2);
+    cudaFree(e->d_desc);
+    cudaFree(e->d_desc1);
+    cudaFree(e->d_state);
+    cudaFree(e->hist_kind);
+    cudaFree(e->hist_tok);
+    cudaFree(e->d_force);
+    cudaFree(e->d_trig);
     if (e->h_pin)
         cudaFreeHost(e->h_pin);
     if (e->blas)
         cublasDestroy(e->blas);
     cudaFree(e->blas_ws);
     for (int i = 0; i < R_SLOTS; i++) {
-        if (e->ev_attn[i]) cudaEventDestroy(e->ev_attn[i]);
-        if (e->ev_free[i]) cudaEventDestroy(e->ev_free[i]);
+        if (e->ev_attn[i])
+            cudaEventDestroy(e->ev_attn[i]);
+        if (e->ev_free[i])
+            cudaEventDestroy(e->ev_free[i]);
     }
     if (e->ev_done)
         cudaEventDestroy(e->ev_done);
@@ -791,8 +867,14 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     free(e);
 }
 
-const sfi_gpu_engine_mem *sfi_gpu_engine_memory(const sfi_gpu_engine *e) { return &e->mem; }
-uint64_t sfi_gpu_engine_weight_bytes(const sfi_gpu_engine *e) { return e->weight_bytes; }
+const sfi_gpu_engine_mem *sfi_gpu_engine_memory(const sfi_gpu_engine *e)
+{
+    return &e->mem;
+}
+uint64_t sfi_gpu_engine_weight_bytes(const sfi_gpu_engine *e)
+{
+    return e->weight_bytes;
+}
 uint64_t sfi_gpu_engine_kv_row_bytes(const sfi_gpu_engine *e)
 {
     return (uint64_t)e->L * e->nkvd * e->esz * 2;
@@ -815,14 +897,14 @@ void sfi_gpu_run_result_free(sfi_gpu_run_result *r)
 
 /* Y[T][M] (beta 0: =, 1: +=) X[T][N] W[M][N]^T; X of the weights' dtype
  * (f32 in f32 runs, bf16 in bf16 runs), Y f32. */
-static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const float *bias,
-                       float *Y, int T, int M, int N, int accumulate, cudaStream_t st,
-                       sfi_error *err)
+static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const float *bias, float *Y,
+                       int T, int M, int N, int accumulate, cudaStream_t st, sfi_error *err)
 {
     if (T <= 0)
         return SFI_OK;
     if (e->exact) {
-        CK(sfi_gpu_gemv_exact((const float *)W, (const float *)X, bias, Y, T, M, N, accumulate, st));
+        CK(sfi_gpu_gemv_exact((const float *)W, (const float *)X, bias, Y, T, M, N, accumulate,
+                              st));
         return SFI_OK;
     }
     if (e->o.dtype == SFI_GPU_BF16 && T <= 64 && N % 32 == 0 && !e->o.gemm_cublas) {
@@ -837,11 +919,11 @@ static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const fl
     }
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     cudaDataType_t dt = e->o.dtype == SFI_GPU_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    cublasComputeType_t ct = e->o.dtype == SFI_GPU_BF16 ? CUBLAS_COMPUTE_32F
-                                                        : CUBLAS_COMPUTE_32F_PEDANTIC;
+    cublasComputeType_t ct =
+        e->o.dtype == SFI_GPU_BF16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
     CKB(cublasSetStream(e->blas, st));
-    CKB(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, T, N, &one, W, dt, N, X, dt, N, &beta,
-                     Y, CUDA_R_32F, M, ct, CUBLAS_GEMM_DEFAULT));
+    CKB(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, T, N, &one, W, dt, N, X, dt, N, &beta, Y,
+                     CUDA_R_32F, M, ct, CUBLAS_GEMM_DEFAULT));
     if (bias)
         CK(sfi_gpu_add_bias(Y, bias, T, M, st));
     return SFI_OK;
@@ -849,12 +931,12 @@ static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const fl
 
 /* The input of a GEMM after an RMSNorm: f32 rows in f32 runs, bf16 rows in
  * bf16 runs (both when the layer's MoE router needs f32). */
-static sfi_status norm_rows(sfi_gpu_engine *e, const float *x, const float *w, int T,
-                            int want_f32, cudaStream_t st, sfi_error *err)
+static sfi_status norm_rows(sfi_gpu_engine *e, const float *x, const float *w, int T, int want_f32,
+                            cudaStream_t st, sfi_error *err)
 {
     int bf = e->o.dtype == SFI_GPU_BF16;
-    CK(sfi_gpu_rmsnorm(x, w, T, e->H, e->eps, (!bf || want_f32) ? e->xn : NULL,
-                       bf ? e->xn_b : NULL, e->exact, st));
+    CK(sfi_gpu_rmsnorm(x, w, T, e->H, e->eps, (!bf || want_f32) ? e->xn : NULL, bf ? e->xn_b : NULL,
+                       e->exact, st));
     return SFI_OK;
 }
 
@@ -883,8 +965,8 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
             CK(sfi_gpu_silu_mul(e->gu, T, e->I, e->gu_tiled, bf ? e->act_b : (void *)e->act_f,
                                 bf ? SFI_GPU_BF16 : SFI_GPU_F32, e->exact, st));
         }
-        return gemm(e, Ly->wd, bf ? e->act_b : (const void *)e->act_f, NULL, e->x, T, e->H, e->I,
-                    1, st, err);
+        return gemm(e, Ly->wd, bf ? e->act_b : (const void *)e->act_f, NULL, e->x, T, e->H, e->I, 1,
+                    st, err);
     }
     /* router in f32 (small, and routing is sensitive to rounding) */
     if (e->exact) {
@@ -898,8 +980,8 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     }
     CK(sfi_gpu_moe_route(e->rl, T, e->E, e->top, e->c.norm_topk_prob, e->sel_e, e->sel_w, e->exact,
                          st));
-    CK(sfi_gpu_moe_gemv(Ly->e_gu, e->o.dtype, e->sel_e, T, e->top, e->xn, 0, 2 * e->Im, e->H,
-                        e->y1, e->exact, st));
+    CK(sfi_gpu_moe_gemv(Ly->e_gu, e->o.dtype, e->sel_e, T, e->top, e->xn, 0, 2 * e->Im, e->H, e->y1,
+                        e->exact, st));
     CK(sfi_gpu_silu_mul(e->y1, T * e->top, e->Im, 0, e->act2, SFI_GPU_F32, e->exact, st));
     CK(sfi_gpu_moe_gemv(Ly->e_d, e->o.dtype, e->sel_e, T, e->top, e->act2, 1, e->H, e->Im, e->y2,
                         e->exact, st));
@@ -913,12 +995,10 @@ static sfi_status oproj(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_er
     const dlayer *Ly = &e->lay[l];
     if (e->o.dtype == SFI_GPU_BF16 && !e->attn_ws.out_bf16) /* else the attention wrote it */
         CK(sfi_gpu_to_bf16(e->att, (size_t)T * e->nq, e->att_b, st));
-    return gemm(e, Ly->wo, gemm_in(e, e->att, e->att_b), Ly->bo, e->x, T, e->H, e->nq, 1, st,
-                err);
+    return gemm(e, Ly->wo, gemm_in(e, e->att, e->att_b), Ly->bo, e->x, T, e->H, e->nq, 1, st, err);
 }
 
-static void desc_header(const sfi_gpu_engine *e, sfi_gpu_step_desc *d, int batch,
-                        const int32_t *bt)
+static void desc_header(const sfi_gpu_engine *e, sfi_gpu_step_desc *d, int batch, const int32_t *bt)
 {
     memset(d, 0, sizeof *d);
     d->batch = batch;
@@ -938,8 +1018,9 @@ static void desc_header(const sfi_gpu_engine *e, sfi_gpu_step_desc *d, int batch
 
 static sfi_gpu_sel_params sel_params(const sfi_params *p)
 {
-    sfi_gpu_sel_params s = {p->alpha, p->gamma, p->beta, p->p, p->eta, p->lambda_clip,
-                            p->alpha_soft, p->T, p->alpha_cross, p->eps, p->nms_radius};
+    sfi_gpu_sel_params s = {p->alpha,       p->gamma,       p->beta,       p->p,
+                            p->eta,         p->lambda_clip, p->alpha_soft, p->T,
+                            p->alpha_cross, p->eps,         p->nms_radius};
     return s;
 }
 
@@ -1004,32 +1085,46 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
             if ((rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL,
                            e->qkv, T, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
                 break;
-            sfi_gpu_qkv_args qa = {
-                .qkv = e->qkv, .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
-                .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
-                .bv = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
-                .q_norm = Ly->q_norm, .k_norm = Ly->k_norm, .cs = e->cs, .sn = e->sn,
-                .pos0 = p0, .row0 = b, .T = T, .n_heads = e->nh, .n_kv = e->nkv,
-                .head_dim = e->D, .eps = e->eps, .block_table = e->bt,
-                .max_blocks = e->max_blocks, .page = e->o.page, .k_pool = e->kp[l],
-                .v_pool = e->vp[l], .dtype = e->o.dtype, .key_norms = e->knorm[l],
-                .ld_norms = e->ld, .q_out = e->q};
+            sfi_gpu_qkv_args qa = {.qkv = e->qkv,
+                                   .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
+                                   .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
+                                   .bv =
+                                       (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
+                                   .q_norm = Ly->q_norm,
+                                   .k_norm = Ly->k_norm,
+                                   .cs = e->cs,
+                                   .sn = e->sn,
+                                   .pos0 = p0,
+                                   .row0 = b,
+                                   .T = T,
+                                   .n_heads = e->nh,
+                                   .n_kv = e->nkv,
+                                   .head_dim = e->D,
+                                   .eps = e->eps,
+                                   .block_table = e->bt,
+                                   .max_blocks = e->max_blocks,
+                                   .page = e->o.page,
+                                   .k_pool = e->kp[l],
+                                   .v_pool = e->vp[l],
+                                   .dtype = e->o.dtype,
+                                   .key_norms = e->knorm[l],
+                                   .ld_norms = e->ld,
+                                   .q_out = e->q};
             if ((ce = (cudaError_t)sfi_gpu_qkv_post(&qa, e->exact, st)) != cudaSuccess)
                 break;
             /* keep the window queries */
             if (nw > 0) {
                 int lo = first > p0 ? first : p0, hi = p0 + T;
-                if (hi > lo &&
-                    (ce = cudaMemcpyAsync(e->qwin + ((size_t)l * e->Wmax + (lo - first)) * e->nq,
-                                          e->q + (size_t)(lo - p0) * e->nq,
-                                          (size_t)(hi - lo) * e->nq * 4, cudaMemcpyDeviceToDevice,
-                                          st)) != cudaSuccess)
+                if (hi > lo && (ce = cudaMemcpyAsync(
+                                    e->qwin + ((size_t)l * e->Wmax + (lo - first)) * e->nq,
+                                    e->q + (size_t)(lo - p0) * e->nq, (size_t)(hi - lo) * e->nq * 4,
+                                    cudaMemcpyDeviceToDevice, st)) != cudaSuccess)
                     break;
             }
             if (use_mma) {
                 ce = (cudaError_t)sfi_gpu_prefill_attn(e->q, T, p0, b, e->nh, e->nkv, e->D, e->bt,
-                                                       e->max_blocks, e->o.page, e->kp[l],
-                                                       e->vp[l], e->o.dtype, e->att, st);
+                                                       e->max_blocks, e->o.page, e->kp[l], e->vp[l],
+                                                       e->o.dtype, e->att, st);
             } else {
                 /* the decode kernels, one pseudo-request per token */
                 for (int t0 = 0; t0 < T && ce == cudaSuccess; t0 += PF_PSEUDO) {
@@ -1047,10 +1142,9 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
                     h->max_ctx = mx;
                     ce = cudaMemcpyAsync(e->d_desc1, h, sizeof *h, cudaMemcpyHostToDevice, st);
                     if (ce == cudaSuccess)
-                        ce = (cudaError_t)sfi_gpu_attn_dense(h, e->d_desc1, e->o.dtype,
-                                                             e->q + (size_t)t0 * e->nq, e->kp[l],
-                                                             e->vp[l], e->att + (size_t)t0 * e->nq,
-                                                             NULL, &e->attn_ws, e->exact, st);
+                        ce = (cudaError_t)sfi_gpu_attn_dense(
+                            h, e->d_desc1, e->o.dtype, e->q + (size_t)t0 * e->nq, e->kp[l],
+                            e->vp[l], e->att + (size_t)t0 * e->nq, NULL, &e->attn_ws, e->exact, st);
                 }
             }
             if (ce != cudaSuccess)
@@ -1103,8 +1197,8 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
             CK(sfi_gpu_selector(h1, e->d_desc1, &sp, e->win, kn, &e->sel_ws[0], NULL, sl, e->exact,
                                 st));
         }
-        CK(sfi_gpu_reorg(h1, e->d_desc1, e->o.dtype, e->kp[l], e->vp[l], sl,
-                         (char *)e->ck[l] + co, (char *)e->cv[l] + co, NULL, st));
+        CK(sfi_gpu_reorg(h1, e->d_desc1, e->o.dtype, e->kp[l], e->vp[l], sl, (char *)e->ck[l] + co,
+                         (char *)e->cv[l] + co, NULL, st));
     }
     CK(cudaStreamSynchronize(st));
     return SFI_OK;
@@ -1152,15 +1246,30 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         if ((rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL, e->qkv,
                        B, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
             return rc;
-        sfi_gpu_qkv_args qa = {
-            .qkv = e->qkv, .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
-            .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
-            .bv = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
-            .q_norm = Ly->q_norm, .k_norm = Ly->k_norm, .cs = e->cs, .sn = e->sn,
-            .pos_arr = e->d_state->pos, .row0 = -1, .T = B, .n_heads = e->nh, .n_kv = e->nkv,
-            .head_dim = e->D, .eps = e->eps, .block_table = e->bt, .max_blocks = e->max_blocks,
-            .page = e->o.page, .k_pool = e->kp[l], .v_pool = e->vp[l], .dtype = e->o.dtype,
-            .key_norms = sfi ? e->knorm[l] : NULL, .ld_norms = e->ld, .q_out = e->q};
+        sfi_gpu_qkv_args qa = {.qkv = e->qkv,
+                               .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
+                               .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
+                               .bv = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
+                               .q_norm = Ly->q_norm,
+                               .k_norm = Ly->k_norm,
+                               .cs = e->cs,
+                               .sn = e->sn,
+                               .pos_arr = e->d_state->pos,
+                               .row0 = -1,
+                               .T = B,
+                               .n_heads = e->nh,
+                               .n_kv = e->nkv,
+                               .head_dim = e->D,
+                               .eps = e->eps,
+                               .block_table = e->bt,
+                               .max_blocks = e->max_blocks,
+                               .page = e->o.page,
+                               .k_pool = e->kp[l],
+                               .v_pool = e->vp[l],
+                               .dtype = e->o.dtype,
+                               .key_norms = sfi ? e->knorm[l] : NULL,
+                               .ld_norms = e->ld,
+                               .q_out = e->q};
         CK(sfi_gpu_qkv_post(&qa, e->exact, st));
         if (overlap && l >= R_SLOTS)
             CK(cudaStreamWaitEvent(st, e->ev_free[slot], 0));
@@ -1194,8 +1303,8 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     }
     if ((rc = norm_rows(e, e->x, e->final_norm, B, 0, st, err)))
         return rc;
-    if ((rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL, e->logits, B, e->V, e->H, 0,
-                   st, err)))
+    if ((rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL, e->logits, B, e->V, e->H, 0, st,
+                   err)))
         return rc;
     CK(sfi_gpu_argmax(e->logits, B, e->V, NULL, e->next, e->slots, st));
     CK(sfi_gpu_end_step(&e->plan, e->d_state, e->next, e->hist_tok, st));
@@ -1204,8 +1313,8 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
 
 /* ---- run ---- */
 
-static sfi_status observe_selected(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int b,
-                                   int step, int32_t *buf, sfi_error *err)
+static sfi_status observe_selected(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int b, int step,
+                                   int32_t *buf, sfi_error *err)
 {
     const int K = e->o.params.K;
     int kout = 0;
@@ -1221,8 +1330,8 @@ static sfi_status observe_selected(sfi_gpu_engine *e, const sfi_gpu_observer *ob
 }
 
 sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
-                              const sfi_gpu_observer *obs, int time_steps,
-                              sfi_gpu_run_result *res, sfi_error *err)
+                              const sfi_gpu_observer *obs, int time_steps, sfi_gpu_run_result *res,
+                              sfi_error *err)
 {
     memset(res, 0, sizeof *res);
     const int max_new = e->o.max_new;
@@ -1235,12 +1344,14 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         if ((long)rq[b].n_prompt + max_new - 1 > e->cap)
             return sfi_error_set(err, SFI_ERANGE,
                                  "request %d: %d prompt tokens + %d new exceed the engine's %d "
-                                 "positions", b, rq[b].n_prompt, max_new, e->cap);
+                                 "positions",
+                                 b, rq[b].n_prompt, max_new, e->cap);
         for (int i = 0; i < rq[b].n_prompt; i++)
             if (rq[b].prompt[i] < 0 || rq[b].prompt[i] >= e->V)
                 return sfi_error_set(err, SFI_ERANGE,
                                      "request %d: prompt token %d (id %d) outside the vocabulary "
-                                     "[0, %d)", b, i, (int)rq[b].prompt[i], e->V);
+                                     "[0, %d)",
+                                     b, i, (int)rq[b].prompt[i], e->V);
         if (rq[b].force) {
             if (rq[b].n_force < max_new - 1)
                 return sfi_error_set(err, SFI_EINVAL,
@@ -1250,7 +1361,8 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
                 if (rq[b].force[i] < 0 || rq[b].force[i] >= e->V)
                     return sfi_error_set(err, SFI_ERANGE,
                                          "request %d: forced token %d (id %d) outside the "
-                                         "vocabulary", b, i, (int)rq[b].force[i]);
+                                         "vocabulary",
+                                         b, i, (int)rq[b].force[i]);
         }
     }
     int forced = rq[0].force != NULL;
@@ -1276,18 +1388,18 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
         goto out;
     }
-#define RTRY(x)                                                                          \
-    do {                                                                                 \
-        if ((rc = (x)))                                                                  \
-            goto out;                                                                    \
+#define RTRY(x)                                                                                    \
+    do {                                                                                           \
+        if ((rc = (x)))                                                                            \
+            goto out;                                                                              \
     } while (0)
-#define RCK(x)                                                                           \
-    do {                                                                                 \
-        cudaError_t ce_ = (cudaError_t)(x);                                              \
-        if (ce_ != cudaSuccess) {                                                        \
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_)); \
-            goto out;                                                                    \
-        }                                                                                \
+#define RCK(x)                                                                                     \
+    do {                                                                                           \
+        cudaError_t ce_ = (cudaError_t)(x);                                                        \
+        if (ce_ != cudaSuccess) {                                                                  \
+            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));         \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
     /* run state and plan */
     {
@@ -1417,8 +1529,10 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
             }
             if (obs) {
                 RCK(cudaStreamSynchronize(e->main_st));
-                RCK(cudaMemcpy(hk, e->hist_kind + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
-                RCK(cudaMemcpy(ht, e->hist_tok + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
+                RCK(cudaMemcpy(hk, e->hist_kind + (size_t)t * B, (size_t)B * 4,
+                               cudaMemcpyDeviceToHost));
+                RCK(cudaMemcpy(ht, e->hist_tok + (size_t)t * B, (size_t)B * 4,
+                               cudaMemcpyDeviceToHost));
                 RCK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
                 sfi_gpu_run_state s;
                 RCK(cudaMemcpy(&s, e->d_state, sizeof s, cudaMemcpyDeviceToHost));
@@ -1429,8 +1543,8 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
                     if (e->o.sfi && kind == SFI_STEP_SLOW && obs->on_selected)
                         RTRY(observe_selected(e, obs, b, t, selbuf, err));
                     if (obs->on_step)
-                        RTRY(obs->on_step(obs->user, b, t, kind, why, ht[b],
-                                          lg + (size_t)b * e->V, e->V, err));
+                        RTRY(obs->on_step(obs->user, b, t, kind, why, ht[b], lg + (size_t)b * e->V,
+                                          e->V, err));
                 }
             }
         }

@@ -34,27 +34,27 @@ extern "C" {
 #endif
 
 typedef struct {
-    int dtype;              /* SFI_GPU_BF16 (serving) or SFI_GPU_F32 (checking) */
-    int exact;              /* bit-exact kernels (f32 only) */
-    int sfi;                /* 1: SFI mode; 0: dense (every step dense) */
+    int dtype; /* SFI_GPU_BF16 (serving) or SFI_GPU_F32 (checking) */
+    int exact; /* bit-exact kernels (f32 only) */
+    int sfi;   /* 1: SFI mode; 0: dense (every step dense) */
     sfi_params params;
-    int trigger;            /* sfi_trigger_kind (ref/sfi_state.h) */
-    int interval;           /* for the interval policy */
+    int trigger;               /* sfi_trigger_kind (ref/sfi_state.h) */
+    int interval;              /* for the interval policy */
     const uint8_t *is_trigger; /* host [n_trigger_vocab] 0/1, may be NULL */
     int32_t n_trigger_vocab;
-    int max_batch;          /* requests decoded together, 1..SFI_GPU_MAX_BATCH */
-    int max_ctx;            /* positions per request: longest prompt + max_new */
-    int max_new;            /* steps per request (step 0 is the prefill's) */
-    int32_t stop_token;     /* a request stops after generating it; -1: never */
-    int page;               /* positions per KV page (64) */
-    int prefill_chunk;      /* prompt tokens per prefill pass (2048) */
-    int graphs;             /* replay decode steps from a CUDA graph (1) */
-    int overlap;            /* Selector + reorg on a second stream (1) */
-    int pdl;                /* programmatic dependent launch in decode steps: -1 auto
+    int max_batch;      /* requests decoded together, 1..SFI_GPU_MAX_BATCH */
+    int max_ctx;        /* positions per request: longest prompt + max_new */
+    int max_new;        /* steps per request (step 0 is the prefill's) */
+    int32_t stop_token; /* a request stops after generating it; -1: never */
+    int page;           /* positions per KV page (64) */
+    int prefill_chunk;  /* prompt tokens per prefill pass (2048) */
+    int graphs;         /* replay decode steps from a CUDA graph (1) */
+    int overlap;        /* Selector + reorg on a second stream (1) */
+    int pdl;            /* programmatic dependent launch in decode steps: -1 auto
                                (SFI mode on, dense mode off: measured faster each way),
                                0 off, 1 on */
-    int gemm_cublas;        /* decode GEMMs through cuBLAS instead of ours (0) */
-    int skip_select;        /* timing only: slow steps run their dense attention
+    int gemm_cublas;    /* decode GEMMs through cuBLAS instead of ours (0) */
+    int skip_select;    /* timing only: slow steps run their dense attention
                                but no Selector or reorg (results are wrong) */
 } sfi_gpu_engine_opts;
 
@@ -89,7 +89,7 @@ typedef struct {
     /* teacher forcing (replay): the inputs of steps 1.. (force[t-1] is
      * fed at step t instead of x_{t-1}); NULL: greedy decoding */
     const int32_t *force;
-    int n_force;            /* >= max_new - 1 when force is given */
+    int n_force; /* >= max_new - 1 when force is given */
 } sfi_gpu_request;
 
 /* Per-step observation (reads the step's results back every step, so
@@ -102,19 +102,19 @@ typedef struct {
                           const float *logits, int vocab, sfi_error *err);
     /* selected sets of layer l after a slow step (step -1: prefill) of
      * request b: sel [n_kv][K] (first n_sel of each row valid) */
-    sfi_status (*on_selected)(void *user, int b, int step, int layer, const int32_t *sel,
-                              int n_kv, int K, int n_sel, sfi_error *err);
+    sfi_status (*on_selected)(void *user, int b, int step, int layer, const int32_t *sel, int n_kv,
+                              int K, int n_sel, sfi_error *err);
 } sfi_gpu_observer;
 
 typedef struct {
     int batch, max_new;
-    int32_t *ids;           /* [batch][max_new]: generated (argmax) tokens */
-    uint8_t *kinds, *reasons; /* [batch][max_new] */
+    int32_t *ids;              /* [batch][max_new]: generated (argmax) tokens */
+    uint8_t *kinds, *reasons;  /* [batch][max_new] */
     int *n_generated, *n_slow; /* [batch] */
-    double prefill_s;       /* wall seconds of all prefills (synchronised) */
-    double decode_s;        /* wall seconds of steps 1.. */
-    int n_timed;            /* steps with a time in step_ms (1..) */
-    float *step_ms;         /* [max_new] event-timed batch steps (step_ms[0] unused) */
+    double prefill_s;          /* wall seconds of all prefills (synchronised) */
+    double decode_s;           /* wall seconds of steps 1.. */
+    int n_timed;               /* steps with a time in step_ms (1..) */
+    float *step_ms;            /* [max_new] event-timed batch steps (step_ms[0] unused) */
     double graph_build_s;
 } sfi_gpu_run_result;
 
@@ -125,8 +125,8 @@ void sfi_gpu_run_result_free(sfi_gpu_run_result *r);
  * read per-step state; results come back at the end). time_steps: record
  * an event after every step (bench). */
 sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
-                              const sfi_gpu_observer *obs, int time_steps,
-                              sfi_gpu_run_result *res, sfi_error *err);
+                              const sfi_gpu_observer *obs, int time_steps, sfi_gpu_run_result *res,
+                              sfi_error *err);
 
 /* Bytes a step must move per request (for bench's bandwidth figures):
  * KV rows read by a dense or fast step at context ctx, and the weights. */

@@ -33,8 +33,8 @@ int sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, fl
 
 /* RMSNorm of T rows of n: y = w * (x * (1 / sqrt(mean(x^2) + eps))).
  * yf (f32) and yb (bf16) may each be NULL. */
-int sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf,
-                    void *yb, int exact, cudaStream_t st);
+int sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf, void *yb,
+                    int exact, cudaStream_t st);
 
 /* Bit-exact Y[t][i] (= or +=) (sum_j W[i][j] X[t][j] ascending) + b[i];
  * accumulate: Y[t][i] = Y[t][i] + that (the reference's h += tmp). */
@@ -107,8 +107,8 @@ void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max
  * the top `top` experts by probability (ties to the smaller expert),
  * weights divided by their sum when norm; writes sel_e[t][k] in
  * ascending expert order and sel_w[t][k] their weights. */
-int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e,
-                      float *sel_w, int exact, cudaStream_t st);
+int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e, float *sel_w,
+                      int exact, cudaStream_t st);
 
 /* Expert products for the T*top (token, expert) pairs: y[p][0..M) =
  * W_e[M][N] x[t] with e = sel_e[p], t = p / top, W_e = w[e] (an array of
@@ -139,27 +139,27 @@ int sfi_gpu_prefill_attn(const float *q, int T, int pos0, int row, int n_heads, 
  * positions 0..n_ctx-1 (-inf past a query's own position), written as
  * rows (kvh * nw * G + w * G + g) * ld of out: the reference's window
  * order. Sums as the reference's (sequential over D, then * scale). */
-int sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row,
-                          int n_heads, int n_kv, int head_dim, const int32_t *block_table,
-                          int max_blocks, int page, const void *k_pool, int dtype, float *out,
-                          int ld, cudaStream_t st);
+int sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row, int n_heads,
+                          int n_kv, int head_dim, const int32_t *block_table, int max_blocks,
+                          int page, const void *k_pool, int dtype, float *out, int ld,
+                          cudaStream_t st);
 
 /* Random weights: p[i] = offset + uniform[-scale, scale) from a counter
  * hash of (seed, i). */
-int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale,
-                         float offset, cudaStream_t st);
+int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale, float offset,
+                         cudaStream_t st);
 
 /* ---- the per-step plan (trigger decisions on the device) ---- */
 
 /* Trigger policies, as sfi_trigger_kind (ref/sfi_state.h). */
 typedef struct {
     int batch;
-    int sfi;              /* 1: SFI mode; 0: dense (every step slow, ALWAYS) */
-    int policy;           /* sfi_trigger_kind value */
+    int sfi;    /* 1: SFI mode; 0: dense (every step slow, ALWAYS) */
+    int policy; /* sfi_trigger_kind value */
     int T_max, interval;
     int n_sink, n_recent, K;
-    int max_new;          /* steps per request (step 0 is the prefill's) */
-    int32_t stop_token;   /* -1: none */
+    int max_new;               /* steps per request (step 0 is the prefill's) */
+    int32_t stop_token;        /* -1: none */
     const uint8_t *is_trigger; /* device [n_vocab] 0/1, may be NULL */
     int32_t n_vocab;
     const int32_t *force; /* device [batch][max_new] teacher-forced inputs, or NULL */
@@ -167,15 +167,15 @@ typedef struct {
 
 /* Device state the plan kernel and the end-of-step kernel keep. */
 typedef struct {
-    int32_t step;             /* the step being run (1 = first decode step) */
+    int32_t step; /* the step being run (1 = first decode step) */
     int32_t pad;
-    int32_t ctx[SFI_GPU_MAX_BATCH];        /* cached positions, current token's included */
+    int32_t ctx[SFI_GPU_MAX_BATCH]; /* cached positions, current token's included */
     int32_t since_slow[SFI_GPU_MAX_BATCH];
     int32_t active[SFI_GPU_MAX_BATCH];
-    int32_t kout[SFI_GPU_MAX_BATCH];       /* |selected| at the last slow step */
-    int32_t tok[SFI_GPU_MAX_BATCH];        /* x_{t-1}: the last generated token */
-    int32_t in_tok[SFI_GPU_MAX_BATCH];     /* this step's input */
-    int32_t pos[SFI_GPU_MAX_BATCH];        /* this step's position, -1: idle */
+    int32_t kout[SFI_GPU_MAX_BATCH];   /* |selected| at the last slow step */
+    int32_t tok[SFI_GPU_MAX_BATCH];    /* x_{t-1}: the last generated token */
+    int32_t in_tok[SFI_GPU_MAX_BATCH]; /* this step's input */
+    int32_t pos[SFI_GPU_MAX_BATCH];    /* this step's position, -1: idle */
 } sfi_gpu_run_state;
 
 /* Start of a step: advances st->step, decides each active request's kind
@@ -183,8 +183,8 @@ typedef struct {
  * descriptor d->req[b] (ctx_len, recent window, compact rows, J for the
  * Selector when slow, flags), and records kind | reason << 4 into
  * hist_kind[step][b]. */
-int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st,
-                      sfi_gpu_step_desc *d, int32_t *hist_kind, cudaStream_t st_);
+int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
+                      int32_t *hist_kind, cudaStream_t st_);
 
 /* End of a step: tok[b] = next[b] for active requests, hist_tok[step][b]
  * = it; a request stops after max_new steps or its stop token. */

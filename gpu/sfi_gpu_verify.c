@@ -25,9 +25,9 @@ typedef struct {
 typedef struct {
     sfi_hasher hs;
     int hs_ok;
-    int final;           /* hex holds the digest (the hasher is finished) */
+    int final; /* hex holds the digest (the hasher is finished) */
     char hex[65];
-    float *logits;       /* [max_new][V] (keep) */
+    float *logits; /* [max_new][V] (keep) */
     selrec *sel;
     int n_sel, cap_sel;
 } reqobs;
@@ -40,8 +40,8 @@ struct sfi_gpu_verify {
     sfi_gpu_observer obs;
 };
 
-static sfi_status obs_selected(void *user, int b, int step, int layer, const int32_t *sel,
-                               int n_kv, int K, int n_sel, sfi_error *err)
+static sfi_status obs_selected(void *user, int b, int step, int layer, const int32_t *sel, int n_kv,
+                               int K, int n_sel, sfi_error *err)
 {
     sfi_gpu_verify *v = user;
     reqobs *r = &v->r[b];
@@ -124,8 +124,7 @@ sfi_status sfi_gpu_verify_new(int B, int max_new, int vocab, const int32_t *cons
         if (keep && !(r->logits = malloc((size_t)max_new * vocab * sizeof(float)))) {
             sfi_gpu_verify_free(v);
             return sfi_error_set(err, SFI_ENOMEM,
-                                 "out of memory keeping %d steps of logits for the check",
-                                 max_new);
+                                 "out of memory keeping %d steps of logits for the check", max_new);
         }
     }
     *out = v;
@@ -149,7 +148,10 @@ void sfi_gpu_verify_free(sfi_gpu_verify *v)
     free(v);
 }
 
-const sfi_gpu_observer *sfi_gpu_verify_observer(sfi_gpu_verify *v) { return &v->obs; }
+const sfi_gpu_observer *sfi_gpu_verify_observer(sfi_gpu_verify *v)
+{
+    return &v->obs;
+}
 
 sfi_status sfi_gpu_verify_digest(sfi_gpu_verify *v, int b, char hex[65], sfi_error *err)
 {
@@ -250,9 +252,10 @@ static sfi_status ref_on_step(void *user, const sfi_decode_step_info *in, sfi_er
 static void *ref_thread(void *arg)
 {
     refjob *j = arg;
-    sfi_decode_observer obs = {.user = j, .on_step = ref_on_step,
-                               .on_slow_layer = j->o.mode == SFI_DECODE_SFI ? ref_on_slow_layer
-                                                                            : NULL};
+    sfi_decode_observer obs = {.user = j,
+                               .on_step = ref_on_step,
+                               .on_slow_layer =
+                                   j->o.mode == SFI_DECODE_SFI ? ref_on_slow_layer : NULL};
     sfi_error_clear(&j->err);
     j->rc = sfi_decode_run(j->m, &j->o, j->prompt, j->n_prompt, &obs, &j->res, &j->err);
     return NULL;
@@ -322,8 +325,8 @@ int sfi_gpu_verify_reference(sfi_gpu_verify *v, const sfi_qwen3 *m, const sfi_de
             rp->first_diff = n;
         char hex[65];
         sfi_error e;
-        rp->digest_equal = sfi_gpu_verify_digest(v, b, hex, &e) == SFI_OK &&
-                           !strcmp(hex, j->res.digest_hex);
+        rp->digest_equal =
+            sfi_gpu_verify_digest(v, b, hex, &e) == SFI_OK && !strcmp(hex, j->res.digest_hex);
         int bad = rp->first_diff >= 0 || rp->first_over_tol >= 0 || rp->sel_missing ||
                   (exact && (!rp->digest_equal || rp->sel_sets_equal != rp->sel_sets));
         failed += bad;
@@ -337,7 +340,9 @@ int sfi_gpu_verify_reference(sfi_gpu_verify *v, const sfi_qwen3 *m, const sfi_de
                 b, v->n_prompt[b], ng, rp->first_diff < 0 ? "equal" : "DIFFER", fd,
                 rp->sel_sets_equal, rp->sel_sets, rp->sel_positions_differ, rp->sel_positions,
                 rp->sel_missing, rp->max_rel, tol, rp->first_over_tol >= 0 ? ", EXCEEDED" : "",
-                rp->digest_equal ? "equal" : exact ? "DIFFERS" : "differs (bits: only --exact)",
+                rp->digest_equal ? "equal"
+                : exact          ? "DIFFERS"
+                                 : "differs (bits: only --exact)",
                 bad ? "FAIL" : "ok");
         sfi_decode_result_free(&j->res);
     }

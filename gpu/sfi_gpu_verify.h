@@ -34,12 +34,12 @@ sfi_status sfi_gpu_verify_digest(sfi_gpu_verify *v, int b, char hex[65], sfi_err
 
 /* What the comparison found for one request. */
 typedef struct {
-    int ran;                 /* the reference ran (else err says why) */
+    int ran; /* the reference ran (else err says why) */
     char err[256];
     char ref_digest[65];
-    int first_diff;          /* first step whose id, kind or reason differs; -1 none */
-    double max_rel;          /* max over steps of max|gpu - ref| / max|ref| of the logits */
-    int first_over_tol;      /* first step over tol, -1 none */
+    int first_diff;     /* first step whose id, kind or reason differs; -1 none */
+    double max_rel;     /* max over steps of max|gpu - ref| / max|ref| of the logits */
+    int first_over_tol; /* first step over tol, -1 none */
     int sel_sets, sel_sets_equal, sel_missing;
     long sel_positions, sel_positions_differ;
     int digest_equal;

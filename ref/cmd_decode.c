@@ -12,15 +12,14 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: sfi-ref decode --tokenizer DIR < IDS\n\n"
-            "Reads whitespace-separated decimal token ids from standard input and\n"
-            "writes the bytes they stand for to standard output (added tokens such\n"
-            "as <|im_end|> included; nothing added at the end). A character split\n"
-            "across ids comes out as its raw bytes.\n\n"
-            "  --tokenizer DIR  directory with vocab.json, merges.txt (and\n"
-            "                   tokenizer_config.json)\n"
-            "  --help           this text\n");
+    fprintf(out, "usage: sfi-ref decode --tokenizer DIR < IDS\n\n"
+                 "Reads whitespace-separated decimal token ids from standard input and\n"
+                 "writes the bytes they stand for to standard output (added tokens such\n"
+                 "as <|im_end|> included; nothing added at the end). A character split\n"
+                 "across ids comes out as its raw bytes.\n\n"
+                 "  --tokenizer DIR  directory with vocab.json, merges.txt (and\n"
+                 "                   tokenizer_config.json)\n"
+                 "  --help           this text\n");
 }
 
 int sfi_ref_cmd_decode(int argc, char **argv)
@@ -35,8 +34,8 @@ int sfi_ref_cmd_decode(int argc, char **argv)
      * every id is valid. */
     size_t got = 0;
     char *in = NULL;
-    if (sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX, "an input",
-                           &in, &got, &err) != SFI_OK)
+    if (sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX, "an input", &in, &got,
+                           &err) != SFI_OK)
         in = NULL;
     int rc = 0;
     if (!in) {

@@ -13,20 +13,19 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: sfi-ref digest FILE...\n"
-            "       sfi-ref digest --suite\n\n"
-            "Print SHA-256 digests as \"HEX  NAME\" lines (the format of sha256sum;\n"
-            "a name with a backslash, newline or CR is escaped as sha256sum does).\n\n"
-            "  FILE...      digest each file (\"-\" is standard input)\n"
-            "  -s, --suite  run the reference core's golden suite (seeded exp/log/sqrt,\n"
-            "               softmax, dense/sparse/prefill attention, Selector with every\n"
-            "               intermediate, trigger policies and fast sets) and print one\n"
-            "               digest per case; they must equal tests/golden/ref_core.sha256\n"
-            "               on every compiler, optimisation level and host\n"
-            "  -h, --help   print this help\n\n"
-            "Exit status: 0 ok, 1 a file could not be read (the others are still\n"
-            "printed) or the suite failed, 2 usage error. See sfi-ref-digest(1).\n");
+    fprintf(out, "usage: sfi-ref digest FILE...\n"
+                 "       sfi-ref digest --suite\n\n"
+                 "Print SHA-256 digests as \"HEX  NAME\" lines (the format of sha256sum;\n"
+                 "a name with a backslash, newline or CR is escaped as sha256sum does).\n\n"
+                 "  FILE...      digest each file (\"-\" is standard input)\n"
+                 "  -s, --suite  run the reference core's golden suite (seeded exp/log/sqrt,\n"
+                 "               softmax, dense/sparse/prefill attention, Selector with every\n"
+                 "               intermediate, trigger policies and fast sets) and print one\n"
+                 "               digest per case; they must equal tests/golden/ref_core.sha256\n"
+                 "               on every compiler, optimisation level and host\n"
+                 "  -h, --help   print this help\n\n"
+                 "Exit status: 0 ok, 1 a file could not be read (the others are still\n"
+                 "printed) or the suite failed, 2 usage error. See sfi-ref-digest(1).\n");
 }
 
 static void emit(const char *name, const char *hex, void *ctx)
@@ -80,15 +79,9 @@ int sfi_ref_cmd_digest(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "sh", opts, NULL)) != -1) {
         switch (c) {
-        case 's':
-            suite = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
+        case 's': suite = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
         }
     }
     if (suite == (optind < argc)) {

@@ -11,15 +11,14 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: sfi-ref encode --tokenizer DIR < TEXT\n\n"
-            "Prints the token ids of standard input's text (UTF-8, read whole, no\n"
-            "newline added or removed) on one line, separated by spaces, as Hugging\n"
-            "Face's Qwen2Tokenizer gives them (no BOS/EOS added; added tokens such as\n"
-            "<|im_start|> in the text are recognized).\n\n"
-            "  --tokenizer DIR  directory with vocab.json, merges.txt (and\n"
-            "                   tokenizer_config.json), e.g. a checkpoint directory\n"
-            "  --help           this text\n");
+    fprintf(out, "usage: sfi-ref encode --tokenizer DIR < TEXT\n\n"
+                 "Prints the token ids of standard input's text (UTF-8, read whole, no\n"
+                 "newline added or removed) on one line, separated by spaces, as Hugging\n"
+                 "Face's Qwen2Tokenizer gives them (no BOS/EOS added; added tokens such as\n"
+                 "<|im_start|> in the text are recognized).\n\n"
+                 "  --tokenizer DIR  directory with vocab.json, merges.txt (and\n"
+                 "                   tokenizer_config.json), e.g. a checkpoint directory\n"
+                 "  --help           this text\n");
 }
 
 int sfi_ref_cmd_encode(int argc, char **argv)
@@ -32,8 +31,8 @@ int sfi_ref_cmd_encode(int argc, char **argv)
     sfi_error_clear(&err);
     size_t len;
     char *text = NULL;
-    if (sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX, "an input",
-                           &text, &len, &err) != SFI_OK)
+    if (sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX, "an input", &text,
+                           &len, &err) != SFI_OK)
         text = NULL;
     if (!text) {
         fprintf(stderr, "sfi-ref encode: %s\n", err.msg);

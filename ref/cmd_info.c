@@ -104,7 +104,8 @@ static int print_json(const sfi_model_config *c, const char *model_dir)
     json_object_set_new(o, "params", json_integer((json_int_t)params));
     json_object_set_new(o, "active_params", json_integer((json_int_t)active_params(c)));
     json_object_set_new(o, "weight_bytes_per_param", json_integer(c->weight_bytes));
-    json_object_set_new(o, "weight_bytes", json_integer((json_int_t)(params * (uint64_t)c->weight_bytes)));
+    json_object_set_new(o, "weight_bytes",
+                        json_integer((json_int_t)(params * (uint64_t)c->weight_bytes)));
     json_object_set_new(o, "kv_bytes_per_token_bf16",
                         json_integer((json_int_t)sfi_model_kv_bytes_per_token(c, 2)));
     size_t nt;
@@ -121,7 +122,8 @@ static int print_json(const sfi_model_config *c, const char *model_dir)
                 json_object_set_new(by, sfi_st_dtype_name((sfi_st_dtype)d),
                                     json_integer((json_int_t)cb[d]));
         json_object_set_new(o, "checkpoint_tensors", json_integer((json_int_t)nt));
-        json_object_set_new(o, "checkpoint_bytes", json_integer((json_int_t)(cb[0] + cb[1] + cb[2])));
+        json_object_set_new(o, "checkpoint_bytes",
+                            json_integer((json_int_t)(cb[0] + cb[1] + cb[2])));
         json_object_set_new(o, "checkpoint_bytes_by_dtype", by);
     }
     int rc = json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_INDENT(2));
@@ -220,8 +222,7 @@ int sfi_ref_cmd_info(int argc, char **argv)
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "sfi-ref info: %s option '%s'\n",
-                    c == ':' ? "missing argument for" : "unknown",
-                    argv[optind - 1]);
+                    c == ':' ? "missing argument for" : "unknown", argv[optind - 1]);
             usage(stderr);
             return 2;
         }

@@ -16,30 +16,32 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: sfi-ref make-checkpoint --preset NAME|CONFIG --out DIR [--seed S]\n"
-            "                               [--layers N] [--dtype bf16|f32]\n\n"
-            "Write a random-weight Qwen3 checkpoint of a preset's shape: DIR/config.json and\n"
-            "DIR/model.safetensors (DIR is created when absent; each file is written to a\n"
-            "temporary name and renamed, so a failed run leaves no partial checkpoint). A\n"
-            "checkpoint in DIR that make-checkpoint did not write is never replaced.\n\n"
-            "  -p, --preset NAME   a built-in preset (e.g. Qwen3-0.6B; see 'sfi-ref info\n"
-            "                      --list'), a config.json, or a directory holding one\n"
-            "  -o, --out DIR       output directory\n"
-            "  -s, --seed S        seed of the weights (default 1); same seed, same bytes\n"
-            "  -l, --layers N      keep only the first N layers (smaller test checkpoints)\n"
-            "      --dtype T       bf16 (default) or f32\n"
-            "  -h, --help          print this help\n\n"
-            "Exit status: 0 ok, 1 failure, 2 usage error. See sfi-ref-make-checkpoint(1).\n");
+    fprintf(out, "usage: sfi-ref make-checkpoint --preset NAME|CONFIG --out DIR [--seed S]\n"
+                 "                               [--layers N] [--dtype bf16|f32]\n\n"
+                 "Write a random-weight Qwen3 checkpoint of a preset's shape: DIR/config.json and\n"
+                 "DIR/model.safetensors (DIR is created when absent; each file is written to a\n"
+                 "temporary name and renamed, so a failed run leaves no partial checkpoint). A\n"
+                 "checkpoint in DIR that make-checkpoint did not write is never replaced.\n\n"
+                 "  -p, --preset NAME   a built-in preset (e.g. Qwen3-0.6B; see 'sfi-ref info\n"
+                 "                      --list'), a config.json, or a directory holding one\n"
+                 "  -o, --out DIR       output directory\n"
+                 "  -s, --seed S        seed of the weights (default 1); same seed, same bytes\n"
+                 "  -l, --layers N      keep only the first N layers (smaller test checkpoints)\n"
+                 "      --dtype T       bf16 (default) or f32\n"
+                 "  -h, --help          print this help\n\n"
+                 "Exit status: 0 ok, 1 failure, 2 usage error. See sfi-ref-make-checkpoint(1).\n");
 }
 
 int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
 {
     enum { O_DTYPE = 256 };
     static const struct option opts[] = {
-        {"preset", required_argument, NULL, 'p'}, {"out", required_argument, NULL, 'o'},
-        {"seed", required_argument, NULL, 's'},   {"layers", required_argument, NULL, 'l'},
-        {"dtype", required_argument, NULL, O_DTYPE}, {"help", no_argument, NULL, 'h'},
+        {"preset", required_argument, NULL, 'p'},
+        {"out", required_argument, NULL, 'o'},
+        {"seed", required_argument, NULL, 's'},
+        {"layers", required_argument, NULL, 'l'},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *preset = NULL, *out = NULL;
@@ -55,15 +57,17 @@ int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
         case 'o': out = optarg; break;
         case 's':
             if (sfi_parse_u64(optarg, &seed)) {
-                fprintf(stderr, "sfi-ref make-checkpoint: --seed '%s': expected a "
-                                "non-negative integer\n", optarg);
+                fprintf(stderr,
+                        "sfi-ref make-checkpoint: --seed '%s': expected a "
+                        "non-negative integer\n",
+                        optarg);
                 return 2;
             }
             break;
         case 'l':
             if (sfi_parse_int(optarg, 1, SFI_MODEL_MAX_LAYERS, &layers)) {
-                fprintf(stderr, "sfi-ref make-checkpoint: --layers '%s': expected 1..%d\n",
-                        optarg, SFI_MODEL_MAX_LAYERS);
+                fprintf(stderr, "sfi-ref make-checkpoint: --layers '%s': expected 1..%d\n", optarg,
+                        SFI_MODEL_MAX_LAYERS);
                 return 2;
             }
             break;
@@ -104,8 +108,8 @@ int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
     }
     if (layers > 0) {
         if (layers > cfg->num_hidden_layers) {
-            fprintf(stderr, "sfi-ref make-checkpoint: --layers %d: %s has only %d layers\n",
-                    layers, preset, cfg->num_hidden_layers);
+            fprintf(stderr, "sfi-ref make-checkpoint: --layers %d: %s has only %d layers\n", layers,
+                    preset, cfg->num_hidden_layers);
             free(cfg);
             return 2;
         }
@@ -124,8 +128,9 @@ int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
         return 1;
     }
     printf("wrote %s/config.json and %s/model.safetensors: %s, %d layers, %llu parameters, "
-           "%s, seed %llu\n", out, out, cfg->name, cfg->num_hidden_layers,
-           (unsigned long long)params, dt == SFI_DT_F32 ? "f32" : "bf16", (unsigned long long)seed);
+           "%s, seed %llu\n",
+           out, out, cfg->name, cfg->num_hidden_layers, (unsigned long long)params,
+           dt == SFI_DT_F32 ? "f32" : "bf16", (unsigned long long)seed);
     free(cfg);
     return 0;
 }

@@ -79,13 +79,25 @@ static char *read_prompt(const char *path, const char *what, size_t *len, sfi_er
     char *buf = NULL;
     sfi_status st = strcmp(path, "-")
                         ? sfi_io_read(path, SFI_REF_PROMPT_FILE_MAX, what, &buf, len, err)
-                        : sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX,
-                                             what, &buf, len, err);
+                        : sfi_io_read_stream(stdin, "standard input", SFI_REF_PROMPT_FILE_MAX, what,
+                                             &buf, len, err);
     return st ? NULL : buf;
 }
 
-enum { O_PROMPT_FILE = 256, O_PROMPT_IDS, O_FORCED_IDS, O_MODE, O_PARAMS, O_TRIGGER, O_INTERVAL,
-       O_BACKEND, O_TOKENIZER, O_STOP, O_JSON, O_TRACE };
+enum {
+    O_PROMPT_FILE = 256,
+    O_PROMPT_IDS,
+    O_FORCED_IDS,
+    O_MODE,
+    O_PARAMS,
+    O_TRIGGER,
+    O_INTERVAL,
+    O_BACKEND,
+    O_TOKENIZER,
+    O_STOP,
+    O_JSON,
+    O_TRACE
+};
 
 static int parse_int(const char *s, const char *what, int lo, int *out)
 {
@@ -207,8 +219,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         fprintf(stderr, "sfi-ref run: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!a->model || a->o.max_new < 0 ||
-        (!!a->prompt + !!a->prompt_file + !!a->prompt_ids) != 1) {
+    if (!a->model || a->o.max_new < 0 || (!!a->prompt + !!a->prompt_file + !!a->prompt_ids) != 1) {
         fprintf(stderr, "sfi-ref run: need --model, --max-new and exactly one of --prompt, "
                         "--prompt-file, --prompt-ids\n");
         usage(stderr);
@@ -226,15 +237,15 @@ static int parse_args(int argc, char **argv, run_args *a)
 /* What the run holds, freed by run_free. */
 typedef struct {
     sfi_qwen3 *m;
-    sfi_tokenizer *tk;     /* NULL: no tokenizer files, ids only */
+    sfi_tokenizer *tk; /* NULL: no tokenizer files, ids only */
     sfi_trigger_set ts;
     int have_ts;
-    int32_t *ids;          /* the prompt */
+    int32_t *ids; /* the prompt */
     int n_ids;
-    int32_t *forced;       /* --forced-ids */
+    int32_t *forced; /* --forced-ids */
     int n_forced;
     sfi_decode_result res;
-    char *text;            /* the generated text (with a tokenizer) */
+    char *text; /* the generated text (with a tokenizer) */
     size_t text_len;
 } run_state;
 
@@ -258,13 +269,17 @@ static int load_tokenizer(run_args *a, const sfi_model_config *cfg, run_state *r
     int have_files = file_exists(a->tok_dir, "vocab.json") && file_exists(a->tok_dir, "merges.txt");
     if (!have_files) {
         if (a->prompt || a->prompt_file) {
-            fprintf(stderr, "sfi-ref run: %s: no vocab.json + merges.txt to encode the prompt "
-                            "text (give --tokenizer DIR or --prompt-ids)\n", a->tok_dir);
+            fprintf(stderr,
+                    "sfi-ref run: %s: no vocab.json + merges.txt to encode the prompt "
+                    "text (give --tokenizer DIR or --prompt-ids)\n",
+                    a->tok_dir);
             return 1;
         }
         if (a->o.mode == SFI_DECODE_SFI && !a->json)
-            fprintf(stderr, "sfi-ref run: note: no tokenizer files in %s: the trigger set is "
-                            "empty, slow steps come from T_max only\n", a->tok_dir);
+            fprintf(stderr,
+                    "sfi-ref run: note: no tokenizer files in %s: the trigger set is "
+                    "empty, slow steps come from T_max only\n",
+                    a->tok_dir);
         return 0;
     }
     if (sfi_tokenizer_load(a->tok_dir, &r->tk, &e) ||
@@ -289,8 +304,8 @@ static int encode_prompt(const run_args *a, run_state *r)
 {
     sfi_error e;
     size_t len = 0;
-    char *s = a->prompt ? strdup(a->prompt)
-                        : read_prompt(a->prompt_file, "a prompt file", &len, &e);
+    char *s =
+        a->prompt ? strdup(a->prompt) : read_prompt(a->prompt_file, "a prompt file", &len, &e);
     if (!s) {
         fprintf(stderr, "sfi-ref run: %s\n", a->prompt ? "out of memory" : e.msg);
         return 1;
@@ -334,8 +349,10 @@ static int read_prompt_ids(const run_args *a, const sfi_model_config *cfg, run_s
         return 1;
     }
     if (r->n_ids > cfg->max_position_embeddings) {
-        fprintf(stderr, "sfi-ref run: prompt of %d tokens is longer than the model's "
-                        "max_position_embeddings %d\n", r->n_ids, cfg->max_position_embeddings);
+        fprintf(stderr,
+                "sfi-ref run: prompt of %d tokens is longer than the model's "
+                "max_position_embeddings %d\n",
+                r->n_ids, cfg->max_position_embeddings);
         return 1;
     }
     return 0;
@@ -466,10 +483,11 @@ static void print_text(const run_args *a, const run_state *r)
                sfi_step_reason_name(res->reasons[i]), (int)res->ids[i]);
     printf("slow_fraction: %.6f (%d of %d steps)\n", res->slow_fraction, res->n_slow,
            res->n_generated);
-    printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", r->n_ids,
-           sfi_decode_mode_name(a->o.mode), sfi_backend_name(a->o.backend));
+    printf("prompt_tokens: %d\nmode: %s\nbackend: %s\n", r->n_ids, sfi_decode_mode_name(a->o.mode),
+           sfi_backend_name(a->o.backend));
     printf("seconds: prefill %.3f, decode %.3f (%.2f ms/token); CPU seconds: prefill "
-           "%.3f, decode %.3f\n", res->prefill_seconds, res->decode_seconds,
+           "%.3f, decode %.3f\n",
+           res->prefill_seconds, res->decode_seconds,
            res->n_generated > 1 ? 1e3 * res->decode_seconds / (res->n_generated - 1) : 0.0,
            res->prefill_cpu_seconds, res->decode_cpu_seconds);
     printf("digest: %s\n", res->digest_hex);

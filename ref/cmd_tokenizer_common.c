@@ -13,8 +13,8 @@
 #include "sfi_ref_cli.h"
 #include "sfi_vocab.h"
 
-int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
-                          void (*usage)(FILE *), sfi_tokenizer **out)
+int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv, void (*usage)(FILE *),
+                          sfi_tokenizer **out)
 {
     static const struct option opts[] = {
         {"tokenizer", required_argument, NULL, 't'},
@@ -50,8 +50,8 @@ int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
 }
 
 /* Whitespace-separated decimal ids. */
-sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_t **ids,
-                             int *n, sfi_error *err)
+sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_t **ids, int *n,
+                             sfi_error *err)
 {
     /* The one parser of id lists (sfi-ref decode's too). */
     size_t k = 0;
@@ -77,8 +77,9 @@ sfi_status sfi_ref_tokenizer_fits(const sfi_tokenizer *tk, const char *tok_dir,
 {
     int32_t n = sfi_vocab_size(sfi_tokenizer_vocab(tk));
     if (n > cfg->vocab_size)
-        return sfi_error_set(err, SFI_EINVAL, "%s: the tokenizer's ids reach %d, past the "
-                             "model's vocab_size %d: not this model's tokenizer", tok_dir, n - 1,
-                             cfg->vocab_size);
+        return sfi_error_set(err, SFI_EINVAL,
+                             "%s: the tokenizer's ids reach %d, past the "
+                             "model's vocab_size %d: not this model's tokenizer",
+                             tok_dir, n - 1, cfg->vocab_size);
     return SFI_OK;
 }

@@ -21,7 +21,8 @@ static void usage(FILE *out)
             "  --tokenizer DIR  directory with vocab.json (and tokenizer_config.json)\n"
             "  --chars S        trigger characters (default \".?!;\\n\"); escapes \\n \\t \\\\\n"
             "  --format F       text (default): 'size N' then 'ID<TAB>\"TEXT\"' lines;\n"
-            "                   json: {\"size\", \"chars\", \"members\": [{\"id\", \"text\", \"token\"}]}\n"
+            "                   json: {\"size\", \"chars\", \"members\": [{\"id\", \"text\", "
+            "\"token\"}]}\n"
             "  --help           this text\n");
 }
 
@@ -68,8 +69,10 @@ int sfi_ref_cmd_trigger_set(int argc, char **argv)
         case 't': dir = optarg; break;
         case 'c':
             if (unescape(optarg, chars, sizeof chars)) {
-                fprintf(stderr, "sfi-ref trigger-set: --chars: '%s' is empty, too long or has "
-                                "an escape other than \\n \\t \\\\\n", optarg);
+                fprintf(stderr,
+                        "sfi-ref trigger-set: --chars: '%s' is empty, too long or has "
+                        "an escape other than \\n \\t \\\\\n",
+                        optarg);
                 return 2;
             }
             break;

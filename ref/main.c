@@ -21,7 +21,8 @@ static const command commands[] = {
     {"decode", sfi_ref_cmd_decode, "print the text of token ids read from standard input"},
     {"trigger-set", sfi_ref_cmd_trigger_set, "print the trigger set of a tokenizer vocabulary"},
     {"digest", sfi_ref_cmd_digest, "print the SHA-256 digest of files"},
-    {"make-checkpoint", sfi_ref_cmd_make_checkpoint, "write a random-weight checkpoint of a preset's shape"},
+    {"make-checkpoint", sfi_ref_cmd_make_checkpoint,
+     "write a random-weight checkpoint of a preset's shape"},
     {"eval", sfi_ref_cmd_eval, "teacher-forced quality of every KV policy at equal budget"},
     {"calibrate", sfi_ref_cmd_calibrate, "Kascade's and FASA's calibration from a text"},
 };

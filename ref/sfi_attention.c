@@ -12,6 +12,7 @@
 
 #include "sfi_attention.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,8 @@ sfi_status sfi_attn_shape_check(const sfi_attn_shape *s, sfi_error *err)
                              s->n_heads, s->n_kv_heads, s->head_dim);
     if (s->n_heads % s->n_kv_heads != 0)
         return sfi_error_set(err, SFI_EINVAL,
-                             "attention: n_heads=%d is not a multiple of n_kv_heads=%d",
-                             s->n_heads, s->n_kv_heads);
+                             "attention: n_heads=%d is not a multiple of n_kv_heads=%d", s->n_heads,
+                             s->n_kv_heads);
     return SFI_OK;
 }
 
@@ -47,14 +48,16 @@ float sfi_attn_scale(int head_dim)
  * key and value row is read once for the whole group; each head's own
  * sums still run over positions in ascending order, so the result is the
  * same bits as one head at a time. */
-static void attend_group(const sfi_attn_shape *s, const float *q, int kvh,
-                         const float *k, const float *v, const int32_t *pos, int n,
-                         float scale, float *buf, float *out, float *logits, size_t ld)
+static void attend_group(const sfi_attn_shape *s, const float *q, int kvh, const float *k,
+                         const float *v, const int32_t *pos, int n, float scale, float *buf,
+                         float *out, float *logits, size_t ld)
 {
     const size_t d = (size_t)s->head_dim;
     const size_t row = (size_t)s->n_kv_heads * d;
     const int G = s->n_heads / s->n_kv_heads;
     const int h0 = kvh * G;
+    /* callers validated the shape and the positions */
+    assert(n >= 1 && kvh >= 0 && kvh < s->n_kv_heads);
     for (int i = 0; i < n; i++) {
         size_t j = pos ? (size_t)pos[i] : (size_t)i;
         const float *kj = k + j * row + (size_t)kvh * d;
@@ -78,7 +81,8 @@ static void attend_group(const sfi_attn_shape *s, const float *q, int kvh,
             buf[(size_t)(g + 3) * (size_t)n + (size_t)i] = a3 * scale;
         }
         for (; g < G; g++)
-            buf[(size_t)g * (size_t)n + (size_t)i] = sfi_dot(q + (size_t)(h0 + g) * d, kj, d) * scale;
+            buf[(size_t)g * (size_t)n + (size_t)i] =
+                sfi_dot(q + (size_t)(h0 + g) * d, kj, d) * scale;
     }
     for (int g = 0; g < G; g++) {
         float *bg = buf + (size_t)g * (size_t)n;
@@ -110,13 +114,14 @@ static sfi_status check_common(const sfi_attn_shape *s, const float *q, const fl
     if (!q || !k || !v || !out)
         return sfi_error_set(err, SFI_EINVAL, "attention: missing q, k, v or out buffer");
     if (n_ctx < 1)
-        return sfi_error_set(err, SFI_EINVAL, "attention: n_ctx=%d: need at least one position", n_ctx);
+        return sfi_error_set(err, SFI_EINVAL, "attention: n_ctx=%d: need at least one position",
+                             n_ctx);
     return SFI_OK;
 }
 
-sfi_status sfi_attn_dense_decode(const sfi_attn_shape *s, const float *q,
-                                 const float *k, const float *v, int n_ctx,
-                                 float *out, float *logits, sfi_error *err)
+sfi_status sfi_attn_dense_decode(const sfi_attn_shape *s, const float *q, const float *k,
+                                 const float *v, int n_ctx, float *out, float *logits,
+                                 sfi_error *err)
 {
     sfi_status st = check_common(s, q, k, v, out, n_ctx, err);
     if (st != SFI_OK)
@@ -132,10 +137,9 @@ sfi_status sfi_attn_dense_decode(const sfi_attn_shape *s, const float *q,
     return SFI_OK;
 }
 
-sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
-                                  const float *k, const float *v, int n_ctx,
-                                  const int32_t *const *idx, const int *n_idx,
-                                  float *out, sfi_error *err)
+sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q, const float *k,
+                                  const float *v, int n_ctx, const int32_t *const *idx,
+                                  const int *n_idx, float *out, sfi_error *err)
 {
     sfi_status st = check_common(s, q, k, v, out, n_ctx, err);
     if (st != SFI_OK)
@@ -146,8 +150,8 @@ sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
     for (int h = 0; h < s->n_kv_heads; h++) {
         if (n_idx[h] < 1 || n_idx[h] > n_ctx)
             return sfi_error_set(err, SFI_EINVAL,
-                                 "sparse attention: kv head %d: %d positions, need 1..n_ctx=%d",
-                                 h, n_idx[h], n_ctx);
+                                 "sparse attention: kv head %d: %d positions, need 1..n_ctx=%d", h,
+                                 n_idx[h], n_ctx);
         if (!idx[h])
             return sfi_error_set(err, SFI_EINVAL, "sparse attention: kv head %d: no index set", h);
         if (n_idx[h] > max_n)
@@ -166,8 +170,8 @@ sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
         for (int i = 0; i < n_idx[h]; i++) {
             if (idx[h][i] < 0 || idx[h][i] >= n_ctx) {
                 st = sfi_error_set(err, SFI_EINVAL,
-                                   "sparse attention: kv head %d: position %ld outside 0..%d",
-                                   h, (long)idx[h][i], n_ctx - 1);
+                                   "sparse attention: kv head %d: position %ld outside 0..%d", h,
+                                   (long)idx[h][i], n_ctx - 1);
                 break;
             }
         }
@@ -202,8 +206,8 @@ sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
 }
 
 sfi_status sfi_attn_prefill(const sfi_attn_shape *s, const float *q, int T, int pos0,
-                            const float *k, const float *v, float *out,
-                            int W, float *tail_logits, sfi_error *err)
+                            const float *k, const float *v, float *out, int W, float *tail_logits,
+                            sfi_error *err)
 {
     sfi_status st = sfi_attn_shape_check(s, err);
     if (st != SFI_OK)
@@ -211,15 +215,18 @@ sfi_status sfi_attn_prefill(const sfi_attn_shape *s, const float *q, int T, int 
     if (!q || !k || !v || !out)
         return sfi_error_set(err, SFI_EINVAL, "prefill attention: missing q, k, v or out buffer");
     if (T < 1 || pos0 < 0 || pos0 > (1 << 30) - T)
-        return sfi_error_set(err, SFI_EINVAL, "prefill attention: T=%d, pos0=%d: need T >= 1, pos0 >= 0", T, pos0);
-    if (W < 0 || W > T || (W > 0 && !tail_logits))
         return sfi_error_set(err, SFI_EINVAL,
-                             "prefill attention: W=%d tail queries of T=%d (need 0..T and a buffer)", W, T);
+                             "prefill attention: T=%d, pos0=%d: need T >= 1, pos0 >= 0", T, pos0);
+    if (W < 0 || W > T || (W > 0 && !tail_logits))
+        return sfi_error_set(
+            err, SFI_EINVAL,
+            "prefill attention: W=%d tail queries of T=%d (need 0..T and a buffer)", W, T);
     const int n_keys = pos0 + T;
     const int group = s->n_heads / s->n_kv_heads;
     float *buf = malloc((size_t)group * (size_t)n_keys * sizeof *buf);
     if (!buf)
-        return sfi_error_set(err, SFI_ENOMEM, "prefill attention: out of memory for %d logits", n_keys);
+        return sfi_error_set(err, SFI_ENOMEM, "prefill attention: out of memory for %d logits",
+                             n_keys);
     const float scale = sfi_attn_scale(s->head_dim);
     const size_t qstride = (size_t)s->n_heads * (size_t)s->head_dim;
     for (int t = 0; t < T; t++) {

@@ -21,6 +21,7 @@
 
 #include "sfi_decode.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,24 +80,24 @@ typedef struct {
     const sfi_decode_observer *obs;
     sfi_kv_cache kv;
     sfi_state st;
-    int sfi;                 /* SFI mode */
-    int Wq;                  /* queries kept per layer */
-    float *qhist;            /* [layer][Wq][nh*hd], ring by position % Wq */
-    int step;                /* current decode step (-1: prefill) */
+    int sfi;      /* SFI mode */
+    int Wq;       /* queries kept per layer */
+    float *qhist; /* [layer][Wq][nh*hd], ring by position % Wq */
+    int step;     /* current decode step (-1: prefill) */
     int n_prompt;
-    sfi_step_kind kind;      /* of the current step */
+    sfi_step_kind kind; /* of the current step */
     /* scratch */
-    float *logits_l;         /* [nh][cap] dense logits of one query */
-    float *att_tmp;          /* [nh*hd] */
-    float *win;              /* [n_kv][Wmax*G][cap] selector input */
-    float *knorm;            /* [n_kv][cap] */
-    int32_t *sel;            /* [n_kv][K] */
-    int *nsel;               /* [n_kv] */
-    int32_t *fast_idx;       /* [n_kv][n_sink + K + n_recent] */
-    int *fast_n;             /* [n_kv] */
-    float *lambda;           /* [n_kv] */
-    float *mass;             /* [nh] */
-    int64_t attended;        /* positions read by the current step's attention */
+    float *logits_l;   /* [nh][cap] dense logits of one query */
+    float *att_tmp;    /* [nh*hd] */
+    float *win;        /* [n_kv][Wmax*G][cap] selector input */
+    float *knorm;      /* [n_kv][cap] */
+    int32_t *sel;      /* [n_kv][K] */
+    int *nsel;         /* [n_kv] */
+    int32_t *fast_idx; /* [n_kv][n_sink + K + n_recent] */
+    int *fast_n;       /* [n_kv] */
+    float *lambda;     /* [n_kv] */
+    float *mass;       /* [nh] */
+    int64_t attended;  /* positions read by the current step's attention */
     sfi_hasher hs;
     sfi_error *err;
 } dctx;
@@ -108,6 +109,7 @@ static size_t qdim(const dctx *d)
 
 static float *qslot(dctx *d, int layer, int pos)
 {
+    assert(layer >= 0 && layer < d->c->num_hidden_layers && pos >= 0);
     return d->qhist + ((size_t)layer * d->Wq + (size_t)(pos % d->Wq)) * qdim(d);
 }
 
@@ -119,9 +121,11 @@ static int fast_cap(const dctx *d)
 /* The fast set of every KV head of `layer` for a cache of n_ctx. */
 static void fast_sets(dctx *d, int layer, int n_ctx)
 {
-    for (int h = 0; h < d->c->num_key_value_heads; h++)
-        sfi_state_fast_set(&d->st, d->prm, layer, h, n_ctx,
-                           d->fast_idx + (size_t)h * fast_cap(d), &d->fast_n[h]);
+    for (int h = 0; h < d->c->num_key_value_heads; h++) {
+        sfi_state_fast_set(&d->st, d->prm, layer, h, n_ctx, d->fast_idx + (size_t)h * fast_cap(d),
+                           &d->fast_n[h]);
+        assert(d->fast_n[h] >= 1 && d->fast_n[h] <= fast_cap(d));
+    }
 }
 
 /* Dense probabilities of the query whose logits are in d->logits_l
@@ -156,6 +160,7 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
         if (first < je - 1)
             first = je - 1;
         int nw = n_ctx - first;
+        assert(nw >= 1 && nw <= d->Wq); /* d->win holds Wq * G rows per KV head */
         for (int w = 0; w < nw; w++) {
             int pos = first + w;
             rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, qslot(d, layer, pos), &d->kv,
@@ -174,8 +179,12 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
             memcpy(d->knorm + (size_t)h * n_ctx,
                    d->kv.key_norms + ((size_t)layer * nkv + h) * d->kv.capacity,
                    (size_t)n_ctx * sizeof(float));
-        sfi_selector_input in = {.n_kv_heads = nkv, .n_win = nw * G, .n_pos = n_ctx,
-                                 .j_begin = jb, .j_end = je, .logits = d->win,
+        sfi_selector_input in = {.n_kv_heads = nkv,
+                                 .n_win = nw * G,
+                                 .n_pos = n_ctx,
+                                 .j_begin = jb,
+                                 .j_end = je,
+                                 .logits = d->win,
                                  .key_norms = d->knorm};
         sfi_selector_detail det;
         memset(&det, 0, sizeof det);
@@ -184,6 +193,7 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
         rc = sfi_selector_run(d->prm, &in, d->sel, &n_sel, &det, d->err);
         if (rc)
             return sfi_error_prefix(d->err, "layer %d", layer);
+        assert(n_sel >= 1 && n_sel <= K); /* the state's slots hold K */
         for (int h = 0; h < nkv; h++) {
             memcpy(dst_base + (size_t)h * K, d->sel + (size_t)h * n_sel,
                    (size_t)n_sel * sizeof(int32_t));
@@ -200,8 +210,8 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
     if (d->obs && d->obs->on_slow_layer) {
         /* captured mass of the newest query over the new fast sets */
         int pos = n_ctx - 1;
-        rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, qslot(d, layer, pos), &d->kv,
-                                  n_ctx, d->att_tmp, d->logits_l, d->err);
+        rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, qslot(d, layer, pos), &d->kv, n_ctx,
+                                  d->att_tmp, d->logits_l, d->err);
         if (rc)
             return rc;
         probs_in_place(d, n_ctx);
@@ -215,10 +225,18 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
                 s += p[ix[i]];
             d->mass[h] = s;
         }
-        sfi_decode_slow_layer_info info = {
-            .step = d->step, .layer = layer, .n_ctx = n_ctx, .n_kv_heads = nkv, .K = K,
-            .selected = dst_base, .n_selected = dst_n, .j_begin = jb, .j_end = je,
-            .lambda = d->lambda, .captured_mass = d->mass, .n_heads = nh};
+        sfi_decode_slow_layer_info info = {.step = d->step,
+                                           .layer = layer,
+                                           .n_ctx = n_ctx,
+                                           .n_kv_heads = nkv,
+                                           .K = K,
+                                           .selected = dst_base,
+                                           .n_selected = dst_n,
+                                           .j_begin = jb,
+                                           .j_end = je,
+                                           .lambda = d->lambda,
+                                           .captured_mass = d->mass,
+                                           .n_heads = nh};
         rc = d->obs->on_slow_layer(d->obs->user, &info, d->err);
     }
     return rc;
@@ -226,35 +244,42 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
 
 static sfi_status observe_attention(dctx *d, int layer, const float *q, int n_ctx)
 {
-    sfi_status rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, q, &d->kv, n_ctx,
-                                         d->att_tmp, d->logits_l, d->err);
+    sfi_status rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, q, &d->kv, n_ctx, d->att_tmp,
+                                         d->logits_l, d->err);
     if (rc)
         return rc;
     probs_in_place(d, n_ctx);
-    sfi_decode_attention_info info = {.step = d->step, .layer = layer, .kind = d->kind,
-                                      .n_heads = d->c->num_attention_heads, .n_ctx = n_ctx,
+    sfi_decode_attention_info info = {.step = d->step,
+                                      .layer = layer,
+                                      .kind = d->kind,
+                                      .n_heads = d->c->num_attention_heads,
+                                      .n_ctx = n_ctx,
                                       .probs = d->logits_l};
     return d->obs->on_attention(d->obs->user, &info, d->err);
 }
 
 /* The attend callback of sfi_qwen3_step: keeps the query, then dense or
  * sparse attention by the kind of the current step. */
-static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cache *kv,
-                         int n_ctx, float *out, sfi_error *err)
+static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cache *kv, int n_ctx,
+                         float *out, sfi_error *err)
 {
     dctx *d = user;
     memcpy(qslot(d, layer, n_ctx - 1), q, qdim(d) * sizeof(float));
     sfi_status rc;
     if (d->obs && d->obs->want_qk && d->obs->on_qk) {
         int step = d->step >= 0 ? d->step : n_ctx == d->n_prompt ? 0 : -1;
-        sfi_decode_qk_info qi = {.step = step, .position = n_ctx - 1, .layer = layer,
-                                 .n_ctx = n_ctx, .q = q, .k = sfi_kv_k(kv, layer),
+        sfi_decode_qk_info qi = {.step = step,
+                                 .position = n_ctx - 1,
+                                 .layer = layer,
+                                 .n_ctx = n_ctx,
+                                 .q = q,
+                                 .k = sfi_kv_k(kv, layer),
                                  .v = sfi_kv_v(kv, layer)};
         if ((rc = d->obs->on_qk(d->obs->user, &qi, err)))
             return rc;
     }
     int nkv = d->c->num_key_value_heads;
-    int all = 1;  /* every set covers the cache: the dense path, same positions */
+    int all = 1; /* every set covers the cache: the dense path, same positions */
     if (d->kind == SFI_STEP_FAST) {
         fast_sets(d, layer, n_ctx);
         for (int h = 0; h < nkv; h++) {
@@ -268,13 +293,12 @@ static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cac
         const int32_t *ix[SFI_DECODE_MAX_KV_HEADS];
         for (int h = 0; h < nkv; h++)
             ix[h] = d->fast_idx + (size_t)h * fast_cap(d);
-        rc = sfi_qwen3_attn_sparse(d->m, d->o->backend, layer, q, kv, n_ctx, ix, d->fast_n,
-                                   out, err);
+        rc = sfi_qwen3_attn_sparse(d->m, d->o->backend, layer, q, kv, n_ctx, ix, d->fast_n, out,
+                                   err);
     } else {
         rc = sfi_qwen3_attn_dense(d->m, d->o->backend, layer, q, kv, n_ctx, out, NULL, err);
     }
-    if (rc == SFI_OK && d->step >= 0 && d->obs && d->obs->want_attention &&
-        d->obs->on_attention)
+    if (rc == SFI_OK && d->step >= 0 && d->obs && d->obs->want_attention && d->obs->on_attention)
         rc = observe_attention(d, layer, q, n_ctx);
     return rc;
 }
@@ -298,8 +322,8 @@ static void dctx_free(dctx *d)
     sfi_hasher_free(&d->hs);
 }
 
-static void hash_step(dctx *d, int step, sfi_step_kind kind, sfi_step_reason reason,
-                      int32_t tok, const float *logits)
+static void hash_step(dctx *d, int step, sfi_step_kind kind, sfi_step_reason reason, int32_t tok,
+                      const float *logits)
 {
     int32_t v[4] = {step, (int32_t)kind, (int32_t)reason, tok};
     sfi_hasher_update_str(&d->hs, "step");
@@ -321,8 +345,8 @@ static sfi_status prefix_attend(void *user, int layer, const float *q, const sfi
                                 int n_ctx, float *out, sfi_error *err)
 {
     prefix_ctx *p = user;
-    memcpy(p->qhist + ((size_t)layer * p->n_queries + (size_t)((n_ctx - 1) % p->n_queries)) *
-                          p->qdim,
+    memcpy(p->qhist +
+               ((size_t)layer * p->n_queries + (size_t)((n_ctx - 1) % p->n_queries)) * p->qdim,
            q, p->qdim * sizeof(float));
     return sfi_qwen3_attn_dense(p->m, p->be, layer, q, kv, n_ctx, out, NULL, err);
 }
@@ -393,8 +417,8 @@ sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int
     /* the queries of all but the last n_queries positions are not kept:
      * no attend hook there, so the blas backend attends a block at once */
     int head = n_prompt - n_queries;
-    rc = head > 0 ? sfi_qwen3_prefill(m, be, &out->kv, prompt, head, NULL, NULL, NULL, err)
-                  : SFI_OK;
+    rc =
+        head > 0 ? sfi_qwen3_prefill(m, be, &out->kv, prompt, head, NULL, NULL, NULL, err) : SFI_OK;
     if (!rc)
         rc = sfi_qwen3_prefill(m, be, &out->kv, prompt + head, n_queries, prefix_attend, &pc,
                                out->logits, err);
@@ -406,8 +430,8 @@ sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int
 }
 
 static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_t *prompt,
-                      int n_prompt, const sfi_decode_prefix *pre,
-                      const sfi_decode_observer *obs, sfi_decode_result *res, sfi_error *err)
+                      int n_prompt, const sfi_decode_prefix *pre, const sfi_decode_observer *obs,
+                      sfi_decode_result *res, sfi_error *err)
 {
     memset(res, 0, sizeof *res);
     const sfi_model_config *c = sfi_qwen3_config(m);
@@ -518,8 +542,8 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
         for (int l = 0; l < c->num_hidden_layers; l++)
             for (int pos = n_prompt - need_q; pos < n_prompt; pos++)
                 memcpy(qslot(&d, l, pos),
-                       pre->qhist + ((size_t)l * pre->n_queries +
-                                     (size_t)(pos % pre->n_queries)) * qdim(&d),
+                       pre->qhist +
+                           ((size_t)l * pre->n_queries + (size_t)(pos % pre->n_queries)) * qdim(&d),
                        qdim(&d) * sizeof(float));
         memcpy(logits, pre->logits, (size_t)c->vocab_size * sizeof(float));
     } else {
@@ -534,10 +558,14 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
                 goto fail;
     }
     if (obs && obs->on_prefill) {
-        sfi_decode_prefill_info pi = {.prompt = prompt, .n_prompt = n_prompt,
-                                      .n_layers = c->num_hidden_layers, .n_heads = nh,
-                                      .n_kv_heads = nkv, .head_dim = c->head_dim,
-                                      .state = d.sfi ? &d.st : NULL, .last_logits = logits,
+        sfi_decode_prefill_info pi = {.prompt = prompt,
+                                      .n_prompt = n_prompt,
+                                      .n_layers = c->num_hidden_layers,
+                                      .n_heads = nh,
+                                      .n_kv_heads = nkv,
+                                      .head_dim = c->head_dim,
+                                      .state = d.sfi ? &d.st : NULL,
+                                      .last_logits = logits,
                                       .vocab_size = c->vocab_size};
         if ((rc = obs->on_prefill(obs->user, &pi, err)))
             goto fail;
@@ -585,10 +613,16 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
             res->n_slow++;
         hash_step(&d, t, kind, reason, tok, logits);
         if (obs && obs->on_step) {
-            sfi_decode_step_info si = {.step = t, .kind = kind, .reason = reason,
-                                       .input_token = prev, .position = d.kv.n - 1,
-                                       .n_ctx = d.kv.n, .token = tok, .logits = logits,
-                                       .vocab_size = c->vocab_size, .attended = d.attended};
+            sfi_decode_step_info si = {.step = t,
+                                       .kind = kind,
+                                       .reason = reason,
+                                       .input_token = prev,
+                                       .position = d.kv.n - 1,
+                                       .n_ctx = d.kv.n,
+                                       .token = tok,
+                                       .logits = logits,
+                                       .vocab_size = c->vocab_size,
+                                       .attended = d.attended};
             if ((rc = obs->on_step(obs->user, &si, err)))
                 goto fail;
         }
@@ -601,9 +635,13 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
     }
     if (obs && obs->want_qk && obs->on_qk)
         for (int l = 0; l < c->num_hidden_layers; l++) {
-            sfi_decode_qk_info qi = {.step = res->n_generated - 1, .position = d.kv.n - 1,
-                                     .layer = l, .n_ctx = d.kv.n, .final = 1,
-                                     .k = sfi_kv_k(&d.kv, l), .v = sfi_kv_v(&d.kv, l)};
+            sfi_decode_qk_info qi = {.step = res->n_generated - 1,
+                                     .position = d.kv.n - 1,
+                                     .layer = l,
+                                     .n_ctx = d.kv.n,
+                                     .final = 1,
+                                     .k = sfi_kv_k(&d.kv, l),
+                                     .v = sfi_kv_v(&d.kv, l)};
             if ((rc = obs->on_qk(obs->user, &qi, err)))
                 goto fail;
         }

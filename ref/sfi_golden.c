@@ -147,16 +147,20 @@ out:
 
 static sfi_status case_attention(runner *r)
 {
-    static const int shapes[][4] = {{1, 1, 8, 1}, {4, 2, 64, 300}, {16, 8, 128, 2049}, {32, 8, 128, 777}};
+    static const int shapes[][4] = {
+        {1, 1, 8, 1}, {4, 2, 64, 300}, {16, 8, 128, 2049}, {32, 8, 128, 777}};
     char name[64];
     lcg g = {2};
     sfi_status st = SFI_OK;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0] && st == SFI_OK; c++) {
         sfi_attn_shape s = {shapes[c][0], shapes[c][1], shapes[c][2]};
         int n = shapes[c][3];
-        size_t qn = (size_t)s.n_heads * (size_t)s.head_dim, kvn = (size_t)n * (size_t)s.n_kv_heads * (size_t)s.head_dim;
-        float *q = fill(&g, qn, -2.0f, 2.0f), *k = fill(&g, kvn, -2.0f, 2.0f), *v = fill(&g, kvn, -1.0f, 1.0f);
-        float *out = malloc(qn * sizeof *out), *lg = malloc((size_t)s.n_heads * (size_t)n * sizeof *lg);
+        size_t qn = (size_t)s.n_heads * (size_t)s.head_dim,
+               kvn = (size_t)n * (size_t)s.n_kv_heads * (size_t)s.head_dim;
+        float *q = fill(&g, qn, -2.0f, 2.0f), *k = fill(&g, kvn, -2.0f, 2.0f),
+              *v = fill(&g, kvn, -1.0f, 1.0f);
+        float *out = malloc(qn * sizeof *out),
+              *lg = malloc((size_t)s.n_heads * (size_t)n * sizeof *lg);
         int32_t **idx = calloc((size_t)s.n_kv_heads, sizeof *idx);
         int *cnt = calloc((size_t)s.n_kv_heads, sizeof *cnt);
         int ok = q && k && v && out && lg && idx && cnt;
@@ -165,7 +169,8 @@ static sfi_status case_attention(runner *r)
         if (!ok) {
             st = SFI_ENOMEM;
         } else {
-            snprintf(name, sizeof name, "attn.dense.%dq%dkv%dd.n%d", s.n_heads, s.n_kv_heads, s.head_dim, n);
+            snprintf(name, sizeof name, "attn.dense.%dq%dkv%dd.n%d", s.n_heads, s.n_kv_heads,
+                     s.head_dim, n);
             if ((st = begin(r, name)) == SFI_OK) {
                 st = sfi_attn_dense_decode(&s, q, k, v, n, out, lg, r->err);
                 if (st != SFI_OK)
@@ -178,7 +183,8 @@ static sfi_status case_attention(runner *r)
             }
             /* Sparse: per KV head a random subset (each position kept with
              * probability 1/3, at least position n-1), unsorted. */
-            snprintf(name, sizeof name, "attn.sparse.%dq%dkv%dd.n%d", s.n_heads, s.n_kv_heads, s.head_dim, n);
+            snprintf(name, sizeof name, "attn.sparse.%dq%dkv%dd.n%d", s.n_heads, s.n_kv_heads,
+                     s.head_dim, n);
             if (st == SFI_OK && (st = begin(r, name)) == SFI_OK) {
                 for (int h = 0; h < s.n_kv_heads; h++) {
                     cnt[h] = 0;
@@ -187,7 +193,8 @@ static sfi_status case_attention(runner *r)
                             idx[h][cnt[h]++] = j;
                     sfi_hasher_update_i32(&r->h, idx[h], (size_t)cnt[h]);
                 }
-                st = sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)idx, cnt, out, r->err);
+                st = sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)idx, cnt, out,
+                                            r->err);
                 if (st != SFI_OK)
                     fail(r, st);
                 else {
@@ -212,8 +219,10 @@ static sfi_status case_attention(runner *r)
     sfi_attn_shape s = {8, 2, 32};
     const int T = 40, pos0 = 10, W = 16, nk = pos0 + T;
     size_t qn = (size_t)T * 8 * 32, kvn = (size_t)nk * 2 * 32;
-    float *q = fill(&g, qn, -3.0f, 3.0f), *k = fill(&g, kvn, -3.0f, 3.0f), *v = fill(&g, kvn, -1.0f, 1.0f);
-    float *out = malloc(qn * sizeof *out), *tail = malloc((size_t)W * 8 * (size_t)nk * sizeof *tail);
+    float *q = fill(&g, qn, -3.0f, 3.0f), *k = fill(&g, kvn, -3.0f, 3.0f),
+          *v = fill(&g, kvn, -1.0f, 1.0f);
+    float *out = malloc(qn * sizeof *out),
+          *tail = malloc((size_t)W * 8 * (size_t)nk * sizeof *tail);
     if (!q || !k || !v || !out || !tail)
         st = SFI_ENOMEM;
     else if ((st = begin(r, "attn.prefill.8q2kv32d.T40.pos10.W16")) == SFI_OK) {
@@ -259,16 +268,23 @@ static sfi_status case_selector(runner *r)
         const sel_case *sc = &cases[c];
         sfi_params p = suite_params();
         p.K = sc->K;
-        if (sc->alpha > 0) p.alpha = sc->alpha;
-        if (sc->gamma != 0) p.gamma = sc->gamma < 0 ? 0.0f : sc->gamma;
-        if (sc->lambda_clip > 0) p.lambda_clip = sc->lambda_clip;
-        if (sc->T > 0) p.T = sc->T;
-        if (sc->alpha_cross > 0) p.alpha_cross = sc->alpha_cross;
-        if (sc->nms_radius >= 0) p.nms_radius = sc->nms_radius;
+        if (sc->alpha > 0)
+            p.alpha = sc->alpha;
+        if (sc->gamma != 0)
+            p.gamma = sc->gamma < 0 ? 0.0f : sc->gamma;
+        if (sc->lambda_clip > 0)
+            p.lambda_clip = sc->lambda_clip;
+        if (sc->T > 0)
+            p.T = sc->T;
+        if (sc->alpha_cross > 0)
+            p.alpha_cross = sc->alpha_cross;
+        if (sc->nms_radius >= 0)
+            p.nms_radius = sc->nms_radius;
         const int nJ = sc->je - sc->jb;
         const int K_out = p.K < nJ ? p.K : nJ;
         size_t HJ = (size_t)sc->H * (size_t)nJ;
-        float *lg = fill(&g, (size_t)sc->H * (size_t)sc->n_win * (size_t)sc->n_pos, -sc->amp, sc->amp);
+        float *lg =
+            fill(&g, (size_t)sc->H * (size_t)sc->n_win * (size_t)sc->n_pos, -sc->amp, sc->amp);
         float *kn = fill(&g, (size_t)sc->H * (size_t)sc->n_pos, 0.25f, 30.0f);
         float *buf = malloc(6 * HJ * sizeof *buf);
         float lam[8];
@@ -276,7 +292,8 @@ static sfi_status case_selector(runner *r)
         if (!lg || !kn || !buf || !sel) {
             st = SFI_ENOMEM;
         } else {
-            sfi_selector_detail d = {buf, buf + HJ, lam, buf + 2 * HJ, buf + 3 * HJ, buf + 4 * HJ, buf + 5 * HJ};
+            sfi_selector_detail d = {buf,          buf + HJ,     lam,         buf + 2 * HJ,
+                                     buf + 3 * HJ, buf + 4 * HJ, buf + 5 * HJ};
             sfi_selector_input in = {sc->H, sc->n_win, sc->n_pos, sc->jb, sc->je, lg, kn};
             int n = 0;
             if ((st = begin(r, sc->name)) == SFI_OK) {
@@ -310,7 +327,8 @@ static sfi_status case_prefill_selector(runner *r)
     const int T = 300, W = 16;
     lcg g = {5};
     size_t qn = (size_t)T * 8 * 64, kvn = (size_t)T * 2 * 64;
-    float *q = fill(&g, qn, -2.0f, 2.0f), *k = fill(&g, kvn, -2.0f, 2.0f), *v = fill(&g, kvn, -1.0f, 1.0f);
+    float *q = fill(&g, qn, -2.0f, 2.0f), *k = fill(&g, kvn, -2.0f, 2.0f),
+          *v = fill(&g, kvn, -1.0f, 1.0f);
     float *out = malloc(qn * sizeof *out), *tail = malloc((size_t)W * 8 * T * sizeof *tail);
     float *win = malloc((size_t)W * 8 * T * sizeof *win), *kn = malloc((size_t)2 * T * sizeof *kn);
     int32_t sel[2 * 64];
@@ -320,7 +338,8 @@ static sfi_status case_prefill_selector(runner *r)
     det.lambda = lam;
     det.z_cross = zc;
     sfi_status st = SFI_ENOMEM;
-    if (q && k && v && out && tail && win && kn && f && zc && (st = begin(r, "selector.from_prefill.8q2kv64d.T300.W16")) == SFI_OK) {
+    if (q && k && v && out && tail && win && kn && f && zc &&
+        (st = begin(r, "selector.from_prefill.8q2kv64d.T300.W16")) == SFI_OK) {
         sfi_params p = suite_params();
         p.n_recent = 8;
         p.K = 64;
@@ -420,7 +439,8 @@ static sfi_status case_state(runner *r)
 sfi_status sfi_golden_suite(sfi_golden_emit emit, void *ctx, sfi_error *err)
 {
     runner r = {emit, ctx, err, {NULL, 0}, ""};
-    sfi_status (*cases[])(runner *) = {case_math, case_attention, case_selector, case_prefill_selector, case_state};
+    sfi_status (*cases[])(runner *) = {case_math, case_attention, case_selector,
+                                       case_prefill_selector, case_state};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sfi_status st = cases[i](&r);
         if (st == SFI_ENOMEM)

@@ -77,8 +77,8 @@ float sfi_expf(float x)
     int sign = (int)(hx >> 31);
     hx &= 0x7fffffffu;
     if (hx > 0x7f800000u)
-        return x + x; /* NaN */
-    if (hx >= 0x42aeac50u) { /* |x| >= 87.33655 or inf */
+        return x + x;                   /* NaN */
+    if (hx >= 0x42aeac50u) {            /* |x| >= 87.33655 or inf */
         if (!sign && hx >= 0x42b17218u) /* x >= 88.722839: overflow */
             return u2f(0x7f800000u);
         if (sign && hx >= 0x42cff1b5u) /* x <= -103.972084: below half the least subnormal */
@@ -86,7 +86,7 @@ float sfi_expf(float x)
     }
     float hi, lo;
     int k;
-    if (hx > 0x3eb17218u) { /* |x| > ln2/2: reduce x = k ln2 + r, |r| <= ln2/2 */
+    if (hx > 0x3eb17218u) {   /* |x| > ln2/2: reduce x = k ln2 + r, |r| <= ln2/2 */
         if (hx > 0x3f851592u) /* |x| > 1.5 ln2: k = nearest integer of x/ln2 */
             k = (int)(invln2 * x + (sign ? -0.5f : 0.5f));
         else
@@ -126,7 +126,7 @@ float sfi_logf(float x)
             return -u2f(0x7f800000u); /* log(+-0) = -inf */
         if (ix >> 31)
             return (ix << 1) > 0xff000000u ? x + x : u2f(0x7fc00000u); /* log(<0) = NaN */
-        k -= 25; /* subnormal: scale up exactly */
+        k -= 25;               /* subnormal: scale up exactly */
         x *= u2f(0x4c000000u); /* 2^25 */
         ix = f2u(x);
     } else if (ix >= 0x7f800000u) {

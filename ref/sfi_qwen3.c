@@ -45,18 +45,18 @@ typedef struct {
     float *bq, *bk, *bv, *bo;
     float *q_norm, *k_norm;
     int moe;
-    float *w_gate, *w_up, *w_down;   /* dense MLP */
-    float *router;                   /* [E][H] */
+    float *w_gate, *w_up, *w_down; /* dense MLP */
+    float *router;                 /* [E][H] */
     float **e_gate, **e_up, **e_down;
 } qlayer;
 
 struct sfi_qwen3 {
     sfi_model_config cfg;
-    float *embed;        /* [V][H] */
-    float *lm_head;      /* == embed when tied */
+    float *embed;   /* [V][H] */
+    float *lm_head; /* == embed when tied */
     float *final_norm;
     qlayer *layers;
-    float *inv_freq;     /* [head_dim/2] */
+    float *inv_freq; /* [head_dim/2] */
     uint64_t bytes;
 };
 
@@ -65,8 +65,14 @@ struct sfi_qwen3 {
 static double d_scale2(double x, int k)
 {
     /* x * 2^k for |k| < 1000 through exact power-of-two factors */
-    while (k > 1000) { x *= 0x1p1000; k -= 1000; }
-    while (k < -1000) { x *= 0x1p-1000; k += 1000; }
+    while (k > 1000) {
+        x *= 0x1p1000;
+        k -= 1000;
+    }
+    while (k < -1000) {
+        x *= 0x1p-1000;
+        k += 1000;
+    }
     uint64_t bits = (uint64_t)(k + 1023) << 52;
     double p;
     memcpy(&p, &bits, 8);
@@ -112,8 +118,7 @@ static double d_log(double x) /* x > 0, finite, normal */
 static void d_sincos(double x, double *s, double *c)
 {
     static const double pio2_1 = 1.57079632673412561417e+00, pio2_2 = 6.07710050630396597660e-11,
-                        pio2_3 = 2.02226624871116645580e-21,
-                        pio2_3t = 8.47842766036889956997e-32;
+                        pio2_3 = 2.02226624871116645580e-21, pio2_3t = 8.47842766036889956997e-32;
     double kd = x * 6.36619772367581382433e-01 + 0.5;
     long k = (long)kd;
     /* Cody-Waite: k < 2^21 and each pio2_i has <= 33 significant bits, so
@@ -131,10 +136,22 @@ static void d_sincos(double x, double *s, double *c)
         tc = -tc * r2 / ((i + 1) * (i + 2));
     }
     switch (k & 3) {
-    case 0: *s = sn; *c = cs; break;
-    case 1: *s = cs; *c = -sn; break;
-    case 2: *s = -sn; *c = -cs; break;
-    default: *s = -cs; *c = sn; break;
+    case 0:
+        *s = sn;
+        *c = cs;
+        break;
+    case 1:
+        *s = cs;
+        *c = -sn;
+        break;
+    case 2:
+        *s = -sn;
+        *c = -cs;
+        break;
+    default:
+        *s = -cs;
+        *c = sn;
+        break;
     }
 }
 
@@ -173,8 +190,8 @@ sfi_status sfi_backend_parse(const char *s, sfi_backend *b, sfi_error *err)
 }
 
 /* y[M] = W[M][N] x[N] (+ b) */
-static void matvec(sfi_backend be, const float *W, const float *x, const float *b, int M,
-                   int N, float *y)
+static void matvec(sfi_backend be, const float *W, const float *x, const float *b, int M, int N,
+                   float *y)
 {
 #ifdef SFI_HAVE_OPENBLAS
     if (be == SFI_BACKEND_BLAS) {
@@ -236,18 +253,33 @@ static float silu(float x)
 
 static void layer_free(qlayer *L, int n_experts)
 {
-    free(L->in_norm); free(L->post_norm);
-    free(L->wq); free(L->wk); free(L->wv); free(L->wo);
-    free(L->bq); free(L->bk); free(L->bv); free(L->bo);
-    free(L->q_norm); free(L->k_norm);
-    free(L->w_gate); free(L->w_up); free(L->w_down);
+    free(L->in_norm);
+    free(L->post_norm);
+    free(L->wq);
+    free(L->wk);
+    free(L->wv);
+    free(L->wo);
+    free(L->bq);
+    free(L->bk);
+    free(L->bv);
+    free(L->bo);
+    free(L->q_norm);
+    free(L->k_norm);
+    free(L->w_gate);
+    free(L->w_up);
+    free(L->w_down);
     free(L->router);
     for (int e = 0; e < n_experts; e++) {
-        if (L->e_gate) free(L->e_gate[e]);
-        if (L->e_up) free(L->e_up[e]);
-        if (L->e_down) free(L->e_down[e]);
+        if (L->e_gate)
+            free(L->e_gate[e]);
+        if (L->e_up)
+            free(L->e_up[e]);
+        if (L->e_down)
+            free(L->e_down[e]);
     }
-    free(L->e_gate); free(L->e_up); free(L->e_down);
+    free(L->e_gate);
+    free(L->e_up);
+    free(L->e_down);
 }
 
 void sfi_qwen3_free(sfi_qwen3 *m)
@@ -266,12 +298,18 @@ void sfi_qwen3_free(sfi_qwen3 *m)
     free(m);
 }
 
-const sfi_model_config *sfi_qwen3_config(const sfi_qwen3 *m) { return &m->cfg; }
-uint64_t sfi_qwen3_weight_bytes(const sfi_qwen3 *m) { return m->bytes; }
+const sfi_model_config *sfi_qwen3_config(const sfi_qwen3 *m)
+{
+    return &m->cfg;
+}
+uint64_t sfi_qwen3_weight_bytes(const sfi_qwen3 *m)
+{
+    return m->bytes;
+}
 
 typedef struct {
     sfi_safetensors *st;
-    unsigned char *used;   /* per tensor of st */
+    unsigned char *used; /* per tensor of st */
     sfi_qwen3 *m;
     sfi_error *err;
 } loader;
@@ -305,10 +343,10 @@ static sfi_status load_layer(loader *ld, int l)
     int64_t nq = (int64_t)c->num_attention_heads * hd, nkv = (int64_t)c->num_key_value_heads * hd;
     const char *p = "model.layers";
     sfi_status rc;
-#define GET(dst, nd, a, b, suffix)                                                           \
-    do {                                                                                     \
-        if ((rc = get(ld, &(dst), nd, a, b, "%s.%d.%s", p, l, suffix)))                      \
-            return rc;                                                                       \
+#define GET(dst, nd, a, b, suffix)                                                                 \
+    do {                                                                                           \
+        if ((rc = get(ld, &(dst), nd, a, b, "%s.%d.%s", p, l, suffix)))                            \
+            return rc;                                                                             \
     } while (0)
     GET(L->in_norm, 1, H, 0, "input_layernorm.weight");
     GET(L->post_norm, 1, H, 0, "post_attention_layernorm.weight");
@@ -366,8 +404,8 @@ sfi_status sfi_qwen3_load(const char *dir, sfi_qwen3 **out, sfi_error *err)
     const sfi_model_config *c = &m->cfg;
     /* (An odd head_dim is refused by the config's validation.) */
     if (c->arch == SFI_ARCH_QWEN3_MOE &&
-             (c->num_experts < 1 || c->num_experts > 1024 || c->num_experts_per_tok < 1 ||
-              c->num_experts_per_tok > 64 || c->num_experts_per_tok > c->num_experts))
+        (c->num_experts < 1 || c->num_experts > 1024 || c->num_experts_per_tok < 1 ||
+         c->num_experts_per_tok > 64 || c->num_experts_per_tok > c->num_experts))
         rc = sfi_error_set(err, SFI_EUNSUPPORTED,
                            "%s/config.json: %d experts, %d per token: sfi-ref handles 1..1024 "
                            "experts and 1..64 (at most num_experts) per token",
@@ -462,9 +500,8 @@ sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int c
     c->scratch = malloc(scratch_floats(cfg) * sizeof(float));
     if (!c->k || !c->v || !c->key_norms || !c->scratch) {
         sfi_kv_cache_free(c);
-        return sfi_error_set(err, SFI_ENOMEM,
-                             "KV cache of %d positions: out of memory (%.1f GiB)", capacity,
-                             (double)per * c->head_dim * 8 / (1024.0 * 1024 * 1024));
+        return sfi_error_set(err, SFI_ENOMEM, "KV cache of %d positions: out of memory (%.1f GiB)",
+                             capacity, (double)per * c->head_dim * 8 / (1024.0 * 1024 * 1024));
     }
     return SFI_OK;
 }
@@ -576,7 +613,8 @@ sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer, 
         int G = nh / nkv, ld = nkv * hd, nmax = 0;
         for (int g = 0; g < nkv; g++) {
             if (n_idx[g] < 1)
-                return sfi_error_set(err, SFI_EINVAL, "sparse attention: empty set of KV head %d", g);
+                return sfi_error_set(err, SFI_EINVAL, "sparse attention: empty set of KV head %d",
+                                     g);
             for (int i = 0; i < n_idx[g]; i++)
                 if (idx[g][i] < 0 || idx[g][i] >= n_ctx)
                     return sfi_error_set(err, SFI_EINVAL,
@@ -660,8 +698,7 @@ static void matmul(sfi_backend be, const float *W, const float *X, const float *
 {
 #ifdef SFI_HAVE_OPENBLAS
     if (be == SFI_BACKEND_BLAS && T > 1) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, M, N, 1.0f, X, N, W, N, 0.0f, Y,
-                    M);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, M, N, 1.0f, X, N, W, N, 0.0f, Y, M);
         if (b)
             for (int t = 0; t < T; t++)
                 for (int i = 0; i < M; i++)
@@ -791,7 +828,7 @@ static sfi_status forward_block(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache
     int nkvh = c->num_key_value_heads;
     int nq = nh * hd, nkv = nkvh * hd, pos0 = kv->n;
     int NI = c->intermediate_size > c->moe_intermediate_size ? c->intermediate_size
-                                                            : c->moe_intermediate_size;
+                                                             : c->moe_intermediate_size;
     size_t per = (size_t)3 * H + 2 * (size_t)nq + 2 * (size_t)nkv + 2 * (size_t)NI + (size_t)hd;
     float *buf = T == 1 ? kv->scratch : malloc((size_t)T * per * sizeof(float));
     if (!buf)
@@ -911,11 +948,10 @@ sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, 
 }
 
 sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
-                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
-                             void *user, float *logits, sfi_error *err)
+                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend, void *user,
+                             float *logits, sfi_error *err)
 {
-    return sfi_qwen3_prefill_observed(m, be, kv, tokens, n, attend, user, NULL, NULL, logits,
-                                      err);
+    return sfi_qwen3_prefill_observed(m, be, kv, tokens, n, attend, user, NULL, NULL, logits, err);
 }
 
 sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
@@ -930,8 +966,8 @@ sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv
         return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
     for (int i = 0; i < n; i += BLOCK) {
         int T = n - i < BLOCK ? n - i : BLOCK;
-        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user, layer_fn,
-                                      layer_user, i + T == n ? logits : NULL, err);
+        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user, layer_fn, layer_user,
+                                      i + T == n ? logits : NULL, err);
         if (rc)
             return rc;
     }
@@ -1004,7 +1040,7 @@ static float unif(uint64_t *s)
 
 typedef struct {
     char name[128];
-    int kind;          /* 0 matrix (scale 1/sqrt(fan_in)), 1 norm (around 1), 2 embedding */
+    int kind; /* 0 matrix (scale 1/sqrt(fan_in)), 1 norm (around 1), 2 embedding */
 } rtensor;
 
 static sfi_status write_config(const sfi_model_config *c, const char *dir, sfi_st_dtype dt,
@@ -1083,9 +1119,11 @@ static sfi_status replaceable_checkpoint(const char *dir, sfi_error *err)
     struct stat sb;
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     if (lstat(p, &sb) == 0)
-        return sfi_error_set(err, SFI_EIO, "%s: holds a sharded checkpoint "
+        return sfi_error_set(err, SFI_EIO,
+                             "%s: holds a sharded checkpoint "
                              "(model.safetensors.index.json); not writing a random one over it "
-                             "(choose a new or empty directory)", dir);
+                             "(choose a new or empty directory)",
+                             dir);
     snprintf(p, sizeof p, "%s/config.json", dir);
     int has_config = lstat(p, &sb) == 0;
     int ours = 0;
@@ -1095,8 +1133,8 @@ static sfi_status replaceable_checkpoint(const char *dir, sfi_error *err)
         if (sfi_io_read(p, 16u << 20, "a config.json", &text, &len, NULL) == SFI_OK) {
             json_t *o = json_loadb(text, len, 0, NULL);
             json_t *g = json_object_get(o, "generator");
-            ours = json_is_string(g) &&
-                   !strncmp(json_string_value(g), "sfi-ref make-checkpoint", 23);
+            ours =
+                json_is_string(g) && !strncmp(json_string_value(g), "sfi-ref make-checkpoint", 23);
             json_decref(o);
         }
         free(text);
@@ -1104,9 +1142,11 @@ static sfi_status replaceable_checkpoint(const char *dir, sfi_error *err)
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     int has_weights = lstat(p, &sb) == 0;
     if ((has_config || has_weights) && !ours)
-        return sfi_error_set(err, SFI_EIO, "%s: holds a checkpoint that sfi-ref make-checkpoint "
+        return sfi_error_set(err, SFI_EIO,
+                             "%s: holds a checkpoint that sfi-ref make-checkpoint "
                              "did not write (%s); not replacing it with random weights (choose "
-                             "a new or empty directory)", dir,
+                             "a new or empty directory)",
+                             dir,
                              has_config ? "its config.json names no make-checkpoint generator"
                                         : "model.safetensors without config.json");
     return SFI_OK;
@@ -1141,16 +1181,16 @@ sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, ui
         return sfi_error_set(err, SFI_ENOMEM, "out of memory");
     }
     size_t n = 0;
-#define ADD(kind_, d0, d1, ...)                                                              \
-    do {                                                                                     \
-        snprintf(rt[n].name, sizeof rt[n].name, __VA_ARGS__);                                \
-        rt[n].kind = kind_;                                                                  \
-        decl[n].name = rt[n].name;                                                           \
-        decl[n].dtype = dt;                                                                  \
-        decl[n].ndim = (d1) > 0 ? 2 : 1;                                                     \
-        decl[n].shape[0] = d0;                                                               \
-        decl[n].shape[1] = d1;                                                               \
-        n++;                                                                                 \
+#define ADD(kind_, d0, d1, ...)                                                                    \
+    do {                                                                                           \
+        snprintf(rt[n].name, sizeof rt[n].name, __VA_ARGS__);                                      \
+        rt[n].kind = kind_;                                                                        \
+        decl[n].name = rt[n].name;                                                                 \
+        decl[n].dtype = dt;                                                                        \
+        decl[n].ndim = (d1) > 0 ? 2 : 1;                                                           \
+        decl[n].shape[0] = d0;                                                                     \
+        decl[n].shape[1] = d1;                                                                     \
+        n++;                                                                                       \
     } while (0)
     ADD(2, c->vocab_size, H, "model.embed_tokens.weight");
     for (int l = 0; l < L; l++) {
@@ -1197,11 +1237,13 @@ sfi_status sfi_qwen3_write_random(const sfi_model_config *c, const char *dir, ui
         rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
     uint64_t state = seed;
     for (size_t i = 0; !rc && i < n; i++) {
-        uint64_t numel = (uint64_t)decl[i].shape[0] * (decl[i].ndim == 2 ? (uint64_t)decl[i].shape[1] : 1);
+        uint64_t numel =
+            (uint64_t)decl[i].shape[0] * (decl[i].ndim == 2 ? (uint64_t)decl[i].shape[1] : 1);
         int fan_in = decl[i].ndim == 2 ? (int)decl[i].shape[1] : 1;
         float a = rt[i].kind == 0 ? sfi_sqrtf(3.0f / (float)fan_in)
-                : rt[i].kind == 2 ? (c->tie_word_embeddings ? sfi_sqrtf(3.0f / (float)H) : sfi_sqrtf(3.0f))
-                                  : 0.2f;
+                  : rt[i].kind == 2
+                      ? (c->tie_word_embeddings ? sfi_sqrtf(3.0f / (float)H) : sfi_sqrtf(3.0f))
+                      : 0.2f;
         for (uint64_t done = 0; !rc && done < numel;) {
             size_t m = numel - done < CHUNK ? (size_t)(numel - done) : CHUNK;
             for (size_t j = 0; j < m; j++)

@@ -37,11 +37,11 @@ uint64_t sfi_qwen3_weight_bytes(const sfi_qwen3 *m);
  * ref/sfi_attention.h per layer), same for v. */
 typedef struct {
     int n_layers, n_kv_heads, head_dim;
-    int capacity;            /* positions allocated */
-    int n;                   /* positions filled */
+    int capacity; /* positions allocated */
+    int n;        /* positions filled */
     float *k, *v;
-    float *key_norms;        /* [layer][kv_head][capacity] ||k||_2, for the Selector */
-    float *scratch;          /* the forward pass's working vectors */
+    float *key_norms; /* [layer][kv_head][capacity] ||k||_2, for the Selector */
+    float *scratch;   /* the forward pass's working vectors */
 } sfi_kv_cache;
 
 sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,
@@ -66,9 +66,8 @@ typedef sfi_status (*sfi_qwen3_attend_fn)(void *user, int layer, const float *q,
 /* Runs token `token` at position kv->n (appending its key/value to the
  * cache, then n += 1). logits (may be NULL: skip the lm_head) gets
  * [vocab_size]. */
-sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
-                          int32_t token, sfi_qwen3_attend_fn attend, void *user,
-                          float *logits, sfi_error *err);
+sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
+                          sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err);
 
 /* Runs n prompt tokens at positions kv->n.. (blocks of up to 64 tokens:
  * the blas backend multiplies a block's matrices at once; with the scalar
@@ -78,14 +77,13 @@ sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
  * block's attention is two matrix products per KV head for all its
  * tokens (causally masked). */
 sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
-                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
-                             void *user, float *logits, sfi_error *err);
+                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend, void *user,
+                             float *logits, sfi_error *err);
 
 /* Told after each layer of a block of T tokens the residual stream before
  * (in) and after (out) the layer, each [T][hidden_size] (Kascade's layer
  * importance, 1 - cos(in, out)). Only reads. */
-typedef void (*sfi_qwen3_layer_fn)(void *user, int layer, int T, const float *in,
-                                   const float *out);
+typedef void (*sfi_qwen3_layer_fn)(void *user, int layer, int T, const float *in, const float *out);
 
 /* sfi_qwen3_prefill that also calls layer_fn (may be NULL). */
 sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
@@ -95,9 +93,9 @@ sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv
 
 /* Dense decode attention through the backend (scalar: sfi_attn_dense_decode).
  * logits (may be NULL) as sfi_attn_dense_decode's. */
-sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
-                                const float *q, const sfi_kv_cache *kv, int n_ctx,
-                                float *out, float *logits, sfi_error *err);
+sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer, const float *q,
+                                const sfi_kv_cache *kv, int n_ctx, float *out, float *logits,
+                                sfi_error *err);
 
 /* Writes DIR/model.safetensors (weights of dtype F32 or BF16 drawn from
  * seed: uniform with std 1/sqrt(fan_in), norms 1 +- 0.2, embeddings of unit
@@ -112,10 +110,9 @@ sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir, 
 /* Sparse decode attention through the backend (scalar:
  * sfi_attn_sparse_decode; blas: the set's rows gathered, then the products
  * of the dense path). idx/n_idx per KV head as sfi_attn_sparse_decode's. */
-sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer,
-                                 const float *q, const sfi_kv_cache *kv, int n_ctx,
-                                 const int32_t *const *idx, const int *n_idx, float *out,
-                                 sfi_error *err);
+sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer, const float *q,
+                                 const sfi_kv_cache *kv, int n_ctx, const int32_t *const *idx,
+                                 const int *n_idx, float *out, sfi_error *err);
 
 /* Read-only views of the loaded weights for other back ends (the CUDA
  * engine uploads them): float32, row-major, the Hugging Face tensor's
@@ -123,10 +120,28 @@ sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer,
  * attention_bias, the dense MLP of a MoE layer, experts of a dense one).
  * expert is used by the SFI_W_E_* ids only. */
 typedef enum {
-    SFI_W_EMBED, SFI_W_LM_HEAD, SFI_W_FINAL_NORM,
-    SFI_W_IN_NORM, SFI_W_POST_NORM, SFI_W_Q, SFI_W_K, SFI_W_V, SFI_W_O,
-    SFI_W_BQ, SFI_W_BK, SFI_W_BV, SFI_W_BO, SFI_W_Q_NORM, SFI_W_K_NORM,
-    SFI_W_GATE, SFI_W_UP, SFI_W_DOWN, SFI_W_ROUTER, SFI_W_E_GATE, SFI_W_E_UP, SFI_W_E_DOWN
+    SFI_W_EMBED,
+    SFI_W_LM_HEAD,
+    SFI_W_FINAL_NORM,
+    SFI_W_IN_NORM,
+    SFI_W_POST_NORM,
+    SFI_W_Q,
+    SFI_W_K,
+    SFI_W_V,
+    SFI_W_O,
+    SFI_W_BQ,
+    SFI_W_BK,
+    SFI_W_BV,
+    SFI_W_BO,
+    SFI_W_Q_NORM,
+    SFI_W_K_NORM,
+    SFI_W_GATE,
+    SFI_W_UP,
+    SFI_W_DOWN,
+    SFI_W_ROUTER,
+    SFI_W_E_GATE,
+    SFI_W_E_UP,
+    SFI_W_E_DOWN
 } sfi_qwen3_wid;
 const float *sfi_qwen3_weight(const sfi_qwen3 *m, sfi_qwen3_wid id, int layer, int expert);
 

@@ -23,8 +23,8 @@ int sfi_ref_cmd_calibrate(int argc, char **argv);
 /* encode/decode: parses --tokenizer DIR and --help, and loads the
  * tokenizer into *out. Returns -1 when *out is ready, else the exit
  * status the command should return (messages already printed). */
-int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
-                          void (*usage)(FILE *), sfi_tokenizer **out);
+int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv, void (*usage)(FILE *),
+                          sfi_tokenizer **out);
 /* Prompt files (--prompt-file, --prompt-ids) and the standard input of
  * encode/decode are refused beyond this size (a 128K-token prompt is
  * under 1 MB of text). */
@@ -32,8 +32,8 @@ int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv,
 /* Whitespace-separated non-negative decimal token ids of s[0..len) (read
  * from path, named in messages) into *ids (malloc'd), at least one; a NUL
  * byte is an error, not the end of the list (sfi_token_ids_parse). */
-sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_t **ids,
-                             int *n, sfi_error *err);
+sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_t **ids, int *n,
+                             sfi_error *err);
 
 /* A tokenizer whose ids reach past the model's vocab_size (embedding
  * rows) is not the model's: refused, naming tok_dir. */

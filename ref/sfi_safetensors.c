@@ -97,9 +97,7 @@ void sfi_st_to_f32(const sfi_st_tensor *t, float *out)
     /* memcpy per element: the data block is not aligned in general. Host
      * byte order is little-endian on every platform we build for. */
     switch (t->dtype) {
-    case SFI_DT_F32:
-        memcpy(out, p, t->numel * 4);
-        break;
+    case SFI_DT_F32: memcpy(out, p, t->numel * 4); break;
     case SFI_DT_BF16:
         for (uint64_t i = 0; i < t->numel; i++) {
             uint16_t h;
@@ -140,12 +138,18 @@ void sfi_st_close(sfi_safetensors *st)
     free(st);
 }
 
-size_t sfi_st_count(const sfi_safetensors *st) { return st->n_tensors; }
+size_t sfi_st_count(const sfi_safetensors *st)
+{
+    return st->n_tensors;
+}
 const sfi_st_tensor *sfi_st_tensor_at(const sfi_safetensors *st, size_t i)
 {
     return i < st->n_tensors ? &st->tensors[i] : NULL;
 }
-const char *sfi_st_origin(const sfi_safetensors *st) { return st->origin; }
+const char *sfi_st_origin(const sfi_safetensors *st)
+{
+    return st->origin;
+}
 
 const sfi_st_tensor *sfi_st_find(const sfi_safetensors *st, const char *name)
 {
@@ -157,10 +161,14 @@ const sfi_st_tensor *sfi_st_find(const sfi_safetensors *st, const char *name)
 
 static int parse_dtype(const char *s, sfi_st_dtype *d)
 {
-    if (!strcmp(s, "F32")) *d = SFI_DT_F32;
-    else if (!strcmp(s, "F16")) *d = SFI_DT_F16;
-    else if (!strcmp(s, "BF16")) *d = SFI_DT_BF16;
-    else return -1;
+    if (!strcmp(s, "F32"))
+        *d = SFI_DT_F32;
+    else if (!strcmp(s, "F16"))
+        *d = SFI_DT_F16;
+    else if (!strcmp(s, "BF16"))
+        *d = SFI_DT_BF16;
+    else
+        return -1;
     return 0;
 }
 
@@ -186,8 +194,8 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
      * waiting for a writer; it is refused below. */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO,
-                             "%s: cannot open: %s", path, strerror(errno));
+        return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO, "%s: cannot open: %s",
+                             path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
@@ -217,14 +225,12 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | base[i];
     if (hlen > SFI_ST_MAX_HEADER)
-        return sfi_error_set(err, SFI_EFORMAT,
-                             "%s: header length %llu exceeds the %llu-byte limit",
-                             path, (unsigned long long)hlen,
-                             (unsigned long long)SFI_ST_MAX_HEADER);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: header length %llu exceeds the %llu-byte limit",
+                             path, (unsigned long long)hlen, (unsigned long long)SFI_ST_MAX_HEADER);
     if (hlen > fsize - 8)
         return sfi_error_set(err, SFI_EFORMAT,
-                             "%s: truncated: header of %llu bytes but only %llu bytes follow",
-                             path, (unsigned long long)hlen, (unsigned long long)(fsize - 8));
+                             "%s: truncated: header of %llu bytes but only %llu bytes follow", path,
+                             (unsigned long long)hlen, (unsigned long long)(fsize - 8));
     uint64_t data_len = fsize - 8 - hlen;
     const unsigned char *data = base + 8 + hlen;
 
@@ -254,7 +260,8 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
     sfi_status rc = SFI_OK;
     const char *key;
     json_t *val;
-    json_object_foreach(root, key, val) {
+    json_object_foreach(root, key, val)
+    {
         if (!strcmp(key, "__metadata__"))
             continue;
         if (!json_is_object(val)) {
@@ -272,13 +279,13 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
         }
         if (parse_dtype(json_string_value(jd), &t.dtype)) {
             rc = sfi_error_set(err, SFI_EUNSUPPORTED,
-                               "%s: %s: dtype %s not supported (F32, F16, BF16 are)", path,
-                               key, json_string_value(jd));
+                               "%s: %s: dtype %s not supported (F32, F16, BF16 are)", path, key,
+                               json_string_value(jd));
             break;
         }
         if (!json_is_array(js) || json_array_size(js) > SFI_ST_MAX_DIMS) {
-            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: shape missing or over %d dims", path,
-                               key, SFI_ST_MAX_DIMS);
+            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: shape missing or over %d dims", path, key,
+                               SFI_ST_MAX_DIMS);
             break;
         }
         t.ndim = (int)json_array_size(js);
@@ -311,8 +318,10 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
             !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1)) ||
             json_integer_value(json_array_get(jo, 0)) < 0 ||
             json_integer_value(json_array_get(jo, 1)) < json_integer_value(json_array_get(jo, 0))) {
-            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: data_offsets must be [begin, end], "
-                               "0 <= begin <= end", path, key);
+            rc = sfi_error_set(err, SFI_EFORMAT,
+                               "%s: %s: data_offsets must be [begin, end], "
+                               "0 <= begin <= end",
+                               path, key);
             break;
         }
         uint64_t b = (uint64_t)json_integer_value(json_array_get(jo, 0));
@@ -321,8 +330,8 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
         if (numel > (UINT64_C(1) << 61) || e - b != want) {
             rc = sfi_error_set(err, SFI_EFORMAT,
                                "%s: %s: data_offsets span %llu bytes but shape x %s needs %llu",
-                               path, key, (unsigned long long)(e - b),
-                               sfi_st_dtype_name(t.dtype), (unsigned long long)want);
+                               path, key, (unsigned long long)(e - b), sfi_st_dtype_name(t.dtype),
+                               (unsigned long long)want);
             break;
         }
         if (e > data_len) {
@@ -363,17 +372,19 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
                                    st->tensors[spans[i - 1].idx].name,
                                    st->tensors[spans[i].idx].name);
             else if (spans[i].b > end)
-                rc = sfi_error_set(err, SFI_EFORMAT, "%s: %llu unused bytes before tensor %s "
-                                   "(the data block must hold the tensors back to back)", path,
-                                   (unsigned long long)(spans[i].b - end),
+                rc = sfi_error_set(err, SFI_EFORMAT,
+                                   "%s: %llu unused bytes before tensor %s "
+                                   "(the data block must hold the tensors back to back)",
+                                   path, (unsigned long long)(spans[i].b - end),
                                    st->tensors[spans[i].idx].name);
             end = spans[i].e;
         }
         if (rc == SFI_OK && end != data_len)
-            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %llu bytes follow the last tensor's data "
-                               "(the data block is %llu bytes, its tensors end at %llu)", path,
-                               (unsigned long long)(data_len - end), (unsigned long long)data_len,
-                               (unsigned long long)end);
+            rc = sfi_error_set(err, SFI_EFORMAT,
+                               "%s: %llu bytes follow the last tensor's data "
+                               "(the data block is %llu bytes, its tensors end at %llu)",
+                               path, (unsigned long long)(data_len - end),
+                               (unsigned long long)data_len, (unsigned long long)end);
     }
     (void)first;
     free(spans);
@@ -449,14 +460,15 @@ static sfi_status open_index(sfi_safetensors *st, const char *index, sfi_error *
 {
     struct stat isb;
     if (stat(index, &isb) == 0 && S_ISREG(isb.st_mode) && isb.st_size > SFI_ST_MAX_INDEX)
-        return sfi_error_set(err, SFI_ERANGE, "%s: %lld bytes is too large for an index "
-                             "(limit %lld)", index, (long long)isb.st_size,
-                             (long long)SFI_ST_MAX_INDEX);
+        return sfi_error_set(err, SFI_ERANGE,
+                             "%s: %lld bytes is too large for an index "
+                             "(limit %lld)",
+                             index, (long long)isb.st_size, (long long)SFI_ST_MAX_INDEX);
     json_error_t je;
     json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return sfi_error_set(err, exists(index) ? SFI_EFORMAT : SFI_ENOTFOUND,
-                             "%s: %s (line %d)", index, je.text, je.line);
+        return sfi_error_set(err, exists(index) ? SFI_EFORMAT : SFI_ENOTFOUND, "%s: %s (line %d)",
+                             index, je.text, je.line);
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm) || json_object_size(wm) == 0) {
         json_decref(root);
@@ -471,7 +483,8 @@ static sfi_status open_index(sfi_safetensors *st, const char *index, sfi_error *
     const char *key;
     json_t *val;
     /* Open each shard once, in first-mention order. */
-    json_object_foreach(wm, key, val) {
+    json_object_foreach(wm, key, val)
+    {
         if (!json_is_string(val)) {
             rc = sfi_error_set(err, SFI_EFORMAT, "%s: weight_map: %s: not a file name", index, key);
             break;
@@ -479,8 +492,8 @@ static sfi_status open_index(sfi_safetensors *st, const char *index, sfi_error *
         const char *fn = json_string_value(val);
         if (strchr(fn, '/') || !strcmp(fn, "..") || !*fn) {
             rc = sfi_error_set(err, SFI_EFORMAT,
-                               "%s: weight_map: %s: shard '%s' must be a plain file name",
-                               index, key, fn);
+                               "%s: weight_map: %s: shard '%s' must be a plain file name", index,
+                               key, fn);
             break;
         }
         char *p = path_join(dir, fn);
@@ -501,17 +514,17 @@ static sfi_status open_index(sfi_safetensors *st, const char *index, sfi_error *
             break;
     }
     if (rc == SFI_OK) {
-        json_object_foreach(wm, key, val) {
+        json_object_foreach(wm, key, val)
+        {
             const sfi_st_tensor *t = sfi_st_find(st, key);
             char *p = path_join(dir, json_string_value(val));
             if (!t) {
                 rc = sfi_error_set(err, SFI_ENOTFOUND,
-                                   "%s: tensor %s listed in weight_map is not in %s", index,
-                                   key, p ? p : json_string_value(val));
+                                   "%s: tensor %s listed in weight_map is not in %s", index, key,
+                                   p ? p : json_string_value(val));
             } else if (p && strcmp(t->file, p)) {
-                rc = sfi_error_set(err, SFI_EFORMAT,
-                                   "%s: tensor %s is in %s, weight_map says %s", index, key,
-                                   t->file, p);
+                rc = sfi_error_set(err, SFI_EFORMAT, "%s: tensor %s is in %s, weight_map says %s",
+                                   index, key, t->file, p);
             }
             free(p);
             if (rc)
@@ -519,9 +532,9 @@ static sfi_status open_index(sfi_safetensors *st, const char *index, sfi_error *
         }
     }
     if (rc == SFI_OK && st->n_tensors != json_object_size(wm))
-        rc = sfi_error_set(err, SFI_EFORMAT,
-                           "%s: the shards hold %zu tensors, weight_map lists %zu", index,
-                           st->n_tensors, json_object_size(wm));
+        rc =
+            sfi_error_set(err, SFI_EFORMAT, "%s: the shards hold %zu tensors, weight_map lists %zu",
+                          index, st->n_tensors, json_object_size(wm));
     free(dir);
     json_decref(root);
     return rc;
@@ -558,7 +571,8 @@ sfi_status sfi_st_open(const char *path, sfi_safetensors **out, sfi_error *err)
             sfi_st_close(st);
             return sfi_error_set(err, SFI_ENOTFOUND,
                                  "%s: neither model.safetensors nor "
-                                 "model.safetensors.index.json is there", path);
+                                 "model.safetensors.index.json is there",
+                                 path);
         }
     } else {
         file = strdup(path);
@@ -608,25 +622,27 @@ sfi_status sfi_st_load_f32(const sfi_safetensors *st, const char *name, int ndim
             wl += (size_t)snprintf(want + wl, sizeof want - wl, "%s%lld", d ? ", " : "",
                                    (long long)shape[d]);
         return sfi_error_set(err, SFI_EFORMAT,
-                             "%s: tensor %s has shape [%s], the config needs [%s]", t->file,
-                             name, got, want);
+                             "%s: tensor %s has shape [%s], the config needs [%s]", t->file, name,
+                             got, want);
     }
     if (want_dtype >= 0 && (int)t->dtype != want_dtype)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: tensor %s is %s, expected %s", t->file,
-                             name, sfi_st_dtype_name(t->dtype),
+        return sfi_error_set(err, SFI_EFORMAT, "%s: tensor %s is %s, expected %s", t->file, name,
+                             sfi_st_dtype_name(t->dtype),
                              sfi_st_dtype_name((sfi_st_dtype)want_dtype));
     float *buf = malloc(t->numel ? t->numel * sizeof(float) : 1);
     if (!buf)
-        return sfi_error_set(err, SFI_ENOMEM, "%s: tensor %s: out of memory (%llu floats)",
-                             t->file, name, (unsigned long long)t->numel);
+        return sfi_error_set(err, SFI_ENOMEM, "%s: tensor %s: out of memory (%llu floats)", t->file,
+                             name, (unsigned long long)t->numel);
     sfi_st_to_f32(t, buf);
     /* A NaN or Inf weight turns every activation it touches into NaN: the
      * model prints garbage (argmax of NaN logits) instead of failing. */
     for (uint64_t i = 0; i < t->numel; i++)
         if (!isfinite(buf[i])) {
-            sfi_status st = sfi_error_set(err, SFI_EFORMAT, "%s: tensor %s: element %llu is %s; "
-                                          "weights must be finite", t->file, name,
-                                          (unsigned long long)i, isnan(buf[i]) ? "NaN" : "Inf");
+            sfi_status st =
+                sfi_error_set(err, SFI_EFORMAT,
+                              "%s: tensor %s: element %llu is %s; "
+                              "weights must be finite",
+                              t->file, name, (unsigned long long)i, isnan(buf[i]) ? "NaN" : "Inf");
             free(buf);
             return st;
         }
@@ -638,11 +654,11 @@ sfi_status sfi_st_load_f32(const sfi_safetensors *st, const char *name, int ndim
 
 struct sfi_st_writer {
     char *path;
-    sfi_out *out;       /* the output rule of sfi_io.h */
+    sfi_out *out; /* the output rule of sfi_io.h */
     FILE *fp;
     sfi_st_write_tensor *decl;
     size_t n, next;
-    uint64_t left;      /* values of decl[next] still to come */
+    uint64_t left; /* values of decl[next] still to come */
 };
 
 static uint64_t numel_of(const sfi_st_write_tensor *t)
@@ -681,8 +697,8 @@ sfi_status sfi_st_writer_open(const char *path, const sfi_st_write_tensor *decl,
         const sfi_st_write_tensor *t = &decl[i];
         if (t->dtype != SFI_DT_F32 && t->dtype != SFI_DT_BF16) {
             json_decref(root);
-            return sfi_error_set(err, SFI_EINVAL, "%s: %s: writer stores F32 or BF16 only",
-                                 path, t->name);
+            return sfi_error_set(err, SFI_EINVAL, "%s: %s: writer stores F32 or BF16 only", path,
+                                 t->name);
         }
         if (t->ndim < 0 || t->ndim > SFI_ST_MAX_DIMS || json_object_get(root, t->name)) {
             json_decref(root);
@@ -741,8 +757,7 @@ sfi_status sfi_st_writer_open(const char *path, const sfi_st_write_tensor *decl,
     return SFI_OK;
 }
 
-sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel,
-                             sfi_error *err)
+sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel, sfi_error *err)
 {
     /* skip empty tensors: they have no data to give */
     while (w->next < w->n && w->left == 0 && numel_of(&w->decl[w->next]) == 0)
@@ -753,9 +768,8 @@ sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel
     if (w->left == 0)
         w->left = numel_of(t);
     if (numel > w->left)
-        return sfi_error_set(err, SFI_EINVAL, "%s: %s: %llu values given, %llu remain",
-                             w->path, t->name, (unsigned long long)numel,
-                             (unsigned long long)w->left);
+        return sfi_error_set(err, SFI_EINVAL, "%s: %s: %llu values given, %llu remain", w->path,
+                             t->name, (unsigned long long)numel, (unsigned long long)w->left);
     int ok = 1;
     if (t->dtype == SFI_DT_F32) {
         ok = fwrite(data, 4, numel, w->fp) == numel;
@@ -781,16 +795,15 @@ sfi_status sfi_st_writer_commit(sfi_st_writer *w, sfi_error *err)
     while (w->next < w->n && w->left == 0 && numel_of(&w->decl[w->next]) == 0)
         w->next++;
     if (w->next != w->n)
-        return sfi_error_set(err, SFI_EINVAL, "%s: %zu of %zu tensors written", w->path,
-                             w->next, w->n);
+        return sfi_error_set(err, SFI_EINVAL, "%s: %zu of %zu tensors written", w->path, w->next,
+                             w->n);
     sfi_out *o = w->out;
     w->out = NULL;
     w->fp = NULL;
     return sfi_out_commit(o, 1, err);
 }
 
-sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n,
-                        sfi_error *err)
+sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n, sfi_error *err)
 {
     sfi_st_writer *w;
     sfi_status rc = sfi_st_writer_open(path, t, n, &w, err);

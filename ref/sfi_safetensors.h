@@ -20,7 +20,7 @@
 
 typedef enum { SFI_DT_F32 = 0, SFI_DT_F16 = 1, SFI_DT_BF16 = 2 } sfi_st_dtype;
 
-const char *sfi_st_dtype_name(sfi_st_dtype d);   /* "F32", "F16", "BF16" */
+const char *sfi_st_dtype_name(sfi_st_dtype d); /* "F32", "F16", "BF16" */
 size_t sfi_st_dtype_size(sfi_st_dtype d);
 
 typedef struct {
@@ -29,9 +29,9 @@ typedef struct {
     int ndim;
     int64_t shape[SFI_ST_MAX_DIMS];
     uint64_t numel;
-    const void *data;        /* inside the mapping; not aligned in general */
+    const void *data; /* inside the mapping; not aligned in general */
     uint64_t nbytes;
-    const char *file;        /* the file it lives in */
+    const char *file; /* the file it lives in */
 } sfi_st_tensor;
 
 typedef struct sfi_safetensors sfi_safetensors;
@@ -55,8 +55,7 @@ void sfi_st_to_f32(const sfi_st_tensor *t, float *out);
  * a NaN or Inf element is an error (SFI_EFORMAT). Errors name the
  * checkpoint file and the tensor. */
 sfi_status sfi_st_load_f32(const sfi_safetensors *st, const char *name, int ndim,
-                           const int64_t *shape, int want_dtype, float **out,
-                           sfi_error *err);
+                           const int64_t *shape, int want_dtype, float **out, sfi_error *err);
 
 /* Exact conversions. */
 float sfi_bf16_to_f32(uint16_t h);
@@ -69,14 +68,13 @@ uint16_t sfi_f32_to_bf16(float f);
  * is either the complete new file or untouched. */
 typedef struct {
     const char *name;
-    sfi_st_dtype dtype;     /* F32 or BF16 */
+    sfi_st_dtype dtype; /* F32 or BF16 */
     int ndim;
     int64_t shape[SFI_ST_MAX_DIMS];
-    const float *data;      /* numel floats */
+    const float *data; /* numel floats */
 } sfi_st_write_tensor;
 
-sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n,
-                        sfi_error *err);
+sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n, sfi_error *err);
 
 /* Streaming writer, for checkpoints too large to hold as float32 at once:
  * declare every tensor first (the header needs all shapes), then give the
@@ -85,8 +83,7 @@ sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n
 typedef struct sfi_st_writer sfi_st_writer;
 sfi_status sfi_st_writer_open(const char *path, const sfi_st_write_tensor *decl, size_t n,
                               sfi_st_writer **out, sfi_error *err);
-sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel,
-                             sfi_error *err);
+sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel, sfi_error *err);
 /* Renames onto the final path when every tensor was written; else error. */
 sfi_status sfi_st_writer_commit(sfi_st_writer *w, sfi_error *err);
 /* Removes the temp file (also safe after commit). Frees w. */

@@ -33,6 +33,7 @@
 
 #include "sfi_selector.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,27 +48,40 @@ static sfi_status check_params(const sfi_params *p, sfi_error *err)
     if (p->K < 1)
         return sfi_error_set(err, SFI_EINVAL, "selector: K=%d: must be >= 1", p->K);
     if (!(p->alpha > 0.0f && p->alpha <= 1.0f))
-        return sfi_error_set(err, SFI_EINVAL, "selector: alpha=%g: must be in (0, 1]", (double)p->alpha);
+        return sfi_error_set(err, SFI_EINVAL, "selector: alpha=%g: must be in (0, 1]",
+                             (double)p->alpha);
     if (!(p->gamma >= 0.0f) || !isfinite(p->gamma))
-        return sfi_error_set(err, SFI_EINVAL, "selector: gamma=%g: must be a finite value >= 0", (double)p->gamma);
+        return sfi_error_set(err, SFI_EINVAL, "selector: gamma=%g: must be a finite value >= 0",
+                             (double)p->gamma);
     if (!(p->beta >= 0.0f) || !isfinite(p->beta))
-        return sfi_error_set(err, SFI_EINVAL, "selector: beta=%g: must be a finite value >= 0", (double)p->beta);
+        return sfi_error_set(err, SFI_EINVAL, "selector: beta=%g: must be a finite value >= 0",
+                             (double)p->beta);
     if (!(p->p > 0.0f) || !isfinite(p->p))
-        return sfi_error_set(err, SFI_EINVAL, "selector: p=%g: must be a finite value > 0", (double)p->p);
+        return sfi_error_set(err, SFI_EINVAL, "selector: p=%g: must be a finite value > 0",
+                             (double)p->p);
     if (!(p->eta >= 0.0f) || !isfinite(p->eta))
-        return sfi_error_set(err, SFI_EINVAL, "selector: eta=%g: must be a finite value >= 0", (double)p->eta);
+        return sfi_error_set(err, SFI_EINVAL, "selector: eta=%g: must be a finite value >= 0",
+                             (double)p->eta);
     if (!(p->lambda_clip >= 0.0f && p->lambda_clip <= 1.0f))
-        return sfi_error_set(err, SFI_EINVAL, "selector: lambda_clip=%g: must be in [0, 1]", (double)p->lambda_clip);
+        return sfi_error_set(err, SFI_EINVAL, "selector: lambda_clip=%g: must be in [0, 1]",
+                             (double)p->lambda_clip);
     if (p->nms_radius < 0)
-        return sfi_error_set(err, SFI_EINVAL, "selector: nms_radius=%d: must be >= 0", p->nms_radius);
+        return sfi_error_set(err, SFI_EINVAL, "selector: nms_radius=%d: must be >= 0",
+                             p->nms_radius);
     if (!(p->alpha_soft >= 0.0f) || !isfinite(p->alpha_soft))
-        return sfi_error_set(err, SFI_EINVAL, "selector: alpha_soft=%g: must be a finite value >= 0", (double)p->alpha_soft);
+        return sfi_error_set(err, SFI_EINVAL,
+                             "selector: alpha_soft=%g: must be a finite value >= 0",
+                             (double)p->alpha_soft);
     if (!(p->T > 0.0f) || !isfinite(p->T))
-        return sfi_error_set(err, SFI_EINVAL, "selector: T=%g: must be a finite value > 0", (double)p->T);
+        return sfi_error_set(err, SFI_EINVAL, "selector: T=%g: must be a finite value > 0",
+                             (double)p->T);
     if (!(p->alpha_cross >= 0.0f) || !isfinite(p->alpha_cross))
-        return sfi_error_set(err, SFI_EINVAL, "selector: alpha_cross=%g: must be a finite value >= 0", (double)p->alpha_cross);
+        return sfi_error_set(err, SFI_EINVAL,
+                             "selector: alpha_cross=%g: must be a finite value >= 0",
+                             (double)p->alpha_cross);
     if (!(p->eps > 0.0f) || !isfinite(p->eps))
-        return sfi_error_set(err, SFI_EINVAL, "selector: eps=%g: must be a finite value > 0", (double)p->eps);
+        return sfi_error_set(err, SFI_EINVAL, "selector: eps=%g: must be a finite value > 0",
+                             (double)p->eps);
     return SFI_OK;
 }
 
@@ -76,56 +90,64 @@ static sfi_status check_input(const sfi_selector_input *in, sfi_error *err)
     if (!in)
         return sfi_error_set(err, SFI_EINVAL, "selector: no input");
     if (in->n_kv_heads < 1 || in->n_win < 1 || in->n_pos < 1)
-        return sfi_error_set(err, SFI_EINVAL, "selector: n_kv_heads=%d, n_win=%d, n_pos=%d: each must be >= 1",
+        return sfi_error_set(err, SFI_EINVAL,
+                             "selector: n_kv_heads=%d, n_win=%d, n_pos=%d: each must be >= 1",
                              in->n_kv_heads, in->n_win, in->n_pos);
     if (in->j_begin < 0 || in->j_end > in->n_pos || in->j_end < in->j_begin)
         return sfi_error_set(err, SFI_EINVAL, "selector: J=[%d,%d) is not inside 0..%d",
                              in->j_begin, in->j_end, in->n_pos);
     if (in->j_end == in->j_begin)
-        return sfi_error_set(err, SFI_EINVAL, "selector: J=[%d,%d) is empty: nothing to select from",
-                             in->j_begin, in->j_end);
+        return sfi_error_set(err, SFI_EINVAL,
+                             "selector: J=[%d,%d) is empty: nothing to select from", in->j_begin,
+                             in->j_end);
     if (!in->logits || !in->key_norms)
         return sfi_error_set(err, SFI_EINVAL, "selector: missing logits or key norms");
     for (int h = 0; h < in->n_kv_heads; h++) {
         int seen = 0; /* some window query of this head sees some j in J */
         for (int t = 0; t < in->n_win; t++) {
-            const float *row = in->logits + ((size_t)h * (size_t)in->n_win + (size_t)t) * (size_t)in->n_pos;
+            const float *row =
+                in->logits + ((size_t)h * (size_t)in->n_win + (size_t)t) * (size_t)in->n_pos;
             for (int j = in->j_begin; j < in->j_end; j++) {
                 if (row[j] == -INFINITY)
                     continue; /* masked (e.g. past a prefill query's causal limit) */
                 if (!isfinite(row[j]))
-                    return sfi_error_set(err, SFI_EINVAL,
-                                         "selector: logit of kv head %d, window query %d, position %d is %s",
-                                         h, t, j, isnan(row[j]) ? "NaN" : "+infinite");
+                    return sfi_error_set(
+                        err, SFI_EINVAL,
+                        "selector: logit of kv head %d, window query %d, position %d is %s", h, t,
+                        j, isnan(row[j]) ? "NaN" : "+infinite");
                 seen = 1;
             }
         }
         if (!seen)
-            return sfi_error_set(err, SFI_EINVAL,
-                                 "selector: kv head %d: every logit over J=[%d,%d) is masked (-inf)",
-                                 h, in->j_begin, in->j_end);
+            return sfi_error_set(
+                err, SFI_EINVAL,
+                "selector: kv head %d: every logit over J=[%d,%d) is masked (-inf)", h, in->j_begin,
+                in->j_end);
         const float *kn = in->key_norms + (size_t)h * (size_t)in->n_pos;
         for (int j = in->j_begin; j < in->j_end; j++)
             if (!(kn[j] >= 0.0f) || !isfinite(kn[j]))
-                return sfi_error_set(err, SFI_EINVAL,
-                                     "selector: key norm of kv head %d, position %d is %g (need finite >= 0)",
-                                     h, j, (double)kn[j]);
+                return sfi_error_set(
+                    err, SFI_EINVAL,
+                    "selector: key norm of kv head %d, position %d is %g (need finite >= 0)", h, j,
+                    (double)kn[j]);
     }
     return SFI_OK;
 }
 
 /* Steps 1-3 for one head: f[0..nJ). tmp[nJ] scratch. Returns the
  * normaliser G (1 with one window query). */
-static float evidence(const sfi_params *prm, const sfi_selector_input *in, int h,
-                     float *f, float *mu, float *tmp)
+static float evidence(const sfi_params *prm, const sfi_selector_input *in, int h, float *f,
+                      float *mu, float *tmp)
 {
     const int nJ = in->j_end - in->j_begin;
     const float a = prm->alpha;
+    assert(nJ >= 1 && in->n_win >= 1); /* check_input */
     for (int i = 0; i < nJ; i++)
         mu[i] = 0.0f;
     for (int t = 0; t < in->n_win; t++) {
-        const float *row = in->logits + ((size_t)h * (size_t)in->n_win + (size_t)t) * (size_t)in->n_pos
-                           + in->j_begin;
+        const float *row = in->logits +
+                           ((size_t)h * (size_t)in->n_win + (size_t)t) * (size_t)in->n_pos +
+                           in->j_begin;
         memcpy(tmp, row, (size_t)nJ * sizeof *tmp);
         sfi_softmax(tmp, (size_t)nJ);
         if (in->n_win == 1) { /* f = p_1 exactly */
@@ -153,6 +175,7 @@ static float prior(const sfi_params *prm, const sfi_selector_input *in, int h, f
     const int nJ = in->j_end - in->j_begin;
     const float *kn = in->key_norms + (size_t)h * (size_t)in->n_pos + in->j_begin;
     const float span = (float)(nJ - 1) + prm->eps; /* jmax - jmin + eps */
+    assert(nJ >= 1);
     float sum = 0.0f;
     for (int i = 0; i < nJ; i++) {
         float pk = sfi_powf_pos(kn[i] + prm->eps, -prm->gamma);
@@ -195,6 +218,7 @@ float sfi_selector_fuse(const sfi_params *prm, int nJ, const float *f, const flo
 void sfi_selector_soft_nms(const sfi_params *prm, int nJ, const float *z, float *z_out)
 {
     const int R = prm->nms_radius;
+    assert(R >= 0); /* a negative radius would read z[-1] */
     for (int i = 0; i < nJ; i++) {
         int lo = i - R < 0 ? 0 : i - R;
         int hi = i > nJ - 1 - R ? nJ - 1 : i + R;
@@ -219,13 +243,16 @@ void sfi_key_norms(const float *k, int n_pos, int n_kv_heads, int head_dim, floa
 void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_pos,
                                       const float *tail, float *out)
 {
+    assert(n_kv_heads >= 1 && n_heads % n_kv_heads == 0);
     const int G = n_heads / n_kv_heads;
     const size_t row = (size_t)n_pos * sizeof *out;
     for (int kv = 0; kv < n_kv_heads; kv++)
         for (int g = 0; g < G; g++)
             for (int w = 0; w < W; w++) {
-                const float *src = tail + ((size_t)w * (size_t)n_heads + (size_t)(kv * G + g)) * (size_t)n_pos;
-                float *dst = out + ((size_t)kv * (size_t)(G * W) + (size_t)(w * G + g)) * (size_t)n_pos;
+                const float *src =
+                    tail + ((size_t)w * (size_t)n_heads + (size_t)(kv * G + g)) * (size_t)n_pos;
+                float *dst =
+                    out + ((size_t)kv * (size_t)(G * W) + (size_t)(w * G + g)) * (size_t)n_pos;
                 memcpy(dst, src, row);
             }
 }
@@ -314,12 +341,13 @@ sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *
         out[i] = h[i].i;
     free(h);
     qsort(out, (size_t)k, sizeof *out, sfi_cmp_i32);
+    for (int i = 1; i < k; i++)
+        assert(out[i - 1] < out[i]); /* k distinct positions, ascending */
     return SFI_OK;
 }
 
-sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
-                            int32_t *selected, int *n_selected,
-                            sfi_selector_detail *detail, sfi_error *err)
+sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in, int32_t *selected,
+                            int *n_selected, sfi_selector_detail *detail, sfi_error *err)
 {
     sfi_status st = check_params(prm, err);
     if (st == SFI_OK)
@@ -343,7 +371,8 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
         free(zn);
         free(work);
         free(top);
-        return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory for %d heads x %d positions", H, nJ);
+        return sfi_error_set(err, SFI_ENOMEM, "selector: out of memory for %d heads x %d positions",
+                             H, nJ);
     }
     float *f = work, *r = work + nJ, *s = work + 2 * (size_t)nJ, *mu = work + 3 * (size_t)nJ,
           *tmp = work + 4 * (size_t)nJ;
@@ -356,12 +385,13 @@ sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
          * parameters (a tiny alpha, a large gamma with huge or tiny key
          * norms): refuse rather than rank NaNs. */
         if (!(G > 0.0f && G < INFINITY) || !(R > 0.0f && R < INFINITY)) {
-            st = sfi_error_set(err, SFI_ERANGE,
-                               "selector: kv head %d: %s normaliser is %g (under/overflow: alpha=%g, gamma=%g "
-                               "with these logits and key norms)",
-                               h, !(G > 0.0f && G < INFINITY) ? "evidence" : "prior",
-                               (double)(!(G > 0.0f && G < INFINITY) ? G : R), (double)prm->alpha,
-                               (double)prm->gamma);
+            st = sfi_error_set(
+                err, SFI_ERANGE,
+                "selector: kv head %d: %s normaliser is %g (under/overflow: alpha=%g, gamma=%g "
+                "with these logits and key norms)",
+                h, !(G > 0.0f && G < INFINITY) ? "evidence" : "prior",
+                (double)(!(G > 0.0f && G < INFINITY) ? G : R), (double)prm->alpha,
+                (double)prm->gamma);
             break;
         }
         float lam = sfi_selector_fuse(prm, nJ, f, r, s);

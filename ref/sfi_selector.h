@@ -12,10 +12,10 @@
  * the sink and before the recent window). */
 typedef struct {
     int n_kv_heads;
-    int n_win;            /* window queries per KV head: W * group size */
-    int n_pos;            /* row length of logits and key_norms */
-    int j_begin, j_end;   /* J */
-    const float *logits;  /* [n_kv_heads][n_win][n_pos] scaled logits */
+    int n_win;              /* window queries per KV head: W * group size */
+    int n_pos;              /* row length of logits and key_norms */
+    int j_begin, j_end;     /* J */
+    const float *logits;    /* [n_kv_heads][n_win][n_pos] scaled logits */
     const float *key_norms; /* [n_kv_heads][n_pos] ||k_h(j)||_2 */
 } sfi_selector_input;
 
@@ -23,13 +23,13 @@ typedef struct {
  * lambda [n_kv_heads]; any pointer may be NULL. For tests, the analyzer and
  * the GPU checker. */
 typedef struct {
-    float *f;         /* evidence distribution (step 3) */
-    float *r;         /* prior (step 4) */
-    float *lambda;    /* lambda* (step 5) */
-    float *s;         /* fused distribution (step 5) */
-    float *z_log;     /* log score (step 6) */
-    float *z_nms;     /* after Soft-NMS (step 7) */
-    float *z_cross;   /* after cross-head exclusivity (step 8) */
+    float *f;       /* evidence distribution (step 3) */
+    float *r;       /* prior (step 4) */
+    float *lambda;  /* lambda* (step 5) */
+    float *s;       /* fused distribution (step 5) */
+    float *z_log;   /* log score (step 6) */
+    float *z_nms;   /* after Soft-NMS (step 7) */
+    float *z_cross; /* after cross-head exclusivity (step 8) */
 } sfi_selector_detail;
 
 /* The evaluation order of every step is documented at the top of
@@ -41,9 +41,8 @@ typedef struct {
  * non-finite key norms, K < 1, empty J, out-of-range parameters and
  * inconsistent sizes (SFI_EINVAL); an evidence or prior normaliser that
  * under/overflows with extreme parameters and inputs (SFI_ERANGE). selected must hold n_kv_heads * min(K, |J|) entries. */
-sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
-                            int32_t *selected, int *n_selected,
-                            sfi_selector_detail *detail, sfi_error *err);
+sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in, int32_t *selected,
+                            int *n_selected, sfi_selector_detail *detail, sfi_error *err);
 
 /* Single steps, exposed for hand-computed tests and for checkers. No
  * argument checks beyond what sfi_selector_run does before calling them.

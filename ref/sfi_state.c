@@ -4,6 +4,7 @@
 
 #include "sfi_state.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,6 +181,7 @@ void sfi_state_candidates(const sfi_params *prm, int n_ctx, int *j_begin, int *j
 
 int32_t *sfi_state_selected(const sfi_state *st, int layer, int kv_head)
 {
+    assert(layer >= 0 && layer < st->n_layers && kv_head >= 0 && kv_head < st->n_kv_heads);
     return st->selected + ((size_t)layer * (size_t)st->n_kv_heads + (size_t)kv_head) * (size_t)st->K;
 }
 
@@ -197,6 +199,8 @@ void sfi_state_fast_set(const sfi_state *st, const sfi_params *prm, int layer,
         idx[cnt++] = j;
     const int32_t *sel = sfi_state_selected(st, layer, kv_head);
     const int ns = st->n_selected[(size_t)layer * (size_t)st->n_kv_heads + (size_t)kv_head];
+    /* idx holds n_sink + K + n_recent: a set larger than K would overrun it */
+    assert(ns >= 0 && ns <= st->K);
     int32_t last = a - 1;
     for (int i = 0; i < ns; i++) {
         /* Selected positions inside sink or recent are already counted;
@@ -232,6 +236,7 @@ sfi_status sfi_state_slow_update(sfi_state *st, const sfi_params *prm, int layer
     int n_sel = 0;
     sfi_status s = sfi_selector_run(prm, in, tmp, &n_sel, detail, err);
     if (s == SFI_OK) {
+        assert(n_sel >= 0 && n_sel <= st->K); /* the slots hold K */
         /* Only now, so a failed Selector leaves the previous sets in place. */
         for (int h = 0; h < H; h++) {
             memcpy(sfi_state_selected(st, layer, h), tmp + (size_t)h * (size_t)n_sel,

@@ -5,6 +5,7 @@
 
 #include "sfi_sim_cli.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -168,6 +169,7 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
                              double **step_time, sfi_error *err)
 {
     const int B = cs->batch;
+    assert(!rp || rp->batch == B); /* rp->hist has batch + 1 entries */
     sfi_cost_memory mem;
     sfi_status st = sfi_cost_memory_of(cs, &mem, err);
     if (st)

@@ -12,23 +12,22 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: sfi-sim trace check [--complete] FILE\n"
-            "       sfi-sim trace info [--json] FILE\n\n"
-            "check  reads and validates every row of the trace (schema version, types,\n"
-            "       ranges, step order, blob sizes, record shapes); prints one line and\n"
-            "       exits 0 when valid, 1 with a message naming the problem otherwise.\n"
-            "       --complete also requires the writer to have finished (complete = 1).\n"
-            "info   prints the trace's meta data, counts, slow-step fraction by reason,\n"
-            "       prompt and context ranges and the levels present; --json as a JSON\n"
-            "       object.\n\n"
-            "The format is described in sfi-trace(5).\n");
+    fprintf(out, "usage: sfi-sim trace check [--complete] FILE\n"
+                 "       sfi-sim trace info [--json] FILE\n\n"
+                 "check  reads and validates every row of the trace (schema version, types,\n"
+                 "       ranges, step order, blob sizes, record shapes); prints one line and\n"
+                 "       exits 0 when valid, 1 with a message naming the problem otherwise.\n"
+                 "       --complete also requires the writer to have finished (complete = 1).\n"
+                 "info   prints the trace's meta data, counts, slow-step fraction by reason,\n"
+                 "       prompt and context ranges and the levels present; --json as a JSON\n"
+                 "       object.\n\n"
+                 "The format is described in sfi-trace(5).\n");
 }
 
 /* Names of ref/sfi_state.h's enums, kept here so that sfi-sim trace works
  * on its own (values are the on-disk integers). */
 static const char *const kind_names[3] = {"prefill", "slow", "fast"};
-static const char *const reason_names[7] = {"none", "first", "trigger", "tmax",
+static const char *const reason_names[7] = {"none",     "first",  "trigger", "tmax",
                                             "interval", "always", "prompt"};
 
 typedef struct {
@@ -46,19 +45,25 @@ static int gather(sfi_trace *t, stats *s, sfi_error *e)
         sfi_trace_request rq;
         if (sfi_trace_read_request(t, r, &rq, e))
             return 1;
-        if (rq.n_prompt < s->prompt_min) s->prompt_min = rq.n_prompt;
-        if (rq.n_prompt > s->prompt_max) s->prompt_max = rq.n_prompt;
+        if (rq.n_prompt < s->prompt_min)
+            s->prompt_min = rq.n_prompt;
+        if (rq.n_prompt > s->prompt_max)
+            s->prompt_max = rq.n_prompt;
         sfi_trace_request_free(&rq);
         sfi_trace_steps st;
         if (sfi_trace_read_steps(t, r, &st, e))
             return 1;
-        if (st.n < s->steps_min) s->steps_min = st.n;
-        if (st.n > s->steps_max) s->steps_max = st.n;
+        if (st.n < s->steps_min)
+            s->steps_min = st.n;
+        if (st.n > s->steps_max)
+            s->steps_max = st.n;
         for (int64_t i = 0; i < st.n; i++) {
             s->by_kind[st.kind[i]]++;
             s->by_reason[st.reason[i]]++;
-            if (st.ctx_len[i] < s->ctx_min) s->ctx_min = st.ctx_len[i];
-            if (st.ctx_len[i] > s->ctx_max) s->ctx_max = st.ctx_len[i];
+            if (st.ctx_len[i] < s->ctx_min)
+                s->ctx_min = st.ctx_len[i];
+            if (st.ctx_len[i] > s->ctx_max)
+                s->ctx_max = st.ctx_len[i];
         }
         s->n_steps += st.n;
         sfi_trace_steps_free(&st);
@@ -72,7 +77,8 @@ static int gather(sfi_trace *t, stats *s, sfi_error *e)
 
 static const char *levels_present(sfi_trace *t, char *buf, size_t n)
 {
-    snprintf(buf, n, "tokens%s%s", sfi_trace_n_selections(t) || sfi_trace_n_fast_mass(t) ? ",summary" : "",
+    snprintf(buf, n, "tokens%s%s",
+             sfi_trace_n_selections(t) || sfi_trace_n_fast_mass(t) ? ",summary" : "",
              sfi_trace_n_topm(t) || sfi_trace_n_snapshots(t) ? ",full" : "");
     return buf;
 }
@@ -172,9 +178,9 @@ static int info_json(sfi_trace *t, const stats *s)
     for (int r = 0; r < 7; r++)
         json_object_set_new(reasons, reason_names[r], json_integer(s->by_reason[r]));
     json_object_set_new(o, "steps_by_reason", reasons);
-    json_object_set_new(o, "slow_fraction",
-                        json_real(s->n_steps ? (double)s->by_kind[SFI_STEP_SLOW] / (double)s->n_steps
-                                             : 0.0));
+    json_object_set_new(
+        o, "slow_fraction",
+        json_real(s->n_steps ? (double)s->by_kind[SFI_STEP_SLOW] / (double)s->n_steps : 0.0));
     json_object_set_new(o, "selections", json_integer(sfi_trace_n_selections(t)));
     json_object_set_new(o, "fast_mass", json_integer(sfi_trace_n_fast_mass(t)));
     json_object_set_new(o, "topm", json_integer(sfi_trace_n_topm(t)));
@@ -205,7 +211,8 @@ int sfi_sim_cmd_trace(int argc, char **argv)
     }
     int is_check = !strcmp(argv[1], "check"), is_info = !strcmp(argv[1], "info");
     if (!is_check && !is_info) {
-        fprintf(stderr, "sfi-sim trace: unknown subcommand '%s' (expected check or info)\n", argv[1]);
+        fprintf(stderr, "sfi-sim trace: unknown subcommand '%s' (expected check or info)\n",
+                argv[1]);
         usage(stderr);
         return 2;
     }
@@ -249,8 +256,10 @@ int sfi_sim_cmd_trace(int argc, char **argv)
             fprintf(stderr, "sfi-sim trace check: %s\n", e.msg);
             rc = 1;
         } else if (need_complete && !sfi_trace_complete(t)) {
-            fprintf(stderr, "sfi-sim trace check: %s: incomplete (complete = 0: the writer did not "
-                    "finish)\n", file);
+            fprintf(stderr,
+                    "sfi-sim trace check: %s: incomplete (complete = 0: the writer did not "
+                    "finish)\n",
+                    file);
             rc = 1;
         } else {
             printf("%s: ok: level %s, %lld requests, %lld steps, %s\n", file,

@@ -22,21 +22,22 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: sfi-sim validate [--profile FILE] [--gpu NAME|FILE] [--tolerance PCT]\n"
-            "                        [--fit OUT.json]\n\n"
-            "Predicts every kernel time listed under \"measurements\" in a calibration\n"
-            "profile, once with the built-in default calibration and once with the\n"
-            "profile's own, and prints measured vs predicted with the relative error.\n\n"
-            "  --profile FILE   profile written by the GPU benchmarks [" DEFAULT_PROFILE
-            " in the source tree]\n"
-            "  --gpu NAME|FILE  GPU the measurements ran on [the profile's \"gpu\", else H100-SXM]\n"
-            "  --tolerance PCT  error counted as agreement [10]\n"
-            "  --fit OUT.json   fit efficiencies (and fixed costs where a kernel has\n"
-            "                   several sizes) to the measurements and write them, with\n"
-            "                   the measurements, as a new profile\n"
-            "  -h, --help       this help\n\n"
-            "Exit status: 0 report printed, 1 bad input, 2 usage error. See sfi-sim-validate(1).\n");
+    fprintf(
+        out,
+        "usage: sfi-sim validate [--profile FILE] [--gpu NAME|FILE] [--tolerance PCT]\n"
+        "                        [--fit OUT.json]\n\n"
+        "Predicts every kernel time listed under \"measurements\" in a calibration\n"
+        "profile, once with the built-in default calibration and once with the\n"
+        "profile's own, and prints measured vs predicted with the relative error.\n\n"
+        "  --profile FILE   profile written by the GPU benchmarks [" DEFAULT_PROFILE
+        " in the source tree]\n"
+        "  --gpu NAME|FILE  GPU the measurements ran on [the profile's \"gpu\", else H100-SXM]\n"
+        "  --tolerance PCT  error counted as agreement [10]\n"
+        "  --fit OUT.json   fit efficiencies (and fixed costs where a kernel has\n"
+        "                   several sizes) to the measurements and write them, with\n"
+        "                   the measurements, as a new profile\n"
+        "  -h, --help       this help\n\n"
+        "Exit status: 0 report printed, 1 bad input, 2 usage error. See sfi-sim-validate(1).\n");
 }
 
 /* ---- --fit ---- */
@@ -132,8 +133,10 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
     static const struct {
         const char *kernel;
         sfi_kernel_class c;
-    } map[] = {{"attn_dense_nologits", SFI_KC_ATTN_DENSE}, {"attn_sparse", SFI_KC_ATTN_SPARSE},
-               {"selector", SFI_KC_SELECTOR},            {"topk", SFI_KC_TOPK},
+    } map[] = {{"attn_dense_nologits", SFI_KC_ATTN_DENSE},
+               {"attn_sparse", SFI_KC_ATTN_SPARSE},
+               {"selector", SFI_KC_SELECTOR},
+               {"topk", SFI_KC_TOPK},
                {"reorg", SFI_KC_REORG}};
     printf("# fit (%s):\n", out_path);
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
@@ -186,7 +189,8 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
         if (sfi_cost_pipeline_predict(&s, "slow_step_overlap", layers, &t0, NULL) != SFI_OK)
             continue;
         s.prof.overlap_contention = 1;
-        if (sfi_cost_pipeline_predict(&s, "slow_step_overlap", layers, &t1, NULL) != SFI_OK || t1 <= t0)
+        if (sfi_cost_pipeline_predict(&s, "slow_step_overlap", layers, &t1, NULL) != SFI_OK ||
+            t1 <= t0)
             continue;
         double c = (ms[i].time_s - t0) / (t1 - t0);
         p.overlap_contention = c < 0 ? 0 : c > 1 ? 1 : c;
@@ -213,7 +217,8 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
     json_object_set_new(root, "launch_us", json_real(p.launch_s * 1e6));
     json_object_set_new(root, "step_overhead_us", json_real(p.step_overhead_s * 1e6));
     json_object_set_new(root, "allreduce_latency_us", json_real(p.allreduce_latency_s * 1e6));
-    json_object_set_new(root, "overlap_contention", json_real(floor(p.overlap_contention * 1e4 + 0.5) / 1e4));
+    json_object_set_new(root, "overlap_contention",
+                        json_real(floor(p.overlap_contention * 1e4 + 0.5) / 1e4));
     for (size_t i = 0; i < nm; i++) {
         json_t *o = json_object();
         json_object_set_new(o, "kernel", json_string(ms[i].kernel));
@@ -324,14 +329,16 @@ int sfi_sim_cmd_validate(int argc, char **argv)
             char *end;
             tol = strtod(optarg, &end);
             if (*end || !(tol > 0 && tol < 1000)) {
-                fprintf(stderr, "sfi-sim validate: --tolerance: '%s' is not in (0, 1000)\n", optarg);
+                fprintf(stderr, "sfi-sim validate: --tolerance: '%s' is not in (0, 1000)\n",
+                        optarg);
                 return 2;
             }
             break;
         }
         case 'h': usage(stdout); return 0;
         default:
-            fprintf(stderr, "sfi-sim validate: unknown or incomplete option '%s'\n", argv[optind - 1]);
+            fprintf(stderr, "sfi-sim validate: unknown or incomplete option '%s'\n",
+                    argv[optind - 1]);
             usage(stderr);
             return 2;
         }
@@ -347,8 +354,9 @@ int sfi_sim_cmd_validate(int argc, char **argv)
     if (sfi_hw_profile_load(prof_path, &prof, &ms, &nm, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
         if (err.code == SFI_ENOTFOUND)
-            fprintf(stderr, "sfi-sim validate: run the GPU benchmarks (sfi-gpu bench) to write one, "
-                            "or pass --profile\n");
+            fprintf(stderr,
+                    "sfi-sim validate: run the GPU benchmarks (sfi-gpu bench) to write one, "
+                    "or pass --profile\n");
         return 1;
     }
     sfi_hw_profile_default(&def);
@@ -405,10 +413,12 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         s.prof = def;
         /* Multi-layer pipelines are predicted whole; single kernels are
          * per layer, times the measurement's layer count. */
-        int pipeline = !strcmp(m->kernel, "attn_layers") || !strcmp(m->kernel, "slow_step_serial") ||
+        int pipeline = !strcmp(m->kernel, "attn_layers") ||
+                       !strcmp(m->kernel, "slow_step_serial") ||
                        !strcmp(m->kernel, "slow_step_overlap");
-        sfi_status st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_def, &err)
-                                 : sfi_cost_kernel_predict(&s, m->kernel, &t_def, &err);
+        sfi_status st = pipeline
+                            ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_def, &err)
+                            : sfi_cost_kernel_predict(&s, m->kernel, &t_def, &err);
         if (!st) {
             s.prof = prof;
             st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_prof, &err)
@@ -417,14 +427,16 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         if (pipeline)
             layers = 1;
         printf("%-18s %5d %7d %5d %4d %4d %5d %11.1f ", m->kernel, s.batch, m->context,
-               mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.pol.prm.K, m->time_s * 1e6);
+               mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.pol.prm.K,
+               m->time_s * 1e6);
         if (st) {
             printf("%11s %8s %11s %8s  (%s)\n", "-", "-", "-", "-", err.msg);
             continue;
         }
         t_def *= layers;
         t_prof *= layers;
-        double e_def = (t_def - m->time_s) / m->time_s * 100, e_prof = (t_prof - m->time_s) / m->time_s * 100;
+        double e_def = (t_def - m->time_s) / m->time_s * 100,
+               e_prof = (t_prof - m->time_s) / m->time_s * 100;
         printf("%11.1f %+8.1f %11.1f %+8.1f\n", t_def * 1e6, e_def, t_prof * 1e6, e_prof);
         n_cmp++;
         n_ok_def += fabs(e_def) <= tol;
@@ -438,14 +450,16 @@ int sfi_sim_cmd_validate(int argc, char **argv)
             worst_prof = i;
         }
     }
-    printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max |err| %.1f%%)\n",
+    printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max "
+           "|err| %.1f%%)\n",
            n_cmp, nm, tol, n_ok_def, max_def, n_ok_prof, max_prof);
     if (n_cmp > 0)
-        print_verdict(prof_path, &prof, &def, ms, tol, n_cmp, n_ok_def, max_def, worst_def, n_ok_prof,
-                      max_prof, worst_prof);
+        print_verdict(prof_path, &prof, &def, ms, tol, n_cmp, n_ok_def, max_def, worst_def,
+                      n_ok_prof, max_prof, worst_prof);
     if (prof.n_step_measurements)
         printf("# %d whole-step measurements (sfi-gpu run --bench) read and checked; not "
-               "compared with predictions yet\n", prof.n_step_measurements);
+               "compared with predictions yet\n",
+               prof.n_step_measurements);
     int rc = 0;
     if (fit_path)
         rc = fit_profile(&prof, &gpu, ms, nm, fit_path);

@@ -15,9 +15,12 @@ typedef struct {
 } command;
 
 static const command commands[] = {
-    {"sweep", sfi_sim_cmd_sweep, "simulate decoding over lists of models, GPUs, contexts, batches, policies"},
-    {"serve", sfi_sim_cmd_serve, "run a workload through a simulated serving engine (admission, queueing, prefill)"},
-    {"analyze", sfi_sim_cmd_analyze, "attention-mass recall and support stability of policies on a trace"},
+    {"sweep", sfi_sim_cmd_sweep,
+     "simulate decoding over lists of models, GPUs, contexts, batches, policies"},
+    {"serve", sfi_sim_cmd_serve,
+     "run a workload through a simulated serving engine (admission, queueing, prefill)"},
+    {"analyze", sfi_sim_cmd_analyze,
+     "attention-mass recall and support stability of policies on a trace"},
     {"trace", sfi_sim_cmd_trace, "check or summarize a trace database (trace check|info FILE)"},
     {"presets", sfi_sim_cmd_presets, "list built-in GPUs, models and policies"},
     {"validate", sfi_sim_cmd_validate, "compare predicted with measured kernel times of a profile"},

@@ -33,8 +33,8 @@ static const sfi_gpu gpu_presets[] = {
 #define N_GPU_PRESETS (sizeof gpu_presets / sizeof gpu_presets[0])
 
 static const char *const kc_names[SFI_KC_COUNT] = {
-    "gemm", "attn_dense", "attn_sparse", "selector", "topk", "reorg", "allreduce", "other",
-    "logits", "attn_prefill",
+    "gemm",  "attn_dense", "attn_sparse", "selector", "topk",
+    "reorg", "allreduce",  "other",       "logits",   "attn_prefill",
 };
 
 const char *sfi_kernel_class_name(sfi_kernel_class c)
@@ -61,7 +61,8 @@ sfi_status sfi_gpu_preset(const char *name, sfi_gpu *out, sfi_error *err)
             *out = gpu_presets[i];
             return SFI_OK;
         }
-    return sfi_error_set(err, SFI_ENOTFOUND, "unknown GPU '%s' (built-in: B200, H200, H100-SXM; or a GPU JSON file)",
+    return sfi_error_set(err, SFI_ENOTFOUND,
+                         "unknown GPU '%s' (built-in: B200, H200, H100-SXM; or a GPU JSON file)",
                          name ? name : "");
 }
 
@@ -117,14 +118,15 @@ static sfi_status get_num(json_t *v, const char *origin, const char *key, double
     return SFI_OK;
 }
 
-static sfi_status get_str(json_t *v, const char *origin, const char *key, char *out,
-                          size_t cap, sfi_error *err)
+static sfi_status get_str(json_t *v, const char *origin, const char *key, char *out, size_t cap,
+                          sfi_error *err)
 {
     if (!json_is_string(v))
         return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not a string", origin, key);
     const char *s = json_string_value(v);
     if (strlen(s) >= cap)
-        return sfi_error_set(err, SFI_ERANGE, "%s: %s: longer than %zu bytes", origin, key, cap - 1);
+        return sfi_error_set(err, SFI_ERANGE, "%s: %s: longer than %zu bytes", origin, key,
+                             cap - 1);
     memcpy(out, s, strlen(s) + 1);
     return SFI_OK;
 }
@@ -133,7 +135,8 @@ static sfi_status check_version(json_t *root, const char *key, const char *origi
 {
     json_t *v = json_object_get(root, key);
     if (!v)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: missing (expected %s: 1)", origin, key, key);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: missing (expected %s: 1)", origin, key,
+                             key);
     if (!json_is_integer(v))
         return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not an integer", origin, key);
     if (json_integer_value(v) != 1)
@@ -153,14 +156,20 @@ sfi_status sfi_gpu_parse(const char *json, size_t len, const char *origin, sfi_g
     sfi_gpu g;
     memset(&g, 0, sizeof g);
     unsigned seen = 0;
-    static const char *const keys[] = {"name", "hbm_capacity_GB", "hbm_bandwidth_TBps",
-                                       "bf16_dense_TFLOPS", "fp8_dense_TFLOPS", "sm_count",
-                                       "l2_MB", "nvlink_GBps"};
+    static const char *const keys[] = {"name",
+                                       "hbm_capacity_GB",
+                                       "hbm_bandwidth_TBps",
+                                       "bf16_dense_TFLOPS",
+                                       "fp8_dense_TFLOPS",
+                                       "sm_count",
+                                       "l2_MB",
+                                       "nvlink_GBps"};
     const size_t nkeys = sizeof keys / sizeof keys[0];
     st = check_version(root, "sfi_gpu", origin, err);
     const char *key;
     json_t *v;
-    json_object_foreach(root, key, v) {
+    json_object_foreach(root, key, v)
+    {
         if (st)
             break;
         if (!strcmp(key, "sfi_gpu"))
@@ -310,7 +319,8 @@ static sfi_status parse_curve(json_t *v, const char *origin, sfi_hw_profile *p, 
         if (st)
             return st;
         if (!(c >= 1 && c <= 1e9))
-            return sfi_error_set(err, SFI_ERANGE, "%s: %s: context must be in 1..1e9", origin, where);
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: context must be in 1..1e9", origin,
+                                 where);
         if (!(e > 0 && e <= 1))
             return sfi_error_set(err, SFI_ERANGE, "%s: %s: efficiency must be in (0, 1]", origin,
                                  where);
@@ -325,12 +335,11 @@ static sfi_status parse_curve(json_t *v, const char *origin, sfi_hw_profile *p, 
 
 /* One entry of "step_measurements": what sfi-gpu run --bench measured for
  * a model, context, batch and mode. Checked for shape and ranges. */
-static sfi_status check_step_measurement(json_t *m, const char *origin, size_t idx,
-                                         sfi_error *err)
+static sfi_status check_step_measurement(json_t *m, const char *origin, size_t idx, sfi_error *err)
 {
     if (!json_is_object(m))
-        return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: not an object",
-                             origin, idx);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: not an object", origin,
+                             idx);
     json_t *model = json_object_get(m, "model"), *mode = json_object_get(m, "mode");
     json_t *ctx = json_object_get(m, "context"), *batch = json_object_get(m, "batch");
     json_t *tps = json_object_get(m, "decode_tokens_per_s");
@@ -338,33 +347,43 @@ static sfi_status check_step_measurement(json_t *m, const char *origin, size_t i
         (strcmp(json_string_value(mode), "dense") && strcmp(json_string_value(mode), "sfi")))
         return sfi_error_set(err, SFI_EFORMAT,
                              "%s: step_measurements[%zu]: needs \"model\" and \"mode\" "
-                             "(dense or sfi)", origin, idx);
+                             "(dense or sfi)",
+                             origin, idx);
     if (!json_is_integer(ctx) || json_integer_value(ctx) < 1 ||
         json_integer_value(ctx) > 16777216 || !json_is_integer(batch) ||
         json_integer_value(batch) < 1 || json_integer_value(batch) > 65536)
         return sfi_error_set(err, SFI_EFORMAT,
                              "%s: step_measurements[%zu]: context (1..2^24) and batch "
-                             "(1..65536) must be integers", origin, idx);
+                             "(1..65536) must be integers",
+                             origin, idx);
     if (!json_is_number(tps) || !(json_number_value(tps) >= 0 && json_number_value(tps) < 1e9))
         return sfi_error_set(err, SFI_EFORMAT,
                              "%s: step_measurements[%zu]: decode_tokens_per_s must be a number "
-                             "in [0, 1e9)", origin, idx);
+                             "in [0, 1e9)",
+                             origin, idx);
     json_t *steps = json_object_get(m, "steps");
     if (steps) {
         const char *k;
         json_t *c;
         if (!json_is_object(steps))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: steps: not an "
-                                 "object", origin, idx);
-        json_object_foreach(steps, k, c) {
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: step_measurements[%zu]: steps: not an "
+                                 "object",
+                                 origin, idx);
+        json_object_foreach(steps, k, c)
+        {
             if (strcmp(k, "dense") && strcmp(k, "slow") && strcmp(k, "fast"))
-                return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: steps: "
-                                     "unknown class '%s' (dense, slow, fast)", origin, idx, k);
+                return sfi_error_set(err, SFI_EFORMAT,
+                                     "%s: step_measurements[%zu]: steps: "
+                                     "unknown class '%s' (dense, slow, fast)",
+                                     origin, idx, k);
             json_t *mean = json_object_get(c, "mean_ms");
             if (!json_is_number(mean) ||
                 !(json_number_value(mean) > 0 && json_number_value(mean) < 1e7))
-                return sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements[%zu]: steps.%s: "
-                                     "mean_ms must be a positive number", origin, idx, k);
+                return sfi_error_set(err, SFI_EFORMAT,
+                                     "%s: step_measurements[%zu]: steps.%s: "
+                                     "mean_ms must be a positive number",
+                                     origin, idx, k);
         }
     }
     return SFI_OK;
@@ -382,7 +401,8 @@ static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
     const char *key;
     json_t *v;
     int have_kernel = 0, have_time = 0;
-    json_object_foreach(m, key, v) {
+    json_object_foreach(m, key, v)
+    {
         char full[128];
         snprintf(full, sizeof full, "%s.%s", where, key);
         if (!strcmp(key, "kernel")) {
@@ -417,11 +437,13 @@ static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
                    : !strcmp(key, "layers")   ? &out->layers
                                               : NULL;
         if (d != floor(d) || d < 0 || d > 1e9)
-            return sfi_error_set(err, SFI_ERANGE, "%s: %s: not a non-negative integer", origin, full);
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: not a non-negative integer", origin,
+                                 full);
         *dst = (int)d;
     }
     if (!have_kernel || !have_time)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: needs \"kernel\" and \"time_us\"", origin, where);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: needs \"kernel\" and \"time_us\"", origin,
+                             where);
     return SFI_OK;
 }
 
@@ -437,7 +459,8 @@ static sfi_status get_class_map(json_t *v, const char *origin, const char *key, 
         return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not an object", origin, key);
     const char *ek;
     json_t *ev;
-    json_object_foreach(v, ek, ev) {
+    json_object_foreach(v, ek, ev)
+    {
         int c = 0;
         while (c < SFI_KC_COUNT && strcmp(ek, kc_names[c]))
             c++;
@@ -477,7 +500,8 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
     st = check_version(root, "sfi_profile", origin, err);
     const char *key;
     json_t *v;
-    json_object_foreach(root, key, v) {
+    json_object_foreach(root, key, v)
+    {
         if (st)
             break;
         if (!strcmp(key, "sfi_profile"))
@@ -492,7 +516,8 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
         } else if (!strcmp(key, "efficiency")) {
             st = get_class_map(v, origin, key, 0, 1, "(0, 1]", 1, p.efficiency, &eff_set, err);
         } else if (!strcmp(key, "fixed_us")) {
-            st = get_class_map(v, origin, key, 1, 1e6, "[0, 1e6]", 1e-6, p.fixed_s, &fixed_set, err);
+            st =
+                get_class_map(v, origin, key, 1, 1e6, "[0, 1e6]", 1e-6, p.fixed_s, &fixed_set, err);
         } else if (!strcmp(key, "launch_us") || !strcmp(key, "step_overhead_us") ||
                    !strcmp(key, "allreduce_latency_us") || !strcmp(key, "request_overhead_us")) {
             double d = 0;
@@ -532,8 +557,10 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
             p.overlap_contention = d;
         } else if (!strcmp(key, "step_measurements")) {
             if (!json_is_array(v) || json_array_size(v) > 100000) {
-                st = sfi_error_set(err, SFI_EFORMAT, "%s: step_measurements: not an array of at "
-                                   "most 100000", origin);
+                st = sfi_error_set(err, SFI_EFORMAT,
+                                   "%s: step_measurements: not an array of at "
+                                   "most 100000",
+                                   origin);
                 break;
             }
             for (size_t i = 0; i < json_array_size(v) && !st; i++)

@@ -59,10 +59,10 @@
 
 typedef struct {
     char name[SFI_HW_NAME_MAX];
-    double hbm_capacity;    /* bytes */
-    double hbm_bandwidth;   /* bytes/s */
-    double bf16_flops;      /* dense FLOP/s */
-    double fp8_flops;       /* dense FLOP/s */
+    double hbm_capacity;  /* bytes */
+    double hbm_bandwidth; /* bytes/s */
+    double bf16_flops;    /* dense FLOP/s */
+    double fp8_flops;     /* dense FLOP/s */
     int sm_count;
     double l2_bytes;
     double nvlink_bandwidth; /* bytes/s, both directions together */
@@ -90,7 +90,7 @@ const char *sfi_kernel_class_name(sfi_kernel_class c);
 
 typedef struct {
     char name[SFI_HW_NAME_MAX];
-    char gpu[SFI_HW_NAME_MAX];      /* GPU it was measured on ("" = any) */
+    char gpu[SFI_HW_NAME_MAX];       /* GPU it was measured on ("" = any) */
     double efficiency[SFI_KC_COUNT]; /* (0,1] */
     double fixed_s[SFI_KC_COUNT];    /* extra fixed cost per kernel of a class */
     double launch_s;                 /* fixed cost per kernel */
@@ -106,8 +106,8 @@ typedef struct {
     int n_attn_curve;
     double attn_curve_ctx[SFI_HW_CURVE_MAX];
     double attn_curve_eff[SFI_HW_CURVE_MAX];
-    double request_overhead_s;       /* per request in a step (CPU bookkeeping) */
-    double reserved_bytes;           /* per GPU, besides weights, KV, activations */
+    double request_overhead_s; /* per request in a step (CPU bookkeeping) */
+    double reserved_bytes;     /* per GPU, besides weights, KV, activations */
     /* Whole decode steps measured by sfi-gpu run --bench
      * (gpu/profiles/h100-e2e.json): checked when the profile is read and
      * counted here; not used in pricing. */
@@ -129,8 +129,8 @@ size_t sfi_gpu_preset_count(void);
 const sfi_gpu *sfi_gpu_preset_at(size_t i);
 sfi_status sfi_gpu_preset(const char *name, sfi_gpu *out, sfi_error *err);
 /* Parses a GPU JSON text (origin names it in messages) / reads a file. */
-sfi_status sfi_gpu_parse(const char *json, size_t len, const char *origin,
-                         sfi_gpu *out, sfi_error *err);
+sfi_status sfi_gpu_parse(const char *json, size_t len, const char *origin, sfi_gpu *out,
+                         sfi_error *err);
 sfi_status sfi_gpu_load(const char *path, sfi_gpu *out, sfi_error *err);
 /* A preset name, else a path to a GPU file. */
 sfi_status sfi_gpu_resolve(const char *name_or_path, sfi_gpu *out, sfi_error *err);
@@ -143,10 +143,9 @@ void sfi_hw_profile_default(sfi_hw_profile *p);
  * their defaults. With meas != NULL, the measurements are returned in a
  * malloc'd array (*meas, *n_meas; free() it). */
 sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin,
-                                sfi_hw_profile *out, sfi_hw_measurement **meas,
-                                size_t *n_meas, sfi_error *err);
-sfi_status sfi_hw_profile_load(const char *path, sfi_hw_profile *out,
-                               sfi_hw_measurement **meas, size_t *n_meas,
-                               sfi_error *err);
+                                sfi_hw_profile *out, sfi_hw_measurement **meas, size_t *n_meas,
+                                sfi_error *err);
+sfi_status sfi_hw_profile_load(const char *path, sfi_hw_profile *out, sfi_hw_measurement **meas,
+                               size_t *n_meas, sfi_error *err);
 
 #endif

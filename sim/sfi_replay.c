@@ -5,6 +5,7 @@
 
 #include "sfi_replay.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,9 +13,9 @@
 
 #define MAX_STEPS ((int64_t)1 << 40)
 
-sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
-                          const sfi_params *prm, int interval, int batch, int64_t stagger,
-                          int64_t steps, int64_t timeline, sfi_replay_result *out, sfi_error *err)
+sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind, const sfi_params *prm,
+                          int interval, int batch, int64_t stagger, int64_t steps, int64_t timeline,
+                          sfi_replay_result *out, sfi_error *err)
 {
     memset(out, 0, sizeof *out);
     if (!in || !in->tokens || in->n < 1)
@@ -22,9 +23,11 @@ sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
     if (batch < 1 || batch > (1 << 20))
         return sfi_error_set(err, SFI_ERANGE, "replay: batch %d outside 1..2^20", batch);
     if (steps < 1 || steps > MAX_STEPS)
-        return sfi_error_set(err, SFI_ERANGE, "replay: steps %lld outside 1..2^40", (long long)steps);
+        return sfi_error_set(err, SFI_ERANGE, "replay: steps %lld outside 1..2^40",
+                             (long long)steps);
     if (stagger < 0 || stagger > MAX_STEPS)
-        return sfi_error_set(err, SFI_ERANGE, "replay: stagger %lld outside 0..2^40", (long long)stagger);
+        return sfi_error_set(err, SFI_ERANGE, "replay: stagger %lld outside 0..2^40",
+                             (long long)stagger);
     if (timeline < 0)
         timeline = 0;
     if (timeline > steps)
@@ -62,7 +65,8 @@ sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
         for (int r = 0; r < batch; r++) {
             sfi_step_reason why;
             ns += sfi_trigger_next(&tp[r], prev[r], &why) == SFI_STEP_SLOW;
-            out->reasons[(unsigned)why & 7u]++;
+            assert((unsigned)why < sizeof out->reasons / sizeof out->reasons[0]);
+            out->reasons[why]++;
             prev[r] = tok[pos[r]];
             if (++pos[r] == n)
                 pos[r] = 0;
@@ -98,7 +102,8 @@ sfi_status sfi_replay_synthetic(int64_t n, double mean_sentence, uint64_t seed, 
         return sfi_error_set(err, SFI_ERANGE, "synthetic stream: length %lld outside 1..2^32",
                              (long long)n);
     if (!(mean_sentence >= 1 && mean_sentence <= 1e6))
-        return sfi_error_set(err, SFI_ERANGE, "synthetic stream: mean sentence length must be >= 1");
+        return sfi_error_set(err, SFI_ERANGE,
+                             "synthetic stream: mean sentence length must be >= 1");
     int32_t *t = malloc((size_t)n * sizeof *t);
     uint8_t *trig = malloc(2);
     if (!t || !trig) {

@@ -22,19 +22,19 @@
 #include "sfi_state.h"
 
 typedef struct {
-    const int32_t *tokens;      /* ring of decode tokens */
-    int64_t n;                  /* >= 1 */
-    const uint8_t *is_trigger;  /* [n_vocab] trigger set (sfi(7) TRIGGERS) */
+    const int32_t *tokens;     /* ring of decode tokens */
+    int64_t n;                 /* >= 1 */
+    const uint8_t *is_trigger; /* [n_vocab] trigger set (sfi(7) TRIGGERS) */
     int32_t n_vocab;
 } sfi_replay_stream;
 
 typedef struct {
     int batch;
-    int64_t steps;           /* batch steps replayed */
-    int64_t *hist;           /* [batch + 1]: batch steps with n slow requests */
-    int64_t slow;            /* slow request-steps */
-    int64_t reasons[8];      /* request-steps by sfi_step_reason */
-    int32_t *timeline;       /* n slow of the first n_timeline batch steps */
+    int64_t steps;      /* batch steps replayed */
+    int64_t *hist;      /* [batch + 1]: batch steps with n slow requests */
+    int64_t slow;       /* slow request-steps */
+    int64_t reasons[8]; /* request-steps by sfi_step_reason */
+    int32_t *timeline;  /* n slow of the first n_timeline batch steps */
     int64_t n_timeline;
 } sfi_replay_result;
 
@@ -42,9 +42,8 @@ typedef struct {
  * `kind` (T_max from prm, interval for SFI_TRIG_INTERVAL), requests
  * staggered as above. Keeps the n_slow of the first `timeline` steps (0:
  * none). */
-sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
-                          const sfi_params *prm, int interval, int batch,
-                          int64_t stagger, int64_t steps, int64_t timeline,
+sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind, const sfi_params *prm,
+                          int interval, int batch, int64_t stagger, int64_t steps, int64_t timeline,
                           sfi_replay_result *out, sfi_error *err);
 void sfi_replay_result_free(sfi_replay_result *r);
 
@@ -52,8 +51,7 @@ void sfi_replay_result_free(sfi_replay_result *r);
  * (word) and 1 (boundary, the only trigger), sentence lengths drawn from a
  * geometric distribution of the given mean from a fixed seed. *tokens is
  * malloc'd [n]; *is_trigger is malloc'd [2]. */
-sfi_status sfi_replay_synthetic(int64_t n, double mean_sentence, uint64_t seed,
-                                int32_t **tokens, uint8_t **is_trigger,
-                                sfi_error *err);
+sfi_status sfi_replay_synthetic(int64_t n, double mean_sentence, uint64_t seed, int32_t **tokens,
+                                uint8_t **is_trigger, sfi_error *err);
 
 #endif

@@ -3,9 +3,9 @@
 #ifndef SFI_SIM_CLI_H
 #define SFI_SIM_CLI_H
 
-int sfi_sim_cmd_sweep(int argc, char **argv);    /* also the default run */
-int sfi_sim_cmd_serve(int argc, char **argv);    /* a workload through a serving engine */
-int sfi_sim_cmd_trace(int argc, char **argv);    /* trace check|info */
+int sfi_sim_cmd_sweep(int argc, char **argv); /* also the default run */
+int sfi_sim_cmd_serve(int argc, char **argv); /* a workload through a serving engine */
+int sfi_sim_cmd_trace(int argc, char **argv); /* trace check|info */
 int sfi_sim_cmd_analyze(int argc, char **argv);
 int sfi_sim_cmd_presets(int argc, char **argv);  /* list GPUs, models, policies */
 int sfi_sim_cmd_validate(int argc, char **argv); /* model vs measured kernel times */

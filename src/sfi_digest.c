@@ -18,7 +18,8 @@ sfi_status sfi_hasher_init(sfi_hasher *h, sfi_error *err)
         return sfi_error_set(err, SFI_ENOMEM, "sha256: out of memory");
     if (EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1) {
         EVP_MD_CTX_free(c);
-        return sfi_error_set(err, SFI_EUNSUPPORTED, "sha256: libcrypto refused to initialise SHA-256");
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "sha256: libcrypto refused to initialise SHA-256");
     }
     h->ctx = c;
     return SFI_OK;
@@ -103,8 +104,8 @@ static void to_hex(const uint8_t *raw, char *hex)
     hex[SFI_DIGEST_HEX_LEN] = '\0';
 }
 
-sfi_status sfi_hasher_final_hex(sfi_hasher *h, char hex[SFI_DIGEST_HEX_LEN + 1],
-                                uint8_t *raw, sfi_error *err)
+sfi_status sfi_hasher_final_hex(sfi_hasher *h, char hex[SFI_DIGEST_HEX_LEN + 1], uint8_t *raw,
+                                sfi_error *err)
 {
     uint8_t md[EVP_MAX_MD_SIZE];
     unsigned len = 0;
@@ -116,7 +117,8 @@ sfi_status sfi_hasher_final_hex(sfi_hasher *h, char hex[SFI_DIGEST_HEX_LEN + 1],
     int ok = EVP_DigestFinal_ex((EVP_MD_CTX *)h->ctx, md, &len) == 1 && len == SFI_DIGEST_LEN;
     sfi_hasher_free(h);
     if (!ok)
-        return sfi_error_set(err, SFI_EUNSUPPORTED, "sha256: libcrypto failed to finish the digest");
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "sha256: libcrypto failed to finish the digest");
     to_hex(md, hex);
     if (raw)
         memcpy(raw, md, SFI_DIGEST_LEN);
@@ -130,8 +132,8 @@ void sfi_hasher_free(sfi_hasher *h)
     h->ctx = NULL;
 }
 
-sfi_status sfi_digest_buffer_hex(const void *data, size_t n,
-                                 char hex[SFI_DIGEST_HEX_LEN + 1], sfi_error *err)
+sfi_status sfi_digest_buffer_hex(const void *data, size_t n, char hex[SFI_DIGEST_HEX_LEN + 1],
+                                 sfi_error *err)
 {
     sfi_hasher h;
     sfi_status st = sfi_hasher_init(&h, err);
@@ -141,8 +143,8 @@ sfi_status sfi_digest_buffer_hex(const void *data, size_t n,
     return sfi_hasher_final_hex(&h, hex, NULL, err);
 }
 
-sfi_status sfi_digest_f32_hex(const float *x, size_t n,
-                              char hex[SFI_DIGEST_HEX_LEN + 1], sfi_error *err)
+sfi_status sfi_digest_f32_hex(const float *x, size_t n, char hex[SFI_DIGEST_HEX_LEN + 1],
+                              sfi_error *err)
 {
     sfi_hasher h;
     sfi_status st = sfi_hasher_init(&h, err);
@@ -152,8 +154,7 @@ sfi_status sfi_digest_f32_hex(const float *x, size_t n,
     return sfi_hasher_final_hex(&h, hex, NULL, err);
 }
 
-sfi_status sfi_digest_file_hex(const char *path, char hex[SFI_DIGEST_HEX_LEN + 1],
-                               sfi_error *err)
+sfi_status sfi_digest_file_hex(const char *path, char hex[SFI_DIGEST_HEX_LEN + 1], sfi_error *err)
 {
     hex[0] = '\0';
     FILE *f = fopen(path, "rb");

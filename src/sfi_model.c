@@ -74,12 +74,12 @@ static sfi_status get_int(json_t *o, const char *key, int required, int def, lon
         return SFI_OK;
     }
     if (!json_is_integer(v))
-        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected an integer, found %s", origin,
-                             key, json_type_name(v));
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected an integer, found %s", origin, key,
+                             json_type_name(v));
     json_int_t n = json_integer_value(v);
     if (n < lo || n > hi)
-        return sfi_error_set(err, SFI_ERANGE, "%s: %s: %lld is out of range [%lld, %lld]",
-                             origin, key, (long long)n, lo, hi);
+        return sfi_error_set(err, SFI_ERANGE, "%s: %s: %lld is out of range [%lld, %lld]", origin,
+                             key, (long long)n, lo, hi);
     *out = (int)n;
     return SFI_OK;
 }
@@ -100,8 +100,8 @@ static sfi_status get_bool(json_t *o, const char *key, int def, int *out, const 
         *out = (int)json_integer_value(v);
         return SFI_OK;
     }
-    return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected true or false, found %s", origin,
-                         key, json_type_name(v));
+    return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected true or false, found %s", origin, key,
+                         json_type_name(v));
 }
 
 static sfi_status get_positive_real(json_t *o, const char *key, double def, double *out,
@@ -117,8 +117,8 @@ static sfi_status get_positive_real(json_t *o, const char *key, double def, doub
                              json_type_name(v));
     double d = json_number_value(v);
     if (!isfinite(d) || !(d > 0))
-        return sfi_error_set(err, SFI_ERANGE, "%s: %s: %g must be a finite number > 0", origin,
-                             key, d);
+        return sfi_error_set(err, SFI_ERANGE, "%s: %s: %g must be a finite number > 0", origin, key,
+                             d);
     *out = d;
     return SFI_OK;
 }
@@ -141,8 +141,8 @@ static sfi_status get_token_id(json_t *o, const char *key, int *out, int *ids, i
                              "%s: %s: expected an integer or a list of integers, found %s", origin,
                              key, json_type_name(v));
     if (count > (size_t)max)
-        return sfi_error_set(err, SFI_ERANGE, "%s: %s: %zu ids, more than the %d sfi reads",
-                             origin, key, count, max);
+        return sfi_error_set(err, SFI_ERANGE, "%s: %s: %zu ids, more than the %d sfi reads", origin,
+                             key, count, max);
     for (size_t i = 0; i < count; i++) {
         char label[64];
         if (list)
@@ -151,12 +151,12 @@ static sfi_status get_token_id(json_t *o, const char *key, int *out, int *ids, i
             snprintf(label, sizeof label, "%s", key);
         json_t *e = list ? json_array_get(v, i) : v;
         if (!json_is_integer(e))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected an integer, found %s",
-                                 origin, label, json_type_name(e));
+            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected an integer, found %s", origin,
+                                 label, json_type_name(e));
         json_int_t id = json_integer_value(e);
         if (id < 0 || id >= CAP_VOCAB)
-            return sfi_error_set(err, SFI_ERANGE, "%s: %s: %lld is not a token id", origin,
-                                 label, (long long)id);
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: %lld is not a token id", origin, label,
+                                 (long long)id);
         ids[i] = (int)id;
     }
     *n = (int)count;
@@ -177,8 +177,10 @@ static sfi_status check_unsupported(json_t *o, int n_layers, const char *origin,
         /* transformers' ACT2FN maps both names to SiLU. */
         const char *a = json_string_value(v);
         if (strcmp(a, "silu") && strcmp(a, "swish"))
-            return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: hidden_act: '%.64s' is not "
-                                 "supported (silu only)", origin, a);
+            return sfi_error_set(err, SFI_EUNSUPPORTED,
+                                 "%s: hidden_act: '%.64s' is not "
+                                 "supported (silu only)",
+                                 origin, a);
     }
     /* partial_rotary_factor: top level, or inside rope_parameters
      * (transformers >= 5). */
@@ -189,28 +191,35 @@ static sfi_status check_unsupported(json_t *o, int n_layers, const char *origin,
         if (!v || json_is_null(v))
             continue;
         if (!json_is_number(v))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %spartial_rotary_factor: expected a "
-                                 "number, found %s", origin, i ? "rope_parameters." : "",
-                                 json_type_name(v));
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: %spartial_rotary_factor: expected a "
+                                 "number, found %s",
+                                 origin, i ? "rope_parameters." : "", json_type_name(v));
         if (json_number_value(v) != 1.0)
-            return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: %spartial_rotary_factor: %g is not "
-                                 "supported (RoPE over the whole head_dim only)", origin,
-                                 i ? "rope_parameters." : "", json_number_value(v));
+            return sfi_error_set(err, SFI_EUNSUPPORTED,
+                                 "%s: %spartial_rotary_factor: %g is not "
+                                 "supported (RoPE over the whole head_dim only)",
+                                 origin, i ? "rope_parameters." : "", json_number_value(v));
     }
     v = json_object_get(o, "layer_types");
     if (v && !json_is_null(v)) {
         if (!json_is_array(v) || json_array_size(v) != (size_t)n_layers)
-            return sfi_error_set(err, SFI_EFORMAT, "%s: layer_types: expected a list of %d "
-                                 "layer types", origin, n_layers);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: layer_types: expected a list of %d "
+                                 "layer types",
+                                 origin, n_layers);
         for (size_t i = 0; i < json_array_size(v); i++) {
             json_t *e = json_array_get(v, i);
             if (!json_is_string(e))
-                return sfi_error_set(err, SFI_EFORMAT, "%s: layer_types[%zu]: expected a "
-                                     "string, found %s", origin, i, json_type_name(e));
+                return sfi_error_set(err, SFI_EFORMAT,
+                                     "%s: layer_types[%zu]: expected a "
+                                     "string, found %s",
+                                     origin, i, json_type_name(e));
             if (strcmp(json_string_value(e), "full_attention"))
-                return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: layer_types[%zu]: '%.64s' is "
-                                     "not supported (full_attention only)", origin, i,
-                                     json_string_value(e));
+                return sfi_error_set(err, SFI_EUNSUPPORTED,
+                                     "%s: layer_types[%zu]: '%.64s' is "
+                                     "not supported (full_attention only)",
+                                     origin, i, json_string_value(e));
         }
     }
     return SFI_OK;
@@ -225,8 +234,8 @@ static sfi_status check_rope_type(json_t *o, const char *key, const char *origin
     if (!v || json_is_null(v))
         return SFI_OK;
     if (!json_is_object(v))
-        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected an object, found %s", origin,
-                             key, json_type_name(v));
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected an object, found %s", origin, key,
+                             json_type_name(v));
     json_t *t = json_object_get(v, "rope_type");
     if (!t)
         t = json_object_get(v, "type");
@@ -237,19 +246,18 @@ static sfi_status check_rope_type(json_t *o, const char *key, const char *origin
                              origin, key, json_type_name(t));
     if (strcmp(json_string_value(t), "default"))
         return sfi_error_set(err, SFI_EUNSUPPORTED,
-                             "%s: %s.rope_type: '%.64s' is not supported (plain RoPE only)",
-                             origin, key, json_string_value(t));
+                             "%s: %s.rope_type: '%.64s' is not supported (plain RoPE only)", origin,
+                             key, json_string_value(t));
     return SFI_OK;
 }
 
-static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *cfg,
-                               sfi_error *err)
+static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *cfg, sfi_error *err)
 {
     sfi_status st;
-#define TRY(x)            \
-    do {                  \
-        if ((st = (x)))   \
-            return st;    \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((st = (x)))                                                                            \
+            return st;                                                                             \
     } while (0)
 
     /* Architecture: model_type, or the architectures list of older files. */
@@ -284,8 +292,8 @@ static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *
     TRY(get_int(o, "hidden_size", 1, 0, 1, CAP_HIDDEN, &cfg->hidden_size, origin, err));
     /* The MoE layers do not use intermediate_size (only mlp_only_layers
      * would); dense models cannot do without it. */
-    TRY(get_int(o, "intermediate_size", !moe, 0, moe ? 0 : 1, CAP_INTER,
-                &cfg->intermediate_size, origin, err));
+    TRY(get_int(o, "intermediate_size", !moe, 0, moe ? 0 : 1, CAP_INTER, &cfg->intermediate_size,
+                origin, err));
     TRY(get_int(o, "num_hidden_layers", 1, 0, 1, SFI_MODEL_MAX_LAYERS, &cfg->num_hidden_layers,
                 origin, err));
     TRY(get_int(o, "num_attention_heads", 1, 0, 1, CAP_HEADS, &cfg->num_attention_heads, origin,
@@ -298,14 +306,14 @@ static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *
         if (cfg->hidden_size % cfg->num_attention_heads)
             return sfi_error_set(err, SFI_EFORMAT,
                                  "%s: head_dim: missing, and hidden_size (%d) is not divisible "
-                                 "by num_attention_heads (%d)", origin, cfg->hidden_size,
-                                 cfg->num_attention_heads);
+                                 "by num_attention_heads (%d)",
+                                 origin, cfg->hidden_size, cfg->num_attention_heads);
         cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
     } else {
         TRY(get_int(o, "head_dim", 1, 0, 1, CAP_HEAD_DIM, &cfg->head_dim, origin, err));
     }
-    TRY(get_int(o, "max_position_embeddings", 0, 32768, 1, CAP_POS,
-                &cfg->max_position_embeddings, origin, err));
+    TRY(get_int(o, "max_position_embeddings", 0, 32768, 1, CAP_POS, &cfg->max_position_embeddings,
+                origin, err));
 
     /* rope_theta: top level (transformers < 5) or inside rope_parameters. */
     TRY(check_rope_type(o, "rope_scaling", origin, err));
@@ -329,8 +337,10 @@ static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *
                      origin, err));
     for (int i = 1; i < n_bos; i++)
         if (bos_ids[i] >= cfg->vocab_size)
-            return sfi_error_set(err, SFI_ERANGE, "%s: bos_token_id[%d]: %d is not below "
-                                 "vocab_size (%d)", origin, i, bos_ids[i], cfg->vocab_size);
+            return sfi_error_set(err, SFI_ERANGE,
+                                 "%s: bos_token_id[%d]: %d is not below "
+                                 "vocab_size (%d)",
+                                 origin, i, bos_ids[i], cfg->vocab_size);
     TRY(get_token_id(o, "eos_token_id", &cfg->eos_token_id, cfg->eos_token_ids, &cfg->n_eos,
                      SFI_MODEL_MAX_EOS, origin, err));
     TRY(check_unsupported(o, cfg->num_hidden_layers, origin, err));
@@ -350,8 +360,10 @@ static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *
         else if (!strcmp(d, "float32"))
             cfg->weight_bytes = 4;
         else
-            return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: %s: '%.64s' is not supported "
-                                 "(bfloat16, float16 or float32)", origin, dkey, d);
+            return sfi_error_set(err, SFI_EUNSUPPORTED,
+                                 "%s: %s: '%.64s' is not supported "
+                                 "(bfloat16, float16 or float32)",
+                                 origin, dkey, d);
     }
 
     if (moe) {
@@ -370,7 +382,8 @@ static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *
             if (!json_is_array(ml))
                 return sfi_error_set(err, SFI_EFORMAT,
                                      "%s: mlp_only_layers: expected a list of layer indices, "
-                                     "found %s", origin, json_type_name(ml));
+                                     "found %s",
+                                     origin, json_type_name(ml));
             size_t n = json_array_size(ml);
             if (n > (size_t)cfg->num_hidden_layers)
                 return sfi_error_set(err, SFI_ERANGE,
@@ -386,8 +399,8 @@ static sfi_status parse_object(json_t *o, const char *origin, sfi_model_config *
                 if (l < 0 || l >= cfg->num_hidden_layers)
                     return sfi_error_set(err, SFI_ERANGE,
                                          "%s: mlp_only_layers[%zu]: %lld is not a layer index "
-                                         "(0..%d)", origin, i, (long long)l,
-                                         cfg->num_hidden_layers - 1);
+                                         "(0..%d)",
+                                         origin, i, (long long)l, cfg->num_hidden_layers - 1);
                 cfg->mlp_only_layers[i] = (int)l;
             }
             cfg->n_mlp_only_layers = (int)n;
@@ -404,9 +417,9 @@ sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *or
         return sfi_error_set(err, SFI_EINVAL, "sfi_model_config_validate: NULL config");
     if (!origin)
         origin = cfg->name;
-#define POS(f, cap)                                                                          \
-    if (cfg->f < 1 || cfg->f > (cap))                                                        \
-        return sfi_error_set(err, SFI_ERANGE, "%s: " #f ": %d is out of range [1, %d]", origin, \
+#define POS(f, cap)                                                                                \
+    if (cfg->f < 1 || cfg->f > (cap))                                                              \
+        return sfi_error_set(err, SFI_ERANGE, "%s: " #f ": %d is out of range [1, %d]", origin,    \
                              cfg->f, (int)(cap));
     POS(vocab_size, CAP_VOCAB)
     POS(hidden_size, CAP_HIDDEN)
@@ -425,8 +438,8 @@ sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *or
     if (cfg->num_attention_heads % cfg->num_key_value_heads)
         return sfi_error_set(err, SFI_EFORMAT,
                              "%s: num_attention_heads: %d is not divisible by "
-                             "num_key_value_heads (%d)", origin, cfg->num_attention_heads,
-                             cfg->num_key_value_heads);
+                             "num_key_value_heads (%d)",
+                             origin, cfg->num_attention_heads, cfg->num_key_value_heads);
     if (!isfinite(cfg->rope_theta) || !(cfg->rope_theta > 0))
         return sfi_error_set(err, SFI_ERANGE, "%s: rope_theta: must be a finite number > 0",
                              origin);
@@ -434,8 +447,10 @@ sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *or
         return sfi_error_set(err, SFI_ERANGE, "%s: rms_norm_eps: must be a finite number > 0",
                              origin);
     if (cfg->weight_bytes != 2 && cfg->weight_bytes != 4)
-        return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: torch_dtype: %d bytes per weight is not "
-                             "supported (2 or 4)", origin, cfg->weight_bytes);
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "%s: torch_dtype: %d bytes per weight is not "
+                             "supported (2 or 4)",
+                             origin, cfg->weight_bytes);
     if (cfg->bos_token_id >= cfg->vocab_size || cfg->bos_token_id < -1)
         return sfi_error_set(err, SFI_ERANGE, "%s: bos_token_id: %d is not below vocab_size (%d)",
                              origin, cfg->bos_token_id, cfg->vocab_size);
@@ -445,13 +460,16 @@ sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *or
     if (cfg->n_eos < 0 || cfg->n_eos > SFI_MODEL_MAX_EOS ||
         (cfg->n_eos > 0) != (cfg->eos_token_id >= 0) ||
         (cfg->n_eos > 0 && cfg->eos_token_ids[0] != cfg->eos_token_id))
-        return sfi_error_set(err, SFI_EINVAL, "%s: eos_token_ids: %d entries disagree with "
-                             "eos_token_id %d", origin, cfg->n_eos, cfg->eos_token_id);
+        return sfi_error_set(err, SFI_EINVAL,
+                             "%s: eos_token_ids: %d entries disagree with "
+                             "eos_token_id %d",
+                             origin, cfg->n_eos, cfg->eos_token_id);
     for (int i = 0; i < cfg->n_eos; i++)
         if (cfg->eos_token_ids[i] < 0 || cfg->eos_token_ids[i] >= cfg->vocab_size)
-            return sfi_error_set(err, SFI_ERANGE, "%s: eos_token_id[%d]: %d is not below "
-                                 "vocab_size (%d)", origin, i, cfg->eos_token_ids[i],
-                                 cfg->vocab_size);
+            return sfi_error_set(err, SFI_ERANGE,
+                                 "%s: eos_token_id[%d]: %d is not below "
+                                 "vocab_size (%d)",
+                                 origin, i, cfg->eos_token_ids[i], cfg->vocab_size);
     /* RoPE rotates pairs of dimensions: every Qwen3 model has an even
      * head_dim, and sfi-ref, sfi-gpu and sfi-sim all assume one. */
     if (cfg->head_dim % 2)
@@ -460,8 +478,10 @@ sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *or
     if (!moe) {
         if (cfg->num_experts || cfg->num_experts_per_tok || cfg->moe_intermediate_size ||
             cfg->n_mlp_only_layers)
-            return sfi_error_set(err, SFI_EFORMAT, "%s: num_experts: a dense qwen3 model has no "
-                                 "experts", origin);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: num_experts: a dense qwen3 model has no "
+                                 "experts",
+                                 origin);
         return SFI_OK;
     }
     POS(num_experts, CAP_EXPERTS)
@@ -477,20 +497,21 @@ sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *or
         int l = cfg->mlp_only_layers[i];
         if (l < 0 || l >= cfg->num_hidden_layers)
             return sfi_error_set(err, SFI_ERANGE,
-                                 "%s: mlp_only_layers[%d]: %d is not a layer index (0..%d)",
-                                 origin, i, l, cfg->num_hidden_layers - 1);
+                                 "%s: mlp_only_layers[%d]: %d is not a layer index (0..%d)", origin,
+                                 i, l, cfg->num_hidden_layers - 1);
         for (int j = 0; j < i; j++)
             if (cfg->mlp_only_layers[j] == l)
                 return sfi_error_set(err, SFI_EFORMAT,
-                                     "%s: mlp_only_layers[%d]: layer %d is listed twice", origin,
-                                     i, l);
+                                     "%s: mlp_only_layers[%d]: layer %d is listed twice", origin, i,
+                                     l);
     }
     for (int l = 0; l < cfg->num_hidden_layers; l++)
         any_dense |= !sfi_model_layer_is_moe(cfg, l);
     if (any_dense && cfg->intermediate_size < 1)
         return sfi_error_set(err, SFI_EFORMAT,
                              "%s: intermediate_size: missing, but some layers use the dense MLP "
-                             "(mlp_only_layers / decoder_sparse_step)", origin);
+                             "(mlp_only_layers / decoder_sparse_step)",
+                             origin);
     return SFI_OK;
 }
 
@@ -502,8 +523,10 @@ sfi_status sfi_model_config_parse(const char *json, size_t len, const char *orig
     if (!origin)
         origin = "config.json";
     if (len > CONFIG_FILE_MAX)
-        return sfi_error_set(err, SFI_ERANGE, "%s: %zu bytes is too large for a config.json "
-                             "(limit %u)", origin, len, CONFIG_FILE_MAX);
+        return sfi_error_set(err, SFI_ERANGE,
+                             "%s: %zu bytes is too large for a config.json "
+                             "(limit %u)",
+                             origin, len, CONFIG_FILE_MAX);
     json_error_t je;
     /* Duplicate keys would make "which value counts" depend on the parser. */
     json_t *o = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
@@ -561,7 +584,10 @@ out:
     return st;
 }
 
-size_t sfi_model_preset_count(void) { return sfi_presets_count; }
+size_t sfi_model_preset_count(void)
+{
+    return sfi_presets_count;
+}
 
 const char *sfi_model_preset_name(size_t i)
 {
@@ -613,7 +639,8 @@ sfi_status sfi_model_resolve(const char *name_or_path, sfi_model_config *cfg, sf
     preset_list(list, sizeof list);
     return sfi_error_set(err, SFI_ENOTFOUND,
                          "%.200s: neither a model preset (%s) nor a config.json or a directory "
-                         "holding one", name_or_path, list);
+                         "holding one",
+                         name_or_path, list);
 }
 
 int sfi_model_layer_is_moe(const sfi_model_config *cfg, int layer)
@@ -643,7 +670,10 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
     return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-static uint64_t nonneg(int v) { return v > 0 ? (uint64_t)v : 0; }
+static uint64_t nonneg(int v)
+{
+    return v > 0 ? (uint64_t)v : 0;
+}
 
 uint64_t sfi_model_kv_bytes_per_token(const sfi_model_config *cfg, int bytes_per_elem)
 {

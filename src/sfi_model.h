@@ -15,25 +15,25 @@
 typedef enum { SFI_ARCH_QWEN3 = 0, SFI_ARCH_QWEN3_MOE = 1 } sfi_arch;
 
 typedef struct {
-    char name[SFI_MODEL_NAME_MAX];   /* preset name or the config's path */
+    char name[SFI_MODEL_NAME_MAX]; /* preset name or the config's path */
     sfi_arch arch;
     int vocab_size;
     int hidden_size;
-    int intermediate_size;           /* dense MLP width */
+    int intermediate_size; /* dense MLP width */
     int num_hidden_layers;
     int num_attention_heads;
     int num_key_value_heads;
     int head_dim;
     int max_position_embeddings;
-    double rope_theta;               /* also read from rope_parameters */
+    double rope_theta; /* also read from rope_parameters */
     double rms_norm_eps;
     int tie_word_embeddings;
     int attention_bias;
-    int bos_token_id;                /* -1 when absent */
-    int eos_token_id;                /* -1 when absent; the first of eos_token_ids */
-    int n_eos;                       /* entries of eos_token_ids (a list in chat models) */
+    int bos_token_id; /* -1 when absent */
+    int eos_token_id; /* -1 when absent; the first of eos_token_ids */
+    int n_eos;        /* entries of eos_token_ids (a list in chat models) */
     int eos_token_ids[SFI_MODEL_MAX_EOS];
-    int weight_bytes;                /* bytes per weight of torch_dtype/dtype: 2 or 4 */
+    int weight_bytes; /* bytes per weight of torch_dtype/dtype: 2 or 4 */
     /* MoE (arch == SFI_ARCH_QWEN3_MOE); zero for dense models */
     int num_experts;
     int num_experts_per_tok;

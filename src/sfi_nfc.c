@@ -15,11 +15,21 @@
 #define N_COMP (sizeof nfc_comp / sizeof nfc_comp[0])
 
 enum {
-    SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7,
-    LCOUNT = 19, VCOUNT = 21, TCOUNT = 28, NCOUNT = VCOUNT * TCOUNT, SCOUNT = LCOUNT * NCOUNT
+    SBASE = 0xAC00,
+    LBASE = 0x1100,
+    VBASE = 0x1161,
+    TBASE = 0x11A7,
+    LCOUNT = 19,
+    VCOUNT = 21,
+    TCOUNT = 28,
+    NCOUNT = VCOUNT * TCOUNT,
+    SCOUNT = LCOUNT * NCOUNT
 };
 
-const char *sfi_nfc_unicode_version(void) { return SFI_NFC_UNICODE_VERSION; }
+const char *sfi_nfc_unicode_version(void)
+{
+    return SFI_NFC_UNICODE_VERSION;
+}
 
 static int ccc_of(uint32_t cp)
 {

@@ -58,10 +58,8 @@ static const key_def keys[] = {
      "power-mean exponent of evidence aggregation, in (0,1] (default 0.5)"},
     {"gamma", KEY_FLOAT, OFF(gamma), 0, HUGE_VAL, 0, 1,
      "key-norm prior exponent, >= 0 (default 1.0)"},
-    {"beta", KEY_FLOAT, OFF(beta), 0, HUGE_VAL, 0, 1,
-     "position prior decay, >= 0 (default 1.0)"},
-    {"p", KEY_FLOAT, OFF(p), 0, HUGE_VAL, 1, 1,
-     "position prior power, > 0 (default 2)"},
+    {"beta", KEY_FLOAT, OFF(beta), 0, HUGE_VAL, 0, 1, "position prior decay, >= 0 (default 1.0)"},
+    {"p", KEY_FLOAT, OFF(p), 0, HUGE_VAL, 1, 1, "position prior power, > 0 (default 2)"},
     {"eta", KEY_FLOAT, OFF(eta), 0, HUGE_VAL, 0, 1,
      "position prior tail exponent, >= 0 (default 0.5)"},
     {"lambda_clip", KEY_FLOAT, OFF(lambda_clip), 0, 1, 0, 0,
@@ -74,8 +72,7 @@ static const key_def keys[] = {
      "cross-head softmax temperature, > 0 (default 1.0)"},
     {"alpha_cross", KEY_FLOAT, OFF(alpha_cross), 0, HUGE_VAL, 0, 1,
      "cross-head exclusivity strength, >= 0 (default 0.35)"},
-    {"eps", KEY_FLOAT, OFF(eps), 0, 1, 1, 1,
-     "numerical floor, in (0,1) (default 1e-8)"},
+    {"eps", KEY_FLOAT, OFF(eps), 0, 1, 1, 1, "numerical floor, in (0,1) (default 1e-8)"},
     {"trigger_chars", KEY_CHARS, OFF(trigger_chars), 0, 0, 0, 0,
      "characters (UTF-8, at most 31 bytes) that end a sentence or segment; escapes \\n \\t \\r "
      "\\\\ (default \".?!;\\n\")"},
@@ -109,11 +106,20 @@ void sfi_params_default(sfi_params *p)
     strcpy(p->trigger_chars, ".?!;\n");
 }
 
-size_t sfi_params_key_count(void) { return N_KEYS; }
+size_t sfi_params_key_count(void)
+{
+    return N_KEYS;
+}
 
-const char *sfi_params_key_name(size_t i) { return i < N_KEYS ? keys[i].name : NULL; }
+const char *sfi_params_key_name(size_t i)
+{
+    return i < N_KEYS ? keys[i].name : NULL;
+}
 
-const char *sfi_params_key_help(size_t i) { return i < N_KEYS ? keys[i].help : NULL; }
+const char *sfi_params_key_help(size_t i)
+{
+    return i < N_KEYS ? keys[i].help : NULL;
+}
 
 static const key_def *find_key(const char *name, size_t len)
 {
@@ -213,15 +219,14 @@ static sfi_status parse_chars(const char *v, char *out, const char *origin, cons
                 return sfi_error_set(err, SFI_EINVAL, "%s: %s: value ends with a lone backslash",
                                      origin, k->name);
             default:
-                return sfi_error_set(err, SFI_EINVAL,
-                                     "%s: %s: unknown escape '\\%c' (use \\n \\t \\r \\\\)",
-                                     origin, k->name, (unsigned char)*s >= 0x20 &&
-                                     (unsigned char)*s < 0x7f ? *s : '?');
+                return sfi_error_set(
+                    err, SFI_EINVAL, "%s: %s: unknown escape '\\%c' (use \\n \\t \\r \\\\)", origin,
+                    k->name, (unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f ? *s : '?');
             }
         }
         if (o + 1 >= SFI_TRIGGER_CHARS_MAX)
-            return sfi_error_set(err, SFI_ERANGE, "%s: %s: longer than %d bytes", origin,
-                                 k->name, SFI_TRIGGER_CHARS_MAX - 1);
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: longer than %d bytes", origin, k->name,
+                                 SFI_TRIGGER_CHARS_MAX - 1);
         out[o++] = c;
     }
     out[o] = '\0';
@@ -281,7 +286,10 @@ static sfi_status parse_value(sfi_params *p, const key_def *k, const char *v, co
     return SFI_OK;
 }
 
-static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
 
 /* Splits "key=value" with the blanks around key and value removed. Returns
  * the key in [*ks, *ks + *kl) and writes the value, NUL-terminated, to val. */
@@ -340,10 +348,11 @@ static sfi_status set_one(sfi_params *p, const char *key_value, const char *orig
         if (near)
             return sfi_error_set(err, SFI_ENOTFOUND,
                                  "%s: unknown parameter '%s' (did you mean '%s'? keys are "
-                                 "case-sensitive)", origin, q, near->name);
+                                 "case-sensitive)",
+                                 origin, q, near->name);
         return sfi_error_set(err, SFI_ENOTFOUND,
-                             "%s: unknown parameter '%s' (see --help for the list of keys)",
-                             origin, q);
+                             "%s: unknown parameter '%s' (see --help for the list of keys)", origin,
+                             q);
     }
     /* Parse into a copy so that a bad value leaves *p as it was. */
     sfi_params tmp = *p;
@@ -356,8 +365,7 @@ static sfi_status set_one(sfi_params *p, const char *key_value, const char *orig
     return SFI_OK;
 }
 
-sfi_status sfi_params_set(sfi_params *p, const char *key_value, const char *origin,
-                          sfi_error *err)
+sfi_status sfi_params_set(sfi_params *p, const char *key_value, const char *origin, sfi_error *err)
 {
     return set_one(p, key_value, origin, NULL, err);
 }
@@ -376,8 +384,10 @@ sfi_status sfi_params_load_file(sfi_params *p, const char *path, sfi_error *err)
     }
     if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > (off_t)PARAM_FILE_MAX) {
         fclose(f);
-        return sfi_error_set(err, SFI_ERANGE, "%s: %lld bytes is too large for a parameter file "
-                             "(limit %u)", path, (long long)sb.st_size, PARAM_FILE_MAX);
+        return sfi_error_set(err, SFI_ERANGE,
+                             "%s: %lld bytes is too large for a parameter file "
+                             "(limit %u)",
+                             path, (long long)sb.st_size, PARAM_FILE_MAX);
     }
     sfi_params tmp = *p;
     int first_line[N_KEYS] = {0};
@@ -393,8 +403,10 @@ sfi_status sfi_params_load_file(sfi_params *p, const char *path, sfi_error *err)
         int c = EOF, too_long = 0, has_nul = 0;
         while ((c = getc(f)) != EOF) {
             if (++total > PARAM_FILE_MAX) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: more than %u bytes is too large for a "
-                                   "parameter file", path, PARAM_FILE_MAX);
+                st = sfi_error_set(err, SFI_ERANGE,
+                                   "%s: more than %u bytes is too large for a "
+                                   "parameter file",
+                                   path, PARAM_FILE_MAX);
                 goto out;
             }
             if (c == '\n')
@@ -471,15 +483,19 @@ sfi_status sfi_params_validate(const sfi_params *p, sfi_error *err)
             int v = *(const int *)field;
             if (!in_range(k, v)) {
                 range_text(k, r, sizeof r);
-                return sfi_error_set(err, SFI_ERANGE, "parameters: %s: %d is out of range "
-                                     "(expected %s)", k->name, v, r);
+                return sfi_error_set(err, SFI_ERANGE,
+                                     "parameters: %s: %d is out of range "
+                                     "(expected %s)",
+                                     k->name, v, r);
             }
         } else if (k->type == KEY_FLOAT) {
             float v = *(const float *)field;
             if (!isfinite(v) || !in_range(k, v)) {
                 range_text(k, r, sizeof r);
-                return sfi_error_set(err, SFI_ERANGE, "parameters: %s: %g is out of range "
-                                     "(expected %s)", k->name, (double)v, r);
+                return sfi_error_set(err, SFI_ERANGE,
+                                     "parameters: %s: %g is out of range "
+                                     "(expected %s)",
+                                     k->name, (double)v, r);
             }
         } else {
             size_t n = strnlen(field, SFI_TRIGGER_CHARS_MAX);
@@ -489,8 +505,7 @@ sfi_status sfi_params_validate(const sfi_params *p, sfi_error *err)
             if (n == 0)
                 return sfi_error_set(err, SFI_EINVAL, "parameters: %s: empty", k->name);
             if (utf8_bad_offset(field, n) != (size_t)-1)
-                return sfi_error_set(err, SFI_EINVAL, "parameters: %s: not valid UTF-8",
-                                     k->name);
+                return sfi_error_set(err, SFI_EINVAL, "parameters: %s: not valid UTF-8", k->name);
         }
     }
     return SFI_OK;
@@ -538,8 +553,7 @@ char *sfi_params_to_json(const sfi_params *p)
     return s;
 }
 
-sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *origin,
-                                sfi_error *err)
+sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *origin, sfi_error *err)
 {
     if (!p || !json)
         return sfi_error_set(err, SFI_EINVAL, "sfi_params_from_json: NULL argument");
@@ -557,7 +571,8 @@ sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *ori
     sfi_status st = SFI_OK;
     const char *name;
     json_t *v;
-    json_object_foreach(o, name, v) {
+    json_object_foreach(o, name, v)
+    {
         size_t i = 0;
         while (i < N_KEYS && strcmp(keys[i].name, name))
             i++;
@@ -571,8 +586,11 @@ sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *ori
             int ok = s && strlen(s) == n;
             off = (size_t)snprintf(kv, sizeof kv, "%s=", name);
             for (size_t j = 0; ok && j < n; j++) {
-                const char *e = s[j] == '\\' ? "\\\\" : s[j] == '\n' ? "\\n"
-                              : s[j] == '\t' ? "\\t" : s[j] == '\r' ? "\\r" : NULL;
+                const char *e = s[j] == '\\'   ? "\\\\"
+                                : s[j] == '\n' ? "\\n"
+                                : s[j] == '\t' ? "\\t"
+                                : s[j] == '\r' ? "\\r"
+                                               : NULL;
                 size_t add = e ? 2 : 1;
                 if (off + add >= sizeof kv) {
                     ok = 0;
@@ -598,8 +616,9 @@ sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *ori
         } else {
             st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: expected %s, found %s", origin, name,
                                keys[i].type == KEY_INT ? "an integer" : "a number",
-                               json_is_null(v) ? "null" : json_is_string(v) ? "a string"
-                                                                              : "another type");
+                               json_is_null(v)     ? "null"
+                               : json_is_string(v) ? "a string"
+                                                   : "another type");
             break;
         }
         if ((st = sfi_params_set(&tmp, kv, origin, err)) != SFI_OK)

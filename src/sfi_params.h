@@ -9,23 +9,23 @@
 #define SFI_TRIGGER_CHARS_MAX 32
 
 typedef struct {
-    int n_sink;          /* sink positions 0..n_sink-1 (4) */
-    int n_recent;        /* recent window, current token included (256) */
-    int K;               /* selected positions per KV head (2048) */
-    int T_max;           /* max steps between slow steps (64) */
-    int W_decode;        /* window queries at a decode slow step (1) */
-    int W_prefill;       /* window queries at prefill (16) */
-    float alpha;         /* power-mean exponent, (0,1] (0.5) */
-    float gamma;         /* key-norm prior exponent, >= 0 (1.0) */
-    float beta;          /* position prior decay, >= 0 (1.0) */
-    float p;             /* position prior power, > 0 (2) */
-    float eta;           /* position prior tail exponent, >= 0 (0.5) */
-    float lambda_clip;   /* upper clip of lambda*, [0,1] (0.02) */
-    int nms_radius;      /* Soft-NMS neighbourhood radius, >= 0 (2) */
-    float alpha_soft;    /* Soft-NMS strength, >= 0 (0.5) */
-    float T;             /* cross-head softmax temperature, > 0 (1.0) */
-    float alpha_cross;   /* cross-head exclusivity strength, >= 0 (0.35) */
-    float eps;           /* numerical floor, > 0 (1e-8) */
+    int n_sink;        /* sink positions 0..n_sink-1 (4) */
+    int n_recent;      /* recent window, current token included (256) */
+    int K;             /* selected positions per KV head (2048) */
+    int T_max;         /* max steps between slow steps (64) */
+    int W_decode;      /* window queries at a decode slow step (1) */
+    int W_prefill;     /* window queries at prefill (16) */
+    float alpha;       /* power-mean exponent, (0,1] (0.5) */
+    float gamma;       /* key-norm prior exponent, >= 0 (1.0) */
+    float beta;        /* position prior decay, >= 0 (1.0) */
+    float p;           /* position prior power, > 0 (2) */
+    float eta;         /* position prior tail exponent, >= 0 (0.5) */
+    float lambda_clip; /* upper clip of lambda*, [0,1] (0.02) */
+    int nms_radius;    /* Soft-NMS neighbourhood radius, >= 0 (2) */
+    float alpha_soft;  /* Soft-NMS strength, >= 0 (0.5) */
+    float T;           /* cross-head softmax temperature, > 0 (1.0) */
+    float alpha_cross; /* cross-head exclusivity strength, >= 0 (0.35) */
+    float eps;         /* numerical floor, > 0 (1e-8) */
     /* Characters that end a sentence or segment; '\n' included by default.
      * UTF-8, NUL-terminated. As a parameter value, escapes \n \t \r \\ are
      * accepted. */
@@ -37,8 +37,7 @@ void sfi_params_default(sfi_params *p);
 /* Applies one "key=value" (origin names where it came from, e.g. "--param"
  * or "file.conf:3", for the message). Unknown keys, unparsable or
  * out-of-range values are errors and leave *p unchanged. */
-sfi_status sfi_params_set(sfi_params *p, const char *key_value,
-                          const char *origin, sfi_error *err);
+sfi_status sfi_params_set(sfi_params *p, const char *key_value, const char *origin, sfi_error *err);
 
 /* Applies a file of "key=value" lines; '#' starts a comment, blank lines
  * are ignored. Errors name the file and line. */

@@ -62,16 +62,18 @@ struct sfi_plot {
  * and reference series: distinct hues that survive greyscale printing
  * reasonably; repeats with dashes after it runs out. */
 static const double palette[][3] = {
-    {0.122, 0.467, 0.706}, {1.000, 0.498, 0.055}, {0.173, 0.627, 0.173},
-    {0.580, 0.404, 0.741}, {0.549, 0.337, 0.294}, {0.890, 0.467, 0.761},
-    {0.498, 0.498, 0.498}, {0.737, 0.741, 0.133}, {0.090, 0.745, 0.812},
-    {0.400, 0.650, 1.000},
+    {0.122, 0.467, 0.706}, {1.000, 0.498, 0.055}, {0.173, 0.627, 0.173}, {0.580, 0.404, 0.741},
+    {0.549, 0.337, 0.294}, {0.890, 0.467, 0.761}, {0.498, 0.498, 0.498}, {0.737, 0.741, 0.133},
+    {0.090, 0.745, 0.812}, {0.400, 0.650, 1.000},
 };
 static const double primary_palette[][3] = {
-    {0.850, 0.080, 0.090}, {0.500, 0.000, 0.000}, {0.800, 0.000, 0.550},
+    {0.850, 0.080, 0.090},
+    {0.500, 0.000, 0.000},
+    {0.800, 0.000, 0.550},
 };
 static const double reference_palette[][3] = {
-    {0.000, 0.000, 0.000}, {0.350, 0.350, 0.350},
+    {0.000, 0.000, 0.000},
+    {0.350, 0.350, 0.350},
 };
 #define N_PALETTE ((int)(sizeof palette / sizeof palette[0]))
 #define N_PRIMARY ((int)(sizeof primary_palette / sizeof primary_palette[0]))
@@ -90,8 +92,8 @@ static char *dupstr(const char *s)
 
 sfi_plot *sfi_plot_new(int width, int height, int rows, int cols)
 {
-    if (width < 64 || width > 16384 || height < 64 || height > 16384 || rows < 1 ||
-        rows > 16 || cols < 1 || cols > 16)
+    if (width < 64 || width > 16384 || height < 64 || height > 16384 || rows < 1 || rows > 16 ||
+        cols < 1 || cols > 16)
         return NULL;
     sfi_plot *p = calloc(1, sizeof *p);
     if (!p)
@@ -259,15 +261,15 @@ sfi_status sfi_plot_line(sfi_plot *p, int panel_i, const char *label, const doub
 }
 
 sfi_status sfi_plot_line_styled(sfi_plot *p, int panel_i, const char *label, const double *x,
-                                const double *y, size_t n, int markers,
-                                sfi_plot_emphasis emphasis, sfi_error *err)
+                                const double *y, size_t n, int markers, sfi_plot_emphasis emphasis,
+                                sfi_error *err)
 {
     return add_series(p, panel_i, label, x, NULL, y, n, markers, emphasis, err);
 }
 
 sfi_status sfi_plot_band(sfi_plot *p, int panel_i, const char *label, const double *x,
-                         const double *ylo, const double *yhi, size_t n,
-                         sfi_plot_emphasis emphasis, sfi_error *err)
+                         const double *ylo, const double *yhi, size_t n, sfi_plot_emphasis emphasis,
+                         sfi_error *err)
 {
     if (!ylo)
         return sfi_error_set(err, SFI_EINVAL, "plot: band '%s' has no lower edge",
@@ -275,8 +277,8 @@ sfi_status sfi_plot_band(sfi_plot *p, int panel_i, const char *label, const doub
     return add_series(p, panel_i, label, x, ylo, yhi, n, 0, emphasis, err);
 }
 
-sfi_status sfi_plot_bar(sfi_plot *p, int panel_i, const char *label, double value,
-                        const char *text, sfi_plot_emphasis emphasis, sfi_error *err)
+sfi_status sfi_plot_bar(sfi_plot *p, int panel_i, const char *label, double value, const char *text,
+                        sfi_plot_emphasis emphasis, sfi_error *err)
 {
     sfi_status st = check_panel(p, panel_i, err);
     if (st)
@@ -318,15 +320,15 @@ sfi_status sfi_plot_note(sfi_plot *p, int panel_i, const char *text, sfi_error *
     return SFI_OK;
 }
 
-sfi_status sfi_plot_heatmap(sfi_plot *p, int panel_i, const double *z, int nx, int ny,
-                            double x0, double x1, double y0, double y1, const char *zlabel,
-                            sfi_error *err)
+sfi_status sfi_plot_heatmap(sfi_plot *p, int panel_i, const double *z, int nx, int ny, double x0,
+                            double x1, double y0, double y1, const char *zlabel, sfi_error *err)
 {
     sfi_status st = check_panel(p, panel_i, err);
     if (st)
         return st;
     if (!z || nx < 1 || ny < 1 || nx > 100000 || ny > 100000 || !(x1 > x0) || !(y1 > y0))
-        return sfi_error_set(err, SFI_EINVAL, "plot: heatmap needs nx, ny >= 1 and x1 > x0, y1 > y0");
+        return sfi_error_set(err, SFI_EINVAL,
+                             "plot: heatmap needs nx, ny >= 1 and x1 > x0, y1 > y0");
     panel *pn = &p->panels[panel_i];
     if (pn->nb)
         return sfi_error_set(err, SFI_EINVAL, "plot: panel %d is a bar chart", panel_i);
@@ -429,7 +431,7 @@ static int ticks(const axis *a, double *t, int max)
         static const double few[] = {1, 2, 5}, all[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
         const double *m = a->hi - a->lo < 1 ? all : few;
         int nm = a->hi - a->lo < 1 ? 9 : 3;
-        for (double e = floor(a->lo) ; e <= ceil(a->hi) && n < max; e++)
+        for (double e = floor(a->lo); e <= ceil(a->hi) && n < max; e++)
             for (int i = 0; i < nm && n < max; i++) {
                 double v = m[i] * pow(10.0, e), lv = log10(v);
                 if (lv >= a->lo - 1e-9 && lv <= a->hi + 1e-9)
@@ -475,8 +477,10 @@ static void text_at(cairo_t *cr, const char *s, double x, double y, double ax, d
 
 static void viridis(double t, double *r, double *g, double *b)
 {
-    static const double c[5][3] = {{0.267, 0.005, 0.329}, {0.229, 0.322, 0.546},
-                                   {0.128, 0.567, 0.551}, {0.369, 0.789, 0.383},
+    static const double c[5][3] = {{0.267, 0.005, 0.329},
+                                   {0.229, 0.322, 0.546},
+                                   {0.128, 0.567, 0.551},
+                                   {0.369, 0.789, 0.383},
                                    {0.993, 0.906, 0.144}};
     if (!(t >= 0))
         t = 0;
@@ -697,8 +701,7 @@ static void draw_bars(cairo_t *cr, const panel *pn, double X, double Y, double W
     }
     draw_title_and_labels(cr, pn, X, Y, &ax, &ay);
     if (!has_data)
-        note_box(cr, pn->note ? pn->note : "no data", (ax.px0 + ax.px1) / 2,
-                 (ay.px0 + ay.px1) / 2);
+        note_box(cr, pn->note ? pn->note : "no data", (ax.px0 + ax.px1) / 2, (ay.px0 + ay.px1) / 2);
     else if (pn->note) /* beside the data: low in the axes, out of the way */
         note_box(cr, pn->note, (ax.px0 + ax.px1) / 2, ay.px0 - 18);
 }
@@ -977,8 +980,7 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
         ly += 17;
     }
     if (!has_data)
-        note_box(cr, pn->note ? pn->note : "no data", (ax.px0 + ax.px1) / 2,
-                 (ay.px0 + ay.px1) / 2);
+        note_box(cr, pn->note ? pn->note : "no data", (ax.px0 + ax.px1) / 2, (ay.px0 + ay.px1) / 2);
     else if (pn->note) /* beside the data: low in the axes, out of the way */
         note_box(cr, pn->note, (ax.px0 + ax.px1) / 2, ay.px0 - 18);
 }
@@ -996,8 +998,8 @@ sfi_status sfi_plot_write_png(const sfi_plot *p, const char *path, sfi_error *er
     cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, p->width, p->height);
     if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) {
         cairo_surface_destroy(sf);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: cannot create a %dx%d image", path,
-                             p->width, p->height);
+        return sfi_error_set(err, SFI_ENOMEM, "%s: cannot create a %dx%d image", path, p->width,
+                             p->height);
     }
     cairo_t *cr = cairo_create(sf);
     cairo_set_source_rgb(cr, 1, 1, 1);

@@ -4,8 +4,8 @@
 #define SFI_PRESETS_H
 
 typedef struct {
-    const char *name;   /* e.g. "Qwen3-0.6B" */
-    const char *json;   /* the config.json text */
+    const char *name; /* e.g. "Qwen3-0.6B" */
+    const char *json; /* the config.json text */
 } sfi_preset_src;
 
 extern const sfi_preset_src sfi_presets[];

@@ -5,6 +5,7 @@
 #include "sfi_tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <assert.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +29,9 @@ const char sfi_qwen_pretokenize_pattern[] =
  * - \p{L} and \p{N} extended by the letters and digits Oniguruma's newer
  *   Unicode data has and PCRE2 10.42's (Unicode 14.0) lacks
  *   (sfi_pretok_classes.h, from src/gen_pretok_classes.py). */
-#define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
-           "\\x{202F}\\x{205F}\\x{3000}"
+#define WS                                                                                         \
+    "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"             \
+    "\\x{202F}\\x{205F}\\x{3000}"
 #define L "\\p{L}" SFI_PRETOK_EXTRA_L
 #define N "\\p{N}" SFI_PRETOK_EXTRA_N
 static const char pretokenize_pcre2[] =
@@ -41,7 +43,7 @@ static const char pretokenize_pcre2[] =
 typedef struct {
     uint64_t key; /* (left id << 32) | right id; UINT64_MAX when empty */
     int32_t rank;
-    int32_t id;   /* the merged token */
+    int32_t id; /* the merged token */
 } merge_slot;
 
 struct sfi_tokenizer {
@@ -67,6 +69,9 @@ static const merge_slot *merge_find(const sfi_tokenizer *t, int32_t a, int32_t b
 {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     size_t mask = t->nmerge_slots - 1;
+    /* open addressing: a power of two at most half full, so the probe
+     * reaches an empty slot */
+    assert(t->nmerge_slots && !(t->nmerge_slots & mask));
     for (size_t h = (size_t)mix64(key) & mask;; h = (h + 1) & mask) {
         if (t->merges[h].key == key)
             return &t->merges[h];
@@ -138,7 +143,10 @@ static sfi_status load_merges(sfi_tokenizer *t, const char *path, sfi_error *err
         int32_t c = sfi_vocab_lookup(t->vocab, joined);
         if (a < 0 || b < 0 || c < 0) {
             s = sfi_error_set(err, SFI_EFORMAT, "%s: line %zu: token \"%s\" is not in vocab.json",
-                              path, lineno, a < 0 ? line : b < 0 ? sp + 1 : joined);
+                              path, lineno,
+                              a < 0   ? line
+                              : b < 0 ? sp + 1
+                                      : joined);
             break;
         }
         uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
@@ -232,7 +240,10 @@ void sfi_tokenizer_free(sfi_tokenizer *t)
     free(t);
 }
 
-const sfi_vocab *sfi_tokenizer_vocab(const sfi_tokenizer *t) { return t->vocab; }
+const sfi_vocab *sfi_tokenizer_vocab(const sfi_tokenizer *t)
+{
+    return t->vocab;
+}
 
 /* Growable id array. */
 typedef struct {
@@ -273,9 +284,9 @@ typedef struct {
 #define CACHE_MAX_USED (CACHE_SLOTS / 2)
 
 typedef struct {
-    uint64_t hash;       /* 0: empty */
-    uint32_t key_off;    /* piece bytes in keys */
-    uint32_t ids_off;    /* its ids in ids */
+    uint64_t hash;    /* 0: empty */
+    uint32_t key_off; /* piece bytes in keys */
+    uint32_t ids_off; /* its ids in ids */
     uint16_t key_len, n_ids;
 } cache_slot;
 
@@ -283,7 +294,7 @@ typedef struct {
     symbol *sym;
     cand *heap;
     size_t cap, hn;
-    cache_slot *slots;   /* [CACHE_SLOTS], NULL until first use */
+    cache_slot *slots; /* [CACHE_SLOTS], NULL until first use */
     size_t used;
     uint8_t *keys;
     size_t keys_n, keys_cap;
@@ -344,7 +355,7 @@ static void push_pair(const sfi_tokenizer *t, bpe_scratch *s, int32_t pos)
 
 /* BPE of one pre-tokenized piece's bytes, appended to out. */
 static int bpe_piece_uncached(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, size_t n,
-                     idvec *out)
+                              idvec *out)
 {
     if (n == 1)
         return idvec_push(out, t->byte_id[p[0]]);
@@ -419,8 +430,7 @@ static int grow_bytes(void **buf, size_t *cap, size_t need, size_t elem)
 }
 
 /* bpe_piece_uncached through the cache. */
-static int bpe_piece(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, size_t n,
-                     idvec *out)
+static int bpe_piece(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, size_t n, idvec *out)
 {
     if (n == 1 || n > CACHE_MAX_PIECE)
         return bpe_piece_uncached(t, s, p, n, out);
@@ -454,8 +464,8 @@ static int bpe_piece(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, s
         return -1;
     memcpy(s->keys + s->keys_n, p, n);
     memcpy(s->ids + s->ids_n, out->v + before, nids * sizeof *s->ids);
-    s->slots[i] = (cache_slot){h, (uint32_t)s->keys_n, (uint32_t)s->ids_n, (uint16_t)n,
-                               (uint16_t)nids};
+    s->slots[i] =
+        (cache_slot){h, (uint32_t)s->keys_n, (uint32_t)s->ids_n, (uint16_t)n, (uint16_t)nids};
     s->keys_n += n;
     s->ids_n += nids;
     s->used++;
@@ -467,8 +477,7 @@ static int bpe_piece(const sfi_tokenizer *t, bpe_scratch *s, const uint8_t *p, s
  * every character) would be a piece of its own, as tokenizers' "isolated"
  * split does. */
 static sfi_status encode_segment(const sfi_tokenizer *t, const uint8_t *seg, size_t len,
-                                 pcre2_match_data *md, bpe_scratch *s, idvec *out,
-                                 sfi_error *err)
+                                 pcre2_match_data *md, bpe_scratch *s, idvec *out, sfi_error *err)
 {
     size_t start = 0;
     while (start < len) {
@@ -505,8 +514,7 @@ static sfi_status encode_segment(const sfi_tokenizer *t, const uint8_t *seg, siz
 }
 
 /* The added token starting at text[i] (longest), or -1. */
-static int32_t added_at(const sfi_vocab *v, const uint8_t *text, size_t len, size_t i,
-                        size_t *mlen)
+static int32_t added_at(const sfi_vocab *v, const uint8_t *text, size_t len, size_t i, size_t *mlen)
 {
     int32_t best = -1;
     size_t bl = 0;
@@ -524,8 +532,8 @@ static int32_t added_at(const sfi_vocab *v, const uint8_t *text, size_t len, siz
     return best;
 }
 
-sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t len,
-                                int32_t **ids, size_t *n, sfi_error *err)
+sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                                size_t *n, sfi_error *err)
 {
     *ids = NULL;
     *n = 0;
@@ -593,8 +601,8 @@ sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t
     return SFI_OK;
 }
 
-sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size_t n,
-                                char **text, size_t *len, sfi_error *err)
+sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                                size_t *len, sfi_error *err)
 {
     *text = NULL;
     *len = 0;
@@ -655,15 +663,18 @@ sfi_status sfi_token_ids_parse(const char *text, size_t len, const char *origin,
              * whole list in a strtol loop: issue 20.6): name it. */
             const char *nul = memchr(text + w, '\0', i - w);
             if (nul)
-                return sfi_error_set(err, SFI_EFORMAT, "%s: byte %zu is a NUL byte, not part of "
-                                     "a decimal token id", origin, (size_t)(nul - text));
+                return sfi_error_set(err, SFI_EFORMAT,
+                                     "%s: byte %zu is a NUL byte, not part of "
+                                     "a decimal token id",
+                                     origin, (size_t)(nul - text));
             int digits = 1;
             for (size_t k = w; k < i; k++)
                 digits &= text[k] >= '0' && text[k] <= '9';
             if (digits)
-                return sfi_error_set(err, SFI_EFORMAT, "%s: id %zu: '%.*s' is too large for a "
-                                     "token id (at most 9 digits)", origin, count,
-                                     (int)(i - w > 40 ? 40 : i - w), text + w);
+                return sfi_error_set(err, SFI_EFORMAT,
+                                     "%s: id %zu: '%.*s' is too large for a "
+                                     "token id (at most 9 digits)",
+                                     origin, count, (int)(i - w > 40 ? 40 : i - w), text + w);
             return sfi_error_set(err, SFI_EFORMAT, "%s: id %zu: '%.*s' is not a decimal token id",
                                  origin, count, (int)(i - w > 40 ? 40 : i - w), text + w);
         }

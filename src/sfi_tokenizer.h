@@ -31,15 +31,15 @@ const sfi_vocab *sfi_tokenizer_vocab(const sfi_tokenizer *t);
  * array *ids of *n ids (non-NULL even when *n == 0; caller frees). Text that
  * is not valid UTF-8 is an error naming the byte offset. Thread-safe: t is
  * only read. */
-sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t len,
-                                int32_t **ids, size_t *n, sfi_error *err);
+sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                                size_t *n, sfi_error *err);
 
 /* The bytes of ids[0..n) concatenated into a malloc'd, NUL-terminated
  * *text of *len bytes (caller frees). The bytes need not be valid UTF-8
  * (a character may be split across ids). An id outside the vocabulary or a
  * hole is an error naming its index. */
-sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size_t n,
-                                char **text, size_t *len, sfi_error *err);
+sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                                size_t *len, sfi_error *err);
 
 /* Parses whitespace-separated decimal token ids (the output of sfi-ref
  * encode; --prompt-ids files) from text[0..len) into a malloc'd *ids of *n

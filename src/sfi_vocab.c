@@ -5,6 +5,7 @@
 
 #include "sfi_vocab.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -23,14 +24,14 @@
 enum { FLAG_ADDED = 1, FLAG_SPECIAL = 2 };
 
 struct sfi_vocab {
-    int32_t n;          /* one past the largest id */
-    char **text;        /* [n] as stored (byte-level form), NULL for holes */
-    uint8_t **bytes;    /* [n] decoded bytes, NULL for holes */
-    size_t *blen;       /* [n] */
-    uint8_t *flags;     /* [n] FLAG_* */
-    int32_t *slots;     /* open-addressing hash of text -> id, -1 empty */
-    size_t nslots;      /* power of two */
-    int32_t *added;     /* ids of added tokens, in id order */
+    int32_t n;       /* one past the largest id */
+    char **text;     /* [n] as stored (byte-level form), NULL for holes */
+    uint8_t **bytes; /* [n] decoded bytes, NULL for holes */
+    size_t *blen;    /* [n] */
+    uint8_t *flags;  /* [n] FLAG_* */
+    int32_t *slots;  /* open-addressing hash of text -> id, -1 empty */
+    size_t nslots;   /* power of two */
+    int32_t *added;  /* ids of added tokens, in id order */
     int32_t n_added;
 };
 
@@ -76,11 +77,17 @@ size_t sfi_utf8_decode(const uint8_t *s, size_t len, uint32_t *cp)
     size_t n;
     uint32_t v, min;
     if ((c & 0xE0) == 0xC0) {
-        n = 2; v = c & 0x1F; min = 0x80;
+        n = 2;
+        v = c & 0x1F;
+        min = 0x80;
     } else if ((c & 0xF0) == 0xE0) {
-        n = 3; v = c & 0x0F; min = 0x800;
+        n = 3;
+        v = c & 0x0F;
+        min = 0x800;
     } else if ((c & 0xF8) == 0xF0) {
-        n = 4; v = c & 0x07; min = 0x10000;
+        n = 4;
+        v = c & 0x07;
+        min = 0x10000;
     } else {
         return 0;
     }
@@ -216,8 +223,8 @@ static sfi_status build_hash(sfi_vocab *v, sfi_error *err)
         while (v->slots[h] >= 0) {
             if (!strcmp(v->text[v->slots[h]], v->text[id]))
                 return sfi_error_set(err, SFI_EFORMAT,
-                                     "vocabulary: token \"%s\" has two ids, %d and %d",
-                                     v->text[id], (int)v->slots[h], (int)id);
+                                     "vocabulary: token \"%s\" has two ids, %d and %d", v->text[id],
+                                     (int)v->slots[h], (int)id);
             h = (h + 1) & (want - 1);
         }
         v->slots[h] = id;
@@ -238,7 +245,8 @@ static sfi_status load_vocab_json(sfi_vocab *v, const char *path, sfi_error *err
     const char *key;
     json_t *val;
     int32_t maxid = -1;
-    json_object_foreach(j, key, val) {
+    json_object_foreach(j, key, val)
+    {
         if (!json_is_integer(val) || json_integer_value(val) < 0 ||
             json_integer_value(val) >= VOCAB_ID_MAX) {
             /* The message first: key lives in j. */
@@ -255,7 +263,8 @@ static sfi_status load_vocab_json(sfi_vocab *v, const char *path, sfi_error *err
         }
     }
     s = grow(v, maxid + 1, err);
-    json_object_foreach(j, key, val) {
+    json_object_foreach(j, key, val)
+    {
         if (s)
             break;
         int32_t id = (int32_t)json_integer_value(val);
@@ -308,20 +317,21 @@ static sfi_status load_added(sfi_vocab *v, const char *path, sfi_error *err)
     }
     const char *key;
     json_t *val;
-    json_object_foreach(dec, key, val) {
+    json_object_foreach(dec, key, val)
+    {
         int32_t id;
         if (!parse_id(key, &id)) {
             s = sfi_error_set(err, SFI_EFORMAT,
-                              "%s: added_tokens_decoder: key \"%s\" is not an id in [0, %d)",
-                              path, key, VOCAB_ID_MAX);
+                              "%s: added_tokens_decoder: key \"%s\" is not an id in [0, %d)", path,
+                              key, VOCAB_ID_MAX);
             break;
         }
         json_t *content = json_is_object(val) ? json_object_get(val, "content") : NULL;
         if (!json_is_string(content) || json_string_length(content) == 0 ||
             strlen(json_string_value(content)) != json_string_length(content)) {
             s = sfi_error_set(err, SFI_EFORMAT,
-                              "%s: added_tokens_decoder: %s: content: not a non-empty string",
-                              path, key);
+                              "%s: added_tokens_decoder: %s: content: not a non-empty string", path,
+                              key);
             break;
         }
         /* lstrip/rstrip/single_word change how the token is matched in
@@ -429,7 +439,10 @@ void sfi_vocab_free(sfi_vocab *v)
     free(v);
 }
 
-int32_t sfi_vocab_size(const sfi_vocab *v) { return v->n; }
+int32_t sfi_vocab_size(const sfi_vocab *v)
+{
+    return v->n;
+}
 
 const uint8_t *sfi_vocab_token_bytes(const sfi_vocab *v, int32_t id, size_t *len)
 {
@@ -452,6 +465,9 @@ const char *sfi_vocab_token_text(const sfi_vocab *v, int32_t id)
 
 int32_t sfi_vocab_lookup(const sfi_vocab *v, const char *text)
 {
+    /* open addressing: a power of two at most half full (build_hash), so
+     * the probe reaches an empty slot */
+    assert(v->nslots && !(v->nslots & (v->nslots - 1)) && (size_t)v->n * 2 <= v->nslots);
     size_t h = (size_t)hash_str(text) & (v->nslots - 1);
     while (v->slots[h] >= 0) {
         if (!strcmp(v->text[v->slots[h]], text))
@@ -471,7 +487,10 @@ int sfi_vocab_is_added(const sfi_vocab *v, int32_t id)
     return id >= 0 && id < v->n && (v->flags[id] & FLAG_ADDED);
 }
 
-int32_t sfi_vocab_added_count(const sfi_vocab *v) { return v->n_added; }
+int32_t sfi_vocab_added_count(const sfi_vocab *v)
+{
+    return v->n_added;
+}
 
 int32_t sfi_vocab_added_id(const sfi_vocab *v, int32_t i)
 {
@@ -498,8 +517,8 @@ sfi_status sfi_trigger_set_build(const sfi_vocab *v, const char *chars, sfi_trig
         uint32_t cp;
         size_t k = sfi_utf8_decode((const uint8_t *)chars + i, clen - i, &cp);
         if (!k)
-            return sfi_error_set(err, SFI_EINVAL,
-                                 "trigger characters: byte %zu is not valid UTF-8", i);
+            return sfi_error_set(err, SFI_EINVAL, "trigger characters: byte %zu is not valid UTF-8",
+                                 i);
         i += k;
     }
     out->n_vocab = v->n;
@@ -593,6 +612,7 @@ char *sfi_utf8_clean(const char *s, size_t n, size_t *out_n)
             i++;
         }
     }
+    assert(k <= 3 * n);
     o[k] = 0;
     *out_n = k;
     return o;

@@ -64,8 +64,8 @@ typedef struct {
 /* Token ids whose decoded text, trailing spaces removed, ends with one of
  * chars (UTF-8 characters; NULL: SFI_TRIGGER_CHARS_DEFAULT), or whose text
  * contains a newline (sfi(7) TRIGGERS). Holes are never members. */
-sfi_status sfi_trigger_set_build(const sfi_vocab *v, const char *chars,
-                                 sfi_trigger_set *out, sfi_error *err);
+sfi_status sfi_trigger_set_build(const sfi_vocab *v, const char *chars, sfi_trigger_set *out,
+                                 sfi_error *err);
 void sfi_trigger_set_free(sfi_trigger_set *t);
 
 #endif

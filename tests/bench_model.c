@@ -32,12 +32,12 @@ static int env_int(const char *k, int d)
 typedef struct {
     const sfi_qwen3 *m;
     sfi_backend be;
-    int32_t *idx;   /* [n_kv][n] */
+    int32_t *idx; /* [n_kv][n] */
     int n;
 } fast_ctx;
 
-static sfi_status fast_attend(void *u, int layer, const float *q, const sfi_kv_cache *kv,
-                              int n_ctx, float *out, sfi_error *err)
+static sfi_status fast_attend(void *u, int layer, const float *q, const sfi_kv_cache *kv, int n_ctx,
+                              float *out, sfi_error *err)
 {
     fast_ctx *f = u;
     const int32_t *ix[256];
@@ -51,8 +51,8 @@ static sfi_status fast_attend(void *u, int layer, const float *q, const sfi_kv_c
 
 /* Wall seconds per decode step, averaged over `steps` steps from context
  * ctx; *cpu gets the process CPU seconds per step (all threads). */
-static double time_steps(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int ctx,
-                         int steps, fast_ctx *fast, float *logits, double *cpu)
+static double time_steps(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int ctx, int steps,
+                         fast_ctx *fast, float *logits, double *cpu)
 {
     sfi_error e;
     kv->n = ctx;
@@ -60,8 +60,8 @@ static double time_steps(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, i
     for (int s = 0; s < steps; s++) {
         if (fast)
             fast->be = be;
-        if (sfi_qwen3_step(m, be, kv, (int32_t)(1000 + s), fast ? fast_attend : NULL, fast,
-                           logits, &e)) {
+        if (sfi_qwen3_step(m, be, kv, (int32_t)(1000 + s), fast ? fast_attend : NULL, fast, logits,
+                           &e)) {
             fprintf(stderr, "bench_model: %s\n", e.msg);
             exit(1);
         }
@@ -85,7 +85,8 @@ int main(void)
     int layers = env_int("SFI_BENCH_LAYERS", cfg.num_hidden_layers);
     if (layers >= 1 && layers < cfg.num_hidden_layers)
         cfg.num_hidden_layers = layers;
-    int steps_s = env_int("SFI_BENCH_STEPS_SCALAR", 2), steps_b = env_int("SFI_BENCH_STEPS_BLAS", 8);
+    int steps_s = env_int("SFI_BENCH_STEPS_SCALAR", 2),
+        steps_b = env_int("SFI_BENCH_STEPS_BLAS", 8);
     const char *ctxs = getenv("SFI_BENCH_CONTEXTS");
     if (!ctxs || !*ctxs)
         ctxs = "4096,16384";

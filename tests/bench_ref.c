@@ -79,7 +79,8 @@ static int bench_attention(int reps)
     const int n = 32768;
     sfi_attn_shape s = {32, 8, 128};
     size_t kvn = (size_t)n * 8 * 128;
-    float *q = rand_buf(32 * 128, -1.0f, 1.0f), *k = rand_buf(kvn, -1.0f, 1.0f), *v = rand_buf(kvn, -1.0f, 1.0f);
+    float *q = rand_buf(32 * 128, -1.0f, 1.0f), *k = rand_buf(kvn, -1.0f, 1.0f),
+          *v = rand_buf(kvn, -1.0f, 1.0f);
     float *out = malloc(32 * 128 * sizeof *out), *lg = malloc((size_t)32 * n * sizeof *lg);
     sfi_error e;
     double best = 1e30, bw = 1e30;
@@ -93,7 +94,8 @@ static int bench_attention(int reps)
         best = t < best ? t : best;
         bw = w < bw ? w : bw;
     }
-    printf("dense     32q/8kv/128d decode attention, n_ctx %d (+logits):     %8.2f ms [wall %8.2f], %7.0f ns per position\n",
+    printf("dense     32q/8kv/128d decode attention, n_ctx %d (+logits):     %8.2f ms [wall "
+           "%8.2f], %7.0f ns per position\n",
            n, best * 1e3, bw * 1e3, best * 1e9 / n);
     /* Sparse over sink 4 + K 2048 + recent 256 (every 15th position). */
     int32_t *idx[8];
@@ -113,7 +115,8 @@ static int bench_attention(int reps)
     bw = 1e30;
     for (int r = 0; r < reps; r++) {
         double w0 = sfi_clock_wall(), t0 = sfi_clock_cpu();
-        if (sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)idx, cnt, out, &e) != SFI_OK) {
+        if (sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)idx, cnt, out, &e) !=
+            SFI_OK) {
             fprintf(stderr, "bench_ref: %s\n", e.msg);
             return 1;
         }
@@ -121,7 +124,8 @@ static int bench_attention(int reps)
         best = t < best ? t : best;
         bw = w < bw ? w : bw;
     }
-    printf("sparse    32q/8kv/128d decode attention, %d of %d positions: %8.2f ms [wall %8.2f], %7.0f ns per attended position\n",
+    printf("sparse    32q/8kv/128d decode attention, %d of %d positions: %8.2f ms [wall %8.2f], "
+           "%7.0f ns per attended position\n",
            cnt[0], n, best * 1e3, bw * 1e3, best * 1e9 / cnt[0]);
     for (int h = 0; h < 8; h++)
         free(idx[h]);

@@ -112,8 +112,11 @@ int main(int argc, char **argv)
         append(&prose, s, n);
         free(s);
     } else {
-        static const char *const files[] = {"LICENSE", "README.md", "src/sfi_tokenizer.c",
-                                            "src/sfi_vocab.c", "tests/test_tokenizer.c",
+        static const char *const files[] = {"LICENSE",
+                                            "README.md",
+                                            "src/sfi_tokenizer.c",
+                                            "src/sfi_vocab.c",
+                                            "tests/test_tokenizer.c",
                                             "man/sfi-ref-trigger-set.1"};
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
             size_t n;

@@ -23,8 +23,14 @@ static const char *join(const char *env, const char *fallback, const char *rel)
     return path_buf;
 }
 
-const char *sfi_test_src(const char *rel) { return join("SFI_SRCDIR", ".", rel); }
-const char *sfi_test_build(const char *rel) { return join("SFI_BUILDDIR", ".", rel); }
+const char *sfi_test_src(const char *rel)
+{
+    return join("SFI_SRCDIR", ".", rel);
+}
+const char *sfi_test_build(const char *rel)
+{
+    return join("SFI_BUILDDIR", ".", rel);
+}
 
 const char *sfi_test_shared(const char *rel)
 {
@@ -45,7 +51,9 @@ char *sfi_test_tmpdir(void)
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
-    (void)sb; (void)flag; (void)ftw;
+    (void)sb;
+    (void)flag;
+    (void)ftw;
     return remove(p);
 }
 

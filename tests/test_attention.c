@@ -131,7 +131,8 @@ START_TEST(sparse_full_set_equals_dense_bitwise)
         int n = shapes[t][3];
         size_t kvn = (size_t)n * s.n_kv_heads * s.head_dim, qn = (size_t)s.n_heads * s.head_dim;
         float *q = rand_buf(qn, 3.0f), *k = rand_buf(kvn, 3.0f), *v = rand_buf(kvn, 1.0f);
-        float *od = malloc(qn * sizeof *od), *os = malloc(qn * sizeof *os), *os2 = malloc(qn * sizeof *os2);
+        float *od = malloc(qn * sizeof *od), *os = malloc(qn * sizeof *os),
+              *os2 = malloc(qn * sizeof *os2);
         int32_t **idx = malloc((size_t)s.n_kv_heads * sizeof *idx);
         int32_t **rev = malloc((size_t)s.n_kv_heads * sizeof *rev);
         int *cnt = malloc((size_t)s.n_kv_heads * sizeof *cnt);
@@ -145,8 +146,12 @@ START_TEST(sparse_full_set_equals_dense_bitwise)
             cnt[h] = n;
         }
         ck_assert_int_eq(sfi_attn_dense_decode(&s, q, k, v, n, od, NULL, NULL), SFI_OK);
-        ck_assert_int_eq(sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)idx, cnt, os, NULL), SFI_OK);
-        ck_assert_int_eq(sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)rev, cnt, os2, NULL), SFI_OK);
+        ck_assert_int_eq(
+            sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)idx, cnt, os, NULL),
+            SFI_OK);
+        ck_assert_int_eq(
+            sfi_attn_sparse_decode(&s, q, k, v, n, (const int32_t *const *)rev, cnt, os2, NULL),
+            SFI_OK);
         ck_assert(memcmp(od, os, qn * sizeof *od) == 0);
         ck_assert(memcmp(od, os2, qn * sizeof *od) == 0);
         for (int h = 0; h < s.n_kv_heads; h++) {
@@ -172,7 +177,8 @@ START_TEST(sparse_subset_equals_dense_on_gathered_cache)
      * holds only those positions, in the same order (same numerics). */
     sfi_attn_shape s = {4, 1, 16};
     const int n = 200;
-    float *q = rand_buf(64, 2.0f), *k = rand_buf((size_t)n * 16, 2.0f), *v = rand_buf((size_t)n * 16, 1.0f);
+    float *q = rand_buf(64, 2.0f), *k = rand_buf((size_t)n * 16, 2.0f),
+          *v = rand_buf((size_t)n * 16, 1.0f);
     int32_t sel[60];
     int m = 0;
     for (int j = 0; j < n && m < 60; j += 3)
@@ -209,7 +215,8 @@ START_TEST(prefill_equals_decode_bitwise)
     float od[32], lg[4 * 25];
     for (int t = 0; t < T; t++) {
         int n = pos0 + t + 1;
-        ck_assert_int_eq(sfi_attn_dense_decode(&s, q + (size_t)t * qn, k, v, n, od, lg, NULL), SFI_OK);
+        ck_assert_int_eq(sfi_attn_dense_decode(&s, q + (size_t)t * qn, k, v, n, od, lg, NULL),
+                         SFI_OK);
         ck_assert(memcmp(od, out + (size_t)t * qn, qn * sizeof *od) == 0);
         int w = t - (T - W);
         if (w < 0)

@@ -26,7 +26,8 @@ static int32_t *prompt0(const char *model, int *n)
     for (size_t i = 0; i < json_array_size(ms); i++) {
         json_t *M = json_array_get(ms, i);
         if (!strcmp(json_string_value(json_object_get(M, "dir")), model))
-            ids = hf_ids(json_object_get(json_array_get(json_object_get(M, "prompts"), 0), "ids"), n);
+            ids =
+                hf_ids(json_object_get(json_array_get(json_object_get(M, "prompts"), 0), "ids"), n);
     }
     json_decref(r);
     ck_assert_ptr_nonnull(ids);
@@ -45,8 +46,8 @@ static void init_trig(void)
 typedef struct {
     int n_prefill, n_step, n_slow_layer, n_attn;
     int n_layers, vocab;
-    float *logits;            /* [step][vocab] */
-    int bad;                  /* first inconsistency found, as a line number */
+    float *logits; /* [step][vocab] */
+    int bad;       /* first inconsistency found, as a line number */
     float min_mass;
     const sfi_params *prm;
 } rec;
@@ -124,8 +125,11 @@ static void run(const char *model, sfi_decode_opts *o, rec *r, sfi_decode_result
     ck_assert_msg(sfi_qwen3_load(hf_path(model), &m, &e) == SFI_OK, "%s", e.msg);
     int n;
     int32_t *ids = prompt0(model, &n);
-    sfi_decode_observer obs = {.user = r, .want_attention = 1, .on_prefill = on_prefill,
-                               .on_step = on_step, .on_slow_layer = on_slow_layer,
+    sfi_decode_observer obs = {.user = r,
+                               .want_attention = 1,
+                               .on_prefill = on_prefill,
+                               .on_step = on_step,
+                               .on_slow_layer = on_slow_layer,
                                .on_attention = on_attention};
     memset(r, 0, sizeof *r);
     r->vocab = sfi_qwen3_config(m)->vocab_size;
@@ -177,9 +181,10 @@ START_TEST(sfi_covering_context_equals_dense)
         /* the fast set covers everything: all the mass is captured */
         ck_assert_float_ge(rs.min_mass, 0.9999f);
         ck_assert_int_eq(rs.n_slow_layer, rs.n_layers * s.n_slow); /* prefill + slow t >= 1 */
-        ck_assert_str_ne(s.digest_hex, d.digest_hex); /* the mode is hashed */
+        ck_assert_str_ne(s.digest_hex, d.digest_hex);              /* the mode is hashed */
         printf("%s: sfi (K, n_recent covering the context, %d slow of 24) == dense, logits "
-               "bit-identical\n", models[mi], s.n_slow);
+               "bit-identical\n",
+               models[mi], s.n_slow);
         free(rs.logits);
         free(rd.logits);
         sfi_decode_result_free(&s);
@@ -262,8 +267,8 @@ START_TEST(golden_digests)
             rec r;
             sfi_decode_result res;
             run(models[mi], &o, &r, &res);
-            printf("digest %s %s: %s (slow %d of %d)\n", models[mi],
-                   sfi_decode_mode_name(o.mode), res.digest_hex, res.n_slow, res.n_generated);
+            printf("digest %s %s: %s (slow %d of %d)\n", models[mi], sfi_decode_mode_name(o.mode),
+                   res.digest_hex, res.n_slow, res.n_generated);
             if (strcmp(res.digest_hex, want[mi][mode])) {
                 fprintf(stderr, "digest %s %s: %s, golden %s\n", models[mi],
                         sfi_decode_mode_name(o.mode), res.digest_hex, want[mi][mode]);
@@ -291,7 +296,8 @@ START_TEST(prefix_and_teacher_forcing)
         int32_t *ids = prompt0(models[mi], &n);
         sfi_decode_prefix pre;
         ck_assert_msg(sfi_decode_prefix_build(m, SFI_BACKEND_SCALAR, ids, n, n, 16, &pre, &e) ==
-                      SFI_OK, "%s", e.msg);
+                          SFI_OK,
+                      "%s", e.msg);
         ck_assert_int_eq(pre.kv.n, n);
         for (int mode = 0; mode < 2; mode++) {
             sfi_decode_opts o;
@@ -305,14 +311,12 @@ START_TEST(prefix_and_teacher_forcing)
             set(&o.params, "T_max=6");
             sfi_decode_result a, b, f, g;
             ck_assert_msg(sfi_decode_run(m, &o, ids, n, NULL, &a, &e) == SFI_OK, "%s", e.msg);
-            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &b, &e) == SFI_OK, "%s",
-                          e.msg);
+            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &b, &e) == SFI_OK, "%s", e.msg);
             ck_assert_str_eq(a.digest_hex, b.digest_hex);
             /* forced = the greedy tokens: the same run */
             o.forced = a.ids;
             o.n_forced = a.n_generated;
-            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &f, &e) == SFI_OK, "%s",
-                          e.msg);
+            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &f, &e) == SFI_OK, "%s", e.msg);
             ck_assert_str_eq(a.digest_hex, f.digest_hex);
             /* forced = other tokens (every one a trigger): every step slow
              * in SFI mode, and the run differs */
@@ -321,11 +325,10 @@ START_TEST(prefix_and_teacher_forcing)
                 other[t] = (int32_t)(11 * ((a.ids[t % a.n_generated] + t) % 46));
             o.forced = other;
             o.n_forced = 19;
-            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &g, &e) == SFI_OK, "%s",
-                          e.msg);
+            ck_assert_msg(sfi_decode_run_prefix(m, &o, &pre, NULL, &g, &e) == SFI_OK, "%s", e.msg);
             ck_assert_str_ne(a.digest_hex, g.digest_hex);
             ck_assert_int_eq(g.n_slow, 20);
-            o.n_forced = 18;  /* too few */
+            o.n_forced = 18; /* too few */
             sfi_decode_result x;
             ck_assert_int_eq(sfi_decode_run_prefix(m, &o, &pre, NULL, &x, &e), SFI_EINVAL);
             ck_assert_ptr_nonnull(strstr(e.msg, "forced"));
@@ -347,8 +350,9 @@ START_TEST(prefix_and_teacher_forcing)
         ck_assert_int_eq(sfi_decode_run_prefix(m, &o, &small, NULL, &x, &e), SFI_EINVAL);
         /* (building into `small` again would lose its buffers: free first) */
         sfi_decode_prefix_free(&small);
-        ck_assert_int_eq(sfi_decode_prefix_build(m, SFI_BACKEND_SCALAR, ids, n, n - 1, 4, &small,
-                                                 &e), SFI_ERANGE);
+        ck_assert_int_eq(
+            sfi_decode_prefix_build(m, SFI_BACKEND_SCALAR, ids, n, n - 1, 4, &small, &e),
+            SFI_ERANGE);
         sfi_decode_prefix_free(&small);
         sfi_decode_prefix_free(&pre);
         free(ids);
@@ -406,9 +410,10 @@ START_TEST(cli_run)
         fprintf(f, "%d%c", (int)ids[i], i % 10 == 9 ? '\n' : ' ');
     fclose(f);
     char *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 12 --param K=12 "
-             "--param n_recent=8 --param T_max=4 --json", sfi_ref,
-             hf_path("tiny-qwen3"), ids_path);
+    snprintf(cmd, sizeof cmd,
+             "%s run --model %s --prompt-ids %s --max-new 12 --param K=12 "
+             "--param n_recent=8 --param T_max=4 --json",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
@@ -417,7 +422,8 @@ START_TEST(cli_run)
     ck_assert_uint_eq(json_array_size(g), 12);
     ck_assert_uint_eq(json_array_size(steps), 12);
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(steps, 0), "kind")), "slow");
-    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(steps, 0), "reason")), "first");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(steps, 0), "reason")),
+                     "first");
     /* same run through the library */
     sfi_qwen3 *m;
     sfi_error e;
@@ -433,15 +439,16 @@ START_TEST(cli_run)
     for (int t = 0; t < 12; t++)
         ck_assert_int_eq(json_integer_value(json_array_get(g, (size_t)t)), res.ids[t]);
     ck_assert_str_eq(json_string_value(json_object_get(j, "digest")), res.digest_hex);
-    ck_assert(fabs(json_real_value(json_object_get(j, "slow_fraction")) - res.slow_fraction) < 1e-12);
+    ck_assert(fabs(json_real_value(json_object_get(j, "slow_fraction")) - res.slow_fraction) <
+              1e-12);
     sfi_decode_result_free(&res);
     sfi_qwen3_free(m);
     json_decref(j);
     free(out);
     free(err);
     /* text output has the digest line and one line per step */
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --mode dense",
-             sfi_ref, hf_path("tiny-qwen3"), ids_path);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --mode dense", sfi_ref,
+             hf_path("tiny-qwen3"), ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
     ck_assert_ptr_nonnull(strstr(out, "\ndigest: "));
     ck_assert_ptr_nonnull(strstr(out, "  2 slow always "));
@@ -470,8 +477,8 @@ START_TEST(cli_run)
         {"--max-new 3 --trace-layers x", 2, "run: --trace-layers: 'x' is not"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s %s",
-                 sfi_ref, hf_path("tiny-qwen3"), ids_path, bad[i].args);
+        snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s %s", sfi_ref,
+                 hf_path("tiny-qwen3"), ids_path, bad[i].args);
         ck_assert_int_eq(sfi_test_run(cmd, &out, &err), bad[i].status);
         ck_assert_msg(strstr(err, bad[i].msg) != NULL, "%s: stderr '%s'", bad[i].args, err);
         free(out);
@@ -483,10 +490,11 @@ START_TEST(cli_run)
     for (int i = 0; i < 300; i++)
         fprintf(f, "%d ", i);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 1",
-             sfi_ref, hf_path("tiny-qwen3"), ids_path);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 1", sfi_ref,
+             hf_path("tiny-qwen3"), ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
-    ck_assert_ptr_nonnull(strstr(err, "prompt of 300 tokens is longer than the model's max_position_embeddings 256"));
+    ck_assert_ptr_nonnull(
+        strstr(err, "prompt of 300 tokens is longer than the model's max_position_embeddings 256"));
     free(out);
     free(err);
     f = fopen(ids_path, "w");
@@ -509,14 +517,14 @@ START_TEST(cli_run)
     ck_assert_msg(strstr(err, "/dev/zero: more than 268435456 bytes is too large"), "%s", err);
     free(out);
     free(err);
-    snprintf(cmd, sizeof cmd, "%s run --model %s/none --prompt-ids %s --max-new 1",
-             sfi_ref, dir, ids_path);
+    snprintf(cmd, sizeof cmd, "%s run --model %s/none --prompt-ids %s --max-new 1", sfi_ref, dir,
+             ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_ptr_nonnull(strstr(err, "none"));
     free(out);
     free(err);
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt hello --max-new 1",
-             sfi_ref, hf_path("tiny-qwen3"));
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt hello --max-new 1", sfi_ref,
+             hf_path("tiny-qwen3"));
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_ptr_nonnull(strstr(err, "no vocab.json"));
     free(out);
@@ -525,7 +533,8 @@ START_TEST(cli_run)
     f = fopen(ids_path, "w");
     fprintf(f, "5 6 7 8 9 10 11 12\n");
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 6 --param K=2 "
+    snprintf(cmd, sizeof cmd,
+             "%s run --model %s --prompt-ids %s --max-new 6 --param K=2 "
              "--param n_recent=2 --param T_max=3 --trace %s/t.db --trace-level summary",
              sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
@@ -533,8 +542,10 @@ START_TEST(cli_run)
     free(err);
     snprintf(cmd, sizeof cmd, "test -s %s/t.db", dir);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 6 --trace "
-             "%s/no/such/dir/t.db", sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
+    snprintf(cmd, sizeof cmd,
+             "%s run --model %s --prompt-ids %s --max-new 6 --trace "
+             "%s/no/such/dir/t.db",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_ptr_nonnull(strstr(err, "no/such/dir/t.db"));
     ck_assert_ptr_null(strstr(out, "digest"));
@@ -554,9 +565,10 @@ START_TEST(cli_run)
         free(out);
         free(err);
     }
-    snprintf(cmd, sizeof cmd, "cmp %s/m/model.safetensors %s/model.safetensors && "
-             "cmp %s/m/config.json %s/config.json && cmp %s %s/p.copy", dir,
-             hf_path("tiny-qwen3"), dir, hf_path("tiny-qwen3"), ids_path, dir);
+    snprintf(cmd, sizeof cmd,
+             "cmp %s/m/model.safetensors %s/model.safetensors && "
+             "cmp %s/m/config.json %s/config.json && cmp %s %s/p.copy",
+             dir, hf_path("tiny-qwen3"), dir, hf_path("tiny-qwen3"), ids_path, dir);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
     snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 3 --trace %s/t.db",
              sfi_ref, hf_path("tiny-qwen3"), ids_path, dir);
@@ -568,23 +580,24 @@ START_TEST(cli_run)
      * one recorded with --trace-layers is refused with a message. */
     char sfi_sim[2048];
     snprintf(sfi_sim, sizeof sfi_sim, "%s", sfi_test_build("sfi-sim"));
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 10 --param K=2 "
+    snprintf(cmd, sizeof cmd,
+             "%s run --model %s --prompt-ids %s --max-new 10 --param K=2 "
              "--param n_recent=2 --param T_max=3 --trace %s/full.db --trace-level full "
              "--trace-top-m 6 && %s trace check %s/full.db && %s analyze %s/full.db --format json "
-             "--budget 4", sfi_ref, hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir, sfi_sim,
-             dir);
+             "--budget 4",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir, sfi_sim, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
     ck_assert_msg(strstr(out, "\"steps\": 10,") && strstr(out, "\"layers\": 3,"), "%s", out);
     free(out);
     free(err);
-    snprintf(cmd, sizeof cmd, "sqlite3 %s/full.db 'SELECT count(*) FROM topm WHERE step = 0'",
-             dir);
+    snprintf(cmd, sizeof cmd, "sqlite3 %s/full.db 'SELECT count(*) FROM topm WHERE step = 0'", dir);
     if (sfi_test_run(cmd, &out, NULL) == 0) /* the sqlite3 program is optional here */
         ck_assert_msg(atoi(out) == 3 * 4, "step 0 top-M records: %s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 4 --trace %s/part.db "
-             "--trace-level full --trace-layers 1 && %s analyze %s/part.db", sfi_ref,
-             hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir);
+    snprintf(cmd, sizeof cmd,
+             "%s run --model %s --prompt-ids %s --max-new 4 --trace %s/part.db "
+             "--trace-level full --trace-layers 1 && %s analyze %s/part.db",
+             sfi_ref, hf_path("tiny-qwen3"), ids_path, dir, sfi_sim, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_msg(strstr(err, "top-M records of layers 1 only"), "%s", err);
     free(out);
@@ -631,8 +644,10 @@ START_TEST(cli_run)
         json_object_set_new(cj, "eos_token_id", eos);
         ck_assert_int_eq(json_dump_file(cj, cfgp, 0), 0);
         json_decref(cj);
-        snprintf(cmd, sizeof cmd, "%s run --model %s/m --prompt-ids %s --max-new 6 --json "
-                 "--stop-at-eos", sfi_ref, dir, ids_path);
+        snprintf(cmd, sizeof cmd,
+                 "%s run --model %s/m --prompt-ids %s --max-new 6 --json "
+                 "--stop-at-eos",
+                 sfi_ref, dir, ids_path);
         ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
         gj = json_loads(out, 0, NULL);
         ck_assert_ptr_nonnull(gj);
@@ -643,7 +658,8 @@ START_TEST(cli_run)
     }
     /* NaN weights: refused at load, naming the tensor (they printed "!!!!"
      * and exited 0). */
-    snprintf(cmd, sizeof cmd, "cp -r %s %s/nan && printf '\\377\\377\\377\\377' | "
+    snprintf(cmd, sizeof cmd,
+             "cp -r %s %s/nan && printf '\\377\\377\\377\\377' | "
              "dd of=%s/nan/model.safetensors bs=1 seek=$(( $(stat -c %%s %s/nan/model.safetensors) "
              "- 4 )) conv=notrunc 2>/dev/null && %s run --model %s/nan --prompt-ids %s --max-new 2",
              hf_path("tiny-qwen3"), dir, dir, dir, sfi_ref, dir, ids_path);
@@ -654,17 +670,18 @@ START_TEST(cli_run)
     free(err);
     /* A tokenizer with more ids than the model's vocabulary (512 here). */
     char big_tok[2048];
-    snprintf(big_tok, sizeof big_tok, "%s", sfi_test_src("tests/fixtures/sfi-small-qwen3-tokenizer"));
+    snprintf(big_tok, sizeof big_tok, "%s",
+             sfi_test_src("tests/fixtures/sfi-small-qwen3-tokenizer"));
     snprintf(cmd, sizeof cmd, "%s run --model %s --tokenizer %s --prompt hello --max-new 2",
              sfi_ref, hf_path("tiny-qwen3"), big_tok);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
-    ck_assert_msg(strstr(err, "past the model's vocab_size 512: not this model's tokenizer"),
-                  "%s", err);
+    ck_assert_msg(strstr(err, "past the model's vocab_size 512: not this model's tokenizer"), "%s",
+                  err);
     free(out);
     free(err);
     /* standard output that cannot be written */
-    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 2 > /dev/full",
-             sfi_ref, hf_path("tiny-qwen3"), ids_path);
+    snprintf(cmd, sizeof cmd, "%s run --model %s --prompt-ids %s --max-new 2 > /dev/full", sfi_ref,
+             hf_path("tiny-qwen3"), ids_path);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_ptr_nonnull(strstr(err, "standard output"));
     free(out);
@@ -722,8 +739,10 @@ START_TEST(cli_run_json_text_not_utf8)
     fclose(f);
     free(ids);
     char *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd, "%s run --model %s --tokenizer %s --prompt-ids %s --max-new 24 "
-             "--json", sfi_ref, hf_path("tiny-qwen3"), dir, ids_path);
+    snprintf(cmd, sizeof cmd,
+             "%s run --model %s --tokenizer %s --prompt-ids %s --max-new 24 "
+             "--json",
+             sfi_ref, hf_path("tiny-qwen3"), dir, ids_path);
     ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);

@@ -12,7 +12,8 @@ START_TEST(set_returns_code_and_formats)
     sfi_error e;
     sfi_error_clear(&e);
     ck_assert_int_eq(e.code, SFI_OK);
-    sfi_status s = sfi_error_set(&e, SFI_EFORMAT, "%s: %s: expected %d", "config.json", "hidden_size", 3);
+    sfi_status s =
+        sfi_error_set(&e, SFI_EFORMAT, "%s: %s: expected %d", "config.json", "hidden_size", 3);
     ck_assert_int_eq(s, SFI_EFORMAT);
     ck_assert_str_eq(e.msg, "config.json: hidden_size: expected 3");
     sfi_error_prefix(&e, "%s", "/m");

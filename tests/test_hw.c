@@ -51,7 +51,8 @@ START_TEST(gpu_file_parses_and_rejects)
         {"{\"sfi_gpu\":2,\"name\":\"a\"}", "version 2 not supported"},
         {"{\"sfi_gpu\":1,\"name\":\"a\",\"hbm_capacity_GB\":1}", "missing"},
         {"{\"sfi_gpu\":1,\"colour\":\"red\"}", "colour: unknown key"},
-        {"{\"sfi_gpu\":1,\"name\":\"X\",\"hbm_capacity_GB\":\"96\"}", "hbm_capacity_GB: not a number"},
+        {"{\"sfi_gpu\":1,\"name\":\"X\",\"hbm_capacity_GB\":\"96\"}",
+         "hbm_capacity_GB: not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_ne(sfi_gpu_parse(bad[i].json, strlen(bad[i].json), "x.json", &g, &e), SFI_OK);
@@ -59,9 +60,10 @@ START_TEST(gpu_file_parses_and_rejects)
                       bad[i].json, e.msg);
     }
     /* Negative bandwidth: range error naming the key. */
-    const char *buf = "{\"sfi_gpu\":1,\"name\":\"X1\",\"hbm_capacity_GB\":96,\"hbm_bandwidth_TBps\":-4,"
-                      "\"bf16_dense_TFLOPS\":500,\"fp8_dense_TFLOPS\":1000,\"sm_count\":100,\"l2_MB\":60,"
-                      "\"nvlink_GBps\":0}";
+    const char *buf =
+        "{\"sfi_gpu\":1,\"name\":\"X1\",\"hbm_capacity_GB\":96,\"hbm_bandwidth_TBps\":-4,"
+        "\"bf16_dense_TFLOPS\":500,\"fp8_dense_TFLOPS\":1000,\"sm_count\":100,\"l2_MB\":60,"
+        "\"nvlink_GBps\":0}";
     ck_assert_int_eq(sfi_gpu_parse(buf, strlen(buf), "x.json", &g, &e), SFI_ERANGE);
     ck_assert_ptr_nonnull(strstr(e.msg, "hbm_bandwidth_TBps"));
 }
@@ -142,7 +144,8 @@ START_TEST(step_measurements_load_and_are_checked)
           "\"mode\": \"sfi\", \"context\": 8192, \"batch\": 16, \"decode_tokens_per_s\": "
           "4000}, {\"model\": \"Qwen3-0.6B\", \"mode\": \"sfi\", \"context\": 8192, "
           "\"batch\": 16, \"decode_tokens_per_s\": 4000, \"steps\": {\"fast\": "
-          "{\"mean_ms\": -3}}}]}", f);
+          "{\"mean_ms\": -3}}}]}",
+          f);
     fclose(f);
     ck_assert_int_eq(sfi_hw_profile_load(bad, &pr, NULL, NULL, &e), SFI_EFORMAT);
     ck_assert_msg(strstr(e.msg, "step_measurements[1]") && strstr(e.msg, "mean_ms"), "%s", e.msg);
@@ -153,16 +156,18 @@ END_TEST
 
 START_TEST(profile_parse_partial_measurements_and_errors)
 {
-    const char *j = "{\"sfi_profile\":1,\"name\":\"h100\",\"gpu\":\"H100-SXM\","
-                    "\"efficiency\":{\"attn_dense\":0.9},\"launch_us\":2.5,"
-                    "\"measurements\":[{\"kernel\":\"attn_dense\",\"batch\":16,\"context\":32768,"
-                    "\"q_heads\":32,\"kv_heads\":8,\"head_dim\":128,\"time_us\":800,\"note\":\"x\"}]}";
+    const char *j =
+        "{\"sfi_profile\":1,\"name\":\"h100\",\"gpu\":\"H100-SXM\","
+        "\"efficiency\":{\"attn_dense\":0.9},\"launch_us\":2.5,"
+        "\"measurements\":[{\"kernel\":\"attn_dense\",\"batch\":16,\"context\":32768,"
+        "\"q_heads\":32,\"kv_heads\":8,\"head_dim\":128,\"time_us\":800,\"note\":\"x\"}]}";
     sfi_hw_profile p, def;
     sfi_hw_measurement *m;
     size_t n;
     sfi_error e;
     sfi_hw_profile_default(&def);
-    ck_assert_msg(sfi_hw_profile_parse(j, strlen(j), "p.json", &p, &m, &n, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_msg(sfi_hw_profile_parse(j, strlen(j), "p.json", &p, &m, &n, &e) == SFI_OK, "%s",
+                  e.msg);
     ck_assert_str_eq(p.name, "h100");
     ck_assert(p.efficiency[SFI_KC_ATTN_DENSE] == 0.9);
     ck_assert(p.efficiency[SFI_KC_GEMM] == def.efficiency[SFI_KC_GEMM]);
@@ -213,9 +218,10 @@ START_TEST(profile_parse_partial_measurements_and_errors)
         {"{\"sfi_profile\":1,\"request_overhead_us\":\"x\"}", "request_overhead_us: not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ck_assert_int_ne(sfi_hw_profile_parse(bad[i][0], strlen(bad[i][0]), "p.json", &p, &m, &n, &e),
-                         SFI_OK);
-        ck_assert_msg(strstr(e.msg, bad[i][1]) && strstr(e.msg, "p.json"), "%s -> %s", bad[i][0], e.msg);
+        ck_assert_int_ne(
+            sfi_hw_profile_parse(bad[i][0], strlen(bad[i][0]), "p.json", &p, &m, &n, &e), SFI_OK);
+        ck_assert_msg(strstr(e.msg, bad[i][1]) && strstr(e.msg, "p.json"), "%s -> %s", bad[i][0],
+                      e.msg);
         ck_assert_ptr_null(m);
     }
 }

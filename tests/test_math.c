@@ -53,17 +53,23 @@ START_TEST(expf_accuracy_on_dense_grid)
     for (uint32_t u = 0x80000000u; u <= 0xc2d00000u; u += STRIDE) {
         float x = u2f(u);
         double err = ulp_err(sfi_expf(x), exp((double)x));
-        if (err > worst) { worst = err; at = x; }
+        if (err > worst) {
+            worst = err;
+            at = x;
+        }
         n++;
     }
     for (uint32_t u = 0; u <= 0x42b17217u; u += STRIDE) {
         float x = u2f(u);
         double err = ulp_err(sfi_expf(x), exp((double)x));
-        if (err > worst) { worst = err; at = x; }
+        if (err > worst) {
+            worst = err;
+            at = x;
+        }
         n++;
     }
-    printf("sfi_expf: max error %.4f ulp at %a over %lu points (bound %.3f)\n",
-           worst, (double)at, n, SFI_EXPF_MAX_ULP);
+    printf("sfi_expf: max error %.4f ulp at %a over %lu points (bound %.3f)\n", worst, (double)at,
+           n, SFI_EXPF_MAX_ULP);
     ck_assert_msg(worst <= SFI_EXPF_MAX_ULP, "sfi_expf error %.4f ulp at %a", worst, (double)at);
     ck_assert_uint_gt(n, 30000000u);
 }
@@ -79,11 +85,14 @@ START_TEST(logf_accuracy_on_dense_grid)
     for (uint32_t u = 1; u < 0x7f800000u; u += STRIDE) {
         float x = u2f(u);
         double err = ulp_err(sfi_logf(x), log((double)x));
-        if (err > worst) { worst = err; at = x; }
+        if (err > worst) {
+            worst = err;
+            at = x;
+        }
         n++;
     }
-    printf("sfi_logf: max error %.4f ulp at %a over %lu points (bound %.3f)\n",
-           worst, (double)at, n, SFI_LOGF_MAX_ULP);
+    printf("sfi_logf: max error %.4f ulp at %a over %lu points (bound %.3f)\n", worst, (double)at,
+           n, SFI_LOGF_MAX_ULP);
     ck_assert_msg(worst <= SFI_LOGF_MAX_ULP, "sfi_logf error %.4f ulp at %a", worst, (double)at);
 }
 END_TEST
@@ -175,8 +184,8 @@ START_TEST(powf_general_path)
                 continue;
             double tol = (fabs((double)ys[k] * log((double)x)) + 2.0) * 0x1p-23;
             float got = sfi_powf_pos(x, ys[k]);
-            ck_assert_msg(fabs(got - want) <= tol * want, "pow(%a, %g) = %a, want %a", (double)x, (double)ys[k],
-                          (double)got, want);
+            ck_assert_msg(fabs(got - want) <= tol * want, "pow(%a, %g) = %a, want %a", (double)x,
+                          (double)ys[k], (double)got, want);
         }
 }
 END_TEST

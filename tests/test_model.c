@@ -39,9 +39,9 @@ static void assert_same_model(const sfi_model_config *a, const sfi_model_config 
 START_TEST(presets_are_the_qwen3_family)
 {
     ck_assert_uint_eq(sfi_model_preset_count(), 9);
-    static const char *want[] = {"Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B",
-                                 "Qwen3-4B-Instruct-2507", "Qwen3-8B", "Qwen3-14B",
-                                 "Qwen3-32B", "Qwen3-30B-A3B", "Qwen3-235B-A22B"};
+    static const char *want[] = {
+        "Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B",      "Qwen3-4B-Instruct-2507", "Qwen3-8B",
+        "Qwen3-14B",  "Qwen3-32B",  "Qwen3-30B-A3B", "Qwen3-235B-A22B"};
     for (size_t i = 0; i < 9; i++) {
         ck_assert_str_eq(sfi_model_preset_name(i), want[i]);
         sfi_model_config c = must_preset(want[i]);
@@ -94,9 +94,8 @@ START_TEST(param_counts_match_model_cards)
         const char *name;
         double billions, tol;
     } cards[] = {
-        {"Qwen3-1.7B", 1.7, 0.05},  {"Qwen3-4B", 4.0, 0.05},
-        {"Qwen3-8B", 8.2, 0.05},    {"Qwen3-14B", 14.8, 0.05},
-        {"Qwen3-32B", 32.8, 0.05},  {"Qwen3-30B-A3B", 30.5, 0.05},
+        {"Qwen3-1.7B", 1.7, 0.05},     {"Qwen3-4B", 4.0, 0.05},   {"Qwen3-8B", 8.2, 0.05},
+        {"Qwen3-14B", 14.8, 0.05},     {"Qwen3-32B", 32.8, 0.05}, {"Qwen3-30B-A3B", 30.5, 0.05},
         {"Qwen3-235B-A22B", 235, 0.5},
     };
     for (size_t i = 0; i < sizeof cards / sizeof cards[0]; i++) {
@@ -150,7 +149,6 @@ START_TEST(repo_copies_load_as_files)
 }
 END_TEST
 
-
 /* The parameter count equals the number of weights the fixtures' real
  * Hugging Face checkpoints store (dense, MoE with a dense layer, untied). */
 START_TEST(param_count_matches_checkpoints)
@@ -183,8 +181,9 @@ static sfi_status parse(const char *json, sfi_model_config *c, sfi_error *e)
     return sfi_model_config_parse(json, strlen(json), "t.json", c, e);
 }
 
-#define DENSE_HEAD "\"model_type\": \"qwen3\", \"vocab_size\": 1000, \"hidden_size\": 64, " \
-                   "\"intermediate_size\": 128, \"num_hidden_layers\": 4"
+#define DENSE_HEAD                                                                                 \
+    "\"model_type\": \"qwen3\", \"vocab_size\": 1000, \"hidden_size\": 64, "                       \
+    "\"intermediate_size\": 128, \"num_hidden_layers\": 4"
 
 START_TEST(hugging_face_variants)
 {
@@ -195,7 +194,8 @@ START_TEST(hugging_face_variants)
     ck_assert_msg(parse("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"rope_parameters\": "
                         "{\"rope_type\": \"default\", \"rope_theta\": 5000000}, \"dtype\": "
                         "\"float32\", \"eos_token_id\": [7, 9], \"bos_token_id\": null}",
-                        &c, &e) == SFI_OK, "%s", e.msg);
+                        &c, &e) == SFI_OK,
+                  "%s", e.msg);
     ck_assert_int_eq(c.head_dim, 16);
     ck_assert_int_eq(c.num_key_value_heads, 4);
     ck_assert(c.rope_theta == 5e6);
@@ -212,7 +212,9 @@ START_TEST(hugging_face_variants)
                         "\"num_local_experts\": 4, \"num_experts_per_tok\": 2, "
                         "\"moe_intermediate_size\": 32, \"decoder_sparse_step\": 2, "
                         "\"mlp_only_layers\": [3], \"torch_dtype\": \"bfloat16\", "
-                        "\"attention_bias\": true}", &c, &e) == SFI_OK, "%s", e.msg);
+                        "\"attention_bias\": true}",
+                        &c, &e) == SFI_OK,
+                  "%s", e.msg);
     ck_assert_int_eq(c.num_experts, 4);
     ck_assert_int_eq(c.n_mlp_only_layers, 1);
     static const int moe[6] = {0, 1, 0, 0, 0, 1};
@@ -227,7 +229,9 @@ START_TEST(hugging_face_variants)
     /* Architecture from the architectures list when model_type is absent. */
     ck_assert_msg(parse("{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 10, "
                         "\"hidden_size\": 8, \"intermediate_size\": 8, \"num_hidden_layers\": 1, "
-                        "\"num_attention_heads\": 2}", &c, &e) == SFI_OK, "%s", e.msg);
+                        "\"num_attention_heads\": 2}",
+                        &c, &e) == SFI_OK,
+                  "%s", e.msg);
     ck_assert_int_eq(c.arch, SFI_ARCH_QWEN3);
 }
 END_TEST
@@ -264,18 +268,19 @@ START_TEST(malformed_and_wrong_typed)
                "num_attention_heads: expected an integer, found a real number");
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"tie_word_embeddings\": \"yes\"}",
                SFI_EFORMAT, "tie_word_embeddings: expected true or false");
-    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"rope_theta\": \"1e6\"}",
-               SFI_EFORMAT, "rope_theta: expected a number");
-    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"rope_theta\": -1}",
-               SFI_ERANGE, "rope_theta: -1 must be");
-    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"eos_token_id\": \"x\"}",
-               SFI_EFORMAT, "eos_token_id: expected an integer or a list");
-    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"eos_token_id\": 1000}",
-               SFI_ERANGE, "eos_token_id: 1000 is not below vocab_size (1000)");
+    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"rope_theta\": \"1e6\"}", SFI_EFORMAT,
+               "rope_theta: expected a number");
+    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"rope_theta\": -1}", SFI_ERANGE,
+               "rope_theta: -1 must be");
+    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"eos_token_id\": \"x\"}", SFI_EFORMAT,
+               "eos_token_id: expected an integer or a list");
+    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"eos_token_id\": 1000}", SFI_ERANGE,
+               "eos_token_id: 1000 is not below vocab_size (1000)");
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"torch_dtype\": \"int8\"}",
                SFI_EUNSUPPORTED, "torch_dtype: 'int8' is not supported");
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"rope_scaling\": {\"rope_type\": "
-               "\"yarn\", \"factor\": 4}}", SFI_EUNSUPPORTED, "rope_scaling.rope_type: 'yarn'");
+               "\"yarn\", \"factor\": 4}}",
+               SFI_EUNSUPPORTED, "rope_scaling.rope_type: 'yarn'");
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"use_sliding_window\": true}",
                SFI_EUNSUPPORTED, "use_sliding_window");
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"hidden_size\": 64}", SFI_EFORMAT,
@@ -286,8 +291,8 @@ START_TEST(malformed_and_wrong_typed)
                SFI_EFORMAT, "duplicate");
     expect_bad("{\"model_type\": \"qwen3\", \"vocab_size\": 1000, \"hidden_size\": 64, "
                "\"intermediate_size\": 128, \"num_hidden_layers\": 5000, "
-               "\"num_attention_heads\": 4}", SFI_ERANGE,
-               "num_hidden_layers: 5000 is out of range [1, 1024]");
+               "\"num_attention_heads\": 4}",
+               SFI_ERANGE, "num_hidden_layers: 5000 is out of range [1, 1024]");
     expect_bad("{\"model_type\": \"qwen3\", \"vocab_size\": 99999999999999999999}", SFI_EFORMAT,
                "invalid JSON");
 }
@@ -304,11 +309,11 @@ START_TEST(unimplemented_fields_refused)
     expect_bad(H4 "\"partial_rotary_factor\": 0.5}", SFI_EUNSUPPORTED,
                "partial_rotary_factor: 0.5 is not supported");
     expect_bad(H4 "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6, "
-               "\"partial_rotary_factor\": 0.25}}", SFI_EUNSUPPORTED,
-               "rope_parameters.partial_rotary_factor: 0.25");
+                  "\"partial_rotary_factor\": 0.25}}",
+               SFI_EUNSUPPORTED, "rope_parameters.partial_rotary_factor: 0.25");
     expect_bad(H4 "\"layer_types\": [\"full_attention\", \"sliding_attention\", "
-               "\"full_attention\", \"full_attention\"]}", SFI_EUNSUPPORTED,
-               "layer_types[1]: 'sliding_attention' is not supported");
+                  "\"full_attention\", \"full_attention\"]}",
+               SFI_EUNSUPPORTED, "layer_types[1]: 'sliding_attention' is not supported");
     expect_bad(H4 "\"layer_types\": [\"full_attention\"]}", SFI_EFORMAT,
                "layer_types: expected a list of 4 layer types");
     expect_bad(H4 "\"eos_token_id\": [7, 1000]}", SFI_ERANGE,
@@ -318,14 +323,15 @@ START_TEST(unimplemented_fields_refused)
     expect_bad(H4 "\"eos_token_id\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", SFI_ERANGE,
                "eos_token_id: 17 ids, more than the 16 sfi reads");
     expect_bad(H4 "\"bos_token_id\": [1, 5000]}", SFI_ERANGE, "bos_token_id[1]: 5000");
-    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"head_dim\": 15}",
-               SFI_EUNSUPPORTED, "head_dim: 15 is odd");
+    expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"head_dim\": 15}", SFI_EUNSUPPORTED,
+               "head_dim: 15 is odd");
     sfi_model_config c;
     sfi_error e;
     ck_assert_msg(parse(H4 "\"hidden_act\": \"swish\", \"partial_rotary_factor\": 1.0, "
-                        "\"layer_types\": [\"full_attention\", \"full_attention\", "
-                        "\"full_attention\", \"full_attention\"], \"eos_token_id\": [7, 9, 11]}",
-                        &c, &e) == SFI_OK, "%s", e.msg);
+                           "\"layer_types\": [\"full_attention\", \"full_attention\", "
+                           "\"full_attention\", \"full_attention\"], \"eos_token_id\": [7, 9, 11]}",
+                        &c, &e) == SFI_OK,
+                  "%s", e.msg);
     ck_assert_int_eq(c.eos_token_id, 7);
     ck_assert_int_eq(c.n_eos, 3);
     ck_assert_int_eq(c.eos_token_ids[2], 11);
@@ -342,35 +348,38 @@ END_TEST
 START_TEST(inconsistent_shapes)
 {
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 16, \"num_key_value_heads\": 3, "
-               "\"head_dim\": 8}", SFI_EFORMAT,
+               "\"head_dim\": 8}",
+               SFI_EFORMAT,
                "t.json: num_attention_heads: 16 is not divisible by num_key_value_heads (3)");
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 6}", SFI_EFORMAT,
                "head_dim: missing, and hidden_size (64) is not divisible by "
                "num_attention_heads (6)");
     expect_bad("{" DENSE_HEAD ", \"num_attention_heads\": 4, \"num_key_value_heads\": 8}",
                SFI_EFORMAT, "not divisible");
-#define MOE_HEAD "\"model_type\": \"qwen3_moe\", \"vocab_size\": 1000, \"hidden_size\": 64, " \
-                 "\"num_hidden_layers\": 4, \"num_attention_heads\": 4, "
+#define MOE_HEAD                                                                                   \
+    "\"model_type\": \"qwen3_moe\", \"vocab_size\": 1000, \"hidden_size\": 64, "                   \
+    "\"num_hidden_layers\": 4, \"num_attention_heads\": 4, "
     expect_bad("{" MOE_HEAD "\"num_experts\": 4, \"num_experts_per_tok\": 8, "
-               "\"moe_intermediate_size\": 32}", SFI_ERANGE,
-               "num_experts_per_tok: 8 is out of range [1, 4]");
+               "\"moe_intermediate_size\": 32}",
+               SFI_ERANGE, "num_experts_per_tok: 8 is out of range [1, 4]");
     expect_bad("{" MOE_HEAD "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32}",
                SFI_EFORMAT, "num_local_experts: missing");
     expect_bad("{" MOE_HEAD "\"num_experts\": 4, \"num_experts_per_tok\": 2, "
-               "\"moe_intermediate_size\": 32, \"mlp_only_layers\": [4]}", SFI_ERANGE,
-               "mlp_only_layers[0]: 4 is not a layer index (0..3)");
+               "\"moe_intermediate_size\": 32, \"mlp_only_layers\": [4]}",
+               SFI_ERANGE, "mlp_only_layers[0]: 4 is not a layer index (0..3)");
     expect_bad("{" MOE_HEAD "\"num_experts\": 4, \"num_experts_per_tok\": 2, "
                "\"moe_intermediate_size\": 32, \"mlp_only_layers\": [1, 1], "
-               "\"intermediate_size\": 8}", SFI_EFORMAT, "layer 1 is listed twice");
+               "\"intermediate_size\": 8}",
+               SFI_EFORMAT, "layer 1 is listed twice");
     expect_bad("{" MOE_HEAD "\"num_experts\": 4, \"num_experts_per_tok\": 2, "
-               "\"moe_intermediate_size\": 32, \"mlp_only_layers\": [1]}", SFI_EFORMAT,
-               "intermediate_size: missing, but some layers use the dense MLP");
+               "\"moe_intermediate_size\": 32, \"mlp_only_layers\": [1]}",
+               SFI_EFORMAT, "intermediate_size: missing, but some layers use the dense MLP");
     expect_bad("{" MOE_HEAD "\"num_experts\": 4, \"num_experts_per_tok\": 2, "
-               "\"moe_intermediate_size\": 32, \"mlp_only_layers\": 1}", SFI_EFORMAT,
-               "mlp_only_layers: expected a list");
+               "\"moe_intermediate_size\": 32, \"mlp_only_layers\": 1}",
+               SFI_EFORMAT, "mlp_only_layers: expected a list");
     expect_bad("{" MOE_HEAD "\"num_experts\": 4, \"num_experts_per_tok\": 2, "
-               "\"moe_intermediate_size\": 32, \"decoder_sparse_step\": 0}", SFI_ERANGE,
-               "decoder_sparse_step");
+               "\"moe_intermediate_size\": 32, \"decoder_sparse_step\": 0}",
+               SFI_ERANGE, "decoder_sparse_step");
     /* A struct that never went through the parser. */
     sfi_model_config c = must_preset("Qwen3-0.6B");
     sfi_error e;

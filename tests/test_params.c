@@ -51,8 +51,10 @@ START_TEST(every_key_documented_in_sfi7)
         char want[128];
         snprintf(want, sizeof want, "\n.B %s\nDefault %.*s;", key, (int)dl, d);
         const char *hit = strstr(sec, want);
-        ck_assert_msg(hit != NULL && hit < end, "sfi.7 PARAMETERS: no '.B %s' entry with "
-                      "'Default %.*s;'", key, (int)dl, d);
+        ck_assert_msg(hit != NULL && hit < end,
+                      "sfi.7 PARAMETERS: no '.B %s' entry with "
+                      "'Default %.*s;'",
+                      key, (int)dl, d);
     }
     free(man);
 }
@@ -193,7 +195,8 @@ START_TEST(out_of_range)
     expect_error("W_prefill=100000000", SFI_ERANGE, "W_prefill");
     expect_error("K=99999999999999999999", SFI_ERANGE, "K: 99999999999999999999 is out of range");
     expect_error("K=2147483648", SFI_ERANGE, "K");
-    expect_error("gamma=-0.5", SFI_ERANGE, "gamma: -0.5 is out of range (expected a finite "
+    expect_error("gamma=-0.5", SFI_ERANGE,
+                 "gamma: -0.5 is out of range (expected a finite "
                  "number >= 0)");
     expect_error("beta=-1", SFI_ERANGE, "beta");
     expect_error("p=0", SFI_ERANGE, "p: 0 is out of range (expected a finite number > 0)");
@@ -250,8 +253,8 @@ START_TEST(trigger_chars_escapes)
     expect_error("trigger_chars=0123456789012345678901234567890123", SFI_ERANGE,
                  "longer than 31 bytes");
     /* Exactly 31 fit. */
-    ck_assert_int_eq(sfi_params_set(&p, "trigger_chars=0123456789012345678901234567890",
-                                    NULL, &e), SFI_OK);
+    ck_assert_int_eq(sfi_params_set(&p, "trigger_chars=0123456789012345678901234567890", NULL, &e),
+                     SFI_OK);
     ck_assert_uint_eq(strlen(p.trigger_chars), 31);
 }
 END_TEST
@@ -301,8 +304,8 @@ static void expect_file_error(const char *text, size_t len, sfi_status code, con
     sfi_error e;
     sfi_error_clear(&e);
     sfi_status st = sfi_params_load_file(&p, path, &e);
-    ck_assert_msg(st == code, "status %s want %s (%s)", sfi_status_name(st),
-                  sfi_status_name(code), e.msg);
+    ck_assert_msg(st == code, "status %s want %s (%s)", sfi_status_name(st), sfi_status_name(code),
+                  e.msg);
     char want[8192];
     snprintf(want, sizeof want, "%s/bad.conf%s", dir, needle);
     ck_assert_msg(strstr(e.msg, want) != NULL, "message '%s' lacks '%s'", e.msg, want);
@@ -411,8 +414,8 @@ START_TEST(json_has_every_key_with_short_numbers)
         else if (json_is_real(v))
             snprintf(kv, sizeof kv, "%s=%.17g", k, json_real_value(v));
         else
-            snprintf(kv, sizeof kv, "%s=%s", k, strcmp(json_string_value(v), ".?!;\n") ? "?"
-                     : ".?!;\\n");
+            snprintf(kv, sizeof kv, "%s=%s", k,
+                     strcmp(json_string_value(v), ".?!;\n") ? "?" : ".?!;\\n");
         sfi_error e;
         ck_assert_msg(sfi_params_set(&q, kv, "json", &e) == SFI_OK, "%s", e.msg);
     }

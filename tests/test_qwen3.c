@@ -38,8 +38,7 @@ static double conformance(sfi_backend be)
             int32_t *greedy = hf_ids(json_object_get(P, "greedy"), &n_greedy);
             int V = c->vocab_size;
             ck_assert_int_eq(V, (int)json_integer_value(json_object_get(P, "vocab")));
-            float *ref = hf_logits(json_string_value(json_object_get(P, "logits")),
-                                   (size_t)n * V);
+            float *ref = hf_logits(json_string_value(json_object_get(P, "logits")), (size_t)n * V);
             sfi_kv_cache kv;
             ck_assert_int_eq(sfi_kv_cache_init(&kv, c, n + n_greedy, &e), SFI_OK);
             float *lg = malloc((size_t)V * sizeof(float));
@@ -56,15 +55,18 @@ static double conformance(sfi_backend be)
                     if (d > md)
                         md = d;
                 }
-                ck_assert_msg(md <= 1e-4 * mx, "%s prompt %zu position %d: max|diff| %g > 1e-4 * %g",
-                              dir, pi, t, md, mx);
+                ck_assert_msg(md <= 1e-4 * mx,
+                              "%s prompt %zu position %d: max|diff| %g > 1e-4 * %g", dir, pi, t, md,
+                              mx);
                 if (md / mx > worst)
                     worst = md / mx;
             }
             for (int g = 0; g < n_greedy; g++) {
                 int32_t tok = sfi_argmax(lg, V);
-                ck_assert_msg(tok == greedy[g], "%s prompt %zu: greedy token %d is %d, "
-                              "transformers %d", dir, pi, g, (int)tok, (int)greedy[g]);
+                ck_assert_msg(tok == greedy[g],
+                              "%s prompt %zu: greedy token %d is %d, "
+                              "transformers %d",
+                              dir, pi, g, (int)tok, (int)greedy[g]);
                 if (g + 1 < n_greedy)
                     ck_assert_int_eq(sfi_qwen3_step(m, be, &kv, tok, NULL, NULL, lg, &e), SFI_OK);
             }
@@ -104,8 +106,9 @@ START_TEST(scalar_is_deterministic)
         sfi_kv_cache kv;
         ck_assert_int_eq(sfi_kv_cache_init(&kv, c, 8, &e), SFI_OK);
         for (int t = 0; t < 8; t++)
-            ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, 7 * t + 3, NULL, NULL,
-                                            rep ? b : a, &e), SFI_OK);
+            ck_assert_int_eq(
+                sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, 7 * t + 3, NULL, NULL, rep ? b : a, &e),
+                SFI_OK);
         ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, 1, NULL, NULL, NULL, &e),
                          SFI_ERANGE); /* cache full */
         sfi_kv_cache_free(&kv);
@@ -132,7 +135,8 @@ static sfi_status load_edited(const char *model, const char *sed, sfi_error *e, 
 {
     char *dir = sfi_test_tmpdir();
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "cp '%s'/config.json '%s'/model.safetensors '%s'/ && sed -i '%s' '%s'/config.json",
+    snprintf(cmd, sizeof cmd,
+             "cp '%s'/config.json '%s'/model.safetensors '%s'/ && sed -i '%s' '%s'/config.json",
              hf_path(model), hf_path(model), dir, sed, dir);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
     sfi_qwen3 *m = NULL;
@@ -155,22 +159,31 @@ START_TEST(config_checkpoint_mismatch_refused)
 {
     sfi_error e;
     /* fewer layers than the checkpoint holds */
-    ck_assert_int_eq(load_edited("tiny-qwen3", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 2/;"
-                                 LAYER_TYPES_OFF, &e, NULL),
-                     SFI_EFORMAT);
+    ck_assert_int_eq(
+        load_edited("tiny-qwen3",
+                    "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 2/;" LAYER_TYPES_OFF, &e,
+                    NULL),
+        SFI_EFORMAT);
     ck_assert_ptr_nonnull(strstr(e.msg, "model.layers.2."));
     ck_assert_ptr_nonnull(strstr(e.msg, "mismatch"));
     /* more layers: a missing tensor */
-    ck_assert_int_eq(load_edited("tiny-qwen3", "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 4/;"
-                                 LAYER_TYPES_OFF, &e, NULL),
-                     SFI_ENOTFOUND);
+    ck_assert_int_eq(
+        load_edited("tiny-qwen3",
+                    "s/\"num_hidden_layers\": 3/\"num_hidden_layers\": 4/;" LAYER_TYPES_OFF, &e,
+                    NULL),
+        SFI_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(e.msg, "tensor model.layers.3.input_layernorm.weight is missing"));
     /* wrong width: shape mismatch naming the tensor */
-    ck_assert_int_eq(load_edited("tiny-qwen3", "s/\"intermediate_size\": 96/\"intermediate_size\": 95/", &e, NULL),
+    ck_assert_int_eq(load_edited("tiny-qwen3",
+                                 "s/\"intermediate_size\": 96/\"intermediate_size\": 95/", &e,
+                                 NULL),
                      SFI_EFORMAT);
-    ck_assert_ptr_nonnull(strstr(e.msg, "mlp.gate_proj.weight has shape [96, 64], the config needs [95, 64]"));
+    ck_assert_ptr_nonnull(
+        strstr(e.msg, "mlp.gate_proj.weight has shape [96, 64], the config needs [95, 64]"));
     /* untied config over a tied checkpoint: lm_head missing */
-    ck_assert_int_eq(load_edited("tiny-qwen3-moe", "s/\"tie_word_embeddings\": true/\"tie_word_embeddings\": false/", &e, NULL),
+    ck_assert_int_eq(load_edited("tiny-qwen3-moe",
+                                 "s/\"tie_word_embeddings\": true/\"tie_word_embeddings\": false/",
+                                 &e, NULL),
                      SFI_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(e.msg, "lm_head.weight"));
     /* truncated checkpoint */
@@ -202,8 +215,10 @@ START_TEST(step_rejects_bad_tokens)
     ck_assert_int_eq(sfi_qwen3_load(hf_path("tiny-qwen3"), &m, &e), SFI_OK);
     sfi_kv_cache kv;
     ck_assert_int_eq(sfi_kv_cache_init(&kv, sfi_qwen3_config(m), 4, &e), SFI_OK);
-    ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, 512, NULL, NULL, NULL, &e), SFI_ERANGE);
-    ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, -1, NULL, NULL, NULL, &e), SFI_ERANGE);
+    ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, 512, NULL, NULL, NULL, &e),
+                     SFI_ERANGE);
+    ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &kv, -1, NULL, NULL, NULL, &e),
+                     SFI_ERANGE);
     ck_assert_int_eq(kv.n, 0);
     sfi_kv_cache_free(&kv);
     sfi_qwen3_free(m);
@@ -231,8 +246,10 @@ START_TEST(make_checkpoint_cli)
         free(out);
         free(err);
     }
-    snprintf(cmd, sizeof cmd, "cmp %s/c0/model.safetensors %s/c1/model.safetensors && "
-             "cmp %s/c0/config.json %s/c1/config.json", dir, dir, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "cmp %s/c0/model.safetensors %s/c1/model.safetensors && "
+             "cmp %s/c0/config.json %s/c1/config.json",
+             dir, dir, dir, dir);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
     char path[4096];
     snprintf(path, sizeof path, "%s/c0", dir);
@@ -253,8 +270,10 @@ START_TEST(make_checkpoint_cli)
     sfi_kv_cache_free(&kv);
     sfi_qwen3_free(m);
     /* different seed, different weights */
-    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c2 --seed 10 --layers 2 "
-             "&& ! cmp -s %s/c0/model.safetensors %s/c2/model.safetensors", sfi_ref, cfg, dir, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "%s make-checkpoint --preset %s --out %s/c2 --seed 10 --layers 2 "
+             "&& ! cmp -s %s/c0/model.safetensors %s/c2/model.safetensors",
+             sfi_ref, cfg, dir, dir, dir);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
     /* errors */
     snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset NoSuchModel --out %s/c3", sfi_ref, dir);
@@ -262,17 +281,20 @@ START_TEST(make_checkpoint_cli)
     ck_assert_ptr_nonnull(strstr(err, "NoSuchModel"));
     free(out);
     free(err);
-    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out /proc/no/such/dir", sfi_ref, cfg);
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out /proc/no/such/dir", sfi_ref,
+             cfg);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_ptr_nonnull(strstr(err, "/proc/no/such/dir"));
     free(out);
     free(err);
-    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c4 --layers 9", sfi_ref, cfg, dir);
+    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c4 --layers 9", sfi_ref, cfg,
+             dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 2);
     free(out);
     free(err);
-    snprintf(cmd, sizeof cmd, "test ! -e %s/c3 && test ! -e %s/c4 && ls -A %s/c0 | wc -l | grep -qx 2",
-             dir, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "test ! -e %s/c3 && test ! -e %s/c4 && ls -A %s/c0 | wc -l | grep -qx 2", dir, dir,
+             dir);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
     /* A checkpoint make-checkpoint did not write is never replaced by
      * random weights (issue 20: a trained model was); its own is. */
@@ -283,18 +305,23 @@ START_TEST(make_checkpoint_cli)
                   "%s", err);
     free(out);
     free(err);
-    snprintf(cmd, sizeof cmd, "cmp %s/real/model.safetensors '%s/model.safetensors' && "
-             "cmp %s/real/config.json '%s/config.json'", dir, hf_path("tiny-qwen3"), dir,
-             hf_path("tiny-qwen3"));
+    snprintf(cmd, sizeof cmd,
+             "cmp %s/real/model.safetensors '%s/model.safetensors' && "
+             "cmp %s/real/config.json '%s/config.json'",
+             dir, hf_path("tiny-qwen3"), dir, hf_path("tiny-qwen3"));
     ck_assert_int_eq(sfi_test_run(cmd, NULL, NULL), 0);
-    snprintf(cmd, sizeof cmd, "rm %s/real/config.json && %s make-checkpoint --preset %s --out "
-             "%s/real", dir, sfi_ref, cfg, dir);
+    snprintf(cmd, sizeof cmd,
+             "rm %s/real/config.json && %s make-checkpoint --preset %s --out "
+             "%s/real",
+             dir, sfi_ref, cfg, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_msg(strstr(err, "model.safetensors without config.json"), "%s", err);
     free(out);
     free(err);
-    snprintf(cmd, sizeof cmd, "%s make-checkpoint --preset %s --out %s/c1 --seed 9 --layers 2 "
-             "&& cmp %s/c0/model.safetensors %s/c1/model.safetensors", sfi_ref, cfg, dir, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "%s make-checkpoint --preset %s --out %s/c1 --seed 9 --layers 2 "
+             "&& cmp %s/c0/model.safetensors %s/c1/model.safetensors",
+             sfi_ref, cfg, dir, dir, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
     free(out);
     free(err);
@@ -337,13 +364,16 @@ START_TEST(prefill_blocks_equal_steps)
             ck_assert_int_eq(sfi_kv_cache_init(&a, c, n, &e), SFI_OK);
             ck_assert_int_eq(sfi_kv_cache_init(&b, c, n, &e), SFI_OK);
             float *la = malloc((size_t)V * 4), *lb = malloc((size_t)V * 4);
-            ck_assert_int_eq(sfi_qwen3_prefill(m, (sfi_backend)be, &a, ids, n, NULL, NULL, la, &e), SFI_OK);
+            ck_assert_int_eq(sfi_qwen3_prefill(m, (sfi_backend)be, &a, ids, n, NULL, NULL, la, &e),
+                             SFI_OK);
             for (int i = 0; i < n; i++)
-                ck_assert_int_eq(sfi_qwen3_step(m, (sfi_backend)be, &b, ids[i], NULL, NULL, lb, &e), SFI_OK);
+                ck_assert_int_eq(sfi_qwen3_step(m, (sfi_backend)be, &b, ids[i], NULL, NULL, lb, &e),
+                                 SFI_OK);
             ck_assert_int_eq(a.n, n);
             if (be == 0) {
                 ck_assert(memcmp(la, lb, (size_t)V * 4) == 0);
-                size_t kvn = (size_t)c->num_hidden_layers * n * c->num_key_value_heads * c->head_dim;
+                size_t kvn =
+                    (size_t)c->num_hidden_layers * n * c->num_key_value_heads * c->head_dim;
                 ck_assert(memcmp(a.k, b.k, kvn * 4) == 0);
                 ck_assert(memcmp(a.v, b.v, kvn * 4) == 0);
             } else {
@@ -355,7 +385,9 @@ START_TEST(prefill_blocks_equal_steps)
                 ck_assert_msg(md <= 1e-4 * mx, "blas block prefill: %g vs %g", md, mx);
             }
             /* a full cache is refused */
-            ck_assert_int_eq(sfi_qwen3_prefill(m, (sfi_backend)be, &a, ids, 1, NULL, NULL, NULL, &e), SFI_ERANGE);
+            ck_assert_int_eq(
+                sfi_qwen3_prefill(m, (sfi_backend)be, &a, ids, 1, NULL, NULL, NULL, &e),
+                SFI_ERANGE);
             free(la);
             free(lb);
             sfi_kv_cache_free(&a);

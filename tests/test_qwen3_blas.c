@@ -40,8 +40,10 @@ START_TEST(blas_close_to_scalar)
         for (int t = 0; t < n + n_new; t++) {
             int32_t in_s = t < n ? ids[t] : ts, in_b = t < n ? ids[t] : tb;
             ck_assert_int_eq(in_s, in_b); /* same greedy path */
-            ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &ks, in_s, NULL, NULL, ls, &e), SFI_OK);
-            ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_BLAS, &kb, in_b, NULL, NULL, lb, &e), SFI_OK);
+            ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_SCALAR, &ks, in_s, NULL, NULL, ls, &e),
+                             SFI_OK);
+            ck_assert_int_eq(sfi_qwen3_step(m, SFI_BACKEND_BLAS, &kb, in_b, NULL, NULL, lb, &e),
+                             SFI_OK);
             double mx = 0, md = 0;
             for (int i = 0; i < V; i++) {
                 if (fabs(ls[i]) > mx)
@@ -49,7 +51,8 @@ START_TEST(blas_close_to_scalar)
                 if (fabs(ls[i] - lb[i]) > md)
                     md = fabs(ls[i] - lb[i]);
             }
-            ck_assert_msg(md <= 1e-4 * mx, "%s position %d: blas vs scalar %g > 1e-4 * %g", dir, t, md, mx);
+            ck_assert_msg(md <= 1e-4 * mx, "%s position %d: blas vs scalar %g > 1e-4 * %g", dir, t,
+                          md, mx);
             if (md / mx > worst)
                 worst = md / mx;
             ts = sfi_argmax(ls, V);
@@ -62,7 +65,8 @@ START_TEST(blas_close_to_scalar)
         sfi_kv_cache_free(&kb);
         sfi_qwen3_free(m);
     }
-    printf("blas vs scalar: largest max|diff|/max|logit| = %.3g (bound 1e-4), greedy identical\n", worst);
+    printf("blas vs scalar: largest max|diff|/max|logit| = %.3g (bound 1e-4), greedy identical\n",
+           worst);
     json_decref(r);
 }
 END_TEST

@@ -39,10 +39,10 @@ START_TEST(real_model_greedy_matches_transformers)
         ck_assert_msg(sfi_decode_run(m, &o, ids, n, NULL, &res, &e) == SFI_OK, "%s", e.msg);
         ck_assert_int_eq(res.n_generated, ng);
         for (int t = 0; t < ng; t++)
-            ck_assert_msg(res.ids[t] == greedy[t], "prompt %zu token %d: %d, transformers %d", i,
-                          t, (int)res.ids[t], (int)greedy[t]);
-        printf("real model prompt %zu (%d tokens): %d greedy tokens identical to transformers\n",
-               i, n, ng);
+            ck_assert_msg(res.ids[t] == greedy[t], "prompt %zu token %d: %d, transformers %d", i, t,
+                          (int)res.ids[t], (int)greedy[t]);
+        printf("real model prompt %zu (%d tokens): %d greedy tokens identical to transformers\n", i,
+               n, ng);
         sfi_decode_result_free(&res);
         free(ids);
         free(greedy);

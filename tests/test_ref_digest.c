@@ -189,7 +189,8 @@ START_TEST(golden_suite_cli)
     snprintf(cmd, sizeof cmd, "'%s' digest '%s' '%s/nope'", sfi_test_build("sfi-ref"), path, dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     char line[4200];
-    snprintf(line, sizeof line, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  %s\n", path);
+    snprintf(line, sizeof line,
+             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad  %s\n", path);
     ck_assert_str_eq(out, line);
     ck_assert_ptr_nonnull(strstr(err, "nope: cannot open"));
     free(out);

@@ -57,7 +57,8 @@ START_TEST(boundary_token_triggers_next_step)
     ck_assert_ptr_null(r.timeline);
     sfi_replay_result_free(&r);
     /* Interval 16 over 100 steps: 0, 16, ..., 96. */
-    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_INTERVAL, &prm, 16, 1, 0, 100, 0, &r, &e), SFI_OK);
+    ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_INTERVAL, &prm, 16, 1, 0, 100, 0, &r, &e),
+                     SFI_OK);
     ck_assert_int_eq(r.slow, 7);
     sfi_replay_result_free(&r);
 }
@@ -76,8 +77,8 @@ START_TEST(batch_requests_start_at_spread_offsets)
     sfi_replay_result r;
     sfi_error e;
     ck_assert_int_eq(sfi_replay_run(&in, SFI_TRIG_BOUNDARY, &prm, 0, 4, 0, 60, 60, &r, &e), SFI_OK);
-    ck_assert_int_eq(r.timeline[0], 4); /* all start slow */
-    ck_assert_int_eq(r.timeline[1], 1); /* request 0 produced x_0 = boundary */
+    ck_assert_int_eq(r.timeline[0], 4);  /* all start slow */
+    ck_assert_int_eq(r.timeline[1], 1);  /* request 0 produced x_0 = boundary */
     ck_assert_int_eq(r.timeline[26], 1); /* request 3 (offset 75) at token 100 */
     ck_assert_int_eq(r.timeline[51], 1); /* request 2 (offset 50) */
     ck_assert_int_eq(r.slow, 4 + 3);

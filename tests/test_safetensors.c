@@ -14,7 +14,10 @@
 
 static char *dir;
 
-static void setup(void) { dir = sfi_test_tmpdir(); }
+static void setup(void)
+{
+    dir = sfi_test_tmpdir();
+}
 static void teardown(void)
 {
     sfi_test_rmtree(dir);
@@ -141,8 +144,8 @@ START_TEST(f16_file)
 {
     /* F16 values 1, -2, 2^-24 */
     unsigned char d[6] = {0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00};
-    write_raw("h.safetensors",
-              "{\"x\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,6]}}", d, 6, -1);
+    write_raw("h.safetensors", "{\"x\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,6]}}",
+              d, 6, -1);
     sfi_safetensors *st;
     sfi_error e;
     ck_assert_int_eq(sfi_st_open(pathf("h.safetensors"), &st, &e), SFI_OK);
@@ -167,12 +170,14 @@ START_TEST(bad_files_refused)
     ck_assert_msg(strstr(e.msg, "fifo.safetensors: not a regular file"), "%s", e.msg);
     /* Issue 20: trailing bytes and gaps, which the reference safetensors
      * library rejects, were accepted. */
-    write_raw("trail", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", d,
-              12, -1);
+    write_raw("trail", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", d, 12,
+              -1);
     ck_assert_int_eq(open_err("trail", &e), SFI_EFORMAT);
     ck_assert_msg(strstr(e.msg, "4 bytes follow the last tensor's data"), "%s", e.msg);
-    write_raw("gap", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", d, 12, -1);
+    write_raw("gap",
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+              d, 12, -1);
     ck_assert_int_eq(open_err("gap", &e), SFI_EFORMAT);
     ck_assert_msg(strstr(e.msg, "4 unused bytes before tensor b"), "%s", e.msg);
     /* shorter than 8 bytes */
@@ -220,7 +225,8 @@ START_TEST(bad_files_refused)
     /* negative / reversed offsets, negative dims */
     write_raw("t10", "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", d, 16, -1);
     ck_assert_int_eq(open_err("t10", &e), SFI_EFORMAT);
-    write_raw("t11", "{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", d, 16, -1);
+    write_raw("t11", "{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", d, 16,
+              -1);
     ck_assert_int_eq(open_err("t11", &e), SFI_EFORMAT);
     /* overlapping tensors */
     write_raw("t12",
@@ -243,13 +249,15 @@ START_TEST(sharded_index)
 {
     float a[2] = {1, 2}, b[3] = {3, 4, 5};
     sfi_st_write_tensor ta = {.name = "a", .dtype = SFI_DT_F32, .ndim = 1, .shape = {2}, .data = a};
-    sfi_st_write_tensor tb = {.name = "b", .dtype = SFI_DT_BF16, .ndim = 1, .shape = {3}, .data = b};
+    sfi_st_write_tensor tb = {
+        .name = "b", .dtype = SFI_DT_BF16, .ndim = 1, .shape = {3}, .data = b};
     sfi_error e;
     ck_assert_int_eq(sfi_st_write(pathf("s-1.safetensors"), &ta, 1, &e), SFI_OK);
     ck_assert_int_eq(sfi_st_write(pathf("s-2.safetensors"), &tb, 1, &e), SFI_OK);
     const char *idx = "{\"metadata\":{},\"weight_map\":{\"a\":\"s-1.safetensors\","
                       "\"b\":\"s-2.safetensors\"}}";
-    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), idx, strlen(idx)), 0);
+    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), idx, strlen(idx)),
+                     0);
     sfi_safetensors *st;
     ck_assert_int_eq(sfi_st_open(dir, &st, &e), SFI_OK);
     ck_assert_uint_eq(sfi_st_count(st), 2);
@@ -257,20 +265,24 @@ START_TEST(sharded_index)
     sfi_st_close(st);
     /* index naming a tensor the shard lacks */
     const char *bad = "{\"weight_map\":{\"a\":\"s-1.safetensors\",\"c\":\"s-2.safetensors\"}}";
-    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), bad, strlen(bad)), 0);
+    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), bad, strlen(bad)),
+                     0);
     ck_assert_int_eq(sfi_st_open(dir, &st, &e), SFI_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(e.msg, "tensor c"));
     /* index pointing at the wrong shard */
     const char *wrong = "{\"weight_map\":{\"a\":\"s-2.safetensors\",\"b\":\"s-1.safetensors\"}}";
-    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), wrong, strlen(wrong)), 0);
+    ck_assert_int_eq(
+        sfi_test_write_file(pathf("model.safetensors.index.json"), wrong, strlen(wrong)), 0);
     ck_assert_int_eq(sfi_st_open(dir, &st, &e), SFI_EFORMAT);
     /* shard escaping the directory */
     const char *esc = "{\"weight_map\":{\"a\":\"../s-1.safetensors\"}}";
-    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), esc, strlen(esc)), 0);
+    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), esc, strlen(esc)),
+                     0);
     ck_assert_int_eq(sfi_st_open(dir, &st, &e), SFI_EFORMAT);
     /* a missing shard */
     const char *miss = "{\"weight_map\":{\"a\":\"s-9.safetensors\"}}";
-    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), miss, strlen(miss)), 0);
+    ck_assert_int_eq(sfi_test_write_file(pathf("model.safetensors.index.json"), miss, strlen(miss)),
+                     0);
     ck_assert_int_eq(sfi_st_open(dir, &st, &e), SFI_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(e.msg, "s-9.safetensors"));
 }

@@ -15,7 +15,6 @@
 #include "sfi_selector.h"
 #include "sfi_test_util.h"
 
-
 static uint64_t rng = 12345;
 static float urand(void) /* [0, 1), 24 bits */
 {
@@ -257,7 +256,10 @@ static void free_problem(problem *pr)
 START_TEST(properties_on_random_inputs)
 {
     const int cfg[][5] = {/* H, n_win, n_pos, jb, je */
-                          {8, 1, 600, 4, 344}, {4, 16, 900, 4, 644}, {2, 32, 300, 0, 300}, {8, 2, 5000, 4, 4744}};
+                          {8, 1, 600, 4, 344},
+                          {4, 16, 900, 4, 644},
+                          {2, 32, 300, 0, 300},
+                          {8, 2, 5000, 4, 4744}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         problem pr = make_problem(cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], cfg[c][4], 6.0f);
         const int H = pr.H, nJ = pr.je - pr.jb;
@@ -270,7 +272,8 @@ START_TEST(properties_on_random_inputs)
               *zn = malloc(HJ * 4), *zc = malloc(HJ * 4), lam[32];
         sfi_selector_detail d = {f, r, lam, s, zl, zn, zc};
         sfi_selector_input in = {H, pr.n_win, pr.n_pos, pr.jb, pr.je, pr.logits, pr.norms};
-        int32_t *sel = malloc((size_t)H * p.K * sizeof *sel), *sel2 = malloc((size_t)H * p.K * sizeof *sel);
+        int32_t *sel = malloc((size_t)H * p.K * sizeof *sel),
+                *sel2 = malloc((size_t)H * p.K * sizeof *sel);
         int n = 0, n2 = 0;
         sfi_error e;
         ck_assert_msg(sfi_selector_run(&p, &in, sel, &n, &d, &e) == SFI_OK, "%s", e.msg);
@@ -279,8 +282,10 @@ START_TEST(properties_on_random_inputs)
         ck_assert_int_eq(sfi_selector_run(&p, &in, sel2, &n2, NULL, &e), SFI_OK);
         ck_assert(memcmp(sel, sel2, (size_t)H * p.K * sizeof *sel) == 0);
         for (int h = 0; h < H; h++) {
-            const float *fh = f + (size_t)h * nJ, *rh = r + (size_t)h * nJ, *sh = s + (size_t)h * nJ;
-            const float *zlh = zl + (size_t)h * nJ, *znh = zn + (size_t)h * nJ, *zch = zc + (size_t)h * nJ;
+            const float *fh = f + (size_t)h * nJ, *rh = r + (size_t)h * nJ,
+                        *sh = s + (size_t)h * nJ;
+            const float *zlh = zl + (size_t)h * nJ, *znh = zn + (size_t)h * nJ,
+                        *zch = zc + (size_t)h * nJ;
             /* s is a distribution. */
             double sum = 0.0;
             for (int i = 0; i < nJ; i++) {
@@ -299,7 +304,8 @@ START_TEST(properties_on_random_inputs)
                     double v = (1.0 - l) * fh[i] + l * rh[i];
                     q += v * v;
                 }
-                ck_assert_msg(q >= best * (1.0 - 1e-5), "grid lambda %g beats lambda* %g", l, (double)lam[h]);
+                ck_assert_msg(q >= best * (1.0 - 1e-5), "grid lambda %g beats lambda* %g", l,
+                              (double)lam[h]);
             }
             /* W = 1: f is the softmax over J exactly. */
             if (pr.n_win == 1) {
@@ -374,7 +380,8 @@ START_TEST(matches_double_precision)
     int32_t sel[150];
     int n;
     ck_assert_int_eq(sfi_selector_run(&p, &in, sel, &n, &d, NULL), SFI_OK);
-    double *mu = calloc((size_t)nJ, sizeof *mu), *df = malloc((size_t)nJ * 8), *dr = malloc((size_t)nJ * 8);
+    double *mu = calloc((size_t)nJ, sizeof *mu), *df = malloc((size_t)nJ * 8),
+           *dr = malloc((size_t)nJ * 8);
     for (int h = 0; h < H; h++) {
         memset(mu, 0, (size_t)nJ * sizeof *mu);
         for (int t = 0; t < W; t++) {
@@ -393,8 +400,8 @@ START_TEST(matches_double_precision)
         for (int i = 0; i < nJ; i++) {
             df[i] = pow(mu[i], 1.0 / p.alpha) / G;
             double u = (double)i / ((double)(nJ - 1) + p.eps);
-            dr[i] = pow(pr.norms[(size_t)h * pr.n_pos + pr.jb + i] + p.eps, -p.gamma) * exp(-p.beta * pow(u, p.p)) *
-                    pow(1.0 - u + p.eps, p.eta);
+            dr[i] = pow(pr.norms[(size_t)h * pr.n_pos + pr.jb + i] + p.eps, -p.gamma) *
+                    exp(-p.beta * pow(u, p.p)) * pow(1.0 - u + p.eps, p.eta);
             R += dr[i];
         }
         double ff = 0, fr = 0, rr = 0;
@@ -406,14 +413,15 @@ START_TEST(matches_double_precision)
         }
         double dl = (ff - fr) / (ff - 2 * fr + rr);
         dl = dl < 0 ? 0 : dl > p.lambda_clip ? p.lambda_clip : dl;
-        ck_assert_msg(fabs(dl - lam[h]) <= 1e-4 * (fabs(dl) + 1e-3), "lambda %g vs %g", dl, (double)lam[h]);
+        ck_assert_msg(fabs(dl - lam[h]) <= 1e-4 * (fabs(dl) + 1e-3), "lambda %g vs %g", dl,
+                      (double)lam[h]);
         for (int i = 0; i < nJ; i++) {
-            ck_assert_msg(fabs(df[i] - f[(size_t)h * nJ + i]) <= 1e-5 * df[i] + 1e-12, "f[%d] %g vs %g", i, df[i],
-                          (double)f[(size_t)h * nJ + i]);
+            ck_assert_msg(fabs(df[i] - f[(size_t)h * nJ + i]) <= 1e-5 * df[i] + 1e-12,
+                          "f[%d] %g vs %g", i, df[i], (double)f[(size_t)h * nJ + i]);
             /* r near u = 1 has (1 - u + eps)^0.5 with 1 - u rounded in float:
              * compare with an absolute floor. */
-            ck_assert_msg(fabs(dr[i] - r[(size_t)h * nJ + i]) <= 1e-5 * dr[i] + 1e-9, "r[%d] %g vs %g", i, dr[i],
-                          (double)r[(size_t)h * nJ + i]);
+            ck_assert_msg(fabs(dr[i] - r[(size_t)h * nJ + i]) <= 1e-5 * dr[i] + 1e-9,
+                          "r[%d] %g vs %g", i, dr[i], (double)r[(size_t)h * nJ + i]);
         }
     }
     free(mu);
@@ -590,7 +598,8 @@ START_TEST(inputs_from_attention)
         for (int g = 0; g < 2; g++)
             for (int w = 0; w < 2; w++)
                 for (int j = 0; j < 3; j++)
-                    ck_assert(win[(kv * 4 + w * 2 + g) * 3 + j] == (float)(100 * w + 10 * (kv * 2 + g) + j));
+                    ck_assert(win[(kv * 4 + w * 2 + g) * 3 + j] ==
+                              (float)(100 * w + 10 * (kv * 2 + g) + j));
 
     /* End to end: prefill of 40 tokens, tail W = 16, n_recent 8 (smaller
      * than W, so the early tail queries cannot see the end of J: masked
@@ -605,7 +614,8 @@ START_TEST(inputs_from_attention)
         k[i] = urand() * 2.0f - 1.0f;
         v[i] = urand() * 2.0f - 1.0f;
     }
-    float *tl = malloc((size_t)W * 4 * T * sizeof *tl), *wl = malloc((size_t)W * 4 * T * sizeof *wl);
+    float *tl = malloc((size_t)W * 4 * T * sizeof *tl),
+          *wl = malloc((size_t)W * 4 * T * sizeof *wl);
     float norms[2 * 40];
     ck_assert_int_eq(sfi_attn_prefill(&sh, q, T, 0, k, v, out, W, tl, NULL), SFI_OK);
     sfi_selector_window_from_prefill(4, 2, W, T, tl, wl);

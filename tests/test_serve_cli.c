@@ -165,8 +165,10 @@ START_TEST(paper_figure4_qwen3_4b)
              gpu192);
     int rc = run(args, &out, &err);
     ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
-    const char *want[][3] = {{"8K", "full", "759"}, {"8K", "sfi", "1449.7"},
-                             {"128K", "full", "65"}, {"128K", "sfi", "935"}};
+    const char *want[][3] = {{"8K", "full", "759"},
+                             {"8K", "sfi", "1449.7"},
+                             {"128K", "full", "65"},
+                             {"128K", "sfi", "935"}};
     for (int i = 0; i < 4; i++) {
         char key[64];
         snprintf(key, sizeof key, ",%s,", want[i][0]);
@@ -289,7 +291,8 @@ START_TEST(help_matches_man_page)
     }
     ck_assert_int_ge(n, 30);
     static const char *in_man[] = {"--shared-prefix", "--no-chunked-prefill", "--requests-csv",
-                                   "--timeline-png", "--slo-ttft", "--kv-dtype", "--profile"};
+                                   "--timeline-png",  "--slo-ttft",           "--kv-dtype",
+                                   "--profile"};
     for (size_t i = 0; i < sizeof in_man / sizeof in_man[0]; i++)
         ck_assert_msg(strstr(out, in_man[i]) != NULL, "--help lacks %s", in_man[i]);
     ck_assert_ptr_nonnull(strstr(out, "sfi-sim-serve(1)"));

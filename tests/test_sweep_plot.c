@@ -71,7 +71,8 @@ START_TEST(lines_and_heatmap_png)
     ck_assert_int_eq(count_entries(dir), 1); /* no temporary left */
     /* Log axis with non-positive values: they are skipped, no crash. */
     double yn[3] = {-1, 0, 2}, xn[3] = {1, 2, 4};
-    ck_assert_int_eq(sfi_plot_axes(p, 0, "log", "x", "y", SFI_PLOT_YLOG10 | SFI_PLOT_XLOG10, &e), SFI_OK);
+    ck_assert_int_eq(sfi_plot_axes(p, 0, "log", "x", "y", SFI_PLOT_YLOG10 | SFI_PLOT_XLOG10, &e),
+                     SFI_OK);
     ck_assert_int_eq(sfi_plot_line(p, 0, "neg", xn, yn, 3, 1, &e), SFI_OK);
     ck_assert_int_eq(sfi_plot_write_png(p, path, &e), SFI_OK);
     sfi_plot_free(p);

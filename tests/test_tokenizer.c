@@ -31,8 +31,8 @@ static void conformance(const char *name, const char *dir)
     json_error_t je;
     json_t *root = json_load_file(fixture, JSON_ALLOW_NUL, &je);
     ck_assert_msg(root != NULL, "%s: line %d: %s", fixture, je.line, je.text);
-    json_t *cases = json_object_get(json_object_get(json_object_get(root, "tokenizers"), name),
-                                    "cases");
+    json_t *cases =
+        json_object_get(json_object_get(json_object_get(root, "tokenizers"), name), "cases");
     ck_assert_msg(json_is_array(cases), "%s: no cases for %s", fixture, name);
     sfi_tokenizer *t = load_ok(dir);
     size_t total = json_array_size(cases), ids_ok = 0, text_ok = 0;
@@ -76,7 +76,8 @@ static void conformance(const char *name, const char *dir)
         free(ids);
     }
     printf("conformance %s: %zu/%zu strings give transformers' ids, %zu/%zu decode to its "
-           "text\n", name, ids_ok, total, text_ok, total);
+           "text\n",
+           name, ids_ok, total, text_ok, total);
     ck_assert_uint_ge(total, 200);
     ck_assert_uint_eq(ids_ok, total);
     ck_assert_uint_eq(text_ok, total);
@@ -84,10 +85,16 @@ static void conformance(const char *name, const char *dir)
     json_decref(root);
 }
 
-START_TEST(conformance_qwen3) { conformance("qwen3-tokenizer", qwen_dir); }
+START_TEST(conformance_qwen3)
+{
+    conformance("qwen3-tokenizer", qwen_dir);
+}
 END_TEST
 
-START_TEST(conformance_small_model) { conformance("sfi-small-qwen3-tokenizer", small_dir); }
+START_TEST(conformance_small_model)
+{
+    conformance("sfi-small-qwen3-tokenizer", small_dir);
+}
 END_TEST
 
 static void nfc_is(const char *in, const char *want)
@@ -103,15 +110,18 @@ static void nfc_is(const char *in, const char *want)
 START_TEST(nfc)
 {
     nfc_is("plain ascii", "plain ascii");
-    nfc_is("e\xCC\x81", "\xC3\xA9");                     /* e + acute -> é */
-    nfc_is("\xE2\x84\xAB", "\xC3\x85");                  /* ANGSTROM SIGN -> Å */
-    nfc_is("e\xCC\xA3\xCC\x82", "\xE1\xBB\x87");         /* e + dot below + circumflex */
-    nfc_is("e\xCC\x82\xCC\xA3", "\xE1\xBB\x87");         /* other order: reordered first */
+    nfc_is("e\xCC\x81", "\xC3\xA9");             /* e + acute -> é */
+    nfc_is("\xE2\x84\xAB", "\xC3\x85");          /* ANGSTROM SIGN -> Å */
+    nfc_is("e\xCC\xA3\xCC\x82", "\xE1\xBB\x87"); /* e + dot below + circumflex */
+    nfc_is("e\xCC\x82\xCC\xA3", "\xE1\xBB\x87"); /* other order: reordered first */
     nfc_is("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81"); /* jamo -> 각 */
     nfc_is("\xEA\xB0\x81", "\xEA\xB0\x81");
-    nfc_is("\xEF\xAC\x81", "\xEF\xAC\x81");              /* ﬁ: compatibility only, kept */
-    nfc_is("\xCC\x81" "a", "\xCC\x81" "a");              /* leading mark stays */
-    nfc_is("a\xCC\x96\xCC\x81", "\xC3\xA1\xCC\x96");     /* a + grave below + acute */
+    nfc_is("\xEF\xAC\x81", "\xEF\xAC\x81"); /* ﬁ: compatibility only, kept */
+    nfc_is("\xCC\x81"
+           "a",
+           "\xCC\x81"
+           "a");                                     /* leading mark stays */
+    nfc_is("a\xCC\x96\xCC\x81", "\xC3\xA1\xCC\x96"); /* a + grave below + acute */
     ck_assert_str_eq(sfi_nfc_unicode_version(), "14.0.0");
     /* A long run of marks (counting sort): a + (acute, grave below) x 40 ->
      * á, 40 grave below, 39 acute. */
@@ -178,8 +188,8 @@ START_TEST(encode_edges_and_errors)
         while (k < 200) {
             seed = seed * 1103515245u + 12345u;
             unsigned r = (seed >> 16) % 8;
-            static const char *const bits[] = {" ", "a", "Z9", "\n", "\t", "\xE4\xB8\xAD",
-                                               "\xF0\x9F\x98\x80", ".,;"};
+            static const char *const bits[] = {
+                " ", "a", "Z9", "\n", "\t", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", ".,;"};
             size_t bl = strlen(bits[r]);
             memcpy(s + k, bits[r], bl);
             k += bl;
@@ -255,7 +265,8 @@ START_TEST(ids_parse)
     ck_assert_str_eq(err.msg, "p.ids: id 2: '12a' is not a decimal token id");
     ck_assert_ptr_null(ids);
     ck_assert_int_eq(sfi_token_ids_parse("1234567890", 10, "f", &ids, &n, &err), SFI_EFORMAT);
-    ck_assert_str_eq(err.msg, "f: id 1: '1234567890' is too large for a token id (at most 9 digits)");
+    ck_assert_str_eq(err.msg,
+                     "f: id 1: '1234567890' is too large for a token id (at most 9 digits)");
     /* A NUL byte is named, not taken for the end of the list. */
     ck_assert_int_eq(sfi_token_ids_parse("5 6\0 7", 6, "f", &ids, &n, &err), SFI_EFORMAT);
     ck_assert_str_eq(err.msg, "f: byte 3 is a NUL byte, not part of a decimal token id");
@@ -319,19 +330,23 @@ START_TEST(cli_encode_decode)
     const char *ref = sfi_test_build("sfi-ref");
     char refp[2048];
     snprintf(refp, sizeof refp, "%s", ref);
-    snprintf(cmd, sizeof cmd, "printf 'Hello world! This is a test.\\n' | '%s' encode --tokenizer '%s'",
-             refp, qwen_dir);
+    snprintf(cmd, sizeof cmd,
+             "printf 'Hello world! This is a test.\\n' | '%s' encode --tokenizer '%s'", refp,
+             qwen_dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &errs), 0);
     ck_assert_str_eq(out, "9707 1879 0 1096 374 264 1273 624\n");
     free(out);
     free(errs);
-    snprintf(cmd, sizeof cmd, "printf ' 9707 1879\\n0\\t1096 374 264 1273 624 ' | '%s' decode --tokenizer '%s'",
+    snprintf(cmd, sizeof cmd,
+             "printf ' 9707 1879\\n0\\t1096 374 264 1273 624 ' | '%s' decode --tokenizer '%s'",
              refp, qwen_dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &errs), 0);
     ck_assert_str_eq(out, "Hello world! This is a test.\n");
     free(out);
     free(errs);
-    snprintf(cmd, sizeof cmd, "printf '<|im_start|>user\\n' | '%s' encode --tokenizer '%s' | '%s' decode --tokenizer '%s'",
+    snprintf(cmd, sizeof cmd,
+             "printf '<|im_start|>user\\n' | '%s' encode --tokenizer '%s' | '%s' decode "
+             "--tokenizer '%s'",
              refp, qwen_dir, refp, qwen_dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &errs), 0);
     ck_assert_str_eq(out, "<|im_start|>user\n");
@@ -344,7 +359,8 @@ START_TEST(cli_encode_decode)
     ck_assert_ptr_nonnull(strstr(errs, "id 2: 'x12' is not a decimal token id"));
     free(out);
     free(errs);
-    snprintf(cmd, sizeof cmd, "printf '9707 999999' | '%s' decode --tokenizer '%s'", refp, qwen_dir);
+    snprintf(cmd, sizeof cmd, "printf '9707 999999' | '%s' decode --tokenizer '%s'", refp,
+             qwen_dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &errs), 1);
     ck_assert_str_eq(out, "");
     ck_assert_ptr_nonnull(strstr(errs, "999999 is not a token"));

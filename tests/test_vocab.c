@@ -66,7 +66,7 @@ START_TEST(real_vocab_loads_and_decodes)
     ck_assert_int_eq(sfi_vocab_size(v), 151669);
     ck_assert_int_eq(sfi_vocab_added_count(v), 26);
     ck_assert_int_eq(sfi_vocab_lookup(v, "."), 13);
-    ck_assert_int_eq(sfi_vocab_lookup(v, "\xC4\x8A"), 198); /* "Ċ" */
+    ck_assert_int_eq(sfi_vocab_lookup(v, "\xC4\x8A"), 198);    /* "Ċ" */
     ck_assert_int_eq(sfi_vocab_lookup(v, "\xC4\xA0the"), 279); /* "Ġthe" */
     ck_assert_int_eq(sfi_vocab_lookup(v, "<|im_start|>"), 151644);
     ck_assert_int_eq(sfi_vocab_lookup(v, "no such token at all"), -1);
@@ -110,12 +110,12 @@ START_TEST(byte_alphabet_is_a_bijection)
         ck_assert_int_eq(sfi_byte_of_unicode(cp), b);
         ck_assert_int_eq(seen[cp]++, 0);
     }
-    ck_assert_uint_eq(sfi_unicode_of_byte(' '), 0x120); /* Ġ */
+    ck_assert_uint_eq(sfi_unicode_of_byte(' '), 0x120);  /* Ġ */
     ck_assert_uint_eq(sfi_unicode_of_byte('\n'), 0x10A); /* Ċ */
     ck_assert_uint_eq(sfi_unicode_of_byte('A'), 'A');
-    ck_assert_uint_eq(sfi_unicode_of_byte(127), 0x121);  /* ġ */
-    ck_assert_uint_eq(sfi_unicode_of_byte(160), 0x142);  /* ł */
-    ck_assert_uint_eq(sfi_unicode_of_byte(173), 0x143);  /* Ń */
+    ck_assert_uint_eq(sfi_unicode_of_byte(127), 0x121); /* ġ */
+    ck_assert_uint_eq(sfi_unicode_of_byte(160), 0x142); /* ł */
+    ck_assert_uint_eq(sfi_unicode_of_byte(173), 0x143); /* Ń */
     ck_assert_uint_eq(sfi_unicode_of_byte(161), 161);
     ck_assert_int_eq(sfi_byte_of_unicode(0x144), -1);
     ck_assert_int_eq(sfi_byte_of_unicode(0x3002), -1);
@@ -129,19 +129,19 @@ START_TEST(real_trigger_set)
     sfi_trigger_set t;
     ck_assert_int_eq(sfi_trigger_set_build(v, NULL, &t, &err), SFI_OK);
     ck_assert_int_eq(t.n_vocab, 151669);
-    ck_assert(t.is_trigger[13]);   /* "." */
-    ck_assert(t.is_trigger[198]);  /* "\n" */
-    ck_assert(t.is_trigger[659]);  /* " ." */
-    ck_assert(t.is_trigger[382]);  /* ".\n\n" */
-    ck_assert(t.is_trigger[271]);  /* "\n\n" */
-    ck_assert(t.is_trigger[0]);    /* "!" */
-    ck_assert(t.is_trigger[30]);   /* "?" */
-    ck_assert(t.is_trigger[26]);   /* ";" */
-    ck_assert(!t.is_trigger[279]); /* " the" */
-    ck_assert(!t.is_trigger[1782]);/* "the" */
-    ck_assert(!t.is_trigger[23811]); /* " hello" */
-    ck_assert(!t.is_trigger[11]);  /* "," */
-    ck_assert(!t.is_trigger[1773]); /* "。" is not a default character */
+    ck_assert(t.is_trigger[13]);      /* "." */
+    ck_assert(t.is_trigger[198]);     /* "\n" */
+    ck_assert(t.is_trigger[659]);     /* " ." */
+    ck_assert(t.is_trigger[382]);     /* ".\n\n" */
+    ck_assert(t.is_trigger[271]);     /* "\n\n" */
+    ck_assert(t.is_trigger[0]);       /* "!" */
+    ck_assert(t.is_trigger[30]);      /* "?" */
+    ck_assert(t.is_trigger[26]);      /* ";" */
+    ck_assert(!t.is_trigger[279]);    /* " the" */
+    ck_assert(!t.is_trigger[1782]);   /* "the" */
+    ck_assert(!t.is_trigger[23811]);  /* " hello" */
+    ck_assert(!t.is_trigger[11]);     /* "," */
+    ck_assert(!t.is_trigger[1773]);   /* "。" is not a default character */
     ck_assert(!t.is_trigger[151645]); /* "<|im_end|>" ends with '>' */
     /* ids sorted, consistent with the flags, and every member qualifies. */
     int32_t count = 0;
@@ -187,14 +187,14 @@ START_TEST(trailing_spaces_and_holes)
     sfi_trigger_set t;
     sfi_error err;
     ck_assert_int_eq(sfi_trigger_set_build(v, NULL, &t, &err), SFI_OK);
-    ck_assert(t.is_trigger[0]);  /* "a.  ": trailing spaces removed */
+    ck_assert(t.is_trigger[0]); /* "a.  ": trailing spaces removed */
     ck_assert(!t.is_trigger[1]);
     ck_assert(!t.is_trigger[2]); /* " ": nothing left */
     ck_assert(t.is_trigger[3]);  /* contains a newline */
     ck_assert(!t.is_trigger[4]); /* only spaces are removed, not tabs */
     ck_assert(!t.is_trigger[5]);
     ck_assert(t.is_trigger[7]);
-    ck_assert(t.is_trigger[8]);  /* added token "S;" */
+    ck_assert(t.is_trigger[8]); /* added token "S;" */
     ck_assert(!t.is_trigger[9]);
     ck_assert_int_eq(t.n_ids, 4);
     ck_assert(sfi_vocab_is_special(v, 9));
@@ -226,8 +226,7 @@ START_TEST(malformed_vocab)
     expect_fail("{\"a\": 99999999999}", NULL, SFI_EFORMAT, "vocab.json", "token \"a\"");
     expect_fail("{\"a\": 0, \"b\": 0}", NULL, SFI_EFORMAT, "vocab.json", "id 0 is used by");
     expect_fail("{\"a\": 0, \"a\": 1}", NULL, SFI_EFORMAT, "vocab.json", "duplicate");
-    expect_fail("{\"a b\": 0}", NULL, SFI_EFORMAT, "vocab.json",
-                "not in the byte-level");
+    expect_fail("{\"a b\": 0}", NULL, SFI_EFORMAT, "vocab.json", "not in the byte-level");
     expect_fail("{\"\": 0}", NULL, SFI_EFORMAT, "vocab.json", "empty token");
     expect_fail(NULL, NULL, SFI_ENOTFOUND, "vocab.json", "No such file");
 }
@@ -236,18 +235,17 @@ END_TEST
 START_TEST(malformed_config)
 {
     const char *vocab = "{\"a\": 0, \"b\": 1}";
-    expect_fail(vocab, "{\"added_tokens_decoder\": ", SFI_EFORMAT, "tokenizer_config.json",
-                "line");
+    expect_fail(vocab, "{\"added_tokens_decoder\": ", SFI_EFORMAT, "tokenizer_config.json", "line");
     expect_fail(vocab, "{\"added_tokens_decoder\": []}", SFI_EFORMAT, "tokenizer_config.json",
                 "added_tokens_decoder: not an object");
-    expect_fail(vocab, "{\"added_tokens_decoder\": {\"x\": {\"content\": \"<a>\"}}}",
-                SFI_EFORMAT, "tokenizer_config.json", "key \"x\" is not an id");
+    expect_fail(vocab, "{\"added_tokens_decoder\": {\"x\": {\"content\": \"<a>\"}}}", SFI_EFORMAT,
+                "tokenizer_config.json", "key \"x\" is not an id");
     expect_fail(vocab, "{\"added_tokens_decoder\": {\"5\": {\"content\": 3}}}", SFI_EFORMAT,
                 "tokenizer_config.json", "5: content");
     expect_fail(vocab, "{\"added_tokens_decoder\": {\"5\": {\"content\": \"\"}}}", SFI_EFORMAT,
                 "tokenizer_config.json", "5: content");
-    expect_fail(vocab, "{\"added_tokens_decoder\": {\"1\": {\"content\": \"zz\"}}}",
-                SFI_EFORMAT, "tokenizer_config.json", "differs from vocab.json");
+    expect_fail(vocab, "{\"added_tokens_decoder\": {\"1\": {\"content\": \"zz\"}}}", SFI_EFORMAT,
+                "tokenizer_config.json", "differs from vocab.json");
     expect_fail(vocab,
                 "{\"added_tokens_decoder\": {\"5\": {\"content\": \"<a>\", \"lstrip\": true}}}",
                 SFI_EUNSUPPORTED, "tokenizer_config.json", "lstrip=true");
