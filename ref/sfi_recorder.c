@@ -35,13 +35,18 @@ sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err)
     if (!o->path) {
         for (int k = 0; k < 3; k++)
             if (o->given & (1u << k))
-                return sfi_error_set(err, SFI_EINVAL, "%s needs --trace FILE (nothing is "
-                                     "recorded without it)", names[k]);
+                return sfi_error_set(err, SFI_EINVAL,
+                                     "%s needs --trace FILE (nothing is "
+                                     "recorded without it)",
+                                     names[k]);
         if (o->qk)
-            return sfi_error_set(err, SFI_EINVAL, "--trace-qk%s needs --trace FILE (nothing "
-                                 "is recorded without it)", o->qk > 1 ? "v" : "");
+            return sfi_error_set(err, SFI_EINVAL,
+                                 "--trace-qk%s needs --trace FILE (nothing "
+                                 "is recorded without it)",
+                                 o->qk > 1 ? "v" : "");
         if (o->calib)
-            return sfi_error_set(err, SFI_EINVAL, "--trace-calib needs --trace FILE (nothing "
+            return sfi_error_set(err, SFI_EINVAL,
+                                 "--trace-calib needs --trace FILE (nothing "
                                  "is recorded without it)");
         return SFI_OK;
     }
@@ -49,10 +54,12 @@ sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err)
         return sfi_error_set(err, SFI_EINVAL, "--trace-qk%s needs --trace-level full",
                              o->qk > 1 ? "v" : "");
     if ((o->given & SFI_RECORDER_GIVEN_TOP_M) && o->level != SFI_TRACE_FULL)
-        return sfi_error_set(err, SFI_EINVAL, "--trace-top-m applies to the full level only "
+        return sfi_error_set(err, SFI_EINVAL,
+                             "--trace-top-m applies to the full level only "
                              "(add --trace-level full)");
     if ((o->given & SFI_RECORDER_GIVEN_LAYERS) && o->level == SFI_TRACE_TOKENS)
-        return sfi_error_set(err, SFI_EINVAL, "--trace-layers applies to the summary and full "
+        return sfi_error_set(err, SFI_EINVAL,
+                             "--trace-layers applies to the summary and full "
                              "levels (the tokens level has no per-layer records)");
     return SFI_OK;
 }
@@ -102,8 +109,7 @@ static int parse_layers(const char *spec, uint8_t *mask, int n_layers)
     return 1;
 }
 
-int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *v,
-                            sfi_error *err)
+int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *v, sfi_error *err)
 {
     /* Every message starts with the option, once. */
     if (!strcmp(name, "trace-level")) {
@@ -128,8 +134,10 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
     }
     if (!strcmp(name, "trace-layers")) {
         if (!parse_layers(v, NULL, 0)) {
-            sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a comma-separated list "
-                          "of layer numbers", v);
+            sfi_error_set(err, SFI_EINVAL,
+                          "--trace-layers: '%s' is not a comma-separated list "
+                          "of layer numbers",
+                          v);
             return -1;
         }
         o->layers = v;
@@ -161,8 +169,8 @@ int sfi_recorder_set_option(sfi_recorder_opts *o, const char *name, const char *
 
 int sfi_recorder_parse_arg(sfi_recorder_opts *o, int argc, char **argv, int *i, sfi_error *err)
 {
-    static const char *const names[] = {"trace-level", "trace-top-m", "trace-layers",
-                                        "trace-calib", "trace"};
+    static const char *const names[] = {"trace-level", "trace-top-m", "trace-layers", "trace-calib",
+                                        "trace"};
     const char *a = argv[*i];
     if (strncmp(a, "--", 2))
         return 0;
@@ -201,35 +209,38 @@ struct sfi_recorder {
     sfi_params prm;
     int sfi_mode;
     int L, H, KV, K, M;
-    int64_t req;            /* current request, -1 before the first prefill */
-    uint8_t *topm_layer;    /* [L]: per-layer records kept for this layer */
+    int64_t req;         /* current request, -1 before the first prefill */
+    uint8_t *topm_layer; /* [L]: per-layer records kept for this layer */
     /* Current selected sets (summary fast-step mass needs them). */
     sfi_state st;
     int have_state;
-    int32_t *fast_idx;      /* [n_sink + K + n_recent] */
+    int32_t *fast_idx; /* [n_sink + K + n_recent] */
     /* Records of the step in progress, written at on_step. */
-    uint8_t *have_sel;      /* [L] */
-    int32_t *sel;           /* [L][KV][K] */
-    int32_t *nsel;          /* [L][KV] */
-    float *sel_mass;        /* [L][KV] */
-    float *sel_lambda;      /* [L][KV] */
-    uint8_t *have_fm;       /* [L] */
-    float *fm;              /* [L][KV] */
-    uint8_t *have_topm;     /* [L] */
-    int32_t *tpos;          /* [L][H][M] */
-    float *tprob;           /* [L][H][M] */
-    int32_t *tm;            /* [L][H] */
-    float *ttail;           /* [L][H] */
-    struct pp { float p; int32_t pos; } *sortbuf;
+    uint8_t *have_sel;  /* [L] */
+    int32_t *sel;       /* [L][KV][K] */
+    int32_t *nsel;      /* [L][KV] */
+    float *sel_mass;    /* [L][KV] */
+    float *sel_lambda;  /* [L][KV] */
+    uint8_t *have_fm;   /* [L] */
+    float *fm;          /* [L][KV] */
+    uint8_t *have_topm; /* [L] */
+    int32_t *tpos;      /* [L][H][M] */
+    float *tprob;       /* [L][H][M] */
+    int32_t *tm;        /* [L][H] */
+    float *ttail;       /* [L][H] */
+    struct pp {
+        float p;
+        int32_t pos;
+    } * sortbuf;
     size_t sortcap;
     /* --trace-qk */
     int qk, D;
-    float *qbuf;            /* [L][H*D] the step's queries */
-    uint8_t *have_q;        /* [L] */
-    float *tail;            /* [L][TAIL][H*D] ring of prompt queries by position */
-    float *colsum;          /* [L][H][col_cap] accumulated prompt attention */
+    float *qbuf;     /* [L][H*D] the step's queries */
+    uint8_t *have_q; /* [L] */
+    float *tail;     /* [L][TAIL][H*D] ring of prompt queries by position */
+    float *colsum;   /* [L][H][col_cap] accumulated prompt attention */
     int col_cap, n_prompt;
-    float *kvbuf;           /* head-major copy of a cache */
+    float *kvbuf; /* head-major copy of a cache */
     size_t kvcap;
 };
 
@@ -324,8 +335,8 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
         r->have_fm = calloc(L, 1);
         r->fm = calloc(L * KV, 4);
         r->fast_idx = malloc(((size_t)r->prm.n_sink + K + (size_t)r->prm.n_recent + 1) * 4);
-        if (!r->have_sel || !r->sel || !r->nsel || !r->sel_mass || !r->sel_lambda ||
-            !r->have_fm || !r->fm || !r->fast_idx)
+        if (!r->have_sel || !r->sel || !r->nsel || !r->sel_mass || !r->sel_lambda || !r->have_fm ||
+            !r->fm || !r->fast_idx)
             st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for summary buffers", o->path);
         if (!st && r->sfi_mode)
             st = sfi_state_init(&r->st, r->L, r->KV, r->K, err);
@@ -360,23 +371,26 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
         if (!(st = sfi_policy_calib_load(o->calib, &cal, err))) {
             if (cal.n_layers != r->L || cal.n_kv_heads != r->KV ||
                 (cal.head_dim && cal.head_dim != cfg->head_dim))
-                st = sfi_error_set(err, SFI_EINVAL, "--trace-calib %s: for %d layers x %d KV "
-                                   "heads x head_dim %d, the model has %d x %d x %d", o->calib,
-                                   cal.n_layers, cal.n_kv_heads, cal.head_dim, r->L, r->KV,
-                                   cfg->head_dim);
+                st = sfi_error_set(err, SFI_EINVAL,
+                                   "--trace-calib %s: for %d layers x %d KV "
+                                   "heads x head_dim %d, the model has %d x %d x %d",
+                                   o->calib, cal.n_layers, cal.n_kv_heads, cal.head_dim, r->L,
+                                   r->KV, cfg->head_dim);
             sfi_policy_calib_free(&cal);
         }
         if (!st)
-            st = sfi_io_read(o->calib, (size_t)64 << 20, "policy calibration", &calib_text, &n,
-                             err);
+            st =
+                sfi_io_read(o->calib, (size_t)64 << 20, "policy calibration", &calib_text, &n, err);
     }
     if (!st && !(r->topm_layer = calloc(L ? L : 1, 1)))
         st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", o->path);
     if (!st && !o->layers)
         memset(r->topm_layer, 1, L);
     else if (!st && !parse_layers(o->layers, r->topm_layer, r->L))
-        st = sfi_error_set(err, SFI_EINVAL, "--trace-layers: '%s' is not a list of layers in "
-                           "[0, %d)", o->layers, r->L);
+        st = sfi_error_set(err, SFI_EINVAL,
+                           "--trace-layers: '%s' is not a list of layers in "
+                           "[0, %d)",
+                           o->layers, r->L);
     if (st) {
         free(calib_text);
         rec_free(r);
@@ -464,9 +478,10 @@ static sfi_status on_prefill(void *user, const sfi_decode_prefill_info *info, sf
 {
     sfi_recorder *r = user;
     if (info->n_layers != r->L || info->n_heads != r->H || info->n_kv_heads != r->KV)
-        return sfi_error_set(err, SFI_EINVAL, "trace recorder: model shape %dx%dx%d differs from "
-                             "the trace's %dx%dx%d", info->n_layers, info->n_heads,
-                             info->n_kv_heads, r->L, r->H, r->KV);
+        return sfi_error_set(err, SFI_EINVAL,
+                             "trace recorder: model shape %dx%dx%d differs from "
+                             "the trace's %dx%dx%d",
+                             info->n_layers, info->n_heads, info->n_kv_heads, r->L, r->H, r->KV);
     sfi_status st = sfi_trace_add_request(r->w, info->prompt, info->n_prompt, &r->req, err);
     if (st)
         return st;
@@ -492,10 +507,11 @@ static sfi_status on_slow_layer(void *user, const sfi_decode_slow_layer_info *in
          * the Selector (only recorded layers read it, so nothing else). */
         return SFI_OK;
     }
-    if (l < 0 || l >= r->L || info->n_kv_heads != r->KV || info->K != r->K ||
-        info->n_heads != r->H)
-        return sfi_error_set(err, SFI_EINVAL, "trace recorder: slow-layer record of layer %d "
-                             "has an unexpected shape", l);
+    if (l < 0 || l >= r->L || info->n_kv_heads != r->KV || info->K != r->K || info->n_heads != r->H)
+        return sfi_error_set(err, SFI_EINVAL,
+                             "trace recorder: slow-layer record of layer %d "
+                             "has an unexpected shape",
+                             l);
     int G = r->H / r->KV;
     for (int h = 0; h < r->KV; h++) {
         int n = info->n_selected[h];
@@ -529,8 +545,10 @@ static sfi_status on_attention(void *user, const sfi_decode_attention_info *info
     sfi_recorder *r = user;
     int l = info->layer, n = info->n_ctx;
     if (l < 0 || l >= r->L || info->n_heads != r->H || n < 1)
-        return sfi_error_set(err, SFI_EINVAL, "trace recorder: attention record of layer %d has "
-                             "an unexpected shape", l);
+        return sfi_error_set(err, SFI_EINVAL,
+                             "trace recorder: attention record of layer %d has "
+                             "an unexpected shape",
+                             l);
     if (r->level >= SFI_TRACE_FULL && r->topm_layer[l]) {
         if (r->sortcap < (size_t)n) {
             struct pp *nb = realloc(r->sortbuf, (size_t)n * sizeof *nb);
@@ -591,8 +609,10 @@ static sfi_status colsum_fit(sfi_recorder *r, int n, sfi_error *err)
         cap *= 2;
     float *c = calloc((size_t)r->L * r->H * cap, sizeof(float));
     if (!c)
-        return sfi_error_set(err, SFI_ENOMEM, "trace recorder: out of memory for %d prompt "
-                             "positions", n);
+        return sfi_error_set(err, SFI_ENOMEM,
+                             "trace recorder: out of memory for %d prompt "
+                             "positions",
+                             n);
     for (size_t i = 0; r->colsum && i < (size_t)r->L * r->H; i++)
         memcpy(c + i * cap, r->colsum + i * r->col_cap, sizeof(float) * (size_t)r->col_cap);
     free(r->colsum);
@@ -648,7 +668,8 @@ static sfi_status on_qk(void *user, const sfi_decode_qk_info *info, sfi_error *e
         sfi_policy_colsum_add(&sh, info->q, info->k, info->n_ctx,
                               r->colsum + (size_t)l * r->H * r->col_cap, r->col_cap);
         memcpy(r->tail + ((size_t)l * SFI_RECORDER_QK_TAIL +
-                          (size_t)(info->position % SFI_RECORDER_QK_TAIL)) * qd,
+                          (size_t)(info->position % SFI_RECORDER_QK_TAIL)) *
+                             qd,
                info->q, qd * sizeof(float));
         if (info->step == 0)
             r->n_prompt = info->n_ctx;
@@ -667,13 +688,15 @@ static sfi_status write_prompt_qk(sfi_recorder *r, sfi_error *err)
     size_t qd = (size_t)r->H * r->D;
     float *m = malloc(sizeof(float) * (size_t)W * qd);
     float *a = malloc(sizeof(float) * (size_t)r->H * (n > 0 ? n : 1));
-    sfi_status st = m && a ? SFI_OK : sfi_error_set(err, SFI_ENOMEM, "trace recorder: out of memory");
+    sfi_status st =
+        m && a ? SFI_OK : sfi_error_set(err, SFI_ENOMEM, "trace recorder: out of memory");
     for (int l = 0; !st && l < r->L; l++) {
         for (int w = 0; w < W; w++) {
             int pos = n - W + w;
             memcpy(m + (size_t)w * qd,
-                   r->tail + ((size_t)l * SFI_RECORDER_QK_TAIL +
-                              (size_t)(pos % SFI_RECORDER_QK_TAIL)) * qd,
+                   r->tail +
+                       ((size_t)l * SFI_RECORDER_QK_TAIL + (size_t)(pos % SFI_RECORDER_QK_TAIL)) *
+                           qd,
                    qd * sizeof(float));
         }
         st = sfi_trace_add_snapshot(r->w, r->req, 0, l, 'q', W * r->H, r->D, m, err);
@@ -728,7 +751,8 @@ static sfi_status on_step(void *user, const sfi_decode_step_info *info, sfi_erro
     }
     if (!st && r->qk && info->step == 0) {
         if (r->n_prompt != info->n_ctx)
-            return sfi_error_set(err, SFI_EINVAL, "trace recorder: --trace-qk saw a prompt of %d "
+            return sfi_error_set(err, SFI_EINVAL,
+                                 "trace recorder: --trace-qk saw a prompt of %d "
                                  "positions, step 0 has %d (a shared prefix is not observed)",
                                  r->n_prompt, info->n_ctx);
         st = write_prompt_qk(r, err);

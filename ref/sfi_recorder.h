@@ -29,18 +29,18 @@
 #include "sfi_trace.h"
 
 typedef struct {
-    const char *path;       /* --trace OUT.db; NULL: record nothing */
-    sfi_trace_level level;  /* --trace-level (default tokens) */
-    int top_m;              /* --trace-top-m (default 4096) */
-    const char *layers;     /* --trace-layers: comma-separated layers whose
+    const char *path;          /* --trace OUT.db; NULL: record nothing */
+    sfi_trace_level level;     /* --trace-level (default tokens) */
+    int top_m;                 /* --trace-top-m (default 4096) */
+    const char *layers;        /* --trace-layers: comma-separated layers whose
                                per-layer records (summary and full levels) are
                                kept (NULL: all); size control */
-    int qk;                 /* --trace-qk (1): query and key snapshots (full);
+    int qk;                    /* --trace-qk (1): query and key snapshots (full);
                                --trace-qkv (2): and values */
-    const char *calib;      /* --trace-calib FILE: meta peer_calibration */
+    const char *calib;         /* --trace-calib FILE: meta peer_calibration */
     const char *tokenizer_dir; /* --tokenizer DIR, named in meta tokenizer with its
                                   files' SHA-256 (NULL: the model directory) */
-    unsigned given;         /* SFI_RECORDER_GIVEN_* bits: options set */
+    unsigned given;            /* SFI_RECORDER_GIVEN_* bits: options set */
 } sfi_recorder_opts;
 
 /* Prompt queries kept in step 0's query snapshot under --trace-qk: what

@@ -20,8 +20,8 @@
  * most max + 1 bytes of content (one byte past the limit tells "too large"
  * from "exactly the limit") plus the terminating NUL. hint: the size the
  * file claims (0 when unknown), the first allocation. */
-static sfi_status read_all(FILE *f, const char *name, size_t max, const char *what,
-                           size_t hint, char **out, size_t *len, sfi_error *err)
+static sfi_status read_all(FILE *f, const char *name, size_t max, const char *what, size_t hint,
+                           char **out, size_t *len, sfi_error *err)
 {
     size_t alloc = hint ? (hint < max ? hint : max) + 2 : (max < 65536 ? max + 2 : 65536);
     size_t n = 0;
@@ -54,8 +54,8 @@ static sfi_status read_all(FILE *f, const char *name, size_t max, const char *wh
     }
     if (n > max) {
         free(buf);
-        return sfi_error_set(err, SFI_ERANGE, "%s: more than %zu bytes is too large for %s",
-                             name, max, what);
+        return sfi_error_set(err, SFI_ERANGE, "%s: more than %zu bytes is too large for %s", name,
+                             max, what);
     }
     buf[n] = '\0';
     *out = buf;
@@ -63,8 +63,8 @@ static sfi_status read_all(FILE *f, const char *name, size_t max, const char *wh
     return SFI_OK;
 }
 
-sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **out,
-                       size_t *len, sfi_error *err)
+sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **out, size_t *len,
+                       sfi_error *err)
 {
     if (!path || !what || !out || !len)
         return sfi_error_set(err, SFI_EINVAL, "sfi_io_read: NULL argument");
@@ -75,8 +75,8 @@ sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **ou
      * or process substitution with a writer is read whole). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
-        return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO,
-                             "%s: cannot open: %s", path, strerror(errno));
+        return sfi_error_set(err, errno == ENOENT ? SFI_ENOTFOUND : SFI_EIO, "%s: cannot open: %s",
+                             path, strerror(errno));
     int fl = fcntl(fd, F_GETFL);
     if (fl != -1)
         (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -110,8 +110,8 @@ sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **ou
     return st;
 }
 
-sfi_status sfi_io_read_stream(FILE *f, const char *name, size_t max, const char *what,
-                              char **out, size_t *len, sfi_error *err)
+sfi_status sfi_io_read_stream(FILE *f, const char *name, size_t max, const char *what, char **out,
+                              size_t *len, sfi_error *err)
 {
     if (!f || !name || !what || !out || !len)
         return sfi_error_set(err, SFI_EINVAL, "sfi_io_read_stream: NULL argument");
@@ -179,9 +179,9 @@ void sfi_io_cleanup_on_signals(void)
 }
 
 struct sfi_out {
-    char *path;   /* as the caller named it, for messages */
-    char *dest;   /* the regular file to replace (a symlink's target) */
-    char *tmp;    /* NULL when written through */
+    char *path; /* as the caller named it, for messages */
+    char *dest; /* the regular file to replace (a symlink's target) */
+    char *tmp;  /* NULL when written through */
     int slot;
     FILE *f;
 };
@@ -228,8 +228,10 @@ static sfi_status out_target(const char *path, char **dest, int *through, mode_t
         /* Follow the link: replace the file it names, keep the link. */
         if (!(d = realpath(path, NULL)))
             return errno == ENOENT
-                       ? sfi_error_set(err, SFI_EIO, "%s: a dangling symbolic link; not "
-                                       "writing through it", path)
+                       ? sfi_error_set(err, SFI_EIO,
+                                       "%s: a dangling symbolic link; not "
+                                       "writing through it",
+                                       path)
                        : sfi_error_set(err, SFI_EIO, "%s: cannot follow the symbolic link: %s",
                                        path, strerror(errno));
         if (stat(d, &sb) != 0) {

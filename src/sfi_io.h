@@ -35,12 +35,12 @@
  * large for a WHAT (limit MAX)"), a directory SFI_EIO ("PATH: is a
  * directory, not a WHAT"), a missing file SFI_ENOTFOUND. An empty file is
  * returned as such (*len = 0): the caller decides. */
-sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **out,
-                       size_t *len, sfi_error *err);
+sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **out, size_t *len,
+                       sfi_error *err);
 
 /* The same from an open stream (e.g. stdin); name is used in messages. */
-sfi_status sfi_io_read_stream(FILE *f, const char *name, size_t max, const char *what,
-                              char **out, size_t *len, sfi_error *err);
+sfi_status sfi_io_read_stream(FILE *f, const char *name, size_t max, const char *what, char **out,
+                              size_t *len, sfi_error *err);
 
 /* An output file being written (see the rule above). */
 typedef struct sfi_out sfi_out;

@@ -84,8 +84,8 @@ static const char *schema_sql =
     " layer INTEGER NOT NULL, kind TEXT NOT NULL, rows INTEGER NOT NULL,"
     " cols INTEGER NOT NULL, data BLOB NOT NULL, UNIQUE(request, step, layer, kind));";
 
-static const char *const table_names[] = {"meta", "requests", "steps", "selections",
-                                          "fast_mass", "topm", "snapshots"};
+static const char *const table_names[] = {"meta",      "requests", "steps",    "selections",
+                                          "fast_mass", "topm",     "snapshots"};
 #define N_TABLES (sizeof table_names / sizeof table_names[0])
 
 static int is_little_endian(void)
@@ -102,7 +102,10 @@ static void swap32(void *p, size_t n)
     uint8_t *b = p;
     for (size_t i = 0; i < n; i++, b += 4) {
         uint8_t t0 = b[0], t1 = b[1];
-        b[0] = b[3]; b[1] = b[2]; b[2] = t1; b[3] = t0;
+        b[0] = b[3];
+        b[1] = b[2];
+        b[2] = t1;
+        b[3] = t0;
     }
 }
 
@@ -148,13 +151,16 @@ static sfi_status topm_contents(const char *path, const char *where, const int32
     double sum = tail;
     for (int64_t i = 0; i < n; i++) {
         if (pos[i] < 0 || pos[i] >= ctx || !(prob[i] >= 0.0f && prob[i] <= 1.0f))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: entry %lld (position %d, prob %g) "
-                                 "outside [0, ctx_len %lld) x [0,1]", path, where, (long long)i,
-                                 pos[i], (double)prob[i], (long long)ctx);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: %s: entry %lld (position %d, prob %g) "
+                                 "outside [0, ctx_len %lld) x [0,1]",
+                                 path, where, (long long)i, pos[i], (double)prob[i],
+                                 (long long)ctx);
         if (i && (prob[i] > prob[i - 1] || (prob[i] == prob[i - 1] && pos[i] < pos[i - 1])))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %s is not in descending probability "
-                                 "order (ties by ascending position) at entry %lld", path, where,
-                                 (long long)i);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: %s is not in descending probability "
+                                 "order (ties by ascending position) at entry %lld",
+                                 path, where, (long long)i);
         sum += prob[i];
     }
     if (fabs(sum - 1.0) > 1e-3)
@@ -183,11 +189,15 @@ static sfi_status selection_contents(const char *path, const char *where, const 
 {
     for (int64_t i = 0; i < n; i++) {
         if (sel[i] < 0 || (i && sel[i] <= sel[i - 1]))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %s is not ascending non-negative "
-                                 "positions", path, where);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: %s is not ascending non-negative "
+                                 "positions",
+                                 path, where);
         if (sel[i] >= ctx)
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %s: position %d is not inside the step's "
-                                 "context of %lld", path, where, sel[i], (long long)ctx);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: %s: position %d is not inside the step's "
+                                 "context of %lld",
+                                 path, where, sel[i], (long long)ctx);
     }
     return SFI_OK;
 }
@@ -213,21 +223,21 @@ struct sfi_trace_writer {
     char *path;
     sfi_trace_meta meta;
     int commit_every;
-    int pending;          /* steps in the open transaction */
-    step_row buf[BATCH];  /* steps not yet handed to SQLite */
+    int pending;         /* steps in the open transaction */
+    step_row buf[BATCH]; /* steps not yet handed to SQLite */
     int n_buf;
     int in_txn;
-    int failed;           /* a previous call failed: refuse further writes */
+    int failed; /* a previous call failed: refuse further writes */
     sqlite3_stmt *st[ST_COUNT];
     int64_t n_requests;
-    int64_t *next_step;   /* [n_requests] */
-    uint8_t *dirty;       /* [n_requests]: n_steps to update at commit */
-    int32_t *n_prompt;    /* [n_requests] */
-    int32_t *ctx0;        /* [n_requests]: ctx_len of step 0 (step s has ctx0 + s) */
+    int64_t *next_step; /* [n_requests] */
+    uint8_t *dirty;     /* [n_requests]: n_steps to update at commit */
+    int32_t *n_prompt;  /* [n_requests] */
+    int32_t *ctx0;      /* [n_requests]: ctx_len of step 0 (step s has ctx0 + s) */
     int64_t cap_requests;
-    void *scratch;        /* byte-swapping buffer on big-endian hosts */
+    void *scratch; /* byte-swapping buffer on big-endian hosts */
     size_t scratch_cap;
-    int lock_fd;          /* holds flock(LOCK_EX) on the file while we write it;
+    int lock_fd; /* holds flock(LOCK_EX) on the file while we write it;
                              closed only after the SQLite connection (closing
                              any descriptor of a file drops the process's
                              POSIX locks on it, SQLite's included) */
@@ -376,15 +386,20 @@ static sfi_status meta_text(const char *path, const char *key, const char *v, sf
     const unsigned char *u = (const unsigned char *)v;
     for (size_t i = 0; u[i];) {
         unsigned c = u[i];
-        size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
-                 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        size_t n = c < 0x80             ? 1
+                   : (c & 0xe0) == 0xc0 ? 2
+                   : (c & 0xf0) == 0xe0 ? 3
+                   : (c & 0xf8) == 0xf0 ? 4
+                                        : 0;
         int bad = n == 0 || (n == 1 && (c < 0x20 || c == 0x7f)) || (n == 2 && c < 0xc2) ||
                   (n == 4 && c > 0xf4);
         for (size_t k = 1; !bad && k < n; k++)
             bad = (u[i + k] & 0xc0) != 0x80;
         if (bad)
-            return sfi_error_set(err, SFI_EFORMAT, "%s: meta %s: byte %zu is a control "
-                                 "character or not UTF-8", path, key, i);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: meta %s: byte %zu is a control "
+                                 "character or not UTF-8",
+                                 path, key, i);
         i += n;
     }
     return SFI_OK;
@@ -404,9 +419,10 @@ static sfi_status meta_strings(const char *path, const sfi_trace_meta *m, sfi_er
         return st;
     sfi_trigger_kind tk;
     if (*policy && strcmp(policy, "dense") && sfi_trigger_policy_parse(policy, &tk, NULL) != SFI_OK)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta policy '%.40s' is not a trigger policy "
-                             "(sfi, tmax, boundary, interval, always, never) or dense", path,
-                             policy);
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: meta policy '%.40s' is not a trigger policy "
+                             "(sfi, tmax, boundary, interval, always, never) or dense",
+                             path, policy);
     const char *mcj = m->model_config_json && *m->model_config_json ? m->model_config_json : "{}";
     json_error_t je;
     json_t *mc = json_loads(mcj, JSON_REJECT_DUPLICATES, &je);
@@ -437,9 +453,8 @@ static sfi_status check_meta_for_write(const char *path, const sfi_trace_meta *m
         m->top_m > SFI_TRACE_MAX_TOP_M)
         return sfi_error_set(err, SFI_ERANGE, "%s: model shape beyond the trace limits", path);
     if (m->level >= SFI_TRACE_SUMMARY && (m->n_layers < 1 || m->n_kv_heads < 1 || m->n_heads < 1))
-        return sfi_error_set(err, SFI_EINVAL,
-                             "%s: level %s needs n_layers, n_heads and n_kv_heads", path,
-                             sfi_trace_level_name(m->level));
+        return sfi_error_set(err, SFI_EINVAL, "%s: level %s needs n_layers, n_heads and n_kv_heads",
+                             path, sfi_trace_level_name(m->level));
     if (m->n_heads > 0 && m->n_kv_heads > 0 && m->n_heads % m->n_kv_heads)
         return sfi_error_set(err, SFI_EINVAL, "%s: n_heads %d is not a multiple of n_kv_heads %d",
                              path, m->n_heads, m->n_kv_heads);
@@ -484,8 +499,10 @@ static sfi_status replaceable(const char *shown, const char *path, sfi_error *er
         int e = errno;
         close(fd);
         return e == EWOULDBLOCK
-                   ? sfi_error_set(err, SFI_EIO, "%s: locked: another sfi process is recording "
-                                   "this trace; not replacing it", shown)
+                   ? sfi_error_set(err, SFI_EIO,
+                                   "%s: locked: another sfi process is recording "
+                                   "this trace; not replacing it",
+                                   shown)
                    : sfi_error_set(err, SFI_EIO, "%s: cannot lock: %s", shown, strerror(e));
     }
     unsigned char hdr[16];
@@ -496,8 +513,10 @@ static sfi_status replaceable(const char *shown, const char *path, sfi_error *er
     } else if (n == 0) {
         /* An empty file holds nothing to lose. */
     } else if (n < (ssize_t)sizeof hdr || memcmp(hdr, "SQLite format 3", 16)) {
-        st = sfi_error_set(err, SFI_EIO, "%s: exists and is not an sfi trace; not replacing it "
-                           "(remove it or choose another name)", shown);
+        st = sfi_error_set(err, SFI_EIO,
+                           "%s: exists and is not an sfi trace; not replacing it "
+                           "(remove it or choose another name)",
+                           shown);
     } else {
         /* An SQLite file: an sfi trace (application_id, also when it still
          * sits in the WAL), and not under another program's lock. */
@@ -520,14 +539,20 @@ static sfi_status replaceable(const char *shown, const char *path, sfi_error *er
         if (rc == SQLITE_OK && id == SFI_TRACE_APPLICATION_ID)
             rc = sqlite3_exec(db, "BEGIN EXCLUSIVE; ROLLBACK;", NULL, NULL, NULL);
         if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
-            st = sfi_error_set(err, SFI_EIO, "%s: locked by another program (database is "
-                               "locked); not replacing it", shown);
+            st = sfi_error_set(err, SFI_EIO,
+                               "%s: locked by another program (database is "
+                               "locked); not replacing it",
+                               shown);
         else if (rc != SQLITE_OK)
-            st = sfi_error_set(err, SFI_EIO, "%s: exists and cannot be read as an sfi trace "
-                               "(%s); not replacing it", shown, sqlite3_errstr(rc));
+            st = sfi_error_set(err, SFI_EIO,
+                               "%s: exists and cannot be read as an sfi trace "
+                               "(%s); not replacing it",
+                               shown, sqlite3_errstr(rc));
         else if (id != SFI_TRACE_APPLICATION_ID)
-            st = sfi_error_set(err, SFI_EIO, "%s: an SQLite database that is not an sfi "
-                               "trace; not replacing it", shown);
+            st = sfi_error_set(err, SFI_EIO,
+                               "%s: an SQLite database that is not an sfi "
+                               "trace; not replacing it",
+                               shown);
         sqlite3_close(db);
     }
     close(fd); /* after SQLite's connection: see lock_fd */
@@ -536,8 +561,8 @@ static sfi_status replaceable(const char *shown, const char *path, sfi_error *er
 
 /* Resolves a symbolic link (the trace replaces the file it names; the link
  * stays) and applies the rule of sfi_trace_replaceable. *real: malloc'd. */
-static sfi_status target_of(const char *path, int must_be_absent, char **real,
-                            int *exists, sfi_error *err)
+static sfi_status target_of(const char *path, int must_be_absent, char **real, int *exists,
+                            sfi_error *err)
 {
     *real = NULL;
     *exists = 0;
@@ -552,8 +577,10 @@ static sfi_status target_of(const char *path, int must_be_absent, char **real,
     if (S_ISLNK(sb.st_mode)) {
         if (!(*real = realpath(path, NULL)))
             return errno == ENOENT
-                       ? sfi_error_set(err, SFI_EIO, "%s: a dangling symbolic link; not "
-                                       "writing a trace through it", path)
+                       ? sfi_error_set(err, SFI_EIO,
+                                       "%s: a dangling symbolic link; not "
+                                       "writing a trace through it",
+                                       path)
                        : sfi_error_set(err, SFI_EIO, "%s: cannot follow the symbolic link: %s",
                                        path, strerror(errno));
         if (stat(*real, &sb) != 0) {
@@ -570,9 +597,10 @@ static sfi_status target_of(const char *path, int must_be_absent, char **real,
     if (must_be_absent)
         st = sfi_error_set(err, SFI_EIO, "%s: exists (not overwriting a trace)", path);
     else if (!S_ISREG(sb.st_mode))
-        st = sfi_error_set(err, SFI_EIO, "%s: exists and is not a regular file; a trace is "
-                           "an SQLite database and cannot be written %s", path,
-                           S_ISDIR(sb.st_mode) ? "over a directory" : "to a device or FIFO");
+        st = sfi_error_set(err, SFI_EIO,
+                           "%s: exists and is not a regular file; a trace is "
+                           "an SQLite database and cannot be written %s",
+                           path, S_ISDIR(sb.st_mode) ? "over a directory" : "to a device or FIFO");
     else
         st = replaceable(path, *real, err);
     if (st) {
@@ -620,7 +648,8 @@ sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta, unsign
     w->meta.tool = w->meta.tool_version = w->meta.model_config_json = NULL;
     w->meta.tokenizer = w->meta.params_json = w->meta.policy = NULL;
     w->commit_every = commit_every ? commit_every : 4096;
-    if (sqlite3_open_v2(real, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXCLUSIVE,
+    if (sqlite3_open_v2(real, &w->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXCLUSIVE,
                         NULL) != SQLITE_OK) {
         st = sfi_error_set(err, SFI_EIO, "%s: cannot create: %s", path,
                            w->db ? sqlite3_errmsg(w->db) : "out of memory");
@@ -631,8 +660,8 @@ sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta, unsign
     /* Ours until the writer closes: see replaceable(). */
     w->lock_fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (w->lock_fd < 0 || flock(w->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        st = sfi_error_set(err, SFI_EIO, "%s: cannot lock the new trace: %s", path,
-                           strerror(errno));
+        st =
+            sfi_error_set(err, SFI_EIO, "%s: cannot lock the new trace: %s", path, strerror(errno));
         goto fail;
     }
     /* application_id before WAL mode: it then sits in the file's header
@@ -655,22 +684,23 @@ sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta, unsign
         (st = put_meta(w, "tool", meta->tool, err)) ||
         (st = put_meta(w, "tool_version", meta->tool_version, err)) ||
         (st = put_meta(w, "model_config",
-                       meta->model_config_json && *meta->model_config_json ? meta->model_config_json : "{}",
+                       meta->model_config_json && *meta->model_config_json ? meta->model_config_json
+                                                                           : "{}",
                        err)) ||
         (st = put_meta(w, "tokenizer", meta->tokenizer, err)) ||
-        (st = put_meta(w, "params", meta->params_json && *meta->params_json ? meta->params_json : "{}",
-                       err)) ||
+        (st = put_meta(w, "params",
+                       meta->params_json && *meta->params_json ? meta->params_json : "{}", err)) ||
         (st = put_meta(w, "policy", meta->policy, err)) ||
         (st = put_meta(w, "level", sfi_trace_level_name(meta->level), err)) ||
-        (st = put_meta(w, "created", created, err)) ||
-        (st = put_meta(w, "complete", "0", err)) ||
+        (st = put_meta(w, "created", created, err)) || (st = put_meta(w, "complete", "0", err)) ||
         (st = put_meta_int(w, "n_vocab", meta->n_vocab, err)) ||
         (st = put_meta_int(w, "n_layers", meta->n_layers, err)) ||
         (st = put_meta_int(w, "n_heads", meta->n_heads, err)) ||
         (st = put_meta_int(w, "n_kv_heads", meta->n_kv_heads, err)) ||
         (st = put_meta_int(w, "head_dim", meta->head_dim, err)) ||
         (st = put_meta_int(w, "top_m", meta->top_m, err)) ||
-        (st = put_meta(w, "topm_heads", meta->topm_heads == SFI_TRACE_HEADS_KV ? "kv" : "query", err)))
+        (st = put_meta(w, "topm_heads", meta->topm_heads == SFI_TRACE_HEADS_KV ? "kv" : "query",
+                       err)))
         goto fail;
     char uv[64];
     snprintf(uv, sizeof uv, "PRAGMA user_version=%d;", SFI_TRACE_SCHEMA_MAJOR);
@@ -805,9 +835,10 @@ static sfi_status check_step_args(sfi_trace_writer *w, int64_t req, int64_t step
         return sfi_error_set(err, SFI_EINVAL, "%s: step %lld: ctx_len %d < 1", w->path,
                              (long long)step, ctx_len);
     if (!step_ctx_follows(w->n_prompt[req], step ? w->ctx0[req] : ctx_len, step, ctx_len))
-        return sfi_error_set(err, SFI_EINVAL, "%s: request %lld step %lld: ctx_len %d does not "
-                             "follow prompt %d + one per step", w->path, (long long)req,
-                             (long long)step, ctx_len, w->n_prompt[req]);
+        return sfi_error_set(err, SFI_EINVAL,
+                             "%s: request %lld step %lld: ctx_len %d does not "
+                             "follow prompt %d + one per step",
+                             w->path, (long long)req, (long long)step, ctx_len, w->n_prompt[req]);
     if (token < 0 || (w->meta.n_vocab > 0 && token >= w->meta.n_vocab))
         return sfi_error_set(err, SFI_ERANGE, "%s: step %lld: token %d outside [0, %d)", w->path,
                              (long long)step, token, w->meta.n_vocab);
@@ -864,7 +895,8 @@ sfi_status sfi_trace_append_steps(sfi_trace_writer *w, int64_t req, int64_t firs
     for (int64_t i = 0; i < n; i++) {
         if ((st = check_step_args(w, req, first_step + i, ctx_len[i], token[i], kind[i], reason[i],
                                   err)) ||
-            (st = insert_step(w, req, first_step + i, ctx_len[i], token[i], kind[i], reason[i], err)))
+            (st = insert_step(w, req, first_step + i, ctx_len[i], token[i], kind[i], reason[i],
+                              err)))
             return st;
     }
     return SFI_OK;
@@ -897,14 +929,16 @@ sfi_status sfi_trace_add_selection(sfi_trace_writer *w, int64_t req, int64_t ste
                                  w->meta.n_kv_heads, err);
     if (st)
         return st;
-    if (n_selected < 0 || n_selected > SFI_TRACE_MAX_TOKENS_PER_REQUEST || (n_selected && !selected))
+    if (n_selected < 0 || n_selected > SFI_TRACE_MAX_TOKENS_PER_REQUEST ||
+        (n_selected && !selected))
         return sfi_error_set(err, SFI_EINVAL, "%s: selection size %d", w->path, n_selected);
     char where[160];
     snprintf(where, sizeof where, "selection of request %lld step %lld layer %d head %d",
              (long long)req, (long long)step, layer, kv_head);
     if ((st = selection_contents(w->path, where, selected, n_selected, w->ctx0[req] + step, err)))
         return err ? (err->code = SFI_EINVAL) : SFI_EINVAL;
-    if (!(captured_mass >= 0.0f && captured_mass <= 1.0f + 1e-3f) || !(lambda >= 0.0f && lambda <= 1.0f))
+    if (!(captured_mass >= 0.0f && captured_mass <= 1.0f + 1e-3f) ||
+        !(lambda >= 0.0f && lambda <= 1.0f))
         return sfi_error_set(err, SFI_ERANGE, "%s: selection mass %g or lambda %g outside [0,1]",
                              w->path, (double)captured_mass, (double)lambda);
     const void *blob = n_selected ? le32(w, selected, (size_t)n_selected) : "";
@@ -932,7 +966,8 @@ sfi_status sfi_trace_add_fast_mass(sfi_trace_writer *w, int64_t req, int64_t ste
     if (st)
         return st;
     if (!(mass >= 0.0f && mass <= 1.0f + 1e-3f))
-        return sfi_error_set(err, SFI_ERANGE, "%s: fast mass %g outside [0,1]", w->path, (double)mass);
+        return sfi_error_set(err, SFI_ERANGE, "%s: fast mass %g outside [0,1]", w->path,
+                             (double)mass);
     sqlite3_stmt *s = w->st[ST_FAST];
     sqlite3_bind_int64(s, 1, req);
     sqlite3_bind_int64(s, 2, step);
@@ -956,8 +991,8 @@ sfi_status sfi_trace_add_topm(sfi_trace_writer *w, int64_t req, int64_t step, in
         return sfi_error_set(err, SFI_EINVAL, "%s: top-M count %d outside [0, %d]", w->path, m,
                              w->meta.top_m);
     char where[160];
-    snprintf(where, sizeof where, "topm of request %lld step %lld layer %d head %d",
-             (long long)req, (long long)step, layer, head);
+    snprintf(where, sizeof where, "topm of request %lld step %lld layer %d head %d", (long long)req,
+             (long long)step, layer, head);
     if ((st = topm_contents(w->path, where, pos, prob, m, tail_mass, w->ctx0[req] + step, err)))
         return err ? (err->code = SFI_ERANGE) : SFI_ERANGE;
     sqlite3_stmt *s = w->st[ST_TOPM];
@@ -990,8 +1025,8 @@ sfi_status sfi_trace_add_snapshot(sfi_trace_writer *w, int64_t req, int64_t step
     if (st)
         return st;
     if (kind != 'q' && kind != 'k' && kind != 'v' && kind != 'a')
-        return sfi_error_set(err, SFI_EINVAL, "%s: snapshot kind '%c' is not q, k, v or a",
-                             w->path, kind);
+        return sfi_error_set(err, SFI_EINVAL, "%s: snapshot kind '%c' is not q, k, v or a", w->path,
+                             kind);
     if (rows < 1 || cols < 1 || (int64_t)rows * cols > INT32_MAX / 4 || !data)
         return sfi_error_set(err, SFI_EINVAL, "%s: snapshot shape %d x %d", w->path, rows, cols);
     size_t n = (size_t)rows * (size_t)cols;
@@ -1016,9 +1051,9 @@ sfi_status sfi_trace_put_meta(sfi_trace_writer *w, const char *key, const char *
                               sfi_error *err)
 {
     static const char *const reserved[] = {
-        "schema_version", "tool", "tool_version", "model_config", "tokenizer", "params",
-        "policy", "level", "created", "complete", "n_vocab", "n_layers", "n_heads",
-        "n_kv_heads", "head_dim", "top_m", "topm_heads"};
+        "schema_version", "tool",       "tool_version", "model_config", "tokenizer", "params",
+        "policy",         "level",      "created",      "complete",     "n_vocab",   "n_layers",
+        "n_heads",        "n_kv_heads", "head_dim",     "top_m",        "topm_heads"};
     sfi_status st = wcheck(w, err);
     if (st)
         return st;
@@ -1099,8 +1134,10 @@ static sfi_status rsql(sfi_trace *t, sfi_error *err, const char *what)
     /* Say what the user can do: a lock and a missing permission are not
      * damage to the file. */
     if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
-        return sfi_error_set(err, SFI_EIO, "%s: %s: %s (another program holds it locked; try "
-                             "again when it is done)", t->path, what, msg);
+        return sfi_error_set(err, SFI_EIO,
+                             "%s: %s: %s (another program holds it locked; try "
+                             "again when it is done)",
+                             t->path, what, msg);
     if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY || code == SQLITE_PERM ||
         code == SQLITE_AUTH) {
         size_t n = strlen(t->path) + 5;
@@ -1112,10 +1149,12 @@ static sfi_status rsql(sfi_trace *t, sfi_error *err, const char *what)
             free(wal);
         }
         if (has_wal)
-            return sfi_error_set(err, SFI_EIO, "%s: %s: %s (the trace has a -wal file, left by "
+            return sfi_error_set(err, SFI_EIO,
+                                 "%s: %s: %s (the trace has a -wal file, left by "
                                  "a writer that did not finish: reading it needs a writable "
                                  "directory for SQLite's -shm file; copy the trace and its -wal "
-                                 "file somewhere writable)", t->path, what, msg);
+                                 "file somewhere writable)",
+                                 t->path, what, msg);
         return sfi_error_set(err, SFI_EIO, "%s: %s: %s", t->path, what, msg);
     }
     if (code == SQLITE_IOERR || code == SQLITE_NOMEM || code == SQLITE_FULL)
@@ -1155,8 +1194,9 @@ static sfi_status meta_int(sfi_trace *t, const char *key, const char *v, long lo
     errno = 0;
     long x = strtol(v, &end, 10);
     if (!*v || *end || errno || x < lo || x > hi)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta %s: '%.40s' is not an integer in [%ld, %ld]",
-                             t->path, key, v, lo, hi);
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: meta %s: '%.40s' is not an integer in [%ld, %ld]", t->path, key,
+                             v, lo, hi);
     *out = (int)x;
     return SFI_OK;
 }
@@ -1165,15 +1205,23 @@ static sfi_status meta_int(sfi_trace *t, const char *key, const char *v, long lo
 static sfi_status meta_created(sfi_trace *t, const char *v, sfi_error *err)
 {
     int Y, M, D, h, m, sec, n = 0;
-    if (strlen(v) != 20 || sscanf(v, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &Y, &M, &D, &h, &m, &sec, &n) != 6 ||
-        n != 20 || M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60 || Y < 1970)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta created '%.40s' is not an ISO 8601 UTC "
-                             "time (YYYY-MM-DDTHH:MM:SSZ)", t->path, v);
+    if (strlen(v) != 20 ||
+        sscanf(v, "%4d-%2d-%2dT%2d:%2d:%2dZ%n", &Y, &M, &D, &h, &m, &sec, &n) != 6 || n != 20 ||
+        M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60 || Y < 1970)
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: meta created '%.40s' is not an ISO 8601 UTC "
+                             "time (YYYY-MM-DDTHH:MM:SSZ)",
+                             t->path, v);
     for (int i = 0; i < 20; i++)
-        if ((i == 4 || i == 7) ? v[i] != '-' : (i == 13 || i == 16) ? v[i] != ':'
-            : i == 10 ? v[i] != 'T' : i == 19 ? v[i] != 'Z' : (v[i] < '0' || v[i] > '9'))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: meta created '%.40s' is not an ISO 8601 "
-                                 "UTC time (YYYY-MM-DDTHH:MM:SSZ)", t->path, v);
+        if ((i == 4 || i == 7)     ? v[i] != '-'
+            : (i == 13 || i == 16) ? v[i] != ':'
+            : i == 10              ? v[i] != 'T'
+            : i == 19              ? v[i] != 'Z'
+                                   : (v[i] < '0' || v[i] > '9'))
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: meta created '%.40s' is not an ISO 8601 "
+                                 "UTC time (YYYY-MM-DDTHH:MM:SSZ)",
+                                 t->path, v);
     return SFI_OK;
 }
 
@@ -1190,9 +1238,10 @@ static sfi_status meta_layers(sfi_trace *t, const char *key, const char *v, sfi_
         long x = strtol(p, &end, 10);
         if (end == p || errno || *p == '-' || *p == '+' || *p == ' ' || x <= prev ||
             x >= t->meta.n_layers || (*end && (*end != ',' || !end[1])))
-            return sfi_error_set(err, SFI_EFORMAT, "%s: meta %s '%.40s' is not \"all\" or "
-                                 "ascending layers in [0, %d) separated by commas", t->path, key,
-                                 v, t->meta.n_layers);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: meta %s '%.40s' is not \"all\" or "
+                                 "ascending layers in [0, %d) separated by commas",
+                                 t->path, key, v, t->meta.n_layers);
         prev = x;
         p = *end ? end + 1 : end;
     }
@@ -1228,11 +1277,11 @@ static sfi_status check_meta_values(sfi_trace *t, sfi_error *err)
 
 static sfi_status read_meta(sfi_trace *t, sfi_error *err)
 {
-    static const char *const str_keys[7] = {"tool", "tool_version", "model_config", "tokenizer",
-                                            "params", "policy", "schema_version"};
-    static const char *const required[] = {"schema_version", "level", "complete", "created",
-                                           "n_vocab", "n_layers", "n_heads", "n_kv_heads",
-                                           "head_dim", "top_m", "topm_heads"};
+    static const char *const str_keys[7] = {"tool",   "tool_version", "model_config",  "tokenizer",
+                                            "params", "policy",       "schema_version"};
+    static const char *const required[] = {"schema_version", "level",    "complete",  "created",
+                                           "n_vocab",        "n_layers", "n_heads",   "n_kv_heads",
+                                           "head_dim",       "top_m",    "topm_heads"};
     int seen_req[sizeof required / sizeof required[0]] = {0};
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(t->db, "SELECT key, value FROM meta", -1, &s, NULL) != SQLITE_OK)
@@ -1263,8 +1312,9 @@ static sfi_status read_meta(sfi_trace *t, sfi_error *err)
         if (!strcmp(k, "level")) {
             sfi_trace_level l = SFI_TRACE_TOKENS;
             if (sfi_trace_level_parse(v, &l, NULL) != SFI_OK)
-                st = sfi_error_set(err, SFI_EFORMAT, "%s: meta level '%.40s' is not tokens, summary or full",
-                                   t->path, v);
+                st = sfi_error_set(err, SFI_EFORMAT,
+                                   "%s: meta level '%.40s' is not tokens, summary or full", t->path,
+                                   v);
             else
                 t->meta.level = l;
         } else if (!strcmp(k, "complete")) {
@@ -1290,8 +1340,8 @@ static sfi_status read_meta(sfi_trace *t, sfi_error *err)
             else if (!strcmp(v, "kv"))
                 t->meta.topm_heads = SFI_TRACE_HEADS_KV;
             else
-                st = sfi_error_set(err, SFI_EFORMAT, "%s: meta topm_heads '%.40s' is not query or kv",
-                                   t->path, v);
+                st = sfi_error_set(err, SFI_EFORMAT,
+                                   "%s: meta topm_heads '%.40s' is not query or kv", t->path, v);
         }
     }
     if (st == SFI_OK && rc != SQLITE_DONE)
@@ -1310,8 +1360,9 @@ static sfi_status read_meta(sfi_trace *t, sfi_error *err)
         return sfi_error_set(err, SFI_EFORMAT, "%s: meta schema_version '%.40s' is not MAJOR.MINOR",
                              t->path, t->strs[6]);
     if (major != SFI_TRACE_SCHEMA_MAJOR)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta schema_version %d.%d disagrees with user_version",
-                             t->path, major, minor);
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: meta schema_version %d.%d disagrees with user_version", t->path,
+                             major, minor);
     t->schema_minor = minor;
     t->meta.tool = t->strs[0] ? t->strs[0] : "";
     t->meta.tool_version = t->strs[1] ? t->strs[1] : "";
@@ -1321,13 +1372,15 @@ static sfi_status read_meta(sfi_trace *t, sfi_error *err)
     t->meta.policy = t->strs[5] ? t->strs[5] : "";
     const sfi_trace_meta *m = &t->meta;
     if (m->level >= SFI_TRACE_SUMMARY && (m->n_layers < 1 || m->n_heads < 1 || m->n_kv_heads < 1))
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta: level %s without the model shape", t->path,
-                             sfi_trace_level_name(m->level));
+        return sfi_error_set(err, SFI_EFORMAT, "%s: meta: level %s without the model shape",
+                             t->path, sfi_trace_level_name(m->level));
     if (m->n_heads > 0 && m->n_kv_heads > 0 && m->n_heads % m->n_kv_heads)
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta: n_heads %d not a multiple of n_kv_heads %d",
-                             t->path, m->n_heads, m->n_kv_heads);
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: meta: n_heads %d not a multiple of n_kv_heads %d", t->path,
+                             m->n_heads, m->n_kv_heads);
     if (m->level == SFI_TRACE_FULL && (m->top_m < 1 || m->head_dim < 1))
-        return sfi_error_set(err, SFI_EFORMAT, "%s: meta: level full without top_m/head_dim", t->path);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: meta: level full without top_m/head_dim",
+                             t->path);
     return check_meta_values(t, err);
 }
 
@@ -1362,9 +1415,11 @@ sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err)
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         int dir = fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode);
         close(fd);
-        return sfi_error_set(err, SFI_EIO, dir ? "%s: is a directory, not an sfi trace"
-                                               : "%s: not a regular file, so not an sfi trace "
-                                                 "(a trace is an SQLite database file)", path);
+        return sfi_error_set(err, SFI_EIO,
+                             dir ? "%s: is a directory, not an sfi trace"
+                                 : "%s: not a regular file, so not an sfi trace "
+                                   "(a trace is an SQLite database file)",
+                             path);
     }
     char hdr[100];
     ssize_t rd = pread(fd, hdr, sizeof hdr, 0);
@@ -1375,7 +1430,8 @@ sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err)
     if (got == 0)
         return sfi_error_set(err, SFI_EFORMAT, "%s: empty file, not an sfi trace", path);
     if (got < sizeof hdr || memcmp(hdr, "SQLite format 3", 16))
-        return sfi_error_set(err, SFI_EFORMAT, "%s: not an SQLite database, so not an sfi trace", path);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: not an SQLite database, so not an sfi trace",
+                             path);
     sfi_trace *t = calloc(1, sizeof *t);
     if (!t || !(t->path = strdup(path))) {
         free(t);
@@ -1415,7 +1471,8 @@ sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err)
     for (size_t i = 0; i < N_TABLES; i++) {
         char sql[128];
         int64_t n = 0;
-        snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'",
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'",
                  table_names[i]);
         if ((st = query_int64(t, sql, &n, err)))
             goto fail;
@@ -1466,10 +1523,11 @@ sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err)
                            "s.step = x.step) FROM selections x "
                            "WHERE x.request = ? AND x.step = ? AND x.layer = ? AND x.kv_head = ?",
                            -1, &t->q_sel, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(t->db,
-                           "SELECT mass FROM fast_mass WHERE request = ? AND step = ? AND layer = ? "
-                           "AND kv_head = ?",
-                           -1, &t->q_fast, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(
+            t->db,
+            "SELECT mass FROM fast_mass WHERE request = ? AND step = ? AND layer = ? "
+            "AND kv_head = ?",
+            -1, &t->q_fast, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(t->db,
                            "SELECT x.m, x.positions, x.probs, x.tail_mass, "
                            "(SELECT s.ctx_len FROM steps s WHERE s.request = x.request AND "
@@ -1490,12 +1548,12 @@ fail:
     return st;
 }
 
-sfi_status sfi_trace_get_meta_value(sfi_trace *t, const char *key, char **value,
-                                    sfi_error *err)
+sfi_status sfi_trace_get_meta_value(sfi_trace *t, const char *key, char **value, sfi_error *err)
 {
     *value = NULL;
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(t->db, "SELECT value FROM meta WHERE key = ?", -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(t->db, "SELECT value FROM meta WHERE key = ?", -1, &s, NULL) !=
+        SQLITE_OK)
         return rsql(t, err, "meta");
     sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
     int rc = sqlite3_step(s);
@@ -1512,17 +1570,50 @@ sfi_status sfi_trace_get_meta_value(sfi_trace *t, const char *key, char **value,
     return st;
 }
 
-const sfi_trace_meta *sfi_trace_get_meta(const sfi_trace *t) { return &t->meta; }
-const char *sfi_trace_path(const sfi_trace *t) { return t->path; }
-int sfi_trace_complete(const sfi_trace *t) { return t->complete; }
-const char *sfi_trace_created(const sfi_trace *t) { return t->created; }
-int sfi_trace_schema_minor(const sfi_trace *t) { return t->schema_minor; }
-int64_t sfi_trace_n_requests(const sfi_trace *t) { return t->n_requests; }
-int64_t sfi_trace_n_steps(const sfi_trace *t) { return t->n_steps; }
-int64_t sfi_trace_n_selections(const sfi_trace *t) { return t->n_sel; }
-int64_t sfi_trace_n_fast_mass(const sfi_trace *t) { return t->n_fast; }
-int64_t sfi_trace_n_topm(const sfi_trace *t) { return t->n_topm; }
-int64_t sfi_trace_n_snapshots(const sfi_trace *t) { return t->n_snap; }
+const sfi_trace_meta *sfi_trace_get_meta(const sfi_trace *t)
+{
+    return &t->meta;
+}
+const char *sfi_trace_path(const sfi_trace *t)
+{
+    return t->path;
+}
+int sfi_trace_complete(const sfi_trace *t)
+{
+    return t->complete;
+}
+const char *sfi_trace_created(const sfi_trace *t)
+{
+    return t->created;
+}
+int sfi_trace_schema_minor(const sfi_trace *t)
+{
+    return t->schema_minor;
+}
+int64_t sfi_trace_n_requests(const sfi_trace *t)
+{
+    return t->n_requests;
+}
+int64_t sfi_trace_n_steps(const sfi_trace *t)
+{
+    return t->n_steps;
+}
+int64_t sfi_trace_n_selections(const sfi_trace *t)
+{
+    return t->n_sel;
+}
+int64_t sfi_trace_n_fast_mass(const sfi_trace *t)
+{
+    return t->n_fast;
+}
+int64_t sfi_trace_n_topm(const sfi_trace *t)
+{
+    return t->n_topm;
+}
+int64_t sfi_trace_n_snapshots(const sfi_trace *t)
+{
+    return t->n_snap;
+}
 
 /* A count the file claims must fit the limit and be storable in the file:
  * every element costs at least `bytes_each` bytes on disk. */
@@ -1542,7 +1633,8 @@ static sfi_status plausible(sfi_trace *t, const char *what, int64_t n, int64_t l
 static sfi_status blob32(sfi_trace *t, sqlite3_stmt *s, int col, int64_t n, void *dst,
                          const char *what, sfi_error *err)
 {
-    if (sqlite3_column_type(s, col) != SQLITE_BLOB && !(n == 0 && sqlite3_column_bytes(s, col) == 0))
+    if (sqlite3_column_type(s, col) != SQLITE_BLOB &&
+        !(n == 0 && sqlite3_column_bytes(s, col) == 0))
         return sfi_error_set(err, SFI_EFORMAT, "%s: %s is not a blob", t->path, what);
     const void *b = sqlite3_column_blob(s, col);
     int64_t bytes = sqlite3_column_bytes(s, col);
@@ -1613,9 +1705,10 @@ sfi_status sfi_trace_read_request(sfi_trace *t, int64_t i, sfi_trace_request *rq
         st = blob32(t, s, 1, np, rq->prompt, "request prompt", err);
     for (int64_t k = 0; !st && k < np; k++)
         if (rq->prompt[k] < 0 || (t->meta.n_vocab > 0 && rq->prompt[k] >= t->meta.n_vocab))
-            st = sfi_error_set(err, SFI_EFORMAT, "%s: request %lld: prompt token %lld = %d outside "
-                               "[0, %d)", t->path, (long long)i, (long long)k, rq->prompt[k],
-                               t->meta.n_vocab);
+            st = sfi_error_set(err, SFI_EFORMAT,
+                               "%s: request %lld: prompt token %lld = %d outside "
+                               "[0, %d)",
+                               t->path, (long long)i, (long long)k, rq->prompt[k], t->meta.n_vocab);
     sqlite3_reset(s);
     if (st) {
         sfi_trace_request_free(rq);
@@ -1675,15 +1768,18 @@ sfi_status sfi_trace_read_steps(sfi_trace *t, int64_t req, sfi_trace_steps *out,
         int64_t step, ctx, tok, kind, reason;
         if (!col_int(s, 0, &step) || !col_int(s, 1, &ctx) || !col_int(s, 2, &tok) ||
             !col_int(s, 3, &kind) || !col_int(s, 4, &reason)) {
-            st = sfi_error_set(err, SFI_EFORMAT, "%s: request %lld step %lld: a column is not an "
-                               "integer", t->path, (long long)req, (long long)i);
+            st = sfi_error_set(err, SFI_EFORMAT,
+                               "%s: request %lld step %lld: a column is not an "
+                               "integer",
+                               t->path, (long long)req, (long long)i);
             break;
         }
         if (i >= n || step != i) {
-            st = sfi_error_set(err, SFI_EFORMAT,
-                               "%s: request %lld: step %lld found where step %lld was expected "
-                               "(requests.n_steps = %lld)",
-                               t->path, (long long)req, (long long)step, (long long)i, (long long)n);
+            st =
+                sfi_error_set(err, SFI_EFORMAT,
+                              "%s: request %lld: step %lld found where step %lld was expected "
+                              "(requests.n_steps = %lld)",
+                              t->path, (long long)req, (long long)step, (long long)i, (long long)n);
             break;
         }
         if (ctx < 1 || ctx > INT32_MAX || tok < 0 || tok > INT32_MAX || (nv > 0 && tok >= nv) ||
@@ -1704,8 +1800,9 @@ sfi_status sfi_trace_read_steps(sfi_trace *t, int64_t req, sfi_trace_steps *out,
     if (!st && rc != SQLITE_DONE)
         st = rsql(t, err, "steps");
     if (!st && i != n)
-        st = sfi_error_set(err, SFI_EFORMAT, "%s: request %lld: %lld steps stored, n_steps says %lld",
-                           t->path, (long long)req, (long long)i, (long long)n);
+        st = sfi_error_set(err, SFI_EFORMAT,
+                           "%s: request %lld: %lld steps stored, n_steps says %lld", t->path,
+                           (long long)req, (long long)i, (long long)n);
     sqlite3_reset(s);
     if (st) {
         sfi_trace_steps_free(out);
@@ -1732,9 +1829,10 @@ static sfi_status step_key(sfi_trace *t, sqlite3_stmt *s, const char *what, int6
     if (rc == SQLITE_ROW)
         return SFI_OK;
     if (rc == SQLITE_DONE)
-        return sfi_error_set(err, SFI_ENOTFOUND, "%s: no %s record for request %lld step %lld "
-                             "layer %d head %d", t->path, what, (long long)req, (long long)step,
-                             layer, head);
+        return sfi_error_set(err, SFI_ENOTFOUND,
+                             "%s: no %s record for request %lld step %lld "
+                             "layer %d head %d",
+                             t->path, what, (long long)req, (long long)step, layer, head);
     return rsql(t, err, what);
 }
 
@@ -1761,9 +1859,10 @@ sfi_status sfi_trace_read_selection(sfi_trace *t, int64_t req, int64_t step, int
     if (!st)
         st = plausible(t, "selection", n, SFI_TRACE_MAX_TOKENS_PER_REQUEST, 4, err);
     if (!st && (!(mass >= 0.0 && mass <= 1.001) || !(lam >= 0.0 && lam <= 1.0)))
-        st = sfi_error_set(err, SFI_EFORMAT, "%s: selection of step %lld layer %d head %d: mass %g "
-                           "or lambda %g outside [0,1]", t->path, (long long)step, layer, kv_head,
-                           mass, lam);
+        st = sfi_error_set(err, SFI_EFORMAT,
+                           "%s: selection of step %lld layer %d head %d: mass %g "
+                           "or lambda %g outside [0,1]",
+                           t->path, (long long)step, layer, kv_head, mass, lam);
     int32_t *sel = NULL;
     if (!st && !(sel = malloc(n ? (size_t)n * 4 : 1)))
         st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", t->path);
@@ -1795,8 +1894,10 @@ sfi_status sfi_trace_read_fast_mass(sfi_trace *t, int64_t req, int64_t step, int
     sfi_status st = step_key(t, s, "fast_mass", req, step, layer, kv_head, err);
     double m = 0;
     if (!st && (!col_real(s, 0, &m) || !(m >= 0.0 && m <= 1.001)))
-        st = sfi_error_set(err, SFI_EFORMAT, "%s: fast_mass of step %lld layer %d head %d is not in "
-                           "[0,1]", t->path, (long long)step, layer, kv_head);
+        st = sfi_error_set(err, SFI_EFORMAT,
+                           "%s: fast_mass of step %lld layer %d head %d is not in "
+                           "[0,1]",
+                           t->path, (long long)step, layer, kv_head);
     sqlite3_reset(s);
     if (!st)
         *mass = (float)m;
@@ -1815,8 +1916,8 @@ sfi_status sfi_trace_read_topm(sfi_trace *t, int64_t req, int64_t step, int laye
     int64_t n = 0;
     double tail = 0;
     char where[160];
-    snprintf(where, sizeof where, "topm of request %lld step %lld layer %d head %d",
-             (long long)req, (long long)step, layer, head);
+    snprintf(where, sizeof where, "topm of request %lld step %lld layer %d head %d", (long long)req,
+             (long long)step, layer, head);
     if (!st && (!col_int(s, 0, &n) || !col_real(s, 3, &tail)))
         st = sfi_error_set(err, SFI_EFORMAT, "%s: %s: bad column types", t->path, where);
     if (!st && (n < 0 || n > t->meta.top_m))
@@ -1849,8 +1950,8 @@ sfi_status sfi_trace_read_snapshot(sfi_trace *t, int64_t req, int64_t step, int 
     sqlite3_bind_text(s, 4, k, 1, SQLITE_TRANSIENT);
     sfi_status st = step_key(t, s, "snapshot", req, step, layer, kind, err);
     int64_t r = 0, c = 0;
-    if (!st && (!col_int(s, 0, &r) || !col_int(s, 1, &c) || r < 1 || c < 1 ||
-                r > INT32_MAX || c > SFI_TRACE_MAX_HEAD_DIM))
+    if (!st && (!col_int(s, 0, &r) || !col_int(s, 1, &c) || r < 1 || c < 1 || r > INT32_MAX ||
+                c > SFI_TRACE_MAX_HEAD_DIM))
         st = sfi_error_set(err, SFI_EFORMAT, "%s: snapshot shape is not valid", t->path);
     if (!st)
         st = plausible(t, "snapshot", r * c, INT32_MAX / 4, 4, err);
@@ -1939,30 +2040,44 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
         const char *what;
     } shape[4];
     char q[4][256];
-    snprintf(q[0], 256, "SELECT count(*) FROM selections WHERE layer < 0 OR layer >= %d OR kv_head < 0 OR kv_head >= %d",
+    snprintf(q[0], 256,
+             "SELECT count(*) FROM selections WHERE layer < 0 OR layer >= %d OR kv_head < 0 OR "
+             "kv_head >= %d",
              m->n_layers, m->n_kv_heads);
-    snprintf(q[1], 256, "SELECT count(*) FROM fast_mass WHERE layer < 0 OR layer >= %d OR kv_head < 0 OR kv_head >= %d",
+    snprintf(q[1], 256,
+             "SELECT count(*) FROM fast_mass WHERE layer < 0 OR layer >= %d OR kv_head < 0 OR "
+             "kv_head >= %d",
              m->n_layers, m->n_kv_heads);
-    snprintf(q[2], 256, "SELECT count(*) FROM topm WHERE layer < 0 OR layer >= %d OR head < 0 OR head >= %d",
+    snprintf(q[2], 256,
+             "SELECT count(*) FROM topm WHERE layer < 0 OR layer >= %d OR head < 0 OR head >= %d",
              m->n_layers, nh_topm);
-    snprintf(q[3], 256, "SELECT count(*) FROM snapshots WHERE layer < 0 OR layer >= %d OR kind NOT IN ('q','k','v','a')",
+    snprintf(q[3], 256,
+             "SELECT count(*) FROM snapshots WHERE layer < 0 OR layer >= %d OR kind NOT IN "
+             "('q','k','v','a')",
              m->n_layers);
-    shape[0].sql = q[0]; shape[0].what = "selections";
-    shape[1].sql = q[1]; shape[1].what = "fast_mass";
-    shape[2].sql = q[2]; shape[2].what = "topm";
-    shape[3].sql = q[3]; shape[3].what = "snapshots";
+    shape[0].sql = q[0];
+    shape[0].what = "selections";
+    shape[1].sql = q[1];
+    shape[1].what = "fast_mass";
+    shape[2].sql = q[2];
+    shape[2].what = "topm";
+    shape[3].sql = q[3];
+    shape[3].what = "snapshots";
     for (int i = 0; i < 4; i++) {
         int64_t n = 0;
         if ((st = query_int64(t, shape[i].sql, &n, err)))
             return st;
         if (n && i == 2)
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %lld topm records lie outside the model "
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: %lld topm records lie outside the model "
                                  "shape in meta (layer < %d, head < %d: topm_heads is %s)",
                                  t->path, (long long)n, m->n_layers, nh_topm,
                                  m->topm_heads == SFI_TRACE_HEADS_KV ? "kv" : "query");
         if (n)
-            return sfi_error_set(err, SFI_EFORMAT, "%s: %lld %s records lie outside the model shape "
-                                 "in meta", t->path, (long long)n, shape[i].what);
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: %lld %s records lie outside the model shape "
+                                 "in meta",
+                                 t->path, (long long)n, shape[i].what);
     }
     /* Read each record through the validating readers. */
     sqlite3_stmt *it;
@@ -1974,8 +2089,8 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
         int32_t *sel, n;
         float mass, lam;
         st = sfi_trace_read_selection(t, sqlite3_column_int64(it, 0), sqlite3_column_int64(it, 1),
-                                      sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), &sel, &n,
-                                      &mass, &lam, err);
+                                      sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), &sel,
+                                      &n, &mass, &lam, err);
         if (!st)
             free(sel);
     }
@@ -1990,7 +2105,8 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
     while (!st && (rc = sqlite3_step(it)) == SQLITE_ROW) {
         float mass;
         st = sfi_trace_read_fast_mass(t, sqlite3_column_int64(it, 0), sqlite3_column_int64(it, 1),
-                                      sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), &mass, err);
+                                      sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), &mass,
+                                      err);
     }
     if (!st && rc != SQLITE_DONE)
         st = rsql(t, err, "fast_mass");
@@ -2005,8 +2121,8 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
             free(prob);
             return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", t->path);
         }
-        if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, head FROM topm", -1, &it, NULL) !=
-            SQLITE_OK) {
+        if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, head FROM topm", -1, &it,
+                               NULL) != SQLITE_OK) {
             free(pos);
             free(prob);
             return rsql(t, err, "topm");
@@ -2015,8 +2131,8 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
             int32_t n;
             float tail;
             st = sfi_trace_read_topm(t, sqlite3_column_int64(it, 0), sqlite3_column_int64(it, 1),
-                                     sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), pos, prob,
-                                     &n, &tail, err);
+                                     sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), pos,
+                                     prob, &n, &tail, err);
         }
         if (!st && rc != SQLITE_DONE)
             st = rsql(t, err, "topm");
@@ -2026,8 +2142,8 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
         if (st)
             return st;
     }
-    if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, kind FROM snapshots", -1, &it, NULL) !=
-        SQLITE_OK)
+    if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, kind FROM snapshots", -1, &it,
+                           NULL) != SQLITE_OK)
         return rsql(t, err, "snapshots");
     while (!st && (rc = sqlite3_step(it)) == SQLITE_ROW) {
         const char *k = (const char *)sqlite3_column_text(it, 3);

@@ -64,8 +64,7 @@ START_TEST(read_limits)
     ck_assert_ptr_null(buf);
     ck_assert_ptr_nonnull(strstr(e.msg, "ten: 10 bytes is too large for a test file (limit 9)"));
     /* Endless and piped inputs are read up to the limit only. */
-    ck_assert_int_eq(sfi_io_read("/dev/zero", 100000, "a test file", &buf, &len, &e),
-                     SFI_ERANGE);
+    ck_assert_int_eq(sfi_io_read("/dev/zero", 100000, "a test file", &buf, &len, &e), SFI_ERANGE);
     ck_assert_ptr_nonnull(strstr(e.msg, "/dev/zero: more than 100000 bytes is too large"));
     FILE *p = popen("head -c 200000 /dev/zero", "r");
     ck_assert_ptr_nonnull(p);
@@ -158,8 +157,8 @@ START_TEST(out_read_only_file_refused)
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        if (geteuid() == 0 && (chown(dir, 65534, 65534) != 0 || setgid(65534) != 0 ||
-                               setuid(65534) != 0))
+        if (geteuid() == 0 &&
+            (chown(dir, 65534, 65534) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
             _exit(3);
         if (sfi_test_write_file(path, "old", 3) != 0 || chmod(path, 0444) != 0)
             _exit(4);
@@ -398,8 +397,9 @@ START_TEST(sim_outputs_follow_the_rule)
     ck_assert_msg(csv && strstr(csv, "Qwen3-8B"), "%s", csv ? csv : "(none)");
     free(csv);
     /* A directory, a dangling link: refused, exit 1, a message. */
-    snprintf(cmd, sizeof cmd, "cd '%s' && ln -s nowhere.csv dangling.csv && '%s' %s -o dangling.csv",
-             dir, sim, sweep);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && ln -s nowhere.csv dangling.csv && '%s' %s -o dangling.csv", dir, sim,
+             sweep);
     ck_assert_int_eq(sfi_test_run(cmd, NULL, &err), 1);
     ck_assert_msg(strstr(err, "dangling.csv: a dangling symbolic link"), "%s", err);
     free(err);
@@ -408,11 +408,13 @@ START_TEST(sim_outputs_follow_the_rule)
     ck_assert_msg(strstr(err, ".: is a directory"), "%s", err);
     free(err);
     /* ulimit -f: an error with a message, not SIGXFSZ; nothing left. */
-    snprintf(cmd, sizeof cmd, "cd '%s' && ulimit -f 1 && '%s' %s --contexts 8192,16384,32768,65536 "
-             "--batch 1,2,4,8,16 --no-png -o big.csv", dir, sim, sweep);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && ulimit -f 1 && '%s' %s --contexts 8192,16384,32768,65536 "
+             "--batch 1,2,4,8,16 --no-png -o big.csv",
+             dir, sim, sweep);
     rc = sfi_test_run(cmd, NULL, &err);
-    ck_assert_msg(rc == 1 && strstr(err, "big.csv: cannot write: File too large"), "rc %d: %s",
-                  rc, err);
+    ck_assert_msg(rc == 1 && strstr(err, "big.csv: cannot write: File too large"), "rc %d: %s", rc,
+                  err);
     free(err);
     ck_assert_int_eq(count_temps(dir), 0);
     /* validate --fit through a symbolic link to a FIFO. */

@@ -73,8 +73,8 @@ static void write_tokens_trace(const char *p, int n_req, int n_steps, int commit
     meta_small(&m, SFI_TRACE_TOKENS);
     sfi_trace_writer *w;
     sfi_error e;
-    ck_assert_msg(sfi_trace_create(p, &m, SFI_TRACE_OVERWRITE, commit_every, &w, &e) == SFI_OK, "%s",
-                  e.msg);
+    ck_assert_msg(sfi_trace_create(p, &m, SFI_TRACE_OVERWRITE, commit_every, &w, &e) == SFI_OK,
+                  "%s", e.msg);
     for (int r = 0; r < n_req; r++) {
         int32_t prompt[10];
         for (int i = 0; i < 10; i++)
@@ -87,7 +87,8 @@ static void write_tokens_trace(const char *p, int n_req, int n_steps, int commit
             sfi_step_kind k;
             sfi_step_reason rs;
             synth(i, &tok, &k, &rs);
-            ck_assert_msg(sfi_trace_append_step(w, r, i, (int32_t)(11 + i), tok, k, rs, &e) == SFI_OK,
+            ck_assert_msg(sfi_trace_append_step(w, r, i, (int32_t)(11 + i), tok, k, rs, &e) ==
+                              SFI_OK,
                           "%s", e.msg);
         }
     }
@@ -160,24 +161,27 @@ START_TEST(full_round_trip)
     int32_t prompt[4] = {1, 2, 3, 4};
     ck_assert_int_eq(sfi_trace_add_request(w, prompt, 4, NULL, &e), SFI_OK);
     for (int step = 0; step < 3; step++) {
-        ck_assert_msg(sfi_trace_append_step(w, 0, step, 5 + step, 7 + step,
-                                            step ? SFI_STEP_FAST : SFI_STEP_SLOW,
-                                            step ? SFI_REASON_NONE : SFI_REASON_FIRST, &e) == SFI_OK,
+        ck_assert_msg(sfi_trace_append_step(
+                          w, 0, step, 5 + step, 7 + step, step ? SFI_STEP_FAST : SFI_STEP_SLOW,
+                          step ? SFI_REASON_NONE : SFI_REASON_FIRST, &e) == SFI_OK,
                       "%s", e.msg);
         for (int l = 0; l < 2; l++)
             for (int h = 0; h < 2; h++) {
                 if (step == 0) {
                     int32_t sel[3] = {0, 2, 3 + h};
-                    ck_assert_msg(sfi_trace_add_selection(w, 0, 0, l, h, sel, 3, 0.75f, 0.01f, &e) ==
-                                      SFI_OK, "%s", e.msg);
+                    ck_assert_msg(
+                        sfi_trace_add_selection(w, 0, 0, l, h, sel, 3, 0.75f, 0.01f, &e) == SFI_OK,
+                        "%s", e.msg);
                 }
-                ck_assert_int_eq(sfi_trace_add_fast_mass(w, 0, step, l, h, 0.5f + 0.1f * h, &e), SFI_OK);
+                ck_assert_int_eq(sfi_trace_add_fast_mass(w, 0, step, l, h, 0.5f + 0.1f * h, &e),
+                                 SFI_OK);
             }
         for (int l = 0; l < 2; l++)
             for (int h = 0; h < 4; h++) {
                 int32_t pos[3] = {4 + step, h, h == 1 ? 2 : 1};
                 float prob[3] = {0.5f, 0.25f, 0.125f};
-                ck_assert_msg(sfi_trace_add_topm(w, 0, step, l, h, pos, prob, 3, 0.125f, &e) == SFI_OK,
+                ck_assert_msg(sfi_trace_add_topm(w, 0, step, l, h, pos, prob, 3, 0.125f, &e) ==
+                                  SFI_OK,
                               "%s", e.msg);
             }
         float q[4 * 8];
@@ -243,12 +247,18 @@ START_TEST(writer_refuses_bad_arguments)
     int32_t bad_prompt[2] = {1, 1000};
     ck_assert_int_eq(sfi_trace_add_request(w, bad_prompt, 2, NULL, &e), SFI_ERANGE);
     ck_assert_int_eq(sfi_trace_add_request(w, bad_prompt, 1, NULL, &e), SFI_OK);
-    ck_assert_int_eq(sfi_trace_append_step(w, 1, 0, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_EINVAL);
-    ck_assert_int_eq(sfi_trace_append_step(w, 0, 1, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_EINVAL);
-    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5, SFI_STEP_FAST, SFI_REASON_TRIGGER, &e), SFI_EINVAL);
-    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 0, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_EINVAL);
-    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5000, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_ERANGE);
-    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e), SFI_OK);
+    ck_assert_int_eq(sfi_trace_append_step(w, 1, 0, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e),
+                     SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 1, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e),
+                     SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5, SFI_STEP_FAST, SFI_REASON_TRIGGER, &e),
+                     SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 0, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e),
+                     SFI_EINVAL);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5000, SFI_STEP_SLOW, SFI_REASON_FIRST, &e),
+                     SFI_ERANGE);
+    ck_assert_int_eq(sfi_trace_append_step(w, 0, 0, 2, 5, SFI_STEP_SLOW, SFI_REASON_FIRST, &e),
+                     SFI_OK);
     int32_t sel[1] = {0};
     ck_assert_int_eq(sfi_trace_add_selection(w, 0, 0, 0, 0, sel, 1, 1.0f, 0.0f, &e), SFI_EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "need level summary"));
@@ -314,8 +324,9 @@ START_TEST(writer_refuses_bad_arguments)
         {{1, 0, 2}, {0.25f, 0.25f, 0.25f}, 0.25f, "ties by ascending position"},
     };
     for (size_t i = 0; i < sizeof badm / sizeof *badm; i++) {
-        ck_assert_int_eq(sfi_trace_add_topm(w, 0, 0, 0, 0, badm[i].pos, badm[i].prob, 3,
-                                            badm[i].tail, &e), SFI_ERANGE);
+        ck_assert_int_eq(
+            sfi_trace_add_topm(w, 0, 0, 0, 0, badm[i].pos, badm[i].prob, 3, badm[i].tail, &e),
+            SFI_ERANGE);
         ck_assert_msg(strstr(e.msg, badm[i].needle), "%zu: %s", i, e.msg);
     }
     int32_t far_sel[2] = {0, 3};
@@ -370,8 +381,9 @@ START_TEST(reader_refuses_bad_files)
     sfi_test_write_file(p, "", 0);
     expect_open_fails(p, SFI_EFORMAT, "empty");
     snprintf(p, sizeof p, "%s/text.db", dir);
-    const char *txt = "this is not a database, just some text that is long enough to have a header...\n"
-                      "more text more text more text\n";
+    const char *txt =
+        "this is not a database, just some text that is long enough to have a header...\n"
+        "more text more text more text\n";
     sfi_test_write_file(p, txt, strlen(txt));
     expect_open_fails(p, SFI_EFORMAT, "not an SQLite database");
     snprintf(p, sizeof p, "%s/foreign.db", dir);
@@ -444,8 +456,8 @@ START_TEST(reader_refuses_bad_files)
         sqlite3 *h;
         char c = 'x';
         if (sqlite3_open(p, &h) != SQLITE_OK ||
-            sqlite3_exec(h, "BEGIN EXCLUSIVE; UPDATE meta SET value = value;", NULL, NULL,
-                         NULL) != SQLITE_OK)
+            sqlite3_exec(h, "BEGIN EXCLUSIVE; UPDATE meta SET value = value;", NULL, NULL, NULL) !=
+                SQLITE_OK)
             c = 'e';
         if (write(sync_pipe[1], &c, 1) != 1)
             _exit(1);
@@ -647,8 +659,9 @@ START_TEST(replaces_only_unused_sfi_traces)
     snprintf(p, sizeof p, "%s/other.db", dir);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(p, &db), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_exec(db, "CREATE TABLE x(a); INSERT INTO x VALUES(1);", NULL, NULL,
-                                  NULL), SQLITE_OK);
+    ck_assert_int_eq(
+        sqlite3_exec(db, "CREATE TABLE x(a); INSERT INTO x VALUES(1);", NULL, NULL, NULL),
+        SQLITE_OK);
     sqlite3_close(db);
     expect_not_replaced(p, "an SQLite database that is not an sfi trace");
     /* A directory, a FIFO, a dangling link. */
@@ -728,8 +741,8 @@ START_TEST(replaces_only_unused_sfi_traces)
     pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        if (geteuid() == 0 && (chown(sub, 65534, 65534) != 0 || setgid(65534) != 0 ||
-                               setuid(65534) != 0))
+        if (geteuid() == 0 &&
+            (chown(sub, 65534, 65534) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
             _exit(3);
         write_small_trace(ro, 2);
         if (chmod(ro, 0444) != 0)

@@ -66,7 +66,8 @@ START_TEST(tokens_and_kinds_match_the_text)
 
     sfi_tokenizer *tok;
     sfi_error e;
-    ck_assert_int_eq(sfi_tokenizer_load(sfi_test_src("tests/fixtures/qwen3-tokenizer"), &tok, &e), SFI_OK);
+    ck_assert_int_eq(sfi_tokenizer_load(sfi_test_src("tests/fixtures/qwen3-tokenizer"), &tok, &e),
+                     SFI_OK);
     sfi_trace *t;
     ck_assert_msg(sfi_trace_open(out, &t, &e) == SFI_OK, "%s", e.msg);
     ck_assert_int_eq(sfi_trace_check(t, &e), SFI_OK);
@@ -84,7 +85,8 @@ START_TEST(tokens_and_kinds_match_the_text)
     memcpy(all + rq.n_prompt, s.token, (size_t)s.n * 4);
     char *dec;
     size_t dlen;
-    ck_assert_int_eq(sfi_tokenizer_decode(tok, all, (size_t)(rq.n_prompt + s.n), &dec, &dlen, &e), SFI_OK);
+    ck_assert_int_eq(sfi_tokenizer_decode(tok, all, (size_t)(rq.n_prompt + s.n), &dec, &dlen, &e),
+                     SFI_OK);
     ck_assert_uint_eq(dlen, strlen(text_a));
     ck_assert_int_eq(memcmp(dec, text_a, dlen), 0);
     free(dec);
@@ -93,7 +95,8 @@ START_TEST(tokens_and_kinds_match_the_text)
     sfi_params prm;
     sfi_params_default(&prm);
     sfi_trigger_set ts;
-    ck_assert_int_eq(sfi_trigger_set_build(sfi_tokenizer_vocab(tok), prm.trigger_chars, &ts, &e), SFI_OK);
+    ck_assert_int_eq(sfi_trigger_set_build(sfi_tokenizer_vocab(tok), prm.trigger_chars, &ts, &e),
+                     SFI_OK);
     int since = 0, n_trig = 0, n_tmax = 0;
     for (int64_t i = 0; i < s.n; i++) {
         int32_t prev = all[rq.n_prompt - 1 + i];
@@ -135,8 +138,8 @@ START_TEST(windows_and_failures)
     snprintf(a, sizeof a, "%s/a.txt", dir);
     snprintf(out, sizeof out, "%s/w.db", dir);
     ck_assert_int_eq(sfi_test_write_file(a, text_a, strlen(text_a)), 0);
-    snprintf(args, sizeof args, "--out '%s' --prompt 10 --steps 10 --windows --policy tmax '%s' '%s'",
-             out, a, a);
+    snprintf(args, sizeof args,
+             "--out '%s' --prompt 10 --steps 10 --windows --policy tmax '%s' '%s'", out, a, a);
     ck_assert_int_eq(run_tc(args, NULL), 0);
     sfi_trace *t;
     sfi_error e;

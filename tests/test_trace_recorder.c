@@ -93,30 +93,52 @@ static void drive(sfi_recorder *r)
             s[2] = 4 + l;
             st.n_selected[l * KV + h] = 3;
         }
-        sfi_decode_slow_layer_info si = {.step = -1, .layer = l, .n_ctx = NCTX0, .n_kv_heads = KV,
-                                         .K = K, .selected = st.selected + (size_t)l * KV * K,
-                                         .n_selected = st.n_selected + l * KV, .j_begin = 1,
-                                         .j_end = NCTX0 - 2, .lambda = lambda,
-                                         .captured_mass = mass, .n_heads = H};
+        sfi_decode_slow_layer_info si = {.step = -1,
+                                         .layer = l,
+                                         .n_ctx = NCTX0,
+                                         .n_kv_heads = KV,
+                                         .K = K,
+                                         .selected = st.selected + (size_t)l * KV * K,
+                                         .n_selected = st.n_selected + l * KV,
+                                         .j_begin = 1,
+                                         .j_end = NCTX0 - 2,
+                                         .lambda = lambda,
+                                         .captured_mass = mass,
+                                         .n_heads = H};
         if (obs.on_slow_layer)
             ck_assert_int_eq(obs.on_slow_layer(obs.user, &si, &e), SFI_OK);
     }
-    sfi_decode_prefill_info pi = {.prompt = prompt, .n_prompt = NCTX0, .n_layers = L, .n_heads = H,
-                                  .n_kv_heads = KV, .head_dim = 8, .state = &st,
-                                  .last_logits = NULL, .vocab_size = 50};
+    sfi_decode_prefill_info pi = {.prompt = prompt,
+                                  .n_prompt = NCTX0,
+                                  .n_layers = L,
+                                  .n_heads = H,
+                                  .n_kv_heads = KV,
+                                  .head_dim = 8,
+                                  .state = &st,
+                                  .last_logits = NULL,
+                                  .vocab_size = 50};
     ck_assert_msg(obs.on_prefill(obs.user, &pi, &e) == SFI_OK, "%s", e.msg);
     /* Step 0's attention: the prefill's last query over the prompt. */
     float *p0 = malloc((size_t)H * NCTX0 * sizeof(float));
     for (int h = 0; h < H; h++)
         make_probs(p0 + (size_t)h * NCTX0, h, NCTX0);
     for (int l = 0; l < L && obs.want_attention; l++) {
-        sfi_decode_attention_info ai = {.step = 0, .layer = l, .kind = SFI_STEP_SLOW, .n_heads = H,
-                                        .n_ctx = NCTX0, .probs = p0};
+        sfi_decode_attention_info ai = {.step = 0,
+                                        .layer = l,
+                                        .kind = SFI_STEP_SLOW,
+                                        .n_heads = H,
+                                        .n_ctx = NCTX0,
+                                        .probs = p0};
         ck_assert_msg(obs.on_attention(obs.user, &ai, &e) == SFI_OK, "%s", e.msg);
     }
     free(p0);
-    sfi_decode_step_info s0 = {.step = 0, .kind = SFI_STEP_SLOW, .reason = SFI_REASON_FIRST,
-                               .input_token = 8, .position = NCTX0 - 1, .n_ctx = NCTX0, .token = 17};
+    sfi_decode_step_info s0 = {.step = 0,
+                               .kind = SFI_STEP_SLOW,
+                               .reason = SFI_REASON_FIRST,
+                               .input_token = 8,
+                               .position = NCTX0 - 1,
+                               .n_ctx = NCTX0,
+                               .token = 17};
     ck_assert_msg(obs.on_step(obs.user, &s0, &e) == SFI_OK, "%s", e.msg);
     for (int t = 1; t <= 2; t++) {
         int n = NCTX0 + t;
@@ -125,8 +147,8 @@ static void drive(sfi_recorder *r)
         for (int h = 0; h < H; h++)
             make_probs(probs + (size_t)h * n, h, n);
         for (int l = 0; l < L; l++) {
-            sfi_decode_attention_info ai = {.step = t, .layer = l, .kind = kind, .n_heads = H,
-                                            .n_ctx = n, .probs = probs};
+            sfi_decode_attention_info ai = {
+                .step = t, .layer = l, .kind = kind, .n_heads = H, .n_ctx = n, .probs = probs};
             if (obs.want_attention)
                 ck_assert_msg(obs.on_attention(obs.user, &ai, &e) == SFI_OK, "%s", e.msg);
         }
@@ -138,15 +160,28 @@ static void drive(sfi_recorder *r)
                     s[1] = 5;
                     s[2] = 6;
                 }
-                sfi_decode_slow_layer_info si = {
-                    .step = t, .layer = l, .n_ctx = n, .n_kv_heads = KV, .K = K,
-                    .selected = st.selected + (size_t)l * KV * K, .n_selected = st.n_selected + l * KV,
-                    .j_begin = 1, .j_end = n - 2, .lambda = lambda, .captured_mass = mass, .n_heads = H};
+                sfi_decode_slow_layer_info si = {.step = t,
+                                                 .layer = l,
+                                                 .n_ctx = n,
+                                                 .n_kv_heads = KV,
+                                                 .K = K,
+                                                 .selected = st.selected + (size_t)l * KV * K,
+                                                 .n_selected = st.n_selected + l * KV,
+                                                 .j_begin = 1,
+                                                 .j_end = n - 2,
+                                                 .lambda = lambda,
+                                                 .captured_mass = mass,
+                                                 .n_heads = H};
                 ck_assert_int_eq(obs.on_slow_layer(obs.user, &si, &e), SFI_OK);
             }
-        sfi_decode_step_info sx = {.step = t, .kind = kind,
-                                   .reason = kind == SFI_STEP_FAST ? SFI_REASON_NONE : SFI_REASON_TRIGGER,
-                                   .input_token = 17, .position = n - 1, .n_ctx = n, .token = 20 + t};
+        sfi_decode_step_info sx = {.step = t,
+                                   .kind = kind,
+                                   .reason =
+                                       kind == SFI_STEP_FAST ? SFI_REASON_NONE : SFI_REASON_TRIGGER,
+                                   .input_token = 17,
+                                   .position = n - 1,
+                                   .n_ctx = n,
+                                   .token = 20 + t};
         ck_assert_msg(obs.on_step(obs.user, &sx, &e) == SFI_OK, "%s", e.msg);
         free(probs);
     }
@@ -170,8 +205,9 @@ static sfi_trace *record_layers(sfi_trace_level level, int top_m, const char *la
     fake_opts(&o);
     sfi_recorder *r;
     sfi_error e;
-    ck_assert_msg(sfi_recorder_open(&ro, sfi_test_src("tests/fixtures/sfi-small-qwen3-tokenizer"), &cfg,
-                                    &o, &r, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_msg(sfi_recorder_open(&ro, sfi_test_src("tests/fixtures/sfi-small-qwen3-tokenizer"),
+                                    &cfg, &o, &r, &e) == SFI_OK,
+                  "%s", e.msg);
     drive(r);
     ck_assert_msg(sfi_recorder_finish(r, &e) == SFI_OK, "%s", e.msg);
     sfi_trace *t;
@@ -216,8 +252,8 @@ START_TEST(tokens_level)
     t = record(SFI_TRACE_TOKENS, 4096);
     tokenizer_dir = NULL;
     m = sfi_trace_get_meta(t);
-    ck_assert_msg(!strncmp(m->tokenizer, tk, strlen(tk)) &&
-                  !strstr(m->tokenizer, "(absent)"), "%s", m->tokenizer);
+    ck_assert_msg(!strncmp(m->tokenizer, tk, strlen(tk)) && !strstr(m->tokenizer, "(absent)"), "%s",
+                  m->tokenizer);
     sfi_trace_close(t);
 }
 END_TEST
@@ -241,7 +277,8 @@ START_TEST(summary_level)
     ck_assert_int_eq(sel[1], 5);
     ck_assert_float_eq_tol(mass, 0.85f, 1e-6f);
     free(sel);
-    ck_assert_int_eq(sfi_trace_read_selection(t, 0, 1, 0, 0, &sel, &n, &mass, &lam, &e), SFI_ENOTFOUND);
+    ck_assert_int_eq(sfi_trace_read_selection(t, 0, 1, 0, 0, &sel, &n, &mass, &lam, &e),
+                     SFI_ENOTFOUND);
     /* Fast mass only on the fast step: sink {0} U selected U recent {7, 8}
      * at n_ctx 9, averaged over the group's query heads. */
     ck_assert_int_eq(sfi_trace_n_fast_mass(t), L * KV);
@@ -312,8 +349,18 @@ START_TEST(parse_flags)
 {
     sfi_recorder_opts o;
     sfi_recorder_opts_default(&o);
-    char *argv[] = {"run", "--trace", "x.db", "--trace-level=full", "--trace-top-m", "64",
-                    "--other", "--trace-level", "most", "--trace-top-m", "0", "--trace"};
+    char *argv[] = {"run",
+                    "--trace",
+                    "x.db",
+                    "--trace-level=full",
+                    "--trace-top-m",
+                    "64",
+                    "--other",
+                    "--trace-level",
+                    "most",
+                    "--trace-top-m",
+                    "0",
+                    "--trace"};
     int argc = 12, i = 1;
     sfi_error e;
     ck_assert_int_eq(sfi_recorder_parse_arg(&o, argc, argv, &i, &e), 1);

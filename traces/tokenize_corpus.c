@@ -30,28 +30,27 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: tokenize_corpus --tokenizer DIR --out OUT.db [options] FILE...\n\n"
-            "Turns text files into a tokens-level SFI decode trace (sfi-trace(5)).\n"
-            "Each FILE is one document and one request: its first --prompt tokens are\n"
-            "the prompt, the following tokens are decode steps whose slow/fast kinds\n"
-            "come from the trigger policy.\n\n"
-            "options:\n"
-            "  --tokenizer DIR     Hugging Face tokenizer directory (vocab.json, merges.txt)\n"
-            "  --out FILE          trace to write (an existing sfi trace is replaced;\n"
-            "                      any other file is refused)\n"
-            "  --prompt N          prompt tokens per request (default 8192)\n"
-            "  --steps N           at most N decode steps per request (default: the rest)\n"
-            "  --concat            join all FILEs (blank line between) into one document\n"
-            "  --windows           cut each document into consecutive windows of\n"
-            "                      prompt + steps tokens, one request each (needs --steps)\n"
-            "  --max-requests N    stop after N requests (default: no limit)\n"
-            "  --policy NAME       trigger policy: sfi, tmax, boundary, interval, always,\n"
-            "                      never (default sfi)\n"
-            "  --interval N        period of the interval policy (default 64)\n"
-            "  --param KEY=VALUE   an SFI parameter (e.g. T_max=64, trigger_chars=.?!)\n"
-            "  -h, --help          this help\n\n"
-            "Documents shorter than prompt + 1 tokens are skipped (noted on stderr).\n");
+    fprintf(out, "usage: tokenize_corpus --tokenizer DIR --out OUT.db [options] FILE...\n\n"
+                 "Turns text files into a tokens-level SFI decode trace (sfi-trace(5)).\n"
+                 "Each FILE is one document and one request: its first --prompt tokens are\n"
+                 "the prompt, the following tokens are decode steps whose slow/fast kinds\n"
+                 "come from the trigger policy.\n\n"
+                 "options:\n"
+                 "  --tokenizer DIR     Hugging Face tokenizer directory (vocab.json, merges.txt)\n"
+                 "  --out FILE          trace to write (an existing sfi trace is replaced;\n"
+                 "                      any other file is refused)\n"
+                 "  --prompt N          prompt tokens per request (default 8192)\n"
+                 "  --steps N           at most N decode steps per request (default: the rest)\n"
+                 "  --concat            join all FILEs (blank line between) into one document\n"
+                 "  --windows           cut each document into consecutive windows of\n"
+                 "                      prompt + steps tokens, one request each (needs --steps)\n"
+                 "  --max-requests N    stop after N requests (default: no limit)\n"
+                 "  --policy NAME       trigger policy: sfi, tmax, boundary, interval, always,\n"
+                 "                      never (default sfi)\n"
+                 "  --interval N        period of the interval policy (default 64)\n"
+                 "  --param KEY=VALUE   an SFI parameter (e.g. T_max=64, trigger_chars=.?!)\n"
+                 "  -h, --help          this help\n\n"
+                 "Documents shorter than prompt + 1 tokens are skipped (noted on stderr).\n");
 }
 
 static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
@@ -60,7 +59,8 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, long *out
     errno = 0;
     long v = strtol(s, &end, 10);
     if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "tokenize_corpus: %s: '%s' is not an integer in [%ld, %ld]\n", opt, s, lo, hi);
+        fprintf(stderr, "tokenize_corpus: %s: '%s' is not an integer in [%ld, %ld]\n", opt, s, lo,
+                hi);
         return 0;
     }
     *out = v;
@@ -171,7 +171,8 @@ static int emit(ctx *c, const int32_t *ids, size_t n, const char *name)
 }
 
 /* Requests of one document; returns 0 on error. */
-static int document(ctx *c, const sfi_tokenizer *tok, const char *text, size_t len, const char *name)
+static int document(ctx *c, const sfi_tokenizer *tok, const char *text, size_t len,
+                    const char *name)
 {
     int32_t *ids;
     size_t n;
@@ -182,8 +183,9 @@ static int document(ctx *c, const sfi_tokenizer *tok, const char *text, size_t l
     }
     int ok = 1;
     if (n <= (size_t)c->prompt) {
-        fprintf(stderr, "tokenize_corpus: %s: %zu tokens, not more than the prompt (%ld): skipped\n",
-                name, n, c->prompt);
+        fprintf(stderr,
+                "tokenize_corpus: %s: %zu tokens, not more than the prompt (%ld): skipped\n", name,
+                n, c->prompt);
     } else if (!c->windows) {
         if (c->max_requests <= 0 || c->n_requests < c->max_requests)
             ok = emit(c, ids, n, name);
@@ -367,7 +369,8 @@ int main(int argc, char **argv)
         }
     }
     if (ok && c.n_requests == 0) {
-        fprintf(stderr, "tokenize_corpus: no document is longer than the prompt (%ld tokens)\n", prompt);
+        fprintf(stderr, "tokenize_corpus: no document is longer than the prompt (%ld tokens)\n",
+                prompt);
         ok = 0;
     }
     if (!ok) {
@@ -384,7 +387,8 @@ int main(int argc, char **argv)
         goto done;
     }
     if (rename(tmp, out) != 0) {
-        fprintf(stderr, "tokenize_corpus: %s: cannot rename to %s: %s\n", tmp, out, strerror(errno));
+        fprintf(stderr, "tokenize_corpus: %s: cannot rename to %s: %s\n", tmp, out,
+                strerror(errno));
         goto done;
     }
     printf("%s: %ld requests, %lld steps, %lld slow (fraction %.4f)\n", out, c.n_requests,
