@@ -92,7 +92,6 @@ typedef struct {
     float *win;        /* [n_kv][Wmax*G][cap] selector input */
     float *knorm;      /* [n_kv][cap] */
     int32_t *sel;      /* [n_kv][K] */
-    int *nsel;         /* [n_kv] */
     int32_t *fast_idx; /* [n_kv][n_sink + K + n_recent] */
     int *fast_n;       /* [n_kv] */
     float *lambda;     /* [n_kv] */
@@ -100,6 +99,7 @@ typedef struct {
     int64_t attended;  /* positions read by the current step's attention */
     sfi_hasher hs;
     sfi_error *err;
+    void *scratch; /* one block: qhist and the scratch arrays above */
 } dctx;
 
 static size_t qdim(const dctx *d)
@@ -308,20 +308,9 @@ static void dctx_free(dctx *d)
     sfi_kv_cache_free(&d->kv);
     if (d->sfi)
         sfi_state_free(&d->st);
-    free(d->qhist);
-    free(d->logits_l);
-    free(d->att_tmp);
-    free(d->win);
-    free(d->knorm);
-    free(d->sel);
-    free(d->nsel);
-    free(d->fast_idx);
-    free(d->fast_n);
-    free(d->lambda);
-    free(d->mass);
+    free(d->scratch);
     sfi_hasher_free(&d->hs);
 }
-
 static void hash_step(dctx *d, int step, sfi_step_kind kind, sfi_step_reason reason, int32_t tok,
                       const float *logits)
 {
@@ -429,12 +418,11 @@ sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int
     return rc;
 }
 
-static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_t *prompt,
-                      int n_prompt, const sfi_decode_prefix *pre, const sfi_decode_observer *obs,
-                      sfi_decode_result *res, sfi_error *err)
+/* The request against the model: prompt, steps within the positions,
+ * forced tokens, parameters, backend, KV heads. */
+static sfi_status check_request(const sfi_model_config *c, const sfi_decode_opts *o,
+                                const int32_t *prompt, int n_prompt, sfi_error *err)
 {
-    memset(res, 0, sizeof *res);
-    const sfi_model_config *c = sfi_qwen3_config(m);
     sfi_status rc = check_prompt(c, prompt, n_prompt, err);
     if (rc)
         return rc;
@@ -465,191 +453,290 @@ static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_
     if (c->num_key_value_heads > SFI_DECODE_MAX_KV_HEADS)
         return sfi_error_set(err, SFI_EUNSUPPORTED, "%d KV heads: sfi-ref handles up to %d",
                              c->num_key_value_heads, SFI_DECODE_MAX_KV_HEADS);
+    return SFI_OK;
+}
 
-    dctx d;
-    memset(&d, 0, sizeof d);
-    d.m = m;
-    d.c = c;
-    d.o = o;
-    d.prm = &o->params;
-    d.obs = obs;
-    d.err = err;
-    d.sfi = o->mode == SFI_DECODE_SFI;
-    d.n_prompt = n_prompt;
-    int cap = n_prompt + o->max_new;
-    int nh = c->num_attention_heads, nkv = c->num_key_value_heads, G = nh / nkv;
-    int Wmax = d.prm->W_prefill > d.prm->W_decode ? d.prm->W_prefill : d.prm->W_decode;
-    if (Wmax < 1)
-        Wmax = 1;
-    d.Wq = Wmax;
-    int need_q = Wmax < n_prompt ? Wmax : n_prompt;
-    if (pre && pre->n_queries < need_q)
-        return sfi_error_set(err, SFI_EINVAL,
-                             "prefix keeps %d queries per layer; the Selector's window needs %d",
-                             pre->n_queries, need_q);
-    rc = sfi_kv_cache_init(&d.kv, c, cap, err);
+/* The scratch arrays of a run of cap positions in one zeroed block, each
+ * part 64-byte aligned: a size table, then one allocation (the Selector's
+ * parts only in SFI mode). Returns 0, or -1 out of memory. */
+static int scratch_alloc(dctx *d, int cap)
+{
+    const sfi_model_config *c = d->c;
+    const size_t nh = (size_t)c->num_attention_heads, nkv = (size_t)c->num_key_value_heads;
+    const size_t G = nh / nkv, W = (size_t)d->Wq, K = (size_t)d->prm->K, n = (size_t)cap;
+    const int s = d->sfi;
+    struct {
+        void **p;
+        size_t bytes;
+    } part[] = {
+        {(void **)&d->qhist, (size_t)c->num_hidden_layers * W * qdim(d) * sizeof(float)},
+        {(void **)&d->logits_l, nh * n * sizeof(float)},
+        {(void **)&d->att_tmp, qdim(d) * sizeof(float)},
+        {(void **)&d->lambda, nkv * sizeof(float)},
+        {(void **)&d->mass, nh * sizeof(float)},
+        {(void **)&d->fast_n, nkv * sizeof(int)},
+        {(void **)&d->win, s ? nkv * W * G * n * sizeof(float) : 0},
+        {(void **)&d->knorm, s ? nkv * n * sizeof(float) : 0},
+        {(void **)&d->sel, s ? nkv * K * sizeof(int32_t) : 0},
+        {(void **)&d->fast_idx, s ? nkv * (size_t)fast_cap(d) * sizeof(int32_t) : 0},
+    };
+    const size_t n_parts = sizeof part / sizeof part[0];
+    size_t total = 0;
+    for (size_t i = 0; i < n_parts; i++)
+        total += (part[i].bytes + 63) / 64 * 64;
+    char *block = d->scratch = calloc(1, total + 64);
+    if (!block)
+        return -1;
+    block += (64 - (uintptr_t)block % 64) % 64;
+    for (size_t i = 0; i < n_parts; i++) {
+        *part[i].p = part[i].bytes ? block : NULL;
+        block += (part[i].bytes + 63) / 64 * 64;
+    }
+    return 0;
+}
+
+/* The run's context: KV cache for cap positions, digest, managed state
+ * (SFI mode) and scratch. On failure everything is released. */
+static sfi_status dctx_init(dctx *d, const sfi_qwen3 *m, const sfi_decode_opts *o,
+                            const sfi_decode_observer *obs, int n_prompt, sfi_error *err)
+{
+    memset(d, 0, sizeof *d);
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    d->m = m;
+    d->c = c;
+    d->o = o;
+    d->prm = &o->params;
+    d->obs = obs;
+    d->err = err;
+    d->n_prompt = n_prompt;
+    int Wmax = d->prm->W_prefill > d->prm->W_decode ? d->prm->W_prefill : d->prm->W_decode;
+    d->Wq = Wmax < 1 ? 1 : Wmax;
+    const int cap = n_prompt + o->max_new;
+    sfi_status rc = sfi_kv_cache_init(&d->kv, c, cap, err);
     if (rc)
         return rc;
-    if ((rc = sfi_hasher_init(&d.hs, err))) {
-        sfi_kv_cache_free(&d.kv);
+    if ((rc = sfi_hasher_init(&d->hs, err))) {
+        sfi_kv_cache_free(&d->kv);
         return rc;
     }
-    if (d.sfi && (rc = sfi_state_init(&d.st, c->num_hidden_layers, nkv, d.prm->K, err))) {
-        d.sfi = 0;
-        dctx_free(&d);
+    if (o->mode == SFI_DECODE_SFI &&
+        (rc = sfi_state_init(&d->st, c->num_hidden_layers, c->num_key_value_heads, d->prm->K,
+                             err))) {
+        dctx_free(d);
         return rc;
     }
-    d.qhist = malloc((size_t)c->num_hidden_layers * Wmax * qdim(&d) * sizeof(float));
-    d.logits_l = malloc((size_t)nh * cap * sizeof(float));
-    d.att_tmp = malloc(qdim(&d) * sizeof(float));
-    d.lambda = calloc((size_t)nkv, sizeof(float));
-    d.mass = calloc((size_t)nh, sizeof(float));
-    d.fast_n = calloc((size_t)nkv, sizeof(int));
-    d.nsel = calloc((size_t)nkv, sizeof(int));
-    float *logits = malloc((size_t)c->vocab_size * sizeof(float));
-    res->ids = malloc((size_t)o->max_new * sizeof(int32_t));
-    res->kinds = malloc((size_t)o->max_new * sizeof(sfi_step_kind));
-    res->reasons = malloc((size_t)o->max_new * sizeof(sfi_step_reason));
-    int ok = d.qhist && d.logits_l && d.att_tmp && d.lambda && d.mass && d.fast_n && d.nsel &&
-             logits && res->ids && res->kinds && res->reasons;
-    if (ok && d.sfi) {
-        d.win = malloc((size_t)nkv * Wmax * G * cap * sizeof(float));
-        d.knorm = malloc((size_t)nkv * cap * sizeof(float));
-        d.sel = malloc((size_t)nkv * d.prm->K * sizeof(int32_t));
-        d.fast_idx = malloc((size_t)nkv * fast_cap(&d) * sizeof(int32_t));
-        ok = d.win && d.knorm && d.sel && d.fast_idx;
+    d->sfi = o->mode == SFI_DECODE_SFI;
+    if (scratch_alloc(d, cap)) {
+        dctx_free(d);
+        return sfi_error_set(err, SFI_ENOMEM, "decode: out of memory (context %d)", cap);
     }
-    if (!ok) {
-        rc = sfi_error_set(err, SFI_ENOMEM, "decode: out of memory (context %d)", cap);
-        goto fail;
-    }
+    return SFI_OK;
+}
 
-    sfi_hasher_update_str(&d.hs, "sfi-decode-v1");
-    sfi_hasher_update_str(&d.hs, sfi_decode_mode_name(o->mode));
-    sfi_hasher_update_i32(&d.hs, prompt, (size_t)n_prompt);
-
-    sfi_trigger_policy tp;
-    sfi_trigger_policy_init(&tp, d.sfi ? o->trigger : SFI_TRIG_ALWAYS, d.prm, o->is_trigger,
-                            o->n_trigger_vocab, o->interval);
-
-    /* prefill: dense (or the shared prefix's) */
+/* The prompt's forward pass (or the shared prefix's copied), the
+ * Selector's first sets, the prefill observers; logits: the last
+ * position's. Timed into res. */
+static sfi_status prefill(dctx *d, const int32_t *prompt, int n_prompt,
+                          const sfi_decode_prefix *pre, float *logits, sfi_decode_result *res)
+{
+    const sfi_model_config *c = d->c;
+    const sfi_decode_observer *obs = d->obs;
+    sfi_error *err = d->err;
+    sfi_status rc;
+    const int need_q = d->Wq < n_prompt ? d->Wq : n_prompt;
     double t0 = sfi_clock_wall(), c0 = sfi_clock_cpu();
-    d.step = -1;
-    d.kind = SFI_STEP_PREFILL;
+    d->step = -1;
+    d->kind = SFI_STEP_PREFILL;
     if (pre) {
-        if ((rc = sfi_kv_cache_copy(&d.kv, &pre->kv, err)))
-            goto fail;
+        if ((rc = sfi_kv_cache_copy(&d->kv, &pre->kv, err)))
+            return rc;
         for (int l = 0; l < c->num_hidden_layers; l++)
             for (int pos = n_prompt - need_q; pos < n_prompt; pos++)
-                memcpy(qslot(&d, l, pos),
+                memcpy(qslot(d, l, pos),
                        pre->qhist +
-                           ((size_t)l * pre->n_queries + (size_t)(pos % pre->n_queries)) * qdim(&d),
-                       qdim(&d) * sizeof(float));
+                           ((size_t)l * pre->n_queries + (size_t)(pos % pre->n_queries)) * qdim(d),
+                       qdim(d) * sizeof(float));
         memcpy(logits, pre->logits, (size_t)c->vocab_size * sizeof(float));
-    } else {
-        rc = sfi_qwen3_prefill(m, o->backend, &d.kv, prompt, n_prompt, attend, &d, logits, err);
-        if (rc)
-            goto fail;
+    } else if ((rc = sfi_qwen3_prefill(d->m, d->o->backend, &d->kv, prompt, n_prompt, attend, d,
+                                       logits, err))) {
+        return rc;
     }
-    if (d.sfi) {
-        int W = d.prm->W_prefill < n_prompt ? d.prm->W_prefill : n_prompt;
+    if (d->sfi) {
+        int W = d->prm->W_prefill < n_prompt ? d->prm->W_prefill : n_prompt;
         for (int l = 0; l < c->num_hidden_layers; l++)
-            if ((rc = select_layer(&d, l, n_prompt, W)))
-                goto fail;
+            if ((rc = select_layer(d, l, n_prompt, W)))
+                return rc;
     }
     if (obs && obs->on_prefill) {
         sfi_decode_prefill_info pi = {.prompt = prompt,
                                       .n_prompt = n_prompt,
                                       .n_layers = c->num_hidden_layers,
-                                      .n_heads = nh,
-                                      .n_kv_heads = nkv,
+                                      .n_heads = c->num_attention_heads,
+                                      .n_kv_heads = c->num_key_value_heads,
                                       .head_dim = c->head_dim,
-                                      .state = d.sfi ? &d.st : NULL,
+                                      .state = d->sfi ? &d->st : NULL,
                                       .last_logits = logits,
                                       .vocab_size = c->vocab_size};
         if ((rc = obs->on_prefill(obs->user, &pi, err)))
-            goto fail;
+            return rc;
     }
     /* Step 0's forward pass is the prefill's last position: its dense
      * attention goes to observers like every later step's (n_ctx = the
      * prompt), so a full-level trace has every step. */
     if (obs && obs->want_attention && obs->on_attention) {
-        d.step = 0;
-        d.kind = SFI_STEP_SLOW;
+        d->step = 0;
+        d->kind = SFI_STEP_SLOW;
         for (int l = 0; l < c->num_hidden_layers; l++)
-            if ((rc = observe_attention(&d, l, qslot(&d, l, n_prompt - 1), n_prompt)))
-                goto fail;
+            if ((rc = observe_attention(d, l, qslot(d, l, n_prompt - 1), n_prompt)))
+                return rc;
     }
     double t1 = sfi_clock_wall(), c1 = sfi_clock_cpu();
     res->prefill_seconds = pre ? pre->seconds + (t1 - t0) : t1 - t0;
     res->prefill_cpu_seconds = pre ? pre->cpu_seconds + (c1 - c0) : c1 - c0;
+    return SFI_OK;
+}
 
+/* Decode step t on the input token prev: the forward pass (step 0's was
+ * the prefill), the Selector on a slow step, the argmax into res, the
+ * digest, the step observer. */
+static sfi_status decode_step(dctx *d, int t, sfi_step_kind kind, sfi_step_reason reason,
+                              int32_t prev, float *logits, sfi_decode_result *res)
+{
+    const sfi_model_config *c = d->c;
+    const int nkv = c->num_key_value_heads;
+    sfi_status rc;
+    d->step = t;
+    d->kind = kind;
+    d->attended = (int64_t)d->kv.n * nkv * c->num_hidden_layers;
+    if (t > 0) {
+        d->attended = 0;
+        if ((rc = sfi_qwen3_step(d->m, d->o->backend, &d->kv, prev, attend, d, logits, d->err)))
+            return rc;
+        if (d->sfi && kind == SFI_STEP_SLOW)
+            for (int l = 0; l < c->num_hidden_layers; l++)
+                if ((rc = select_layer(d, l, d->kv.n, d->prm->W_decode)))
+                    return rc;
+    }
+    int32_t tok = sfi_argmax(logits, c->vocab_size);
+    res->ids[t] = tok;
+    res->kinds[t] = kind;
+    res->reasons[t] = reason;
+    res->n_generated = t + 1;
+    if (kind == SFI_STEP_SLOW)
+        res->n_slow++;
+    hash_step(d, t, kind, reason, tok, logits);
+    if (d->obs && d->obs->on_step) {
+        sfi_decode_step_info si = {.step = t,
+                                   .kind = kind,
+                                   .reason = reason,
+                                   .input_token = prev,
+                                   .position = d->kv.n - 1,
+                                   .n_ctx = d->kv.n,
+                                   .token = tok,
+                                   .logits = logits,
+                                   .vocab_size = c->vocab_size,
+                                   .attended = d->attended};
+        if ((rc = d->obs->on_step(d->obs->user, &si, d->err)))
+            return rc;
+    }
+    return SFI_OK;
+}
+
+/* Generated token tok stops the run (one of the stop tokens). */
+static int is_stop(const sfi_decode_opts *o, int32_t tok)
+{
+    int stop = tok == o->stop_token;
+    for (int i = 0; !stop && o->stop_tokens && i < o->n_stop_tokens; i++)
+        stop = tok == o->stop_tokens[i];
+    return stop;
+}
+
+/* The decode loop: the trigger policy decides each step's kind; the
+ * input of step t + 1 is step t's token (or the forced one). */
+static sfi_status decode_steps(dctx *d, const int32_t *prompt, int n_prompt, float *logits,
+                               sfi_decode_result *res)
+{
+    const sfi_decode_opts *o = d->o;
+    sfi_trigger_policy tp;
+    sfi_trigger_policy_init(&tp, d->sfi ? o->trigger : SFI_TRIG_ALWAYS, d->prm, o->is_trigger,
+                            o->n_trigger_vocab, o->interval);
     int32_t prev = prompt[n_prompt - 1];
     for (int t = 0; t < o->max_new; t++) {
         sfi_step_reason reason;
         sfi_step_kind kind = sfi_trigger_next(&tp, prev, &reason);
-        d.step = t;
-        d.kind = kind;
-        d.attended = (int64_t)d.kv.n * nkv * c->num_hidden_layers;
-        if (t > 0) {
-            /* step 0's forward pass was the prefill */
-            d.attended = 0;
-            rc = sfi_qwen3_step(m, o->backend, &d.kv, prev, attend, &d, logits, err);
-            if (rc)
-                goto fail;
-            if (d.sfi && kind == SFI_STEP_SLOW) {
-                int W = d.prm->W_decode;
-                for (int l = 0; l < c->num_hidden_layers; l++)
-                    if ((rc = select_layer(&d, l, d.kv.n, W)))
-                        goto fail;
-            }
-        }
-        int32_t tok = sfi_argmax(logits, c->vocab_size);
-        res->ids[t] = tok;
-        res->kinds[t] = kind;
-        res->reasons[t] = reason;
-        res->n_generated = t + 1;
-        if (kind == SFI_STEP_SLOW)
-            res->n_slow++;
-        hash_step(&d, t, kind, reason, tok, logits);
-        if (obs && obs->on_step) {
-            sfi_decode_step_info si = {.step = t,
-                                       .kind = kind,
-                                       .reason = reason,
-                                       .input_token = prev,
-                                       .position = d.kv.n - 1,
-                                       .n_ctx = d.kv.n,
-                                       .token = tok,
-                                       .logits = logits,
-                                       .vocab_size = c->vocab_size,
-                                       .attended = d.attended};
-            if ((rc = obs->on_step(obs->user, &si, err)))
-                goto fail;
-        }
+        sfi_status rc = decode_step(d, t, kind, reason, prev, logits, res);
+        if (rc)
+            return rc;
+        int32_t tok = res->ids[t];
         prev = o->forced && t + 1 < o->max_new ? o->forced[t] : tok;
-        int stop = tok == o->stop_token;
-        for (int i = 0; !stop && o->stop_tokens && i < o->n_stop_tokens; i++)
-            stop = tok == o->stop_tokens[i];
-        if (stop)
+        if (is_stop(o, tok))
             break;
     }
-    if (obs && obs->want_qk && obs->on_qk)
-        for (int l = 0; l < c->num_hidden_layers; l++) {
-            sfi_decode_qk_info qi = {.step = res->n_generated - 1,
-                                     .position = d.kv.n - 1,
-                                     .layer = l,
-                                     .n_ctx = d.kv.n,
-                                     .final = 1,
-                                     .k = sfi_kv_k(&d.kv, l),
-                                     .v = sfi_kv_v(&d.kv, l)};
-            if ((rc = obs->on_qk(obs->user, &qi, err)))
-                goto fail;
-        }
+    return SFI_OK;
+}
+
+/* The last keys and values of every layer, to the qk observer. */
+static sfi_status observe_final_kv(dctx *d, const sfi_decode_result *res)
+{
+    const sfi_decode_observer *obs = d->obs;
+    if (!obs || !obs->want_qk || !obs->on_qk)
+        return SFI_OK;
+    for (int l = 0; l < d->c->num_hidden_layers; l++) {
+        sfi_decode_qk_info qi = {.step = res->n_generated - 1,
+                                 .position = d->kv.n - 1,
+                                 .layer = l,
+                                 .n_ctx = d->kv.n,
+                                 .final = 1,
+                                 .k = sfi_kv_k(&d->kv, l),
+                                 .v = sfi_kv_v(&d->kv, l)};
+        sfi_status rc = obs->on_qk(obs->user, &qi, d->err);
+        if (rc)
+            return rc;
+    }
+    return SFI_OK;
+}
+
+/* check, set up, prefill, decode, digest. */
+static sfi_status run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_t *prompt,
+                      int n_prompt, const sfi_decode_prefix *pre, const sfi_decode_observer *obs,
+                      sfi_decode_result *res, sfi_error *err)
+{
+    memset(res, 0, sizeof *res);
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    sfi_status rc = check_request(c, o, prompt, n_prompt, err);
+    if (rc)
+        return rc;
+    const int Wmax =
+        o->params.W_prefill > o->params.W_decode ? o->params.W_prefill : o->params.W_decode;
+    const int need_q = Wmax < n_prompt ? (Wmax < 1 ? 1 : Wmax) : n_prompt;
+    if (pre && pre->n_queries < need_q)
+        return sfi_error_set(err, SFI_EINVAL,
+                             "prefix keeps %d queries per layer; the Selector's window needs %d",
+                             pre->n_queries, need_q);
+    dctx d;
+    if ((rc = dctx_init(&d, m, o, obs, n_prompt, err)))
+        return rc;
+    float *logits = malloc((size_t)c->vocab_size * sizeof(float));
+    res->ids = malloc((size_t)o->max_new * sizeof(int32_t));
+    res->kinds = malloc((size_t)o->max_new * sizeof(sfi_step_kind));
+    res->reasons = malloc((size_t)o->max_new * sizeof(sfi_step_reason));
+    if (!logits || !res->ids || !res->kinds || !res->reasons) {
+        rc = sfi_error_set(err, SFI_ENOMEM, "decode: out of memory (context %d)",
+                           n_prompt + o->max_new);
+        goto fail;
+    }
+    sfi_hasher_update_str(&d.hs, "sfi-decode-v1");
+    sfi_hasher_update_str(&d.hs, sfi_decode_mode_name(o->mode));
+    sfi_hasher_update_i32(&d.hs, prompt, (size_t)n_prompt);
+    if ((rc = prefill(&d, prompt, n_prompt, pre, logits, res)))
+        goto fail;
+    double t1 = sfi_clock_wall(), c1 = sfi_clock_cpu();
+    if ((rc = decode_steps(&d, prompt, n_prompt, logits, res)) || (rc = observe_final_kv(&d, res)))
+        goto fail;
     res->decode_seconds = sfi_clock_wall() - t1;
     res->decode_cpu_seconds = sfi_clock_cpu() - c1;
     res->slow_fraction = (double)res->n_slow / res->n_generated;
-    rc = sfi_hasher_final_hex(&d.hs, res->digest_hex, res->digest, err);
-    if (rc)
+    if ((rc = sfi_hasher_final_hex(&d.hs, res->digest_hex, res->digest, err)))
         goto fail;
     free(logits);
     dctx_free(&d);

@@ -106,8 +106,8 @@ typedef struct {
     sfi_gpu gpu;
     sfi_hw_profile prof;
     char engine_label[300];
-    sfi_policy_config cfg;   /* --param: SFI and policy parameters */
-    sfi_budget budget;       /* --budget, the same for every policy */
+    sfi_policy_config cfg; /* --param: SFI and policy parameters */
+    sfi_budget budget;     /* --budget, the same for every policy */
     int tp;
     int n_req;
     char **prompt_specs;
@@ -125,7 +125,6 @@ typedef struct {
     sfi_replay_stream rs;
     int kv_bytes, weight_bytes;
 } serve_cli;
-
 
 /* An engine profile: "default", a file path, or NAME of
  * sim/profiles/NAME.json (source tree, then the installed data dir). */
@@ -292,10 +291,11 @@ static void print_table(FILE *f, const serve_cli *s, const run_row *rows, int n)
 {
     print_header(f, s);
     int slo = s->slo_tpot > 0 || s->slo_ttft > 0;
-    fprintf(f, "# tok/s = generated tokens / elapsed (first arrival to last token); TTFT mean and "
-               "p99 (s); TPOT mean, p50, p99 (ms); run_pk/run_mean = requests running at once; "
-               "per GPU, GB = 1e9 bytes: mem_GB peak memory in use (weights + activations + "
-               "reserved + KV), KVcap_GB the KV budget%s\n",
+    fprintf(f,
+            "# tok/s = generated tokens / elapsed (first arrival to last token); TTFT mean and "
+            "p99 (s); TPOT mean, p50, p99 (ms); run_pk/run_mean = requests running at once; "
+            "per GPU, GB = 1e9 bytes: mem_GB peak memory in use (weights + activations + "
+            "reserved + KV), KVcap_GB the KV budget%s\n",
             slo ? "; goodput = tokens/s of the requests meeting the SLO" : "");
     fprintf(f, "%-22s %-10s %9s %7s %9s %9s %9s %8s %8s %8s", "prompt", "policy", "tok/s",
             "speedup", "elapsed_s", "TTFT_s", "TTFTp99_s", "TPOT_ms", "TPOTp50", "TPOTp99");
@@ -320,9 +320,9 @@ static void print_table(FILE *f, const serve_cli *s, const run_row *rows, int n)
             fprintf(f, " %8s %8s %8s", "-", "-", "-");
         if (slo)
             fprintf(f, " %9.1f %5.1f", m->goodput_tok_s, m->slo_met * 100);
-        fprintf(f, " %6d %8.1f %7lld %6.2f %8.2f %8.2f\n", r->res.peak_running,
-                r->res.mean_running, (long long)r->res.preemptions, m->slow_frac * 100,
-                r->res.peak_mem / 1e9, r->res.kv_budget / 1e9);
+        fprintf(f, " %6d %8.1f %7lld %6.2f %8.2f %8.2f\n", r->res.peak_running, r->res.mean_running,
+                (long long)r->res.preemptions, m->slow_frac * 100, r->res.peak_mem / 1e9,
+                r->res.kv_budget / 1e9);
     }
 }
 
@@ -347,10 +347,9 @@ static void print_csv(FILE *f, const serve_cli *s, const run_row *rows, int n)
         sfi_sim_csv_str(f, s->gen_spec);
         fputc(',', f);
         sfi_sim_csv_str(f, s->pols[r->policy].name);
-        const double v[] = {m->tok_s,        r->speedup,        m->elapsed,
-                            m->ttft_mean,    m->ttft_p50,       m->ttft_p99,
-                            m->tpot_mean * 1e3, m->tpot_p50 * 1e3, m->tpot_p99 * 1e3,
-                            m->e2e_mean,     m->e2e_p99,        m->goodput_tok_s,
+        const double v[] = {m->tok_s,          r->speedup,  m->elapsed,         m->ttft_mean,
+                            m->ttft_p50,       m->ttft_p99, m->tpot_mean * 1e3, m->tpot_p50 * 1e3,
+                            m->tpot_p99 * 1e3, m->e2e_mean, m->e2e_p99,         m->goodput_tok_s,
                             m->slo_met};
         /* Empty where undefined (no full-KV run; no request with a TPOT). */
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
@@ -519,12 +518,13 @@ static sfi_status write_figure(const serve_cli *s, const run_row *rows, int n, c
     sfi_plot *p = sfi_plot_new(1500, 420, 1, 2);
     if (!p)
         return sfi_error_set(err, SFI_ENOMEM, "%s: cannot create figure", path);
-    double *x = malloc((size_t)s->n_prompts * sizeof *x), *y1 = malloc((size_t)s->n_prompts * sizeof *y1),
+    double *x = malloc((size_t)s->n_prompts * sizeof *x),
+           *y1 = malloc((size_t)s->n_prompts * sizeof *y1),
            *y2 = malloc((size_t)s->n_prompts * sizeof *y2);
     sfi_status st = (!x || !y1 || !y2) ? sfi_error_set(err, SFI_ENOMEM, "out of memory") : SFI_OK;
     char title[512];
-    snprintf(title, sizeof title, "%s, %s x%d, %s: throughput", s->model.name, s->gpu.name,
-             s->tp, s->engine_label);
+    snprintf(title, sizeof title, "%s, %s x%d, %s: throughput", s->model.name, s->gpu.name, s->tp,
+             s->engine_label);
     if (!st)
         st = sfi_plot_axes(p, 0, title, "prompt length (tokens, mean)", "generated tokens/s",
                            SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
@@ -567,17 +567,20 @@ static sfi_status write_timeline(const serve_cli *s, const run_row *rows, int n,
         return sfi_error_set(err, SFI_ENOMEM, "%s: cannot create figure", path);
     double *x = malloc(TIMELINE_POINTS * sizeof *x), *yr = malloc(TIMELINE_POINTS * sizeof *yr),
            *yq = malloc(TIMELINE_POINTS * sizeof *yq), *yl = malloc(TIMELINE_POINTS * sizeof *yl);
-    sfi_status st = (!x || !yr || !yq || !yl) ? sfi_error_set(err, SFI_ENOMEM, "out of memory") : SFI_OK;
+    sfi_status st =
+        (!x || !yr || !yq || !yl) ? sfi_error_set(err, SFI_ENOMEM, "out of memory") : SFI_OK;
     char title[512];
-    snprintf(title, sizeof title, "%s on %s (TP %d, engine %s), %d requests, prompt %s: requests running",
-             s->model.name, s->gpu.name, s->tp, s->engine_label, s->n_req, s->prompt_specs[0]);
+    snprintf(title, sizeof title,
+             "%s on %s (TP %d, engine %s), %d requests, prompt %s: requests running", s->model.name,
+             s->gpu.name, s->tp, s->engine_label, s->n_req, s->prompt_specs[0]);
     if (!st)
         st = sfi_plot_axes(p, 0, title, "time (s)", "running", SFI_PLOT_YZERO, err);
     if (!st)
         st = sfi_plot_axes(p, 1, "requests queued (arrived, not running)", "time (s)", "queued",
                            SFI_PLOT_YZERO, err);
     if (!st)
-        st = sfi_plot_axes(p, 2, "step latency", "time (s)", "step latency (ms)", SFI_PLOT_YZERO, err);
+        st = sfi_plot_axes(p, 2, "step latency", "time (s)", "step latency (ms)", SFI_PLOT_YZERO,
+                           err);
     for (int i = 0; i < n && !st; i++) {
         const run_row *r = &rows[i];
         if (r->prompt_i != 0 || !r->res.steps)
@@ -653,8 +656,137 @@ static int parse_ms(const char *opt, const char *v, double *out)
     return 0;
 }
 
-int sfi_sim_cmd_serve(int argc, char **argv)
+/* The command line's lists and outputs, as text until setup resolves
+ * them; the scalars go straight into serve_cli. */
+typedef struct {
+    const char *model, *gpu, *tp, *prompt, *pols, *engine, *trace, *tok, *fmt, *out, *req, *png,
+        *timeline;
+    int synthetic;
+} serve_args;
+
+/* A phase's status for "out of memory", said once by the command. */
+#define SERVE_OOM 3
+
+/* --rate: requests per second, or inf (0: all at once). Returns 0 or 2. */
+static int parse_rate(const char *v, double *rate)
 {
+    if (!strcasecmp(v, "inf")) {
+        *rate = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    *rate = strtod(v, &end);
+    if (end == v || *end || errno || !(*rate > 0 && *rate < 1e9)) {
+        fprintf(stderr, ME ": --rate: '%s' is not a rate > 0 (requests/s) or inf\n", v);
+        return 2;
+    }
+    return 0;
+}
+
+/* The options that set the workload (requests, arrivals, seed). Returns 0
+ * when c is not one of them or its value is good, else 2. */
+static int parse_workload_option(int c, serve_cli *s)
+{
+    switch (c) {
+    case 'n': return parse_count("--requests", optarg, 1, 1, 1 << 20, &s->n_req) ? 2 : 0;
+    case 'G': s->gen_spec = optarg; return 0;
+    case 'r': return parse_rate(optarg, &s->rate);
+    case 'X':
+        if (!strcasecmp(optarg, "all")) {
+            s->base.shared_prefix = 1 << 30;
+            return 0;
+        }
+        return parse_count("--shared-prefix", optarg, 1, 0, 1 << 30, &s->base.shared_prefix) ? 2
+                                                                                             : 0;
+    case 'e': {
+        int64_t v;
+        if (sfi_sim_parse_size(optarg, 0, &v)) {
+            fprintf(stderr, ME ": --seed: '%s' is not a non-negative integer\n", optarg);
+            return 2;
+        }
+        s->seed = (uint64_t)v;
+        return 0;
+    }
+    case 'L': return parse_ms("--slo-tpot", optarg, &s->slo_tpot) ? 2 : 0;
+    case 'F': return parse_ms("--slo-ttft", optarg, &s->slo_ttft) ? 2 : 0;
+    }
+    return 0;
+}
+
+/* The options that set the engine (memory, batching, dtypes, parameters).
+ * Returns 0 when c is not one of them or its value is good, else the exit
+ * status. */
+static int parse_engine_option(int c, serve_cli *s)
+{
+    sfi_error err;
+    switch (c) {
+    case 'u': {
+        char *end;
+        errno = 0;
+        double v = strtod(optarg, &end);
+        if (end == optarg || *end || errno || !(v > 0 && v <= 1)) {
+            fprintf(stderr, ME ": --gpu-mem-util: '%s' is not in (0, 1]\n", optarg);
+            return 2;
+        }
+        s->base.gpu_mem_util = v;
+        return 0;
+    }
+    case 'B': return parse_count("--block-size", optarg, 0, 1, 65536, &s->base.block_size) ? 2 : 0;
+    case 'S':
+        return parse_count("--max-num-seqs", optarg, 1, 1, 1 << 20, &s->base.max_num_seqs) ? 2 : 0;
+    case 'M':
+        return parse_count("--max-batched-tokens", optarg, 1, 1, 1 << 24,
+                           &s->base.max_batched_tokens)
+                   ? 2
+                   : 0;
+    case 'C': s->base.chunked_prefill = 0; return 0;
+    case 'k': return parse_dtype("--kv-dtype", optarg, &s->kv_bytes) ? 2 : 0;
+    case 'w': return parse_dtype("--weight-dtype", optarg, &s->weight_bytes) ? 2 : 0;
+    case 'b':
+        if (sfi_budget_parse(optarg, &s->budget, &err) != SFI_OK) {
+            fprintf(stderr, ME ": --budget: %s\n", err.msg);
+            return 2;
+        }
+        return 0;
+    case 'x':
+        if (sfi_policy_config_set(&s->cfg, optarg, &err) != SFI_OK) {
+            fprintf(stderr, ME ": %s\n", err.msg);
+            return 1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
+/* The options that name something (model, GPU, files, outputs). Returns
+ * 1 when c is one of them. */
+static int parse_name_option(int c, serve_args *a)
+{
+    switch (c) {
+    case 'P': a->prompt = optarg; return 1;
+    case 'm': a->model = optarg; return 1;
+    case 'g': a->gpu = optarg; return 1;
+    case 't': a->tp = optarg; return 1;
+    case 'p': a->pols = optarg; return 1;
+    case 'E': a->engine = optarg; return 1;
+    case 'T': a->trace = optarg; return 1;
+    case 'z': a->tok = optarg; return 1;
+    case 'y': a->synthetic = 1; return 1;
+    case 'f': a->fmt = optarg; return 1;
+    case 'o': a->out = optarg; return 1;
+    case 'R': a->req = optarg; return 1;
+    case 'Q': a->png = optarg; return 1;
+    case 'l': a->timeline = optarg; return 1;
+    }
+    return 0;
+}
+
+/* Parses the options into a and s. Returns -1 to go on, else the exit
+ * status (0 for --help). */
+static int parse_args(int argc, char **argv, serve_args *a, serve_cli *s)
+{
+    /* clang-format off */
     static const struct option opts[] = {
         {"requests", required_argument, NULL, 'n'},     {"prompt", required_argument, NULL, 'P'},
         {"gen", required_argument, NULL, 'G'},          {"rate", required_argument, NULL, 'r'},
@@ -674,6 +806,242 @@ int sfi_sim_cmd_serve(int argc, char **argv)
         {"png", required_argument, NULL, 'Q'},          {"timeline-png", required_argument, NULL, 'l'},
         {"budget", required_argument, NULL, 'b'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
+    /* clang-format on */
+    *a = (serve_args){.model = "Qwen3-4B",
+                      .gpu = "B200",
+                      .tp = "auto",
+                      .prompt = "8K",
+                      .pols = "full,sfi",
+                      .fmt = "table"};
+    sfi_error err;
+    optind = 1;
+    opterr = 0;
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        if (c == 'h') {
+            usage(stdout);
+            return 0;
+        }
+        if (c == '?' || c == ':') {
+            fprintf(stderr, ME ": unknown or incomplete option '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+        if (!parse_name_option(c, a) &&
+            ((rc = parse_workload_option(c, s)) || (rc = parse_engine_option(c, s))))
+            return rc;
+    }
+    if (optind < argc) {
+        fprintf(stderr, ME ": unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(a->fmt, "table") && strcmp(a->fmt, "csv") && strcmp(a->fmt, "json")) {
+        fprintf(stderr, ME ": --format: '%s' is not table, csv or json\n", a->fmt);
+        return 2;
+    }
+    if (s->base.max_batched_tokens < s->base.max_num_seqs) {
+        fprintf(stderr,
+                ME ": --max-batched-tokens %d is below --max-num-seqs %d (every running request "
+                   "decodes in each step)\n",
+                s->base.max_batched_tokens, s->base.max_num_seqs);
+        return 2;
+    }
+    if (sfi_len_dist_parse(s->gen_spec, &s->gen_d, &err) != SFI_OK) {
+        fprintf(stderr, ME ": --gen: %s\n", err.msg);
+        return 2;
+    }
+    if (sfi_params_validate(&s->cfg.prm, &err) != SFI_OK) {
+        fprintf(stderr, ME ": %s\n", err.msg);
+        return 1;
+    }
+    return -1;
+}
+
+/* Engine profile, model, GPU and --tp. Returns 0 or the exit status. */
+static int resolve_hardware(const serve_args *a, serve_cli *s)
+{
+    sfi_error err;
+    if (load_engine(a->engine, &s->prof, s->engine_label, sizeof s->engine_label, &err) != SFI_OK) {
+        fprintf(stderr, ME ": %s\n", err.msg);
+        return 1;
+    }
+    if (sfi_model_resolve(a->model, &s->model, &err) != SFI_OK) {
+        fprintf(stderr, ME ": --model: %s\n", err.msg);
+        return 1;
+    }
+    if (!s->model.name[0])
+        snprintf(s->model.name, sizeof s->model.name, "%s", a->model);
+    if (sfi_gpu_resolve(a->gpu, &s->gpu, &err) != SFI_OK) {
+        fprintf(stderr, ME ": --gpu: %s\n", err.msg);
+        return 1;
+    }
+    if (strcasecmp(a->tp, "auto") && parse_count("--tp", a->tp, 0, 1, 64, &s->tp))
+        return 2;
+    return 0;
+}
+
+/* --prompt: one run per length distribution. Returns 0 or the exit
+ * status. */
+static int resolve_prompts(const serve_args *a, serve_cli *s)
+{
+    sfi_error err;
+    s->n_prompts = sfi_sim_split_list(a->prompt, &s->prompt_specs);
+    if (s->n_prompts < 0) {
+        s->n_prompts = 0;
+        return SERVE_OOM;
+    }
+    s->prompt_d = calloc((size_t)s->n_prompts, sizeof *s->prompt_d);
+    if (!s->prompt_d)
+        return SERVE_OOM;
+    for (int i = 0; i < s->n_prompts; i++)
+        if (sfi_len_dist_parse(s->prompt_specs[i], &s->prompt_d[i], &err) != SFI_OK) {
+            fprintf(stderr, ME ": --prompt: %s\n", err.msg);
+            return 2;
+        }
+    return 0;
+}
+
+/* --policies: each spec with --param's values under its own. Returns 0
+ * or the exit status. */
+static int resolve_policies(const serve_args *a, serve_cli *s)
+{
+    sfi_error err;
+    char **v;
+    int n = sfi_sim_split_policies(a->pols, &v);
+    if (n < 0)
+        return SERVE_OOM;
+    s->pols = calloc((size_t)n, sizeof *s->pols);
+    if (!s->pols) {
+        sfi_sim_free_list(v, n);
+        return SERVE_OOM;
+    }
+    s->n_pols = n;
+    for (int i = 0; i < n; i++)
+        s->pols[i].name = v[i];
+    free(v);
+    for (int i = 0; i < n; i++) {
+        s->pols[i].cfg = s->cfg;
+        if (sfi_policy_spec_parse(s->pols[i].name, &s->pols[i].kind, &s->pols[i].cfg, &err) ||
+            sfi_params_validate(&s->pols[i].cfg.prm, &err)) {
+            fprintf(stderr, ME ": --policies: %s\n", err.msg);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Everything the runs read: hardware, prompts, policies, the token stream.
+ * Returns 0 or the exit status (SERVE_OOM: out of memory, not yet said). */
+static int setup(const serve_args *a, serve_cli *s)
+{
+    int rc = resolve_hardware(a, s);
+    if (rc || (rc = resolve_prompts(a, s)) || (rc = resolve_policies(a, s)))
+        return rc;
+    sfi_error err;
+    if (sfi_sim_stream_load(a->trace, a->tok, a->synthetic, &s->cfg.prm, &s->stream, &err) !=
+        SFI_OK) {
+        fprintf(stderr, ME ": %s\n", err.msg);
+        return 1;
+    }
+    s->rs = (sfi_replay_stream){s->stream.tokens, s->stream.n_tokens, s->stream.is_trigger,
+                                s->stream.n_vocab};
+    s->base.cost.model = &s->model;
+    s->base.cost.gpu = s->gpu;
+    s->base.timeline = a->timeline != NULL;
+    return 0;
+}
+
+/* One run per (prompt distribution, policy), rows in that order, each
+ * with its speedup over the run's full-KV row (NaN without one). Returns
+ * 0 or 1. */
+static int run_all(serve_cli *s, sfi_serve_request *rq, run_row *rows, int *n_rows)
+{
+    sfi_error err;
+    if (s->tp == 0 && resolve_tp(s, rq, &err) != SFI_OK) {
+        fprintf(stderr, ME ": %s\n", err.msg);
+        return 1;
+    }
+    for (int pi = 0; pi < s->n_prompts; pi++) {
+        double mean;
+        if (make_requests(s, pi, rq, &mean, &err) != SFI_OK) {
+            fprintf(stderr, ME ": %s\n", err.msg);
+            return 1;
+        }
+        int base = -1;
+        for (int p = 0; p < s->n_pols; p++) {
+            run_row *r = &rows[*n_rows];
+            sfi_serve_config cfg;
+            config_of(s, p, s->tp, &cfg);
+            if (sfi_serve_run(&cfg, rq, s->n_req, &r->res, &err) != SFI_OK ||
+                sfi_serve_summarize(&r->res, s->slo_tpot, s->slo_ttft, &r->sum, &err) != SFI_OK) {
+                fprintf(stderr, ME ": prompt %s, policy %s: %s\n", s->prompt_specs[pi],
+                        s->pols[p].name, err.msg);
+                return 1;
+            }
+            r->prompt_i = pi;
+            r->policy = p;
+            r->mean_prompt = mean;
+            (*n_rows)++;
+            if (base < 0 && s->pols[p].kind == SFI_POLICY_FULL)
+                base = *n_rows - 1;
+        }
+        for (int i = *n_rows - s->n_pols; i < *n_rows; i++)
+            rows[i].speedup = base >= 0 ? rows[i].sum.tok_s / rows[base].sum.tok_s : NAN;
+    }
+    return 0;
+}
+
+/* Says where a policy's buffers cost admitted concurrency. */
+static void note_concurrency(const serve_cli *s, const run_row *rows, int n_rows)
+{
+    for (int i = 0; i < n_rows; i++) {
+        int pi = rows[i].prompt_i;
+        for (int j = 0; j < n_rows; j++)
+            if (rows[j].prompt_i == pi && s->pols[rows[j].policy].kind == SFI_POLICY_FULL &&
+                rows[i].res.peak_running < rows[j].res.peak_running)
+                fprintf(stderr,
+                        ME ": prompt %s: %s runs at most %d requests at once, full KV %d (its "
+                           "buffers count against the KV budget of %.2f GB per GPU)\n",
+                        s->prompt_specs[pi], s->pols[rows[i].policy].name, rows[i].res.peak_running,
+                        rows[j].res.peak_running, rows[i].res.kv_budget / 1e9);
+    }
+}
+
+/* The table, the requests CSV and the figures. *drew is set once a figure
+ * is started (its fonts are released at the end). Returns 0 or 1. */
+static int report(const serve_args *a, const serve_cli *s, const run_row *rows, int n_rows,
+                  int *drew)
+{
+    sfi_error err;
+    out_ctx oc = {s, rows, n_rows, a->fmt};
+    if (write_out(a->out, "table", emit_table, &oc))
+        return 1;
+    note_concurrency(s, rows, n_rows);
+    if (a->req && write_out(a->req, "requests", emit_requests, &oc))
+        return 1;
+    if (a->png) {
+        *drew = 1;
+        if (write_figure(s, rows, n_rows, a->png, &err) != SFI_OK) {
+            fprintf(stderr, ME ": %s\n", err.msg);
+            return 1;
+        }
+        fprintf(stderr, ME ": wrote %s\n", a->png);
+    }
+    if (a->timeline) {
+        *drew = 1;
+        if (write_timeline(s, rows, n_rows, a->timeline, &err) != SFI_OK) {
+            fprintf(stderr, ME ": %s\n", err.msg);
+            return 1;
+        }
+        fprintf(stderr, ME ": wrote %s\n", a->timeline);
+    }
+    return 0;
+}
+
+/* parse, setup, run, report. */
+int sfi_sim_cmd_serve(int argc, char **argv)
+{
     serve_cli s;
     memset(&s, 0, sizeof s);
     sfi_policy_config_default(&s.cfg);
@@ -683,288 +1051,28 @@ int sfi_sim_cmd_serve(int argc, char **argv)
     s.kv_bytes = 2;
     s.weight_bytes = 2;
     s.gen_spec = "2048";
-    const char *a_model = "Qwen3-4B", *a_gpu = "B200", *a_tp = "auto", *a_prompt = "8K",
-               *a_pols = "full,sfi", *a_engine = NULL, *a_trace = NULL, *a_tok = NULL,
-               *a_fmt = "table", *a_out = NULL, *a_req = NULL, *a_png = NULL, *a_tl = NULL;
-    int synthetic = 0, rc = 1, n_rows = 0, drew = 0;
+    serve_args a;
+    int rc = parse_args(argc, argv, &a, &s);
+    if (rc >= 0)
+        return rc;
+    int n_rows = 0, drew = 0;
     run_row *rows = NULL;
     sfi_serve_request *rq = NULL;
-    sfi_error err;
-
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        switch (c) {
-        case 'n':
-            if (parse_count("--requests", optarg, 1, 1, 1 << 20, &s.n_req))
-                return 2;
-            break;
-        case 'P': a_prompt = optarg; break;
-        case 'b':
-            if (sfi_budget_parse(optarg, &s.budget, &err) != SFI_OK) {
-                fprintf(stderr, ME ": --budget: %s\n", err.msg);
-                return 2;
-            }
-            break;
-        case 'G': s.gen_spec = optarg; break;
-        case 'r':
-            if (!strcasecmp(optarg, "inf")) {
-                s.rate = 0;
-            } else {
-                char *end;
-                errno = 0;
-                s.rate = strtod(optarg, &end);
-                if (end == optarg || *end || errno || !(s.rate > 0 && s.rate < 1e9)) {
-                    fprintf(stderr, ME ": --rate: '%s' is not a rate > 0 (requests/s) or inf\n", optarg);
-                    return 2;
-                }
-            }
-            break;
-        case 'X':
-            if (!strcasecmp(optarg, "all"))
-                s.base.shared_prefix = 1 << 30;
-            else if (parse_count("--shared-prefix", optarg, 1, 0, 1 << 30, &s.base.shared_prefix))
-                return 2;
-            break;
-        case 'e': {
-            int64_t v;
-            if (sfi_sim_parse_size(optarg, 0, &v)) {
-                fprintf(stderr, ME ": --seed: '%s' is not a non-negative integer\n", optarg);
-                return 2;
-            }
-            s.seed = (uint64_t)v;
-            break;
-        }
-        case 'm': a_model = optarg; break;
-        case 'g': a_gpu = optarg; break;
-        case 't': a_tp = optarg; break;
-        case 'p': a_pols = optarg; break;
-        case 'E': a_engine = optarg; break;
-        case 'u': {
-            char *end;
-            errno = 0;
-            double v = strtod(optarg, &end);
-            if (end == optarg || *end || errno || !(v > 0 && v <= 1)) {
-                fprintf(stderr, ME ": --gpu-mem-util: '%s' is not in (0, 1]\n", optarg);
-                return 2;
-            }
-            s.base.gpu_mem_util = v;
-            break;
-        }
-        case 'B':
-            if (parse_count("--block-size", optarg, 0, 1, 65536, &s.base.block_size))
-                return 2;
-            break;
-        case 'S':
-            if (parse_count("--max-num-seqs", optarg, 1, 1, 1 << 20, &s.base.max_num_seqs))
-                return 2;
-            break;
-        case 'M':
-            if (parse_count("--max-batched-tokens", optarg, 1, 1, 1 << 24, &s.base.max_batched_tokens))
-                return 2;
-            break;
-        case 'C': s.base.chunked_prefill = 0; break;
-        case 'k':
-            if (parse_dtype("--kv-dtype", optarg, &s.kv_bytes))
-                return 2;
-            break;
-        case 'w':
-            if (parse_dtype("--weight-dtype", optarg, &s.weight_bytes))
-                return 2;
-            break;
-        case 'x':
-            if (sfi_policy_config_set(&s.cfg, optarg, &err) != SFI_OK) {
-                fprintf(stderr, ME ": %s\n", err.msg);
-                return 1;
-            }
-            break;
-        case 'T': a_trace = optarg; break;
-        case 'z': a_tok = optarg; break;
-        case 'y': synthetic = 1; break;
-        case 'L':
-            if (parse_ms("--slo-tpot", optarg, &s.slo_tpot))
-                return 2;
-            break;
-        case 'F':
-            if (parse_ms("--slo-ttft", optarg, &s.slo_ttft))
-                return 2;
-            break;
-        case 'f': a_fmt = optarg; break;
-        case 'o': a_out = optarg; break;
-        case 'R': a_req = optarg; break;
-        case 'Q': a_png = optarg; break;
-        case 'l': a_tl = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default:
-            fprintf(stderr, ME ": unknown or incomplete option '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, ME ": unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return 2;
-    }
-    if (strcmp(a_fmt, "table") && strcmp(a_fmt, "csv") && strcmp(a_fmt, "json")) {
-        fprintf(stderr, ME ": --format: '%s' is not table, csv or json\n", a_fmt);
-        return 2;
-    }
-    if (s.base.max_batched_tokens < s.base.max_num_seqs) {
-        fprintf(stderr,
-                ME ": --max-batched-tokens %d is below --max-num-seqs %d (every running request "
-                   "decodes in each step)\n",
-                s.base.max_batched_tokens, s.base.max_num_seqs);
-        return 2;
-    }
-    if (sfi_len_dist_parse(s.gen_spec, &s.gen_d, &err) != SFI_OK) {
-        fprintf(stderr, ME ": --gen: %s\n", err.msg);
-        return 2;
-    }
-    if (sfi_params_validate(&s.cfg.prm, &err) != SFI_OK) {
-        fprintf(stderr, ME ": %s\n", err.msg);
-        return 1;
-    }
-    if (load_engine(a_engine, &s.prof, s.engine_label, sizeof s.engine_label, &err) != SFI_OK) {
-        fprintf(stderr, ME ": %s\n", err.msg);
-        return 1;
-    }
-    if (sfi_model_resolve(a_model, &s.model, &err) != SFI_OK) {
-        fprintf(stderr, ME ": --model: %s\n", err.msg);
-        return 1;
-    }
-    if (!s.model.name[0])
-        snprintf(s.model.name, sizeof s.model.name, "%s", a_model);
-    if (sfi_gpu_resolve(a_gpu, &s.gpu, &err) != SFI_OK) {
-        fprintf(stderr, ME ": --gpu: %s\n", err.msg);
-        return 1;
-    }
-    if (strcasecmp(a_tp, "auto") && parse_count("--tp", a_tp, 0, 1, 64, &s.tp))
-        return 2;
-    /* Prompt runs. */
-    s.n_prompts = sfi_sim_split_list(a_prompt, &s.prompt_specs);
-    if (s.n_prompts < 0)
-        goto oom;
-    s.prompt_d = calloc((size_t)s.n_prompts, sizeof *s.prompt_d);
-    if (!s.prompt_d)
-        goto oom;
-    for (int i = 0; i < s.n_prompts; i++)
-        if (sfi_len_dist_parse(s.prompt_specs[i], &s.prompt_d[i], &err) != SFI_OK) {
-            fprintf(stderr, ME ": --prompt: %s\n", err.msg);
-            rc = 2;
-            goto out;
-        }
-    /* Policies. */
-    {
-        char **v;
-        int n = sfi_sim_split_policies(a_pols, &v);
-        if (n < 0)
-            goto oom;
-        s.pols = calloc((size_t)n, sizeof *s.pols);
-        if (!s.pols) {
-            sfi_sim_free_list(v, n);
-            goto oom;
-        }
-        s.n_pols = n;
-        for (int i = 0; i < n; i++)
-            s.pols[i].name = v[i];
-        free(v);
-        for (int i = 0; i < n; i++) {
-            s.pols[i].cfg = s.cfg;
-            if (sfi_policy_spec_parse(s.pols[i].name, &s.pols[i].kind, &s.pols[i].cfg, &err) ||
-                sfi_params_validate(&s.pols[i].cfg.prm, &err)) {
-                fprintf(stderr, ME ": --policies: %s\n", err.msg);
-                goto out;
-            }
-        }
-    }
-    if (sfi_sim_stream_load(a_trace, a_tok, synthetic, &s.cfg.prm, &s.stream, &err) != SFI_OK) {
-        fprintf(stderr, ME ": %s\n", err.msg);
+    if ((rc = setup(&a, &s)))
         goto out;
-    }
-    s.rs = (sfi_replay_stream){s.stream.tokens, s.stream.n_tokens, s.stream.is_trigger,
-                               s.stream.n_vocab};
-    s.base.cost.model = &s.model;
-    s.base.cost.gpu = s.gpu;
-    s.base.timeline = a_tl != NULL;
-
     rq = calloc((size_t)s.n_req, sizeof *rq);
     rows = calloc((size_t)s.n_prompts * s.n_pols, sizeof *rows);
-    if (!rq || !rows)
-        goto oom;
-    if (s.tp == 0 && resolve_tp(&s, rq, &err) != SFI_OK) {
-        fprintf(stderr, ME ": %s\n", err.msg);
+    if (!rq || !rows) {
+        rc = SERVE_OOM;
         goto out;
     }
-    for (int pi = 0; pi < s.n_prompts; pi++) {
-        double mean;
-        if (make_requests(&s, pi, rq, &mean, &err) != SFI_OK) {
-            fprintf(stderr, ME ": %s\n", err.msg);
-            goto out;
-        }
-        int base = -1;
-        for (int p = 0; p < s.n_pols; p++) {
-            run_row *r = &rows[n_rows];
-            sfi_serve_config cfg;
-            config_of(&s, p, s.tp, &cfg);
-            if (sfi_serve_run(&cfg, rq, s.n_req, &r->res, &err) != SFI_OK ||
-                sfi_serve_summarize(&r->res, s.slo_tpot, s.slo_ttft, &r->sum, &err) != SFI_OK) {
-                fprintf(stderr, ME ": prompt %s, policy %s: %s\n", s.prompt_specs[pi], s.pols[p].name,
-                        err.msg);
-                goto out;
-            }
-            r->prompt_i = pi;
-            r->policy = p;
-            r->mean_prompt = mean;
-            n_rows++;
-            if (base < 0 && s.pols[p].kind == SFI_POLICY_FULL)
-                base = n_rows - 1;
-        }
-        /* Speedup over the run's full-KV row (NaN without one). */
-        for (int i = n_rows - s.n_pols; i < n_rows; i++)
-            rows[i].speedup = base >= 0 ? rows[i].sum.tok_s / rows[base].sum.tok_s : NAN;
-    }
-
-    out_ctx oc = {&s, rows, n_rows, a_fmt};
-    if (write_out(a_out, "table", emit_table, &oc))
+    if ((rc = run_all(&s, rq, rows, &n_rows)) || (rc = report(&a, &s, rows, n_rows, &drew)))
         goto out;
-    /* Say where a policy's buffers cost admitted concurrency. */
-    for (int i = 0; i < n_rows; i++) {
-        int pi = rows[i].prompt_i;
-        for (int j = 0; j < n_rows; j++)
-            if (rows[j].prompt_i == pi && s.pols[rows[j].policy].kind == SFI_POLICY_FULL &&
-                rows[i].res.peak_running < rows[j].res.peak_running)
-                fprintf(stderr,
-                        ME ": prompt %s: %s runs at most %d requests at once, full KV %d (its "
-                           "buffers count against the KV budget of %.2f GB per GPU)\n",
-                        s.prompt_specs[pi], s.pols[rows[i].policy].name, rows[i].res.peak_running,
-                        rows[j].res.peak_running, rows[i].res.kv_budget / 1e9);
-    }
-    if (a_req && write_out(a_req, "requests", emit_requests, &oc))
-        goto out;
-    if (a_png) {
-        drew = 1;
-        if (write_figure(&s, rows, n_rows, a_png, &err) != SFI_OK) {
-            fprintf(stderr, ME ": %s\n", err.msg);
-            goto out;
-        }
-        fprintf(stderr, ME ": wrote %s\n", a_png);
-    }
-    if (a_tl) {
-        drew = 1;
-        if (write_timeline(&s, rows, n_rows, a_tl, &err) != SFI_OK) {
-            fprintf(stderr, ME ": %s\n", err.msg);
-            goto out;
-        }
-        fprintf(stderr, ME ": wrote %s\n", a_tl);
-    }
-    rc = 0;
-    goto out;
-oom:
-    fprintf(stderr, ME ": out of memory\n");
-    rc = 1;
 out:
+    if (rc == SERVE_OOM) {
+        fprintf(stderr, ME ": out of memory\n");
+        rc = 1;
+    }
     for (int i = 0; i < n_rows; i++)
         sfi_serve_result_free(&rows[i].res);
     free(rows);

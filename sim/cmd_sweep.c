@@ -80,10 +80,9 @@ static void usage(FILE *out)
 
 typedef struct {
     int model, gpu, tp, context, batch, policy;
-    int tp_index;   /* which --tp entry (auto is resolved per context) */
+    int tp_index; /* which --tp entry (auto is resolved per context) */
     int fits, max_batch;
-    double tok_s, speedup, mean_s, p50_s, p99_s, slow_frac, bytes_per_tok, kv_per_req,
-        exposed_s;
+    double tok_s, speedup, mean_s, p50_s, p99_s, slow_frac, bytes_per_tok, kv_per_req, exposed_s;
     /* Memory on one GPU: weights, weights + batch x per-request state (what
      * the batch uses, or would need when it does not fit), usable HBM. */
     double weights_gpu, hbm_gpu, usable_gpu;
@@ -112,8 +111,8 @@ typedef struct {
     policy_spec *pols;
     int n_pols;
     sfi_hw_profile prof;
-    sfi_policy_config cfg;   /* --param: SFI and policy parameters */
-    sfi_budget budget;       /* --budget, the same for every policy */
+    sfi_policy_config cfg; /* --param: SFI and policy parameters */
+    sfi_budget budget;     /* --budget, the same for every policy */
     int weight_bytes;
     int kv_bytes;
     int64_t steps;
@@ -216,8 +215,8 @@ static sfi_status price_cell(const sfi_cost_setup *cs, const sfi_replay_result *
     r->tok_s = B / r->mean_s;
     r->bytes_per_tok = sum_b / total / B;
     r->exposed_s = sum_x / total;
-    r->slow_frac = rp ? (double)rp->slow / ((double)rp->steps * B)
-                      : (cs->kind == SFI_POLICY_FULL ? 1.0 : 0.0);
+    r->slow_frac =
+        rp ? (double)rp->slow / ((double)rp->steps * B) : (cs->kind == SFI_POLICY_FULL ? 1.0 : 0.0);
     free(v);
     if (step_time)
         *step_time = tt;
@@ -335,7 +334,6 @@ static void context_label(int c, char *buf, size_t n)
         snprintf(buf, n, "%d", c);
 }
 
-
 static const char *model_label(const sweep *s, int i)
 {
     return s->models[i].name[0] ? s->models[i].name : s->model_names[i];
@@ -366,19 +364,22 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
     usable_list(s, usable, sizeof usable);
     char bud[32];
     sfi_budget_format(&s->budget, bud, sizeof bud);
-    fprintf(f, "# sfi-sim sweep: %s; %lld steps per cell; profile %s; budget %s (positions per "
-               "KV head per step, every policy); K=%d n_sink=%d n_recent=%d T_max=%d%s\n",
+    fprintf(f,
+            "# sfi-sim sweep: %s; %lld steps per cell; profile %s; budget %s (positions per "
+            "KV head per step, every policy); K=%d n_sink=%d n_recent=%d T_max=%d%s\n",
             s->stream.label, (long long)s->steps, s->prof.name, bud, s->cfg.prm.K,
             s->cfg.prm.n_sink, s->cfg.prm.n_recent, s->cfg.prm.T_max,
             s->kv_bytes == 1 ? "; KV fp8" : "");
-    fprintf(f, "# GPUs: the tensor-parallel group serving one batch%s; tok/s is the group's, "
-               "tok/s/GPU = tok/s / GPUs\n",
+    fprintf(f,
+            "# GPUs: the tensor-parallel group serving one batch%s; tok/s is the group's, "
+            "tok/s/GPU = tok/s / GPUs\n",
             any_auto(s) ? " (--tp auto: per context, the fewest GPUs, a power of two up to 8, at "
                           "which every policy fits the batch)"
                         : "");
-    fprintf(f, "# per GPU, GB = 1e9 bytes: KV_GB/req one request's KV cache and policy state, "
-               "wts_GB the weights, HBM_GB = wts_GB + batch x KV_GB/req (usable: %s); "
-               "HBM_MB/tok = 1e6 bytes read or written per token\n",
+    fprintf(f,
+            "# per GPU, GB = 1e9 bytes: KV_GB/req one request's KV cache and policy state, "
+            "wts_GB the weights, HBM_GB = wts_GB + batch x KV_GB/req (usable: %s); "
+            "HBM_MB/tok = 1e6 bytes read or written per token\n",
             usable);
     int wm = 16, wg = 9, wp = 10;
     for (int i = 0; i < s->n_models; i++)
@@ -391,9 +392,9 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
         if ((int)strlen(s->pols[i].name) > wp)
             wp = (int)strlen(s->pols[i].name);
     fprintf(f, "%-*s %-*s %4s %7s %5s %-*s %10s %9s %7s %8s %8s %8s %6s %10s %9s %7s %7s %9s\n", wm,
-            "model", wg, "gpu", "GPUs", "context", "batch", wp, "policy", "tok/s", "tok/s/GPU", "speedup",
-            "mean_ms", "p50_ms", "p99_ms", "slow%", "HBM_MB/tok", "KV_GB/req", "wts_GB", "HBM_GB",
-            "max_batch");
+            "model", wg, "gpu", "GPUs", "context", "batch", wp, "policy", "tok/s", "tok/s/GPU",
+            "speedup", "mean_ms", "p50_ms", "p99_ms", "slow%", "HBM_MB/tok", "KV_GB/req", "wts_GB",
+            "HBM_GB", "max_batch");
     int no_base = 0, no_weights = 0;
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
@@ -405,9 +406,9 @@ static void print_table(FILE *f, const sweep *s, const row *rows, int n)
                 snprintf(sp, sizeof sp, "%.2f", r->speedup);
             else
                 no_base = 1;
-            fprintf(f, "%10.1f %9.1f %7s %8.3f %8.3f %8.3f %6.2f %10.2f", r->tok_s, r->tok_s / r->tp,
-                    sp, r->mean_s * 1e3, r->p50_s * 1e3, r->p99_s * 1e3, r->slow_frac * 100,
-                    r->bytes_per_tok / 1e6);
+            fprintf(f, "%10.1f %9.1f %7s %8.3f %8.3f %8.3f %6.2f %10.2f", r->tok_s,
+                    r->tok_s / r->tp, sp, r->mean_s * 1e3, r->p50_s * 1e3, r->p99_s * 1e3,
+                    r->slow_frac * 100, r->bytes_per_tok / 1e6);
         } else {
             fprintf(f, "%10s %9s %7s %8s %8s %8s %6s %10s", "no-fit", "-", "-", "-", "-", "-", "-",
                     "-");
@@ -584,7 +585,8 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
         if (!first)
             continue;
         if (groups == 16) {
-            fprintf(stderr, "sfi-sim: %s: only the first 16 (model, GPU, TP, batch) groups drawn\n", path);
+            fprintf(stderr, "sfi-sim: %s: only the first 16 (model, GPU, TP, batch) groups drawn\n",
+                    path);
             break;
         }
         gidx[groups++] = i;
@@ -594,7 +596,8 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
     sfi_plot *p = sfi_plot_new(1800, height * groups, groups, 2);
     if (!p)
         return sfi_error_set(err, SFI_ENOMEM, "%s: cannot create figure", path);
-    double *x = malloc((size_t)s->n_contexts * sizeof *x), *y1 = malloc((size_t)s->n_contexts * sizeof *y1),
+    double *x = malloc((size_t)s->n_contexts * sizeof *x),
+           *y1 = malloc((size_t)s->n_contexts * sizeof *y1),
            *y2 = malloc((size_t)s->n_contexts * sizeof *y2);
     sfi_status st = (!x || !y1 || !y2) ? sfi_error_set(err, SFI_ENOMEM, "out of memory") : SFI_OK;
     for (int g = 0; g < groups && !st; g++) {
@@ -622,7 +625,8 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
                 char c[16];
                 context_label(r->context, c, sizeof c);
                 if (!strstr(nobase, c))
-                    nbl += (size_t)snprintf(nobase + nbl, sizeof nobase - nbl, "%s%s", nbl ? ", " : "", c);
+                    nbl += (size_t)snprintf(nobase + nbl, sizeof nobase - nbl, "%s%s",
+                                            nbl ? ", " : "", c);
             }
         }
         /* Line 1: model, batch (context) and what is shown; line 2: the
@@ -636,15 +640,17 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
         snprintf(title, sizeof title, head, model_label(s, r0->model), r0->batch, ctx,
                  "speedup over full KV", gl);
         if (!st)
-            st = sfi_plot_axes(p, 2 * g + 1, title, bars ? "speedup over full KV (x)" : "context (tokens)",
+            st = sfi_plot_axes(p, 2 * g + 1, title,
+                               bars ? "speedup over full KV (x)" : "context (tokens)",
                                bars ? "" : "speedup over full KV (x)",
                                bars ? 0u : SFI_PLOT_XLOG2 | SFI_PLOT_XKILO | SFI_PLOT_YZERO, err);
         char note[sizeof nobase + 64]; /* the longest note quotes nobase */
         if (!st && !any_fit) {
             if (wmin >= usable)
-                snprintf(note, sizeof note,
-                         "nothing fits: the weights alone (%.1f GB per GPU) exceed the %.1f GB usable",
-                         wmin / 1e9, usable / 1e9);
+                snprintf(
+                    note, sizeof note,
+                    "nothing fits: the weights alone (%.1f GB per GPU) exceed the %.1f GB usable",
+                    wmin / 1e9, usable / 1e9);
             else
                 snprintf(note, sizeof note,
                          "nothing fits: batch %d exceeds max_batch (at most %d) at every context",
@@ -690,12 +696,14 @@ static sfi_status write_figure(const sweep *s, const row *rows, int n, const cha
                     t1[0] = t2[0] = 0;
                 st = sfi_plot_bar(p, 2 * g, s->pols[pi].name, y1[0], t1[0] ? t1 : NULL, em, err);
                 if (!st)
-                    st = sfi_plot_bar(p, 2 * g + 1, s->pols[pi].name, y2[0], t2[0] ? t2 : NULL, em, err);
+                    st = sfi_plot_bar(p, 2 * g + 1, s->pols[pi].name, y2[0], t2[0] ? t2 : NULL, em,
+                                      err);
                 continue;
             }
             st = sfi_plot_line_styled(p, 2 * g, s->pols[pi].name, x, y1, (size_t)m, 1, em, err);
             if (!st)
-                st = sfi_plot_line_styled(p, 2 * g + 1, s->pols[pi].name, x, y2, (size_t)m, 1, em, err);
+                st = sfi_plot_line_styled(p, 2 * g + 1, s->pols[pi].name, x, y2, (size_t)m, 1, em,
+                                          err);
         }
     }
     if (!st)
@@ -829,8 +837,8 @@ static sfi_status resolve_tp_auto(const sweep *s, int m, int g, int batch, int c
 /* The command line: what to sweep (lists, as text until setup resolves
  * them) and where the results go. */
 typedef struct {
-    const char *models, *gpus, *tp, *contexts, *batch, *pols, *trace, *tok, *prof, *fmt, *out,
-        *png, *timeline;
+    const char *models, *gpus, *tp, *contexts, *batch, *pols, *trace, *tok, *prof, *fmt, *out, *png,
+        *timeline;
     int synthetic;
 } sweep_args;
 
@@ -838,6 +846,7 @@ typedef struct {
  * --budget). Returns -1 to go on, else the exit status (0 for --help). */
 static int parse_args(int argc, char **argv, sweep_args *a, sweep *s)
 {
+    /* clang-format off */
     static const struct option opts[] = {
         {"models", required_argument, NULL, 'm'},   {"gpus", required_argument, NULL, 'g'},
         {"tp", required_argument, NULL, 't'},       {"contexts", required_argument, NULL, 'c'},
@@ -854,8 +863,13 @@ static int parse_args(int argc, char **argv, sweep_args *a, sweep *s)
         {"model", required_argument, NULL, 'm'},    {"gpu", required_argument, NULL, 'g'},
         {"context", required_argument, NULL, 'c'},  {"policy", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0}};
-    *a = (sweep_args){.models = DEFAULT_MODELS, .gpus = "B200", .tp = "auto",
-                      .contexts = DEFAULT_CONTEXTS, .batch = "8", .fmt = "table",
+    /* clang-format on */
+    *a = (sweep_args){.models = DEFAULT_MODELS,
+                      .gpus = "B200",
+                      .tp = "auto",
+                      .contexts = DEFAULT_CONTEXTS,
+                      .batch = "8",
+                      .fmt = "table",
                       .png = DEFAULT_PNG};
     s->steps = 2048;
     s->weight_bytes = 2;
@@ -1031,7 +1045,8 @@ static int setup(sweep *s, const sweep_args *a)
     if (rc)
         return rc;
     if ((s->n_tps = parse_int_list("--tp", a->tp, 1, 0, 1, 64, &s->tps)) < 0 ||
-        (s->n_contexts = parse_int_list("--contexts", a->contexts, 0, 1, 1, 1 << 30, &s->contexts)) < 0 ||
+        (s->n_contexts =
+             parse_int_list("--contexts", a->contexts, 0, 1, 1, 1 << 30, &s->contexts)) < 0 ||
         (s->n_batches = parse_int_list("--batch", a->batch, 0, 0, 1, 1 << 16, &s->batches)) < 0)
         return 2;
     if ((rc = resolve_policies(s, a->pols)))
@@ -1043,7 +1058,8 @@ static int setup(sweep *s, const sweep_args *a)
             fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
             return 1;
         }
-    if (sfi_sim_stream_load(a->trace, a->tok, a->synthetic, &s->cfg.prm, &s->stream, &err) != SFI_OK) {
+    if (sfi_sim_stream_load(a->trace, a->tok, a->synthetic, &s->cfg.prm, &s->stream, &err) !=
+        SFI_OK) {
         fprintf(stderr, "sfi-sim sweep: %s\n", err.msg);
         return 1;
     }
@@ -1206,7 +1222,8 @@ static sfi_status timeline_panels(const sweep *s, const sfi_replay_result *repla
         snprintf(title, sizeof title, "%s: %s, batch %d, context %s: per-step latency\n%s%s",
                  s->pols[pi].name, model_label(s, 0), s->batches[0], cl, gl,
                  tmp.fits ? "" : " (the batch does not fit: see max_batch)");
-        st = sfi_plot_axes(p, panel, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, err);
+        st =
+            sfi_plot_axes(p, panel, title, "decode step", "step latency (ms)", SFI_PLOT_YZERO, err);
         if (!st)
             st = sfi_plot_line_styled(p, panel, "full", x, yf, TIMELINE_STEPS, 0,
                                       SFI_PLOT_REFERENCE, err);
@@ -1309,8 +1326,9 @@ static int write_figures(const sweep *s, const row *rows, int n_rows,
 static int report_fit(int n_rows, int n_fit)
 {
     if (n_fit < n_rows)
-        fprintf(stderr, "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch; "
-                        "'sfi-sim serve' admits what fits and queues the rest)\n",
+        fprintf(stderr,
+                "sfi-sim sweep: %d of %d rows do not fit in GPU memory (no-fit: batch > max_batch; "
+                "'sfi-sim serve' admits what fits and queues the rest)\n",
                 n_rows - n_fit, n_rows);
     if (n_fit == 0) {
         fprintf(stderr, "sfi-sim sweep: nothing fits: the batch does not fit at any context "
@@ -1340,7 +1358,8 @@ int sfi_sim_cmd_sweep(int argc, char **argv)
         goto out;
     n_replays = s.n_pols * s.n_batches;
     replays = calloc((size_t)n_replays, sizeof *replays);
-    size_t n_rows_max = (size_t)s.n_models * s.n_gpus * s.n_tps * s.n_contexts * s.n_batches * s.n_pols;
+    size_t n_rows_max =
+        (size_t)s.n_models * s.n_gpus * s.n_tps * s.n_contexts * s.n_batches * s.n_pols;
     rows = calloc(n_rows_max ? n_rows_max : 1, sizeof *rows);
     if (!replays || !rows) {
         rc = SWEEP_OOM;

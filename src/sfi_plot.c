@@ -604,6 +604,17 @@ static double title_height(const panel *pn)
     return 32 + TITLE_LINE * (lines - 1);
 }
 
+/* The panel's note, or "no data" where nothing could be drawn: centred on
+ * empty axes, low and out of the way on drawn ones. */
+static void panel_note(cairo_t *cr, const panel *pn, const axis *ax, const axis *ay, int has_data)
+{
+    if (!has_data)
+        note_box(cr, pn->note ? pn->note : "no data", (ax->px0 + ax->px1) / 2,
+                 (ay->px0 + ay->px1) / 2);
+    else if (pn->note)
+        note_box(cr, pn->note, (ax->px0 + ax->px1) / 2, ay->px0 - 18);
+}
+
 /* A horizontal bar chart: one category a row, the value axis along x. */
 static void draw_bars(cairo_t *cr, const panel *pn, double X, double Y, double W, double H)
 {
@@ -700,30 +711,26 @@ static void draw_bars(cairo_t *cr, const panel *pn, double X, double Y, double W
         }
     }
     draw_title_and_labels(cr, pn, X, Y, &ax, &ay);
-    if (!has_data)
-        note_box(cr, pn->note ? pn->note : "no data", (ax.px0 + ax.px1) / 2, (ay.px0 + ay.px1) / 2);
-    else if (pn->note) /* beside the data: low in the axes, out of the way */
-        note_box(cr, pn->note, (ax.px0 + ax.px1) / 2, ay.px0 - 18);
+    panel_note(cr, pn, &ax, &ay, has_data);
 }
 
-static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double W, double H)
+/* Series i has a legend entry: a label, the first series with it. */
+static int in_legend(const panel *pn, size_t i)
 {
-    if (pn->nb) {
-        draw_bars(cr, pn, X, Y, W, H);
-        return;
-    }
-    if (!pn->title && !pn->ns && !pn->h && !pn->note)
-        return; /* an unused cell of the grid */
-    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    cairo_set_font_size(cr, 12);
+    if (!pn->s[i].label[0])
+        return 0;
+    for (size_t j = 0; j < i; j++)
+        if (!strcmp(pn->s[i].label, pn->s[j].label))
+            return 0;
+    return 1;
+}
 
-    /* Legend width from the labels actually present. */
+/* Legend width from the labels actually present (font: 12 pt normal). */
+static double legend_width(cairo_t *cr, const panel *pn)
+{
     double legend_w = 0;
     for (size_t i = 0; i < pn->ns; i++) {
-        int dup = 0;
-        for (size_t j = 0; j < i; j++)
-            dup |= !strcmp(pn->s[i].label, pn->s[j].label);
-        if (dup || !pn->s[i].label[0])
+        if (!in_legend(pn, i))
             continue;
         cairo_text_extents_t e;
         cairo_text_extents(cr, pn->s[i].label, &e);
@@ -731,30 +738,43 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
         if (e.x_advance + 48 > legend_w)
             legend_w = e.x_advance + 48;
     }
-    double right = 15 + legend_w + (pn->h ? 90 : 0);
-    axis ax = {.log = (pn->flags & SFI_PLOT_XLOG2) ? 2 : (pn->flags & SFI_PLOT_XLOG10) ? 10 : 0};
-    axis ay = {.log = (pn->flags & SFI_PLOT_YLOG10) ? 10 : 0};
-    ax.px0 = X + 75;
-    ax.px1 = X + W - right;
-    ay.px0 = Y + H - 50;
-    ay.px1 = Y + title_height(pn);
-    if (ax.px1 - ax.px0 < 20)
-        ax.px1 = ax.px0 + 20;
+    return legend_w;
+}
 
-    /* The x range spans every x given, also where y is missing, so that
-     * panels of the same x values line up. */
+/* The heatmap's colour range: its finite values' extent, never empty. */
+static void heatmap_range(const heatmap *h, double *zmn, double *zmx)
+{
+    *zmn = INFINITY;
+    *zmx = -INFINITY;
+    for (size_t k = 0; k < (size_t)h->nx * (size_t)h->ny; k++)
+        if (isfinite(h->z[k])) {
+            *zmn = fmin(*zmn, h->z[k]);
+            *zmx = fmax(*zmx, h->z[k]);
+        }
+    if (!(*zmn <= *zmx))
+        *zmn = 0, *zmx = 1;
+    if (*zmx == *zmn)
+        *zmx = *zmn + 1;
+}
+
+/* The axes' ranges from the drawable points (and the heatmap's extent).
+ * The x range spans every x given, also where y is missing, so that panels
+ * of the same x values line up. Returns whether there is a single
+ * drawable point: without one there is no scale to read. */
+static int fit_axes(const panel *pn, axis *ax, axis *ay)
+{
     double xmn = INFINITY, xmx = -INFINITY, ymn = INFINITY, ymx = -INFINITY;
     double xall_mn = INFINITY, xall_mx = -INFINITY;
     for (size_t i = 0; i < pn->ns; i++)
         for (size_t k = 0; k < pn->s[i].n; k++) {
             double x = pn->s[i].x[k], y = pn->s[i].y[k];
-            if (usable(&ax, x)) {
+            if (usable(ax, x)) {
                 xall_mn = fmin(xall_mn, x);
                 xall_mx = fmax(xall_mx, x);
             }
-            if (!usable(&ax, x) || !usable(&ay, y))
+            if (!usable(ax, x) || !usable(ay, y))
                 continue;
-            if (pn->s[i].ylo && !usable(&ay, pn->s[i].ylo[k]))
+            if (pn->s[i].ylo && !usable(ay, pn->s[i].ylo[k]))
                 continue;
             xmn = fmin(xmn, x);
             xmx = fmax(xmx, x);
@@ -763,197 +783,196 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
             if (pn->s[i].ylo)
                 ymn = fmin(ymn, pn->s[i].ylo[k]);
         }
-    double zmn = INFINITY, zmx = -INFINITY;
     if (pn->h) {
         xmn = fmin(xmn, pn->h->x0);
         xmx = fmax(xmx, pn->h->x1);
         ymn = fmin(ymn, pn->h->y0);
         ymx = fmax(ymx, pn->h->y1);
-        for (size_t k = 0; k < (size_t)pn->h->nx * (size_t)pn->h->ny; k++)
-            if (isfinite(pn->h->z[k])) {
-                zmn = fmin(zmn, pn->h->z[k]);
-                zmx = fmax(zmx, pn->h->z[k]);
-            }
-        if (!(zmn <= zmx))
-            zmn = 0, zmx = 1;
-        if (zmx == zmn)
-            zmx = zmn + 1;
     }
-    /* Without a single drawable point there is no scale to read: no ticks,
-     * and a note says why. */
     int has_data = xmn <= xmx && ymn <= ymx;
     if (has_data) {
         xmn = fmin(xmn, xall_mn);
         xmx = fmax(xmx, xall_mx);
     }
-    fit_range(&ax, xmn, xmx, 0);
-    fit_range(&ay, ymn, ymx, (pn->flags & SFI_PLOT_YZERO) != 0);
+    fit_range(ax, xmn, xmx, 0);
+    fit_range(ay, ymn, ymx, (pn->flags & SFI_PLOT_YZERO) != 0);
     if (pn->h) { /* heatmaps fill the axes exactly */
-        ax.lo = pn->h->x0;
-        ax.hi = pn->h->x1;
-        ay.lo = pn->h->y0;
-        ay.hi = pn->h->y1;
+        ax->lo = pn->h->x0;
+        ax->hi = pn->h->x1;
+        ay->lo = pn->h->y0;
+        ay->hi = pn->h->y1;
     }
+    return has_data;
+}
 
-    /* Heatmap cells. */
-    if (pn->h) {
-        const heatmap *h = pn->h;
-        double cw = (ax.px1 - ax.px0) / h->nx, ch = (ay.px0 - ay.px1) / h->ny;
-        for (int iy = 0; iy < h->ny; iy++)
-            for (int ix = 0; ix < h->nx; ix++) {
-                double v = h->z[(size_t)iy * h->nx + ix], r, g, b;
-                if (!isfinite(v))
-                    r = g = b = 0.9;
-                else
-                    viridis((v - zmn) / (zmx - zmn), &r, &g, &b);
-                cairo_set_source_rgb(cr, r, g, b);
-                cairo_rectangle(cr, ax.px0 + ix * cw, ay.px0 - (iy + 1) * ch, cw + 0.5, ch + 0.5);
-                cairo_fill(cr);
-            }
-        /* Colour bar. */
-        double bx = ax.px1 + 15, bw = 16, by0 = ay.px0, by1 = ay.px1;
-        for (int k = 0; k < 128; k++) {
-            double r, g, b;
-            viridis((k + 0.5) / 128, &r, &g, &b);
+/* Heatmap cells and the colour bar to the right of the axes. */
+static void draw_heatmap(cairo_t *cr, const heatmap *h, const axis *ax, const axis *ay)
+{
+    double zmn, zmx;
+    heatmap_range(h, &zmn, &zmx);
+    double cw = (ax->px1 - ax->px0) / h->nx, ch = (ay->px0 - ay->px1) / h->ny;
+    for (int iy = 0; iy < h->ny; iy++)
+        for (int ix = 0; ix < h->nx; ix++) {
+            double v = h->z[(size_t)iy * h->nx + ix], r, g, b;
+            if (!isfinite(v))
+                r = g = b = 0.9;
+            else
+                viridis((v - zmn) / (zmx - zmn), &r, &g, &b);
             cairo_set_source_rgb(cr, r, g, b);
-            cairo_rectangle(cr, bx, by0 - (k + 1) * (by0 - by1) / 128, bw, (by0 - by1) / 128 + 0.5);
+            cairo_rectangle(cr, ax->px0 + ix * cw, ay->px0 - (iy + 1) * ch, cw + 0.5, ch + 0.5);
             cairo_fill(cr);
         }
-        axis az = {.lo = zmn, .hi = zmx, .px0 = by0, .px1 = by1};
-        double tv[32];
-        int nt = ticks(&az, tv, 32);
-        cairo_set_source_rgb(cr, 0, 0, 0);
-        cairo_set_line_width(cr, 1);
-        cairo_rectangle(cr, bx, by1, bw, by0 - by1);
-        cairo_stroke(cr);
-        for (int k = 0; k < nt; k++) {
-            double py = ax_fwd(&az, tv[k]);
-            char buf[32];
-            cairo_move_to(cr, bx + bw, py);
-            cairo_line_to(cr, bx + bw + 4, py);
-            cairo_stroke(cr);
-            tick_label(tv[k], 0, buf, sizeof buf);
-            text_at(cr, buf, bx + bw + 6, py, 0, 0.5);
-        }
-        cairo_save(cr);
-        cairo_translate(cr, bx + bw + 56, (by0 + by1) / 2);
-        cairo_rotate(cr, -M_PI / 2);
-        text_at(cr, h->zlabel, 0, 0, 0.5, 0.5);
-        cairo_restore(cr);
+    double bx = ax->px1 + 15, bw = 16, by0 = ay->px0, by1 = ay->px1;
+    for (int k = 0; k < 128; k++) {
+        double r, g, b;
+        viridis((k + 0.5) / 128, &r, &g, &b);
+        cairo_set_source_rgb(cr, r, g, b);
+        cairo_rectangle(cr, bx, by0 - (k + 1) * (by0 - by1) / 128, bw, (by0 - by1) / 128 + 0.5);
+        cairo_fill(cr);
     }
-
-    /* Grid, ticks and tick labels. */
-    double tv[64];
-    char buf[32];
-    int nt = has_data ? ticks(&ax, tv, 64) : 0;
+    axis az = {.lo = zmn, .hi = zmx, .px0 = by0, .px1 = by1};
+    double tv[32];
+    int nt = ticks(&az, tv, 32);
+    cairo_set_source_rgb(cr, 0, 0, 0);
     cairo_set_line_width(cr, 1);
+    cairo_rectangle(cr, bx, by1, bw, by0 - by1);
+    cairo_stroke(cr);
     for (int k = 0; k < nt; k++) {
-        double px = ax_fwd(&ax, tv[k]);
-        if (!pn->h) {
-            cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-            cairo_move_to(cr, px, ay.px0);
-            cairo_line_to(cr, px, ay.px1);
-            cairo_stroke(cr);
-        }
-        cairo_set_source_rgb(cr, 0, 0, 0);
-        cairo_move_to(cr, px, ay.px0);
-        cairo_line_to(cr, px, ay.px0 + 5);
-        cairo_stroke(cr);
-        tick_label(tv[k], pn->flags & SFI_PLOT_XKILO, buf, sizeof buf);
-        text_at(cr, buf, px, ay.px0 + 8, 0.5, 0);
-    }
-    nt = has_data ? ticks(&ay, tv, 64) : 0;
-    for (int k = 0; k < nt; k++) {
-        double py = ax_fwd(&ay, tv[k]);
-        if (!pn->h) {
-            cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-            cairo_move_to(cr, ax.px0, py);
-            cairo_line_to(cr, ax.px1, py);
-            cairo_stroke(cr);
-        }
-        cairo_set_source_rgb(cr, 0, 0, 0);
-        cairo_move_to(cr, ax.px0 - 5, py);
-        cairo_line_to(cr, ax.px0, py);
+        double py = ax_fwd(&az, tv[k]);
+        char buf[32];
+        cairo_move_to(cr, bx + bw, py);
+        cairo_line_to(cr, bx + bw + 4, py);
         cairo_stroke(cr);
         tick_label(tv[k], 0, buf, sizeof buf);
-        text_at(cr, buf, ax.px0 - 8, py, 1, 0.5);
+        text_at(cr, buf, bx + bw + 6, py, 0, 0.5);
     }
-
-    /* Series, clipped to the axes: bands, then plain lines, the reference,
-     * and the primary series on top. */
     cairo_save(cr);
-    cairo_rectangle(cr, ax.px0, ay.px1, ax.px1 - ax.px0, ay.px0 - ay.px1);
-    cairo_clip(cr);
-    for (size_t i = 0; i < pn->ns; i++) {
-        const series *s = &pn->s[i];
-        if (!s->ylo)
+    cairo_translate(cr, bx + bw + 56, (by0 + by1) / 2);
+    cairo_rotate(cr, -M_PI / 2);
+    text_at(cr, h->zlabel, 0, 0, 0.5, 0.5);
+    cairo_restore(cr);
+}
+
+/* Grid lines (not over a heatmap), ticks and tick labels of both axes. */
+static void draw_grid(cairo_t *cr, const panel *pn, const axis *ax, const axis *ay)
+{
+    double tv[64];
+    char buf[32];
+    int nt = ticks(ax, tv, 64);
+    cairo_set_line_width(cr, 1);
+    for (int k = 0; k < nt; k++) {
+        double px = ax_fwd(ax, tv[k]);
+        if (!pn->h) {
+            cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+            cairo_move_to(cr, px, ay->px0);
+            cairo_line_to(cr, px, ay->px1);
+            cairo_stroke(cr);
+        }
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_move_to(cr, px, ay->px0);
+        cairo_line_to(cr, px, ay->px0 + 5);
+        cairo_stroke(cr);
+        tick_label(tv[k], pn->flags & SFI_PLOT_XKILO, buf, sizeof buf);
+        text_at(cr, buf, px, ay->px0 + 8, 0.5, 0);
+    }
+    nt = ticks(ay, tv, 64);
+    for (int k = 0; k < nt; k++) {
+        double py = ax_fwd(ay, tv[k]);
+        if (!pn->h) {
+            cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+            cairo_move_to(cr, ax->px0, py);
+            cairo_line_to(cr, ax->px1, py);
+            cairo_stroke(cr);
+        }
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        cairo_move_to(cr, ax->px0 - 5, py);
+        cairo_line_to(cr, ax->px0, py);
+        cairo_stroke(cr);
+        tick_label(tv[k], 0, buf, sizeof buf);
+        text_at(cr, buf, ax->px0 - 8, py, 1, 0.5);
+    }
+}
+
+/* A band series: one filled polygon per run of drawable points. */
+static void draw_band(cairo_t *cr, const series *s, const axis *ax, const axis *ay)
+{
+    double c[3];
+    int dashed;
+    rgb_of(s->emph, s->color, c, &dashed);
+    cairo_set_source_rgba(cr, c[0], c[1], c[2], 0.18);
+    size_t k = 0;
+    while (k < s->n) {
+        size_t k1 = k;
+        while (k1 < s->n && usable(ax, s->x[k1]) && usable(ay, s->y[k1]) && usable(ay, s->ylo[k1]))
+            k1++;
+        if (k1 > k) {
+            for (size_t j = k; j < k1; j++)
+                cairo_line_to(cr, ax_fwd(ax, s->x[j]), ax_fwd(ay, s->y[j]));
+            for (size_t j = k1; j-- > k;)
+                cairo_line_to(cr, ax_fwd(ax, s->x[j]), ax_fwd(ay, s->ylo[j]));
+            cairo_close_path(cr);
+            cairo_fill(cr);
+        }
+        k = k1 + 1;
+    }
+}
+
+/* A line series (broken where a point is not drawable), with markers. */
+static void draw_line(cairo_t *cr, const series *s, const axis *ax, const axis *ay)
+{
+    set_style(cr, s->emph, s->color, s->n);
+    int pen = 0;
+    for (size_t k = 0; k < s->n; k++) {
+        if (!usable(ax, s->x[k]) || !usable(ay, s->y[k])) {
+            pen = 0;
             continue;
-        double c[3];
-        int dashed;
-        rgb_of(s->emph, s->color, c, &dashed);
-        cairo_set_source_rgba(cr, c[0], c[1], c[2], 0.18);
-        size_t k = 0;
-        while (k < s->n) { /* one polygon per run of drawable points */
-            size_t k1 = k;
-            while (k1 < s->n && usable(&ax, s->x[k1]) && usable(&ay, s->y[k1]) &&
-                   usable(&ay, s->ylo[k1]))
-                k1++;
-            if (k1 > k) {
-                for (size_t j = k; j < k1; j++)
-                    cairo_line_to(cr, ax_fwd(&ax, s->x[j]), ax_fwd(&ay, s->y[j]));
-                for (size_t j = k1; j-- > k;)
-                    cairo_line_to(cr, ax_fwd(&ax, s->x[j]), ax_fwd(&ay, s->ylo[j]));
-                cairo_close_path(cr);
+        }
+        double px = ax_fwd(ax, s->x[k]), py = ax_fwd(ay, s->y[k]);
+        if (pen)
+            cairo_line_to(cr, px, py);
+        else
+            cairo_move_to(cr, px, py);
+        pen = 1;
+    }
+    cairo_stroke(cr);
+    if (s->markers) {
+        cairo_set_dash(cr, NULL, 0, 0);
+        double rad = s->emph == SFI_PLOT_PRIMARY ? 4.5 : 3;
+        for (size_t k = 0; k < s->n; k++)
+            if (usable(ax, s->x[k]) && usable(ay, s->y[k])) {
+                cairo_arc(cr, ax_fwd(ax, s->x[k]), ax_fwd(ay, s->y[k]), rad, 0, 2 * M_PI);
                 cairo_fill(cr);
             }
-            k = k1 + 1;
-        }
     }
+}
+
+/* Series, clipped to the axes: bands, then plain lines, the reference,
+ * and the primary series on top. */
+static void draw_series(cairo_t *cr, const panel *pn, const axis *ax, const axis *ay)
+{
+    cairo_save(cr);
+    cairo_rectangle(cr, ax->px0, ay->px1, ax->px1 - ax->px0, ay->px0 - ay->px1);
+    cairo_clip(cr);
+    for (size_t i = 0; i < pn->ns; i++)
+        if (pn->s[i].ylo)
+            draw_band(cr, &pn->s[i], ax, ay);
     static const int order[] = {SFI_PLOT_PLAIN, SFI_PLOT_REFERENCE, SFI_PLOT_PRIMARY};
     for (int o = 0; o < 3; o++)
-        for (size_t i = 0; i < pn->ns; i++) {
-            const series *s = &pn->s[i];
-            if (s->ylo || s->emph != order[o])
-                continue;
-            set_style(cr, s->emph, s->color, s->n);
-            int pen = 0;
-            for (size_t k = 0; k < s->n; k++) {
-                if (!usable(&ax, s->x[k]) || !usable(&ay, s->y[k])) {
-                    pen = 0;
-                    continue;
-                }
-                double px = ax_fwd(&ax, s->x[k]), py = ax_fwd(&ay, s->y[k]);
-                if (pen)
-                    cairo_line_to(cr, px, py);
-                else
-                    cairo_move_to(cr, px, py);
-                pen = 1;
-            }
-            cairo_stroke(cr);
-            if (s->markers) {
-                cairo_set_dash(cr, NULL, 0, 0);
-                double rad = s->emph == SFI_PLOT_PRIMARY ? 4.5 : 3;
-                for (size_t k = 0; k < s->n; k++)
-                    if (usable(&ax, s->x[k]) && usable(&ay, s->y[k])) {
-                        cairo_arc(cr, ax_fwd(&ax, s->x[k]), ax_fwd(&ay, s->y[k]), rad, 0, 2 * M_PI);
-                        cairo_fill(cr);
-                    }
-            }
-        }
+        for (size_t i = 0; i < pn->ns; i++)
+            if (!pn->s[i].ylo && pn->s[i].emph == order[o])
+                draw_line(cr, &pn->s[i], ax, ay);
     cairo_restore(cr);
     cairo_set_dash(cr, NULL, 0, 0);
+}
 
-    draw_title_and_labels(cr, pn, X, Y, &ax, &ay);
-
-    /* Legend to the right of the axes. */
+/* The legend to the right of the axes (and of a heatmap's colour bar). */
+static void draw_legend(cairo_t *cr, const panel *pn, const axis *ax, const axis *ay)
+{
     cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     cairo_set_font_size(cr, 12);
-    double ly = ay.px1 + 4, lx = ax.px1 + 12 + (pn->h ? 90 : 0);
-    for (size_t i = 0; i < pn->ns && has_data; i++) {
-        int dup = 0;
-        for (size_t j = 0; j < i; j++)
-            dup |= !strcmp(pn->s[i].label, pn->s[j].label);
-        if (dup || !pn->s[i].label[0])
+    double ly = ay->px1 + 4, lx = ax->px1 + 12 + (pn->h ? 90 : 0);
+    for (size_t i = 0; i < pn->ns; i++) {
+        if (!in_legend(pn, i))
             continue;
         const series *s = &pn->s[i];
         if (s->ylo) { /* a band alone: a filled swatch */
@@ -979,10 +998,38 @@ static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double 
                                CAIRO_FONT_WEIGHT_NORMAL);
         ly += 17;
     }
-    if (!has_data)
-        note_box(cr, pn->note ? pn->note : "no data", (ax.px0 + ax.px1) / 2, (ay.px0 + ay.px1) / 2);
-    else if (pn->note) /* beside the data: low in the axes, out of the way */
-        note_box(cr, pn->note, (ax.px0 + ax.px1) / 2, ay.px0 - 18);
+}
+
+/* One cell of the grid: bars, or axes with series and a heatmap. */
+static void draw_panel(cairo_t *cr, const panel *pn, double X, double Y, double W, double H)
+{
+    if (pn->nb) {
+        draw_bars(cr, pn, X, Y, W, H);
+        return;
+    }
+    if (!pn->title && !pn->ns && !pn->h && !pn->note)
+        return; /* an unused cell of the grid */
+    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, 12);
+    double right = 15 + legend_width(cr, pn) + (pn->h ? 90 : 0);
+    axis ax = {.log = (pn->flags & SFI_PLOT_XLOG2) ? 2 : (pn->flags & SFI_PLOT_XLOG10) ? 10 : 0};
+    axis ay = {.log = (pn->flags & SFI_PLOT_YLOG10) ? 10 : 0};
+    ax.px0 = X + 75;
+    ax.px1 = X + W - right;
+    ay.px0 = Y + H - 50;
+    ay.px1 = Y + title_height(pn);
+    if (ax.px1 - ax.px0 < 20)
+        ax.px1 = ax.px0 + 20;
+    int has_data = fit_axes(pn, &ax, &ay);
+    if (pn->h)
+        draw_heatmap(cr, pn->h, &ax, &ay);
+    if (has_data)
+        draw_grid(cr, pn, &ax, &ay);
+    draw_series(cr, pn, &ax, &ay);
+    draw_title_and_labels(cr, pn, X, Y, &ax, &ay);
+    if (has_data)
+        draw_legend(cr, pn, &ax, &ay);
+    panel_note(cr, pn, &ax, &ay, has_data);
 }
 
 static cairo_status_t write_stream(void *closure, const unsigned char *data, unsigned int len)
