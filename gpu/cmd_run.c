@@ -973,6 +973,10 @@ static int check_prompts(run_args *a, run_state *r)
     a->eo.max_batch = r->B;
     a->eo.max_ctx = max_prompt + a->max_new - 1 > 2 ? max_prompt + a->max_new - 1 : 2;
     a->eo.stop_token = a->stop ? cfg->eos_token_id : -1;
+    /* every id of the config's eos list stops, as in sfi-ref run */
+    a->eo.n_stop_more = 0;
+    for (int i = 0; a->stop && i < cfg->n_eos && a->eo.n_stop_more < 16; i++)
+        a->eo.stop_more[a->eo.n_stop_more++] = cfg->eos_token_ids[i];
     return 0;
 }
 
@@ -1046,6 +1050,8 @@ static int run_reference(const run_args *a, run_state *r)
     ro.n_trigger_vocab = a->eo.n_trigger_vocab;
     ro.max_new = a->max_new;
     ro.stop_token = a->eo.stop_token;
+    ro.stop_tokens = a->stop ? r->cfg.eos_token_ids : NULL;
+    ro.n_stop_tokens = a->stop ? r->cfg.n_eos : 0;
     ro.backend = a->check_backend;
     return sfi_gpu_verify_reference(r->ver, r->m, &ro, &r->res, a->eo.exact, 1e-4, stderr, r->rep) >
            0;

@@ -1439,6 +1439,8 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         pc->K = e->o.params.K;
         pc->max_new = max_new;
         pc->stop_token = e->o.stop_token;
+        pc->n_stop_more = e->o.n_stop_more < 16 ? e->o.n_stop_more : 16;
+        memcpy(pc->stop_more, e->o.stop_more, sizeof pc->stop_more);
         pc->is_trigger = e->d_trig;
         pc->n_vocab = e->d_trig ? e->o.n_trigger_vocab : 0;
         pc->force = forced ? e->d_force : NULL;
@@ -1570,7 +1572,10 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
             n = t + 1;
             if (kind == SFI_STEP_SLOW)
                 res->n_slow[b]++;
-            if (!forced && e->o.stop_token >= 0 && tok == e->o.stop_token)
+            int stop = e->o.stop_token >= 0 && tok == e->o.stop_token;
+            for (int i = 0; i < e->o.n_stop_more && i < 16; i++)
+                stop = stop || tok == e->o.stop_more[i];
+            if (!forced && stop)
                 break;
         }
         res->n_generated[b] = n;

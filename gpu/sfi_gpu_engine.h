@@ -42,19 +42,21 @@ typedef struct {
     int interval;              /* for the interval policy */
     const uint8_t *is_trigger; /* host [n_trigger_vocab] 0/1, may be NULL */
     int32_t n_trigger_vocab;
-    int max_batch;      /* requests decoded together, 1..SFI_GPU_MAX_BATCH */
-    int max_ctx;        /* positions per request: longest prompt + max_new */
-    int max_new;        /* steps per request (step 0 is the prefill's) */
-    int32_t stop_token; /* a request stops after generating it; -1: never */
-    int page;           /* positions per KV page (64) */
-    int prefill_chunk;  /* prompt tokens per prefill pass (2048) */
-    int graphs;         /* replay decode steps from a CUDA graph (1) */
-    int overlap;        /* Selector + reorg on a second stream (1) */
-    int pdl;            /* programmatic dependent launch in decode steps: -1 auto
+    int max_batch;         /* requests decoded together, 1..SFI_GPU_MAX_BATCH */
+    int max_ctx;           /* positions per request: longest prompt + max_new */
+    int max_new;           /* steps per request (step 0 is the prefill's) */
+    int32_t stop_token;    /* a request stops after generating it; -1: never */
+    int32_t stop_more[16]; /* more tokens that stop it (a config's eos_token_ids) */
+    int n_stop_more;
+    int page;          /* positions per KV page (64) */
+    int prefill_chunk; /* prompt tokens per prefill pass (2048) */
+    int graphs;        /* replay decode steps from a CUDA graph (1) */
+    int overlap;       /* Selector + reorg on a second stream (1) */
+    int pdl;           /* programmatic dependent launch in decode steps: -1 auto
                                (SFI mode on, dense mode off: measured faster each way),
                                0 off, 1 on */
-    int gemm_cublas;    /* decode GEMMs through cuBLAS instead of ours (0) */
-    int skip_select;    /* timing only: slow steps run their dense attention
+    int gemm_cublas;   /* decode GEMMs through cuBLAS instead of ours (0) */
+    int skip_select;   /* timing only: slow steps run their dense attention
                                but no Selector or reorg (results are wrong) */
 } sfi_gpu_engine_opts;
 

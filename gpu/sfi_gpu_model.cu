@@ -683,7 +683,9 @@ __global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restric
     const int32_t t = next[b];
     s->tok[b] = t;
     hist[(size_t)s->step * c.batch + b] = t;
-    if ((c.stop_token >= 0 && !c.force && t == c.stop_token) || s->step + 1 >= c.max_new)
+    bool stop = c.stop_token >= 0 && t == c.stop_token;
+    for (int i = 0; i < c.n_stop_more && i < 16; i++) stop = stop || t == c.stop_more[i];
+    if ((stop && !c.force) || s->step + 1 >= c.max_new)
         s->active[b] = 0;
 }
 

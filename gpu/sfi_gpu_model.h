@@ -158,8 +158,10 @@ typedef struct {
     int policy; /* sfi_trigger_kind value */
     int T_max, interval;
     int n_sink, n_recent, K;
-    int max_new;               /* steps per request (step 0 is the prefill's) */
-    int32_t stop_token;        /* -1: none */
+    int max_new;           /* steps per request (step 0 is the prefill's) */
+    int32_t stop_token;    /* -1: none */
+    int32_t stop_more[16]; /* more tokens that stop (a config's eos list) */
+    int n_stop_more;
     const uint8_t *is_trigger; /* device [n_vocab] 0/1, may be NULL */
     int32_t n_vocab;
     const int32_t *force; /* device [batch][max_new] teacher-forced inputs, or NULL */
