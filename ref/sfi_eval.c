@@ -808,10 +808,10 @@ static void *worker(void *arg)
         if (!rc && w.o->progress) {
             pthread_mutex_lock(&J->mu);
             fprintf(w.o->progress,
-                    "eval: %-9s budget %5.1f%% (B %d): retained %.4f, NLL %.4f (%+.4f), "
-                    "KL %.5f, top-1 %.3f (%.1f s)\n",
+                    "eval: %-9s budget %5.1f%% (B %d): retained %.4f, mass %.4f, NLL %.4f "
+                    "(%+.4f), KL %.5f, top-1 %.3f (%.1f s)\n",
                     sfi_policy_kind_name(r->kind), 100.0 * r->share, r->budget, r->retained,
-                    r->nll, r->dnll, r->kl, r->top1, r->seconds);
+                    r->mass, r->nll, r->dnll, r->kl, r->top1, r->seconds);
             fflush(w.o->progress);
             pthread_mutex_unlock(&J->mu);
         }
