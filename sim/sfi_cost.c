@@ -289,10 +289,12 @@ static void add_kernel_x(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, do
 {
     int own_launch = 1;
     if (a->merge) {
-        int k = a->occ[c]++;
-        own_launch = k >= a->merge->launched[c];
+        /* sfi-gpu's engine: slow and fast requests in one attention launch */
+        sfi_kernel_class m = s->mixed_attention && c == SFI_KC_ATTN_SPARSE ? SFI_KC_ATTN_DENSE : c;
+        int k = a->occ[m]++;
+        own_launch = k >= a->merge->launched[m];
         if (own_launch)
-            a->merge->launched[c] = (unsigned char)(k + 1);
+            a->merge->launched[m] = (unsigned char)(k + 1);
     }
     a->t += roofline_x(s, c, bytes, flops, stock) +
             (own_launch ? s->prof.launch_s + s->prof.fixed_s[c] : 0);
