@@ -26,17 +26,35 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: sfi-sim validate [--profile FILE] [--gpu NAME|FILE] [--tolerance PCT]\n"
-        "                        [--fit OUT.json]\n\n"
-        "Predicts every kernel time listed under \"measurements\" in a calibration\n"
-        "profile, once with the built-in default calibration and once with the\n"
-        "profile's own, and prints measured vs predicted with the relative error.\n\n"
-        "  --profile FILE   profile written by the GPU benchmarks [" DEFAULT_PROFILE
-        " in the source tree]\n"
+        "                        [--fit OUT.json]\n"
+        "       sfi-sim validate [--profile FILE] [--steps FILE] [--fit-subset SPEC ...]\n"
+        "                        [--fit OUT.json] [--moe-reads distinct|pairs]\n"
+        "                        [--tokenizer DIR] [--gpu NAME|FILE]\n\n"
+        "Kernels: predicts every kernel time listed under \"measurements\" in a\n"
+        "calibration profile, once with the built-in default calibration and once\n"
+        "with the profile's own, and prints measured vs predicted with the relative\n"
+        "error.\n"
+        "Whole decode steps (--steps, --fit-subset, or a profile with only\n"
+        "\"step_measurements\"): predicts each measured configuration's step time per\n"
+        "class (dense, SFI fast, SFI slow) and tokens/s with the profile, after\n"
+        "fitting its physical parameters on the --fit-subset configurations, and\n"
+        "reports the errors in-sample and out-of-sample.\n\n"
+        "  --profile FILE   profile (calibration; with --steps the fit's prior)\n"
+        "                   [" DEFAULT_PROFILE " in the source tree]\n"
         "  --gpu NAME|FILE  GPU the measurements ran on [the profile's \"gpu\", else H100-SXM]\n"
-        "  --tolerance PCT  error counted as agreement [10]\n"
-        "  --fit OUT.json   fit efficiencies (and fixed costs where a kernel has\n"
-        "                   several sizes) to the measurements and write them, with\n"
-        "                   the measurements, as a new profile\n"
+        "  --tolerance PCT  error counted as agreement (kernels) [10]\n"
+        "  --fit OUT.json   kernels: fit efficiencies (and fixed costs where a kernel has\n"
+        "                   several sizes) and write them, with the measurements, as a\n"
+        "                   new profile; steps: write the fitted step-level profile\n"
+        "  --steps FILE     whole-step measurements (\"step_measurements\" of FILE,\n"
+        "                   e.g. gpu/profiles/h100-steps.json) [the --profile file]\n"
+        "  --fit-subset SPEC  fit on the configurations SPEC selects: KEY=V[,V...]\n"
+        "                   joined by ':' (all must hold), keys model, batch, context\n"
+        "                   (8K = 8192), mode; repeat the option for alternatives\n"
+        "  --moe-reads HOW  an MoE layer reads each distinct expert the batch touches\n"
+        "                   once (distinct) or once per (token, expert) pair [distinct]\n"
+        "  --tokenizer DIR  vocabulary of the SFI trigger set for the trace replay\n"
+        "                   [tests/fixtures/qwen3-tokenizer in the source tree]\n"
         "  -h, --help       this help\n\n"
         "Exit status: 0 report printed, 1 bad input, 2 usage error. See sfi-sim-validate(1).\n");
 }
@@ -419,6 +437,11 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
     sfi_step_meas *ms = NULL;
     size_t n = 0;
     sfi_error err;
+    if (fit_path && !n_sub) {
+        fprintf(stderr, "sfi-sim validate: --fit with whole-step measurements needs "
+                        "--fit-subset (the configurations to fit on)\n");
+        return 2;
+    }
     if (sfi_step_meas_load(steps_path, &ms, &n, &err)) {
         fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
         return 1;
@@ -492,6 +515,9 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
                         "default parameters, Qwen3 trigger set), timed steps 3..new_tokens-1"
                       : "the measured step counts",
            n_replayed, n_sfi);
+    printf("# engine (sfi-gpu): one attention launch per layer for slow and fast requests "
+           "together; an MoE layer: 11 launches, expert weights read once per %s\n",
+           sfi_sv_moe_pair_reads ? "(token, expert) pair" : "distinct expert the batch touches");
     if (n_sub) {
         if (sfi_sv_fit_run(ms, mcs, mixes, in_fit, n, &gpu, &p, &fit, &err)) {
             fprintf(stderr, "sfi-sim validate: fit: %s\n", err.msg);
@@ -629,6 +655,7 @@ int sfi_sim_cmd_validate(int argc, char **argv)
                                          {"fit-subset", required_argument, NULL, 's'},
                                          {"steps", required_argument, NULL, 'S'},
                                          {"tokenizer", required_argument, NULL, 'T'},
+                                         {"moe-reads", required_argument, NULL, 'M'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE, *gpu_name = NULL, *fit_path = NULL;
@@ -646,6 +673,14 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         case 'f': fit_path = optarg; break;
         case 'S': steps_path = optarg; break;
         case 'T': tok_dir = optarg; break;
+        case 'M':
+            if (strcmp(optarg, "distinct") && strcmp(optarg, "pairs")) {
+                fprintf(stderr, "sfi-sim validate: --moe-reads: '%s' is not distinct or pairs\n",
+                        optarg);
+                return 2;
+            }
+            sfi_sv_moe_pair_reads = !strcmp(optarg, "pairs");
+            break;
         case 's':
             if (n_sub == MAX_SUBSETS) {
                 fprintf(stderr, "sfi-sim validate: more than %d --fit-subset\n", MAX_SUBSETS);

@@ -305,6 +305,8 @@ sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const c
 
 /* ---- prediction ---- */
 
+int sfi_sv_moe_pair_reads = 0;
+
 sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
                           const sfi_hw_profile *p, const sfi_gpu *gpu, const sfi_sv_mix *mix,
                           sfi_sv_pred *out, sfi_error *err)
@@ -321,7 +323,13 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
     s.context = m->context + (FIRST_TIMED + m->new_tokens - 1) / 2;
     s.weight_bytes = s.kv_bytes = m->dtype_bytes;
     s.kind = m->sfi ? SFI_POLICY_SFI : SFI_POLICY_FULL;
+    /* sfi-gpu's engine (gpu/sfi_gpu_engine.c): one attention launch for
+     * slow and fast requests; an MoE layer launches norm, QKV, q/k norm +
+     * RoPE, O, norm, router, routing, gate/up per pair, SwiGLU, down per
+     * pair and the weighted combine */
     s.mixed_attention = 1;
+    s.moe_launches = 11;
+    s.moe_pair_reads = sfi_sv_moe_pair_reads;
     sfi_step_cost c;
     sfi_status st = sfi_cost_step(&s, 0, &c, err);
     if (st)

@@ -74,6 +74,11 @@ typedef struct {
     double tps;
 } sfi_sv_pred;
 
+/* How the engine's MoE layers read expert weights (sfi_cost_setup's
+ * moe_pair_reads): 0 once per distinct expert the batch touches (default),
+ * 1 once per (token, expert) pair. */
+extern int sfi_sv_moe_pair_reads;
+
 /* Predicts a measurement under a profile on a GPU with the step mix (SFI
  * mode; ignored in dense mode). */
 sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
