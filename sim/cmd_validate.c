@@ -467,7 +467,9 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
         fprintf(stderr, "sfi-sim validate: out of memory\n");
         goto out;
     }
-    int n_replayed = 0, n_sfi = 0;
+    int n_replayed = 0, n_sfi = 0, have_ts = 0;
+    sfi_trigger_set ts;
+    memset(&ts, 0, sizeof ts);
     for (size_t i = 0; i < n; i++) {
         if (sfi_sv_model(&ms[i], &mcs[i], &err)) {
             fprintf(stderr, "sfi-sim validate: %s: step_measurements[%zu]: %s\n", steps_path, i,
@@ -488,7 +490,14 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
         n_sfi++;
         char buf[1024];
         const char *tp = trace_path(&ms[i], buf, sizeof buf);
-        if (tp && sfi_sv_replay(&ms[i], tp, tok_dir, &mixes[i], &err) == SFI_OK) {
+        if (tp && !have_ts) {
+            if (sfi_sv_trigger_set(tok_dir, &ts, &err)) {
+                fprintf(stderr, "sfi-sim validate: trigger set (--tokenizer): %s\n", err.msg);
+                goto out;
+            }
+            have_ts = 1;
+        }
+        if (tp && sfi_sv_replay(&ms[i], tp, &ts, &mixes[i], &err) == SFI_OK) {
             n_replayed++;
             continue;
         }
@@ -639,6 +648,7 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
     if (fitted && fit_path)
         rc = write_step_fit(fit_path, &p, &gpu, steps_path, subsets, n_sub, &fit);
 out:
+    sfi_trigger_set_free(&ts);
     free(ms);
     free(mcs);
     free(mixes);

@@ -222,27 +222,30 @@ sfi_status sfi_sv_model(const sfi_step_meas *m, sfi_model_config *mc, sfi_error 
     return SFI_OK;
 }
 
-sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const char *tok_dir,
+sfi_status sfi_sv_trigger_set(const char *tok_dir, sfi_trigger_set *ts, sfi_error *err)
+{
+    sfi_params prm;
+    sfi_params_default(&prm);
+    sfi_vocab *voc = NULL;
+    memset(ts, 0, sizeof *ts);
+    sfi_status st = sfi_vocab_load(tok_dir, &voc, err);
+    if (!st)
+        st = sfi_trigger_set_build(voc, prm.trigger_chars, ts, err);
+    sfi_vocab_free(voc);
+    return st;
+}
+
+sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const sfi_trigger_set *ts,
                          sfi_sv_mix *mix, sfi_error *err)
 {
     memset(mix, 0, sizeof *mix);
     mix->batch = m->batch;
     sfi_params prm;
     sfi_params_default(&prm);
-    sfi_vocab *voc = NULL;
-    sfi_trigger_set ts;
-    memset(&ts, 0, sizeof ts);
-    sfi_status st = sfi_vocab_load(tok_dir, &voc, err);
-    if (!st)
-        st = sfi_trigger_set_build(voc, prm.trigger_chars, &ts, err);
-    sfi_vocab_free(voc);
-    if (st)
-        return st;
+    sfi_status st;
     sfi_trace *t = NULL;
-    if ((st = sfi_trace_open(trace_path, &t, err))) {
-        sfi_trigger_set_free(&ts);
+    if ((st = sfi_trace_open(trace_path, &t, err)))
         return st;
-    }
     const int B = m->batch, T = m->new_tokens, n_force = T - 1;
     int64_t nr = sfi_trace_n_requests(t);
     if (nr > REPLAY_MAX_REQ)
@@ -274,7 +277,7 @@ sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const c
         for (int k = 0; k < copies && !st; k++) {
             int64_t b = i + (int64_t)k * nr, off = k * stride;
             sfi_trigger_policy tp;
-            sfi_trigger_policy_init(&tp, SFI_TRIG_SFI, &prm, ts.is_trigger, ts.n_vocab, 16);
+            sfi_trigger_policy_init(&tp, SFI_TRIG_SFI, &prm, ts->is_trigger, ts->n_vocab, 16);
             for (int step = 0; step < T; step++) {
                 /* step t's input (and the trigger's x_{t-1}) is forced
                  * token t - 1 of the stream after the prompt */
@@ -289,7 +292,6 @@ sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const c
         sfi_trace_request_free(&r);
     }
     sfi_trace_close(t);
-    sfi_trigger_set_free(&ts);
     if (!st) {
         for (int step = FIRST_TIMED; step < T; step++) {
             int ns = 0;

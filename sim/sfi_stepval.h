@@ -16,6 +16,7 @@
 #include "sfi_error.h"
 #include "sfi_hw.h"
 #include "sfi_model.h"
+#include "sfi_vocab.h"
 
 /* Largest batch a step measurement may have here. */
 #define SFI_SV_MAXB 1024
@@ -62,11 +63,14 @@ typedef struct {
     int replayed; /* 1: from the replay, 0: measured counts */
 } sfi_sv_mix;
 
+/* The SFI trigger set (default trigger characters) of DIR's vocab.json. */
+sfi_status sfi_sv_trigger_set(const char *tok_dir, sfi_trigger_set *ts, sfi_error *err);
+
 /* Replays the run's trace as sfi-gpu run --replay lays it out (request i
  * of the trace in slot i, further copies staggered) under the sfi trigger
- * policy with the default parameters and the trigger set of tok_dir, over
- * the steps sfi-gpu run --bench times (3 .. new_tokens - 1). */
-sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const char *tok_dir,
+ * policy with the default parameters and trigger set ts, over the steps
+ * sfi-gpu run --bench times (3 .. new_tokens - 1). */
+sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const sfi_trigger_set *ts,
                          sfi_sv_mix *mix, sfi_error *err);
 
 typedef struct {
