@@ -811,7 +811,9 @@ static int load_tokenizer(run_args *a, run_state *r)
     } else if (tok_dir && !file_exists(tok_dir, "vocab.json") && !a->model) {
         fprintf(stderr, CMD ": --tokenizer %s: no vocab.json + merges.txt there\n", tok_dir);
         return 1;
-    } else if (a->eo.sfi && !a->json) {
+    } else if (a->eo.sfi) {
+        /* said in --json mode too (on stderr): a run without the set is a
+         * different experiment, easy to make by mistake with --synthetic */
         fprintf(stderr, CMD ": note: no tokenizer: the trigger set is empty, slow steps come "
                             "from T_max only\n");
     }
