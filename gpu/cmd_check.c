@@ -1244,7 +1244,7 @@ static void check_usage(FILE *f)
           "\n"
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
-          "  --quick      the first five kernel cases and two end-to-end cases\n"
+          "  --quick      the first five kernel cases and four end-to-end cases\n"
           "  --kernels-only  no end-to-end cases\n"
           "  --seed N     seed of the random inputs (default 1)\n"
           "  -h, --help   this help\n"
