@@ -1,4 +1,6 @@
 # libsfi, shared layer: errors, parameters, model description, vocabulary.
+# src/sfi.h includes every installed header (the umbrella of sfi.pc).
+pkginclude_HEADERS += src/sfi.h
 libsfi_la_SOURCES += src/sfi_error.c
 pkginclude_HEADERS += src/sfi_error.h
 libsfi_la_SOURCES += src/sfi_io.c

@@ -9,3 +9,8 @@ TEST_LDADD += tests/libsfitest.la
 # resolve, every page installed (tests/test_man.sh says how).
 TESTS += tests/test_man.sh
 EXTRA_DIST += tests/test_man.sh
+
+# The installed libsfi, sfi.pc and <sfi.h>: a program outside the tree built
+# against a DESTDIR install (tests/test_pkgconfig.sh says how).
+TESTS += tests/test_pkgconfig.sh
+EXTRA_DIST += tests/test_pkgconfig.sh
