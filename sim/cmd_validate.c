@@ -17,6 +17,7 @@
 #include "sfi_cost.h"
 #include "sfi_hw.h"
 #include "sfi_io.h"
+#include "sfi_stepval.h"
 
 #define DEFAULT_PROFILE "gpu/profiles/h100.json"
 
@@ -25,17 +26,35 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: sfi-sim validate [--profile FILE] [--gpu NAME|FILE] [--tolerance PCT]\n"
-        "                        [--fit OUT.json]\n\n"
-        "Predicts every kernel time listed under \"measurements\" in a calibration\n"
-        "profile, once with the built-in default calibration and once with the\n"
-        "profile's own, and prints measured vs predicted with the relative error.\n\n"
-        "  --profile FILE   profile written by the GPU benchmarks [" DEFAULT_PROFILE
-        " in the source tree]\n"
+        "                        [--fit OUT.json]\n"
+        "       sfi-sim validate [--profile FILE] [--steps FILE] [--fit-subset SPEC ...]\n"
+        "                        [--fit OUT.json] [--moe-reads distinct|pairs]\n"
+        "                        [--tokenizer DIR] [--gpu NAME|FILE]\n\n"
+        "Kernels: predicts every kernel time listed under \"measurements\" in a\n"
+        "calibration profile, once with the built-in default calibration and once\n"
+        "with the profile's own, and prints measured vs predicted with the relative\n"
+        "error.\n"
+        "Whole decode steps (--steps, --fit-subset, or a profile with only\n"
+        "\"step_measurements\"): predicts each measured configuration's step time per\n"
+        "class (dense, SFI fast, SFI slow) and tokens/s with the profile, after\n"
+        "fitting its physical parameters on the --fit-subset configurations, and\n"
+        "reports the errors in-sample and out-of-sample.\n\n"
+        "  --profile FILE   profile (calibration; with --steps the fit's prior)\n"
+        "                   [" DEFAULT_PROFILE " in the source tree]\n"
         "  --gpu NAME|FILE  GPU the measurements ran on [the profile's \"gpu\", else H100-SXM]\n"
-        "  --tolerance PCT  error counted as agreement [10]\n"
-        "  --fit OUT.json   fit efficiencies (and fixed costs where a kernel has\n"
-        "                   several sizes) to the measurements and write them, with\n"
-        "                   the measurements, as a new profile\n"
+        "  --tolerance PCT  error counted as agreement (kernels) [10]\n"
+        "  --fit OUT.json   kernels: fit efficiencies (and fixed costs where a kernel has\n"
+        "                   several sizes) and write them, with the measurements, as a\n"
+        "                   new profile; steps: write the fitted step-level profile\n"
+        "  --steps FILE     whole-step measurements (\"step_measurements\" of FILE,\n"
+        "                   e.g. gpu/profiles/h100-steps.json) [the --profile file]\n"
+        "  --fit-subset SPEC  fit on the configurations SPEC selects: KEY=V[,V...]\n"
+        "                   joined by ':' (all must hold), keys model, batch, context\n"
+        "                   (8K = 8192), mode; repeat the option for alternatives\n"
+        "  --moe-reads HOW  an MoE layer reads each distinct expert the batch touches\n"
+        "                   once (distinct) or once per (token, expert) pair [distinct]\n"
+        "  --tokenizer DIR  vocabulary of the SFI trigger set for the trace replay\n"
+        "                   [tests/fixtures/qwen3-tokenizer in the source tree]\n"
         "  -h, --help       this help\n\n"
         "Exit status: 0 report printed, 1 bad input, 2 usage error. See sfi-sim-validate(1).\n");
 }
@@ -307,15 +326,352 @@ static void print_verdict(const char *prof_path, const sfi_hw_profile *prof,
                                : "sfi-sim sweep uses it when --profile is not given.");
 }
 
+/* ---- whole decode steps (step_measurements) ---- */
+
+#define MAX_SUBSETS 16
+
+typedef struct {
+    double sum, max;
+    int n;
+} errstat;
+
+static void es_add(errstat *e, double pct)
+{
+    e->sum += fabs(pct);
+    e->max = fabs(pct) > e->max ? fabs(pct) : e->max;
+    e->n++;
+}
+
+static void es_print(const char *what, const errstat *e)
+{
+    if (e->n)
+        printf("  %-26s %5.1f %6.1f %4d", what, e->sum / e->n, e->max, e->n);
+    else
+        printf("  %-26s %5s %6s %4d", what, "-", "-", 0);
+}
+
+/* The trace a measurement replayed: as given, else under the source tree. */
+static const char *trace_path(const sfi_step_meas *m, char *buf, size_t cap)
+{
+    struct stat sb;
+    if (!m->replay[0])
+        return NULL;
+    if (m->replay[0] == '/' || stat(m->replay, &sb) == 0)
+        return m->replay;
+    snprintf(buf, cap, "%s/%s", SFI_SIM_SRCDIR, m->replay);
+    return stat(buf, &sb) == 0 ? buf : NULL;
+}
+
+static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const sfi_gpu *gpu,
+                          const char *steps_path, char **subsets, int n_sub, const sfi_sv_fit *f)
+{
+    json_t *root = json_object(), *eff = json_object(), *fx = json_object();
+    char note[1024];
+    int o = snprintf(note, sizeof note,
+                     "written by sfi-sim validate: whole-step parameters fitted on %s, subset",
+                     steps_path);
+    for (int i = 0; i < n_sub && o < (int)sizeof note; i++)
+        o += snprintf(note + o, sizeof note - (size_t)o, "%s %s", i ? " or" : "", subsets[i]);
+    if (o < (int)sizeof note)
+        o += snprintf(note + o, sizeof note - (size_t)o, "; held at the prior:");
+    int held = 0;
+    for (int j = 0; j < SFI_SV_NPARAM && o < (int)sizeof note; j++)
+        if (!f->identified[j]) {
+            o += snprintf(note + o, sizeof note - (size_t)o, " %s", sfi_sv_param_name(j));
+            held++;
+        }
+    if (!held && o < (int)sizeof note)
+        snprintf(note + o, sizeof note - (size_t)o, " none");
+    json_object_set_new(root, "sfi_profile", json_integer(1));
+    json_object_set_new(root, "name", json_string("h100-step-fit"));
+    json_object_set_new(root, "gpu", json_string(gpu->name));
+    json_object_set_new(root, "note", json_string(note));
+    for (int c = 0; c < SFI_KC_COUNT; c++) {
+        json_object_set_new(eff, sfi_kernel_class_name((sfi_kernel_class)c),
+                            json_real(floor(p->efficiency[c] * 1e4 + 0.5) / 1e4));
+        if (p->fixed_s[c] > 0)
+            json_object_set_new(fx, sfi_kernel_class_name((sfi_kernel_class)c),
+                                json_real(floor(p->fixed_s[c] * 1e7 + 0.5) / 10));
+    }
+    json_object_set_new(root, "efficiency", eff);
+    json_object_set_new(root, "fixed_us", fx);
+    json_object_set_new(root, "launch_us", json_real(floor(p->launch_s * 1e8 + 0.5) / 100));
+    json_object_set_new(root, "step_overhead_us",
+                        json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
+    json_object_set_new(root, "allreduce_latency_us", json_real(p->allreduce_latency_s * 1e6));
+    json_object_set_new(root, "overlap_contention",
+                        json_real(floor(p->overlap_contention * 1e4 + 0.5) / 1e4));
+    int rc = 1;
+    sfi_out *out;
+    FILE *fp;
+    sfi_error err;
+    if (sfi_out_open(out_path, &out, &fp, &err) == SFI_OK) {
+        if (json_dumpf(root, fp, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0 ||
+            fputc('\n', fp) == EOF) {
+            sfi_error_set(&err, SFI_EIO, "%s: cannot write: %s", out_path, strerror(errno));
+            sfi_out_abort(out);
+        } else if (sfi_out_commit(out, 0, &err) == SFI_OK) {
+            rc = 0;
+        }
+    }
+    json_decref(root);
+    if (rc)
+        fprintf(stderr, "sfi-sim validate: cannot write the fitted profile: %s\n", err.msg);
+    else
+        printf("# wrote %s; predict with it: sfi-sim validate --profile %s --steps %s\n", out_path,
+               out_path, steps_path);
+    return rc;
+}
+
+static double pct_err(double pred, double meas)
+{
+    return (pred / meas - 1) * 100;
+}
+
+/* Step-level validation: predicted vs measured whole decode steps, after a
+ * fit on the declared subsets when there are any. Returns the exit code. */
+static int validate_steps(const char *prof_path, const char *steps_path, const sfi_hw_profile *prof,
+                          const char *gpu_name, char **subsets, int n_sub, const char *fit_path,
+                          const char *tok_dir, double tol)
+{
+    sfi_step_meas *ms = NULL;
+    size_t n = 0;
+    sfi_error err;
+    if (fit_path && !n_sub) {
+        fprintf(stderr, "sfi-sim validate: --fit with whole-step measurements needs "
+                        "--fit-subset (the configurations to fit on)\n");
+        return 2;
+    }
+    if (sfi_step_meas_load(steps_path, &ms, &n, &err)) {
+        fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
+        return 1;
+    }
+    if (!n) {
+        fprintf(stderr, "sfi-sim validate: %s: no \"step_measurements\" to compare with\n",
+                steps_path);
+        free(ms);
+        return 1;
+    }
+    sfi_gpu gpu;
+    const char *gname = gpu_name ? gpu_name : prof->gpu[0] ? prof->gpu : "H100-SXM";
+    if (sfi_gpu_resolve(gname, &gpu, &err)) {
+        fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
+        free(ms);
+        return 1;
+    }
+    sfi_model_config *mcs = calloc(n, sizeof *mcs);
+    sfi_sv_mix *mixes = calloc(n, sizeof *mixes);
+    int *in_fit = calloc(n, sizeof *in_fit);
+    int rc = 1;
+    if (!mcs || !mixes || !in_fit) {
+        fprintf(stderr, "sfi-sim validate: out of memory\n");
+        goto out;
+    }
+    int n_replayed = 0, n_sfi = 0, have_ts = 0;
+    sfi_trigger_set ts;
+    memset(&ts, 0, sizeof ts);
+    for (size_t i = 0; i < n; i++) {
+        if (sfi_sv_model(&ms[i], &mcs[i], &err)) {
+            fprintf(stderr, "sfi-sim validate: %s: step_measurements[%zu]: %s\n", steps_path, i,
+                    err.msg);
+            goto out;
+        }
+        for (int s = 0; s < n_sub; s++) {
+            int h = sfi_sv_subset_match(subsets[s], &ms[i], &err);
+            if (h < 0) {
+                fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
+                rc = 2;
+                goto out;
+            }
+            in_fit[i] |= h;
+        }
+        if (!ms[i].sfi)
+            continue;
+        n_sfi++;
+        char buf[1024];
+        const char *tp = trace_path(&ms[i], buf, sizeof buf);
+        if (tp && !have_ts) {
+            if (sfi_sv_trigger_set(tok_dir, &ts, &err)) {
+                fprintf(stderr, "sfi-sim validate: trigger set (--tokenizer): %s\n", err.msg);
+                goto out;
+            }
+            have_ts = 1;
+        }
+        if (tp && sfi_sv_replay(&ms[i], tp, &ts, &mixes[i], &err) == SFI_OK) {
+            n_replayed++;
+            continue;
+        }
+        if (tp)
+            fprintf(stderr, "sfi-sim validate: note: step_measurements[%zu]: replay: %s\n", i,
+                    err.msg);
+        /* the measured counts, one slow request per slow step */
+        mixes[i].batch = ms[i].batch;
+        mixes[i].hist[0] = ms[i].cls[SFI_SV_FAST].n;
+        mixes[i].hist[1] = ms[i].cls[SFI_SV_SLOW].n;
+        if (!mixes[i].hist[0] && !mixes[i].hist[1])
+            mixes[i].hist[0] = 1;
+    }
+    sfi_hw_profile p = *prof;
+    sfi_sv_fit fit;
+    int fitted = 0, n_in = 0;
+    for (size_t i = 0; i < n; i++)
+        n_in += in_fit[i] && !ms[i].variant;
+    printf("# sfi-sim validate: whole decode steps of %s (%zu configurations) against profile "
+           "%s ('%s') on %s\n",
+           steps_path, n, prof_path, prof->name, gpu.name);
+    printf("# SFI step mix: %s (%d of %d SFI configurations)\n",
+           n_replayed ? "sfi-sim's trigger replay of the trace each run replayed (sfi policy, "
+                        "default parameters, Qwen3 trigger set), timed steps 3..new_tokens-1"
+                      : "the measured step counts",
+           n_replayed, n_sfi);
+    printf("# engine (sfi-gpu): one attention launch per layer for slow and fast requests "
+           "together; an MoE layer: 11 launches, expert weights read once per %s\n",
+           sfi_sv_moe_pair_reads ? "(token, expert) pair" : "distinct expert the batch touches");
+    if (n_sub) {
+        if (sfi_sv_fit_run(ms, mcs, mixes, in_fit, n, &gpu, &p, &fit, &err)) {
+            fprintf(stderr, "sfi-sim validate: fit: %s\n", err.msg);
+            goto out;
+        }
+        fitted = 1;
+        printf("# fit subset:");
+        for (int s = 0; s < n_sub; s++)
+            printf("%s %s", s ? " or" : "", subsets[s]);
+        printf(" (%d configurations, %d measured values; RMS error %.2f%%)\n", n_in, fit.n_resid,
+               fit.rms * 100);
+        for (int j = 0; j < SFI_SV_NPARAM; j++)
+            printf("#   %-24s %9.4g %s (prior %.4g; standard error %s%.0f%%)\n",
+                   sfi_sv_param_name(j), fit.value[j],
+                   fit.identified[j] ? "fitted" : "held: the subset cannot determine it",
+                   fit.prior[j], fit.se[j] > 9.99 ? ">" : "",
+                   fit.se[j] > 9.99 ? 999 : fit.se[j] * 100);
+    }
+    printf("%-14s %3s %5s %7s %-5s %-4s %-5s %9s %9s %7s %-5s %9s %9s %7s %9s %9s %7s %9s\n",
+           "model", "L", "batch", "context", "mode", "set", "class", "meas_ms", "pred_ms", "err%",
+           "class", "meas_ms", "pred_ms", "err%", "meas_tps", "pred_tps", "err%", "slow_steps");
+    errstat st_t[2][2], st_tps[2][2], st_sp[2];
+    memset(st_t, 0, sizeof st_t);
+    memset(st_tps, 0, sizeof st_tps);
+    memset(st_sp, 0, sizeof st_sp);
+    sfi_sv_pred *pr = calloc(n, sizeof *pr);
+    if (!pr) {
+        fprintf(stderr, "sfi-sim validate: out of memory\n");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const sfi_step_meas *m = &ms[i];
+        if (sfi_sv_predict(m, &mcs[i], &p, &gpu, &mixes[i], &pr[i], &err)) {
+            fprintf(stderr, "sfi-sim validate: %s: step_measurements[%zu]: %s\n", steps_path, i,
+                    err.msg);
+            free(pr);
+            goto out;
+        }
+        const char *set = m->variant ? "var" : !fitted ? "-" : in_fit[i] ? "in" : "out";
+        int oos = !fitted || !in_fit[i];
+        printf("%-14s %3d %5d %7d %-5s %-4s", m->model, mcs[i].num_hidden_layers, m->batch,
+               m->context, m->sfi ? "sfi" : "dense", set);
+        static const int order[2][2] = {{SFI_SV_DENSE, -1}, {SFI_SV_FAST, SFI_SV_SLOW}};
+        for (int k = 0; k < 2; k++) {
+            int c = order[m->sfi][k];
+            if (c < 0) {
+                printf(" %-5s %9s %9s %7s", "", "", "", "");
+                continue;
+            }
+            const char *cn = c == SFI_SV_DENSE ? "dense" : c == SFI_SV_FAST ? "fast" : "slow";
+            if (!m->cls[c].have) {
+                printf(" %-5s %9s %9.3f %7s", cn, "-", pr[i].t[c] * 1e3, "-");
+                continue;
+            }
+            double e = pct_err(pr[i].t[c], m->cls[c].mean_s);
+            printf(" %-5s %9.3f %9.3f %+7.1f", cn, m->cls[c].mean_s * 1e3, pr[i].t[c] * 1e3, e);
+            if (!m->variant)
+                es_add(&st_t[oos][m->sfi], e);
+        }
+        double et = pct_err(pr[i].tps, m->tps);
+        printf(" %9.1f %9.1f %+7.1f", m->tps, pr[i].tps, et);
+        if (!m->variant)
+            es_add(&st_tps[oos][m->sfi], et);
+        if (m->sfi) {
+            int64_t sl = 0;
+            for (int k = 1; k <= m->batch; k++)
+                sl += mixes[i].hist[k];
+            printf(" %4d/%-4lld", m->cls[SFI_SV_SLOW].n, (long long)sl);
+        }
+        if (m->variant)
+            printf("  (%s: not compared)", m->variant_why);
+        printf("\n");
+    }
+    /* SFI over dense at the same model, layers, batch, context, dtype. */
+    printf("# speedup (SFI tokens/s over dense):\n");
+    for (size_t i = 0; i < n; i++) {
+        if (!ms[i].sfi || ms[i].variant)
+            continue;
+        for (size_t j = 0; j < n; j++) {
+            const sfi_step_meas *a = &ms[i], *b = &ms[j];
+            if (b->sfi || b->variant || strcmp(a->model, b->model) || a->layers != b->layers ||
+                a->batch != b->batch || a->context != b->context ||
+                a->dtype_bytes != b->dtype_bytes)
+                continue;
+            double sm = a->tps / b->tps, sp = pr[i].tps / pr[j].tps, e = pct_err(sp, sm);
+            int oos = !fitted || !in_fit[i] || !in_fit[j];
+            printf("#   %-14s %3d %5d %7d  %-4s measured %6.3f predicted %6.3f err %+6.1f%%\n",
+                   a->model, mcs[i].num_hidden_layers, a->batch, a->context,
+                   !fitted ? "-"
+                   : oos   ? "out"
+                           : "in",
+                   sm, sp, e);
+            es_add(&st_sp[oos], e);
+            break;
+        }
+    }
+    free(pr);
+    printf("# |error| %%: mean, max, count (variants left out); targets out-of-sample: step "
+           "time and tokens/s within 5%% mean, 10%% max; speedup within 5%%\n");
+    for (int o = fitted ? 0 : 1; o < 2; o++) {
+        const char *w = !fitted ? "all" : o ? "out-of-sample" : "in-sample";
+        char lab[64];
+        printf("# %-14s", w);
+        snprintf(lab, sizeof lab, "dense step time");
+        es_print(lab, &st_t[o][0]);
+        snprintf(lab, sizeof lab, "dense tok/s");
+        es_print(lab, &st_tps[o][0]);
+        printf("\n# %-14s", "");
+        snprintf(lab, sizeof lab, "SFI step time (fast+slow)");
+        es_print(lab, &st_t[o][1]);
+        snprintf(lab, sizeof lab, "SFI tok/s");
+        es_print(lab, &st_tps[o][1]);
+        printf("\n# %-14s", "");
+        es_print("speedup", &st_sp[o]);
+        printf("\n");
+    }
+    (void)tol;
+    rc = 0;
+    if (fitted && fit_path)
+        rc = write_step_fit(fit_path, &p, &gpu, steps_path, subsets, n_sub, &fit);
+out:
+    sfi_trigger_set_free(&ts);
+    free(ms);
+    free(mcs);
+    free(mixes);
+    free(in_fit);
+    return rc;
+}
+
 int sfi_sim_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {{"profile", required_argument, NULL, 'p'},
                                          {"gpu", required_argument, NULL, 'g'},
                                          {"tolerance", required_argument, NULL, 't'},
                                          {"fit", required_argument, NULL, 'f'},
+                                         {"fit-subset", required_argument, NULL, 's'},
+                                         {"steps", required_argument, NULL, 'S'},
+                                         {"tokenizer", required_argument, NULL, 'T'},
+                                         {"moe-reads", required_argument, NULL, 'M'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE, *gpu_name = NULL, *fit_path = NULL;
+    const char *steps_path = NULL, *tok_dir = SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
+    char *subsets[MAX_SUBSETS];
+    int n_sub = 0;
     double tol = 10;
     optind = 1;
     opterr = 0;
@@ -325,6 +681,23 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         case 'p': prof_path = optarg; break;
         case 'g': gpu_name = optarg; break;
         case 'f': fit_path = optarg; break;
+        case 'S': steps_path = optarg; break;
+        case 'T': tok_dir = optarg; break;
+        case 'M':
+            if (strcmp(optarg, "distinct") && strcmp(optarg, "pairs")) {
+                fprintf(stderr, "sfi-sim validate: --moe-reads: '%s' is not distinct or pairs\n",
+                        optarg);
+                return 2;
+            }
+            sfi_sv_moe_pair_reads = !strcmp(optarg, "pairs");
+            break;
+        case 's':
+            if (n_sub == MAX_SUBSETS) {
+                fprintf(stderr, "sfi-sim validate: more than %d --fit-subset\n", MAX_SUBSETS);
+                return 2;
+            }
+            subsets[n_sub++] = optarg;
+            break;
         case 't': {
             char *end;
             tol = strtod(optarg, &end);
@@ -360,12 +733,10 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         return 1;
     }
     sfi_hw_profile_default(&def);
-    if (nm == 0 && prof.n_step_measurements > 0) {
-        printf("# %s: %d whole-step measurements (sfi-gpu run --bench) read and checked; no "
-               "kernel measurements; step-level comparison is not implemented yet\n",
-               prof_path, prof.n_step_measurements);
+    if (steps_path || n_sub || (nm == 0 && prof.n_step_measurements > 0)) {
         free(ms);
-        return 0;
+        return validate_steps(prof_path, steps_path ? steps_path : prof_path, &prof, gpu_name,
+                              subsets, n_sub, fit_path, tok_dir, tol);
     }
     if (nm == 0) {
         fprintf(stderr, "sfi-sim validate: %s: no \"measurements\" to compare with\n", prof_path);
@@ -457,9 +828,9 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         print_verdict(prof_path, &prof, &def, ms, tol, n_cmp, n_ok_def, max_def, worst_def,
                       n_ok_prof, max_prof, worst_prof);
     if (prof.n_step_measurements)
-        printf("# %d whole-step measurements (sfi-gpu run --bench) read and checked; not "
-               "compared with predictions yet\n",
-               prof.n_step_measurements);
+        printf("# %d whole-step measurements (sfi-gpu run --bench) too: compare them with "
+               "sfi-sim validate --steps %s\n",
+               prof.n_step_measurements, prof_path);
     int rc = 0;
     if (fit_path)
         rc = fit_profile(&prof, &gpu, ms, nm, fit_path);

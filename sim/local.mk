@@ -2,7 +2,7 @@
 noinst_LTLIBRARIES = libsfisim.la
 libsfisim_la_SOURCES = sim/sfi_sim_cli.h sim/sfi_hw.h sim/sfi_hw.c sim/sfi_cost.h sim/sfi_cost.c \
 	sim/sfi_replay.h sim/sfi_replay.c sim/sfi_sim_util.h sim/sfi_sim_util.c \
-	sim/sfi_sim_stream.h sim/sfi_sim_stream.c sim/sfi_serve.h sim/sfi_serve.c \
+	sim/sfi_sim_stream.h sim/sfi_sim_stream.c sim/sfi_stepval.h sim/sfi_stepval.c sim/sfi_serve.h sim/sfi_serve.c \
 	sim/cmd_sweep.c sim/cmd_serve.c sim/cmd_trace.c sim/cmd_analyze.c sim/cmd_presets.c sim/cmd_validate.c
 bin_PROGRAMS += sfi-sim
 sfi_sim_SOURCES = sim/main.c

@@ -289,10 +289,12 @@ static void add_kernel_x(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, do
 {
     int own_launch = 1;
     if (a->merge) {
-        int k = a->occ[c]++;
-        own_launch = k >= a->merge->launched[c];
+        /* sfi-gpu's engine: slow and fast requests in one attention launch */
+        sfi_kernel_class m = s->mixed_attention && c == SFI_KC_ATTN_SPARSE ? SFI_KC_ATTN_DENSE : c;
+        int k = a->occ[m]++;
+        own_launch = k >= a->merge->launched[m];
         if (own_launch)
-            a->merge->launched[c] = (unsigned char)(k + 1);
+            a->merge->launched[m] = (unsigned char)(k + 1);
     }
     a->t += roofline_x(s, c, bytes, flops, stock) +
             (own_launch ? s->prof.launch_s + s->prof.fixed_s[c] : 0);
@@ -711,9 +713,12 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
             key = attention_layer_key(s, l);
             attention_groups(s, l, g, n, &attn, &side);
         }
-        const double ex = layer_is_moe(m, l) ? sfi_cost_expected_experts(m->num_experts,
-                                                                         m->num_experts_per_tok, Ti)
-                                             : 0;
+        /* experts read: the distinct ones the batch touches, or (an engine
+         * without deduplication) one read per (token, expert) pair */
+        const double ex = !layer_is_moe(m, l) ? 0
+                          : s->moe_pair_reads
+                              ? T * m->num_experts_per_tok
+                              : sfi_cost_expected_experts(m->num_experts, m->num_experts_per_tok, Ti);
         /* QKV GEMM then attention, O GEMM, MLP. */
         double hd = m->head_dim;
         double qkv = d * hd * ((double)m->num_attention_heads / s->tp + 2.0 * kv_heads(s));
@@ -733,7 +738,9 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
         a.wb += mlp * s->weight_bytes;
         /* The fused small kernels: norms, RoPE, residual adds (activations
          * only; their bytes are noise next to weights and KV). */
-        int small = (layer_is_moe(m, l) ? MAIN_LAUNCHES_MOE : MAIN_LAUNCHES_DENSE) - 3;
+        int small = (layer_is_moe(m, l) ? (s->moe_launches > 0 ? s->moe_launches : MAIN_LAUNCHES_MOE)
+                                        : MAIN_LAUNCHES_DENSE) -
+                    3;
         double act = 6.0 * T * d * 2;
         a.t += small * s->prof.launch_s + act / (s->gpu.hbm_bandwidth * s->prof.efficiency[SFI_KC_OTHER]);
         a.bytes += act;

@@ -40,6 +40,14 @@ typedef struct {
     int batch;             /* requests decoded together */
     int weight_bytes;      /* 2 = bf16 (default), 1 = fp8 */
     int kv_bytes;          /* bytes per K/V element, 2 = bf16 */
+    int mixed_attention;   /* 1: a step's slow (dense + logits) and fast requests
+                              share one attention launch, as sfi-gpu's engine
+                              runs them (0: one launch each) */
+    int moe_pair_reads;    /* 1: an MoE layer reads an expert's weights once per
+                              (token, expert) pair (no deduplication); 0: once
+                              per distinct expert the batch touches */
+    int moe_launches;      /* launches of an MoE layer besides attention (0: the
+                              model's 8; sfi-gpu's engine: 11) */
 } sfi_cost_setup;
 
 /* Fills defaults: tp 1, weight_bytes 2, kv_bytes 2, default profile, policy

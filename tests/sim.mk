@@ -8,6 +8,12 @@ tests_test_hw_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_hw_LDADD = $(SIM_TEST_LDADD)
 TESTS += tests/test_hw
 
+check_PROGRAMS += tests/test_stepval
+tests_test_stepval_SOURCES = tests/test_stepval.c
+tests_test_stepval_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_stepval_LDADD = $(SIM_TEST_LDADD)
+TESTS += tests/test_stepval
+
 check_PROGRAMS += tests/test_cost
 tests_test_cost_SOURCES = tests/test_cost.c
 tests_test_cost_CPPFLAGS = $(TEST_CPPFLAGS)

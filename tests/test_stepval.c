@@ -1,0 +1,346 @@
+/* sim/sfi_stepval: whole decode step measurements, their prediction, the
+ * fit on a declared subset, and sfi-sim validate's step-level report. */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sfi_hw.h"
+#include "sfi_stepval.h"
+#include "sfi_test_util.h"
+
+/* The synthetic matrix: three model shapes, two batches, two contexts,
+ * both modes; SFI steps with 0, 1 or 3 slow requests. */
+static const char *const models[] = {"Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B"};
+static const int batches[] = {1, 16}, contexts[] = {8192, 16384};
+#define N_SYN (3 * 2 * 2 * 2)
+
+static void truth_profile(sfi_hw_profile *p)
+{
+    sfi_hw_profile_default(p);
+    sfi_sv_param_set(p, SFI_SV_P_ATTN_DENSE, 0.80);
+    sfi_sv_param_set(p, SFI_SV_P_ATTN_SPARSE, 0.70);
+    sfi_sv_param_set(p, SFI_SV_P_GEMM, 0.65);
+    sfi_sv_param_set(p, SFI_SV_P_LAUNCH, 4.0);
+    sfi_sv_param_set(p, SFI_SV_P_CONTENTION, 0.5);
+    /* the per-step cost stays the default's: tens of microseconds on steps
+     * of milliseconds is below what 1% noise lets a fit see */
+    p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = 0;
+}
+
+/* Measurements that the truth profile predicts exactly. */
+static void synth(sfi_step_meas *ms, sfi_model_config *mcs, sfi_sv_mix *mixes, const sfi_gpu *g)
+{
+    sfi_hw_profile t;
+    truth_profile(&t);
+    size_t k = 0;
+    sfi_error e;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 2; c++)
+                for (int sfi = 0; sfi < 2; sfi++, k++) {
+                    sfi_step_meas *m = &ms[k];
+                    memset(m, 0, sizeof *m);
+                    snprintf(m->model, sizeof m->model, "%s", models[a]);
+                    m->batch = batches[b];
+                    m->context = contexts[c];
+                    m->new_tokens = 128;
+                    m->sfi = sfi;
+                    m->dtype_bytes = 2;
+                    ck_assert_int_eq(sfi_sv_model(m, &mcs[k], &e), SFI_OK);
+                    memset(&mixes[k], 0, sizeof mixes[k]);
+                    mixes[k].batch = m->batch;
+                    mixes[k].hist[0] = 70;
+                    mixes[k].hist[1] = 40;
+                    if (m->batch >= 3)
+                        mixes[k].hist[3] = 15;
+                    sfi_sv_pred p;
+                    ck_assert_int_eq(sfi_sv_predict(m, &mcs[k], &t, g, &mixes[k], &p, &e), SFI_OK);
+                    for (int cl = 0; cl < SFI_SV_NCLASS; cl++)
+                        if (p.t[cl] > 0) {
+                            m->cls[cl].have = 1;
+                            m->cls[cl].mean_s = p.t[cl];
+                        }
+                    m->tps = p.tps;
+                }
+}
+
+START_TEST(fit_recovers_known_parameters)
+{
+    static sfi_step_meas ms[N_SYN];
+    static sfi_model_config mcs[N_SYN];
+    static sfi_sv_mix mixes[N_SYN];
+    sfi_gpu g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
+    synth(ms, mcs, mixes, &g);
+    int in_fit[N_SYN];
+    for (int i = 0; i < N_SYN; i++)
+        in_fit[i] = 1;
+    sfi_hw_profile p, t;
+    sfi_hw_profile_default(&p);
+    truth_profile(&t);
+    sfi_sv_fit f;
+    ck_assert_int_eq(sfi_sv_fit_run(ms, mcs, mixes, in_fit, N_SYN, &g, &p, &f, &e), SFI_OK);
+    for (int j = 0; j < SFI_SV_NPARAM; j++) {
+        double want = sfi_sv_param_get(&t, j), got = sfi_sv_param_get(&p, j);
+        ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP, "%s not identified",
+                      sfi_sv_param_name(j));
+        ck_assert_msg(fabs(got / want - 1) < 0.01, "%s: fitted %g, truth %g", sfi_sv_param_name(j),
+                      got, want);
+    }
+    ck_assert(f.rms < 1e-4);
+    /* The default profile is not the truth: without the fit it misses. */
+    sfi_hw_profile d;
+    sfi_hw_profile_default(&d);
+    sfi_sv_pred pr;
+    ck_assert_int_eq(sfi_sv_predict(&ms[0], &mcs[0], &d, &g, &mixes[0], &pr, &e), SFI_OK);
+    ck_assert(fabs(pr.t[SFI_SV_DENSE] / ms[0].cls[SFI_SV_DENSE].mean_s - 1) > 0.02);
+}
+END_TEST
+
+START_TEST(one_model_cannot_separate_weights_from_launches)
+{
+    static sfi_step_meas ms[N_SYN];
+    static sfi_model_config mcs[N_SYN];
+    static sfi_sv_mix mixes[N_SYN];
+    sfi_gpu g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
+    synth(ms, mcs, mixes, &g);
+    int in_fit[N_SYN];
+    for (int i = 0; i < N_SYN; i++) {
+        int h = sfi_sv_subset_match("model=Qwen3-0.6B", &ms[i], &e);
+        ck_assert_int_ge(h, 0);
+        in_fit[i] = h;
+    }
+    sfi_hw_profile p, prior;
+    sfi_hw_profile_default(&p);
+    prior = p;
+    sfi_sv_fit f;
+    ck_assert_int_eq(sfi_sv_fit_run(ms, mcs, mixes, in_fit, N_SYN, &g, &p, &f, &e), SFI_OK);
+    /* every dense step of one model streams the same weights through the
+     * same kernels: the GEMM efficiency, the launch cost and the per-step
+     * cost cannot all be told apart; what is not is held at the prior */
+    int held = !f.identified[SFI_SV_P_GEMM] + !f.identified[SFI_SV_P_LAUNCH] +
+               !f.identified[SFI_SV_P_STEP];
+    ck_assert_int_ge(held, 1);
+    for (int j = 0; j < SFI_SV_NPARAM; j++)
+        if (!f.identified[j])
+            ck_assert(sfi_sv_param_get(&p, j) == sfi_sv_param_get(&prior, j));
+    ck_assert(f.identified[SFI_SV_P_ATTN_DENSE]);
+}
+END_TEST
+
+START_TEST(fit_subset_specs)
+{
+    sfi_step_meas m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.model, sizeof m.model, "Qwen3-0.6B");
+    m.batch = 16;
+    m.context = 8192;
+    m.sfi = 1;
+    sfi_error e;
+    struct {
+        const char *spec;
+        int want;
+    } t[] = {
+        {"model=Qwen3-0.6B", 1},
+        {"model=qwen3-0.6b", 1},
+        {"model=Qwen3-4B", 0},
+        {"model=Qwen3-4B,Qwen3-0.6B", 1},
+        {"model=Qwen3-0.6B:batch=16", 1},
+        {"model=Qwen3-0.6B:batch=1,4", 0},
+        {"context=8K:mode=sfi", 1},
+        {"context=8192:mode=dense", 0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        ck_assert_msg(sfi_sv_subset_match(t[i].spec, &m, &e) == t[i].want, "%s", t[i].spec);
+    const char *bad[][2] = {{"", "empty"},
+                            {"model", "not KEY=VALUE"},
+                            {"colour=red", "unknown key 'colour'"},
+                            {"batch=x", "not a count"},
+                            {"mode=fast", "sfi or dense"},
+                            {"model=a,,b", "empty"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(sfi_sv_subset_match(bad[i][0], &m, &e), -1);
+        ck_assert_msg(strstr(e.msg, bad[i][1]), "%s -> %s", bad[i][0], e.msg);
+    }
+}
+END_TEST
+
+START_TEST(malformed_step_measurements_are_named)
+{
+    const char *head = "{\"sfi_profile\":1,\"step_measurements\":[";
+    const char *bad[][2] = {
+        {"3]}", "step_measurements[0]: not an object"},
+        {"{\"mode\":\"sfi\",\"context\":8192,\"batch\":16,\"decode_tokens_per_s\":1}]}", "model"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"fast\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1}]}",
+         "mode: needs"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":0,\"batch\":16,"
+         "\"decode_tokens_per_s\":1}]}",
+         "context"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16.5,"
+         "\"decode_tokens_per_s\":1}]}",
+         "batch"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16}]}",
+         "decode_tokens_per_s"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"steps\":{\"dense\":{\"mean_ms\":3}}}]}",
+         "steps.dense: a sfi-mode run has no dense steps"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"steps\":{\"slow\":{\"mean_ms\":-3}}}]}",
+         "steps.slow.mean_ms"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"steps\":{\"warm\":{\"mean_ms\":3}}}]}",
+         "unknown class 'warm'"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"dtype\":\"fp8\"}]}",
+         "dtype"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[1024];
+        snprintf(json, sizeof json, "%s%s", head, bad[i][0]);
+        sfi_step_meas *m = (sfi_step_meas *)1;
+        size_t n = 7;
+        sfi_error e;
+        ck_assert_int_ne(sfi_step_meas_parse(json, strlen(json), "steps.json", &m, &n, &e), SFI_OK);
+        ck_assert_msg(strstr(e.msg, "steps.json") && strstr(e.msg, bad[i][1]), "%s -> %s",
+                      bad[i][0], e.msg);
+        ck_assert_ptr_null(m);
+        ck_assert_int_eq(n, 0);
+    }
+    /* The command names the file too and exits 1. */
+    char *dir = sfi_test_tmpdir(), path[4096], cmd[8192];
+    snprintf(path, sizeof path, "%s/bad.json", dir);
+    char json[1024];
+    snprintf(json, sizeof json, "%s%s", head, bad[3][0]);
+    ck_assert_int_eq(sfi_test_write_file(path, json, strlen(json)), 0);
+    snprintf(cmd, sizeof cmd, "'%s' validate --steps '%s'", sfi_test_build("sfi-sim"), path);
+    char *err = NULL;
+    ck_assert_int_eq(sfi_test_run(cmd, NULL, &err), 1);
+    ck_assert_msg(strstr(err, "bad.json: step_measurements[0]: context"), "%s", err);
+    free(err);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* The command's report: rows of the subset (batch 16) marked in, the
+ * others (batch 1) out, and the summary counts each apart; fitted on the
+ * batch-16 rows, the truth predicts the batch-1 rows. */
+START_TEST(report_splits_in_and_out_of_sample)
+{
+    static sfi_step_meas ms[N_SYN];
+    static sfi_model_config mcs[N_SYN];
+    static sfi_sv_mix mixes[N_SYN];
+    sfi_gpu g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
+    synth(ms, mcs, mixes, &g);
+    /* a profile file of the synthetic steps (no trace: the mix is the
+     * measured counts, 110 fast and 40 slow steps, one slow request) */
+    size_t cap = 1 << 16, o = 0;
+    char *json = malloc(cap);
+    o += (size_t)snprintf(json + o, cap - o, "{\"sfi_profile\":1,\"step_measurements\":[");
+    int n_in = 0;
+    for (int i = 0; i < N_SYN; i++) {
+        const sfi_step_meas *m = &ms[i];
+        sfi_sv_mix mx = {.batch = m->batch};
+        mx.hist[0] = 110;
+        mx.hist[1] = 40;
+        sfi_hw_profile t;
+        truth_profile(&t);
+        sfi_sv_pred p;
+        ck_assert_int_eq(sfi_sv_predict(m, &mcs[i], &t, &g, &mx, &p, &e), SFI_OK);
+        o += (size_t)snprintf(json + o, cap - o,
+                              "%s{\"model\":\"%s\",\"mode\":\"%s\",\"context\":%d,\"batch\":%d,"
+                              "\"new_tokens\":128,\"decode_tokens_per_s\":%.6f,\"steps\":{",
+                              i ? "," : "", m->model, m->sfi ? "sfi" : "dense", m->context,
+                              m->batch, p.tps);
+        if (m->sfi)
+            o += (size_t)snprintf(json + o, cap - o,
+                                  "\"fast\":{\"n\":110,\"mean_ms\":%.9f},\"slow\":{\"n\":40,"
+                                  "\"mean_ms\":%.9f}}}",
+                                  p.t[SFI_SV_FAST] * 1e3, p.t[SFI_SV_SLOW] * 1e3);
+        else
+            o += (size_t)snprintf(json + o, cap - o, "\"dense\":{\"mean_ms\":%.9f}}}",
+                                  p.t[SFI_SV_DENSE] * 1e3);
+        n_in += m->batch == 16;
+    }
+    o += (size_t)snprintf(json + o, cap - o, "]}");
+    ck_assert(o < cap);
+    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], cmd[16384];
+    snprintf(path, sizeof path, "%s/steps.json", dir);
+    snprintf(fit, sizeof fit, "%s/fit.json", dir);
+    ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
+    free(json);
+    char prof[4096];
+    snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
+    snprintf(cmd, sizeof cmd,
+             "'%s' validate --profile '%s' --steps '%s' --fit-subset batch=16 --fit '%s'",
+             sfi_test_build("sfi-sim"), prof, path, fit);
+    char *out = NULL, *err = NULL;
+    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    int rows_in = 0, rows_out = 0;
+    for (char *l = out; l && *l;) {
+        char *nl = strchr(l, '\n');
+        if (nl)
+            *nl = 0;
+        char model[64], set[8];
+        int L, b, c;
+        char mode[8];
+        if (l[0] != '#' && sscanf(l, "%63s %d %d %d %7s %7s", model, &L, &b, &c, mode, set) == 6) {
+            int want_in = b == 16;
+            if (!strcmp(set, "in"))
+                rows_in++;
+            else if (!strcmp(set, "out"))
+                rows_out++;
+            ck_assert_msg(!strcmp(set, want_in ? "in" : "out"), "%s", l);
+        }
+        if (nl)
+            *nl = '\n';
+        l = nl ? nl + 1 : NULL;
+    }
+    ck_assert_int_eq(rows_in, n_in);
+    ck_assert_int_eq(rows_out, N_SYN - n_in);
+    /* the truth fits: out-of-sample errors are (near) zero */
+    ck_assert_msg(strstr(out, "# out-of-sample"), "%s", out);
+    ck_assert_msg(strstr(out, "# in-sample"), "%s", out);
+    ck_assert_msg(strstr(out, "gemm efficiency") && strstr(out, "launch_us"), "%s", out);
+    char *line = strstr(out, "# out-of-sample");
+    double mean, max;
+    int cnt;
+    ck_assert_int_eq(sscanf(line, "# out-of-sample dense step time %lf %lf %d", &mean, &max, &cnt),
+                     3);
+    ck_assert_int_eq(cnt, 6);
+    ck_assert_msg(max < 0.1, "%.2000s", line);
+    /* the written profile reproduces the fit */
+    sfi_hw_profile p;
+    ck_assert_int_eq(sfi_hw_profile_load(fit, &p, NULL, NULL, &e), SFI_OK);
+    ck_assert(fabs(p.launch_s * 1e6 - 4.0) < 0.1);
+    ck_assert(fabs(p.efficiency[SFI_KC_GEMM] - 0.65) < 0.01);
+    free(out);
+    free(err);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("stepval");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, fit_recovers_known_parameters);
+    tcase_add_test(tc, one_model_cannot_separate_weights_from_launches);
+    tcase_add_test(tc, fit_subset_specs);
+    tcase_add_test(tc, malformed_step_measurements_are_named);
+    tcase_add_test(tc, report_splits_in_and_out_of_sample);
+    suite_add_tcase(s, tc);
+    return sfi_test_run_suite(s, CK_FORK_GETENV);
+}
