@@ -17,7 +17,7 @@
  *                     "allreduce": 0.70, "other": 0.50, "logits": 0.17 },
  *     "fixed_us": { "attn_sparse": 5.8 },
  *     "launch_us": 2.2, "step_overhead_us": 40.0, "allreduce_latency_us": 8.0,
- *     "overlap_contention": 0.30,
+ *     "overlap_contention": 0.30, "cta_GBps": 60,
  *     "measurements": [
  *       { "kernel": "attn_dense", "batch": 16, "context": 32768,
  *         "q_heads": 32, "kv_heads": 8, "head_dim": 128, "K": 2048,
@@ -35,7 +35,10 @@
  * topk, reorg, selector_reorg (per layer, times "layers"); attn_layers,
  * slow_step_serial, slow_step_overlap ("layers" layers of the two-stream
  * slow step: attention alone, side work serial, side work on a second
- * stream); others are listed as not modelled.
+ * stream); others are listed as not modelled. cta_GBps (optional, no limit
+ * when absent) caps what one CTA of a decode attention kernel streams: a
+ * launch of few CTAs (small batches) takes at least its largest CTA's
+ * bytes over it.
  *
  * Engine terms (optional; what a serving engine adds on top of kernels,
  * used by sfi-sim serve and, for the curve, by sweep):
@@ -97,6 +100,9 @@ typedef struct {
     double step_overhead_s;          /* fixed cost per decode step */
     double allreduce_latency_s;      /* fixed cost per all-reduce */
     double overlap_contention;       /* [0,1] */
+    double cta_bandwidth;            /* bytes/s one CTA of a decode attention
+                                        kernel streams at most (0: no limit);
+                                        "cta_GBps" */
     /* What a serving engine adds on top of its kernels (engine profiles,
      * sfi-sim-serve(1)). A dense decode attention kernel whose achieved
      * bandwidth depends on the context: n_attn_curve points (context,

@@ -332,6 +332,12 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
     s.mixed_attention = 1;
     s.moe_launches = 11;
     s.moe_pair_reads = sfi_sv_moe_pair_reads;
+    /* SFI mode splits every request's rows into pieces of about a fast
+     * step's rows (gpu/sfi_gpu_engine.c: min_split_rows) */
+    if (m->sfi) {
+        int r = s.pol.prm.n_sink + s.pol.prm.K + s.pol.prm.n_recent;
+        s.attn_split_rows = r < 1024 ? 1024 : (r + 63) / 64 * 64;
+    }
     sfi_step_cost c;
     sfi_status st = sfi_cost_step(&s, 0, &c, err);
     if (st)
@@ -366,8 +372,10 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
 /* ---- parameters ---- */
 
 static const char *const param_names[SFI_SV_NPARAM] = {
-    "attn_dense efficiency", "attn_sparse efficiency", "gemm efficiency", "launch_us",
-    "overlap_contention",    "step_overhead_us"};
+    "attn_dense efficiency", "attn_sparse efficiency",
+    "gemm efficiency",       "launch_us",
+    "overlap_contention",    "cta_GBps",
+    "step_overhead_us"};
 
 const char *sfi_sv_param_name(int i)
 {
@@ -382,6 +390,7 @@ double sfi_sv_param_get(const sfi_hw_profile *p, int i)
     case SFI_SV_P_GEMM: return p->efficiency[SFI_KC_GEMM];
     case SFI_SV_P_LAUNCH: return p->launch_s * 1e6;
     case SFI_SV_P_CONTENTION: return p->overlap_contention;
+    case SFI_SV_P_CTA: return p->cta_bandwidth * 1e-9;
     case SFI_SV_P_STEP: return p->step_overhead_s * 1e6;
     default: return 0;
     }
@@ -395,6 +404,7 @@ void sfi_sv_param_set(sfi_hw_profile *p, int i, double v)
     case SFI_SV_P_GEMM: p->efficiency[SFI_KC_GEMM] = v > 1 ? 1 : v; break;
     case SFI_SV_P_LAUNCH: p->launch_s = v * 1e-6; break;
     case SFI_SV_P_CONTENTION: p->overlap_contention = v < 0 ? 0 : v > 1 ? 1 : v; break;
+    case SFI_SV_P_CTA: p->cta_bandwidth = v * 1e9; break;
     case SFI_SV_P_STEP: p->step_overhead_s = v * 1e-6; break;
     default: break;
     }
@@ -479,6 +489,9 @@ static int solve(double *A, double *b, int n)
  * largest standard error (of the parameter's log) that counts as
  * identified. */
 #define SIGMA_NOISE 0.01
+/* Where the fit starts the per-CTA bandwidth (GB/s) when the prior has
+ * none: about a 132-SM H100's copy bandwidth over its SMs, twice. */
+#define CTA_START 50.0
 #define SE_MAX 0.25
 
 sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
@@ -495,6 +508,13 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
     p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = p->fixed_s[SFI_KC_GEMM] = 0;
     for (int j = 0; j < SFI_SV_NPARAM; j++)
         out->prior[j] = out->value[j] = sfi_sv_param_get(p, j);
+    /* no per-CTA limit in the prior: the fit starts from one (CTA_START),
+     * dropped again when the subset cannot determine it */
+    const sfi_hw_profile prior_p = *p;
+    if (!(out->prior[SFI_SV_P_CTA] > 0)) {
+        out->value[SFI_SV_P_CTA] = CTA_START;
+        sfi_sv_param_set(p, SFI_SV_P_CTA, CTA_START);
+    }
     double *r0 = malloc(sizeof(double) * m), *r1 = malloc(sizeof(double) * m);
     double *J = malloc(sizeof(double) * m * SFI_SV_NPARAM);
     double *Q = malloc(sizeof(double) * m * SFI_SV_NPARAM);
@@ -621,6 +641,15 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
         goto done;
     }
     double s = 0;
+    for (int k = 0; k < m; k++)
+        s += r0[k] * r0[k];
+    if (!out->identified[SFI_SV_P_CTA])
+        sfi_sv_param_set(p, SFI_SV_P_CTA, sfi_sv_param_get(&prior_p, SFI_SV_P_CTA));
+    if (residuals(ms, mcs, mixes, in_fit, n, gpu, p, r0, err) < 0) {
+        st = err->code ? err->code : SFI_EINVAL;
+        goto done;
+    }
+    s = 0;
     for (int k = 0; k < m; k++)
         s += r0[k] * r0[k];
     out->rms = sqrt(s / m);

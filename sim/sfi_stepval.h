@@ -99,6 +99,7 @@ enum {
     SFI_SV_P_GEMM,
     SFI_SV_P_LAUNCH,
     SFI_SV_P_CONTENTION,
+    SFI_SV_P_CTA,
     SFI_SV_P_STEP,
     SFI_SV_NPARAM
 };

@@ -26,6 +26,8 @@ static void truth_profile(sfi_hw_profile *p)
     sfi_sv_param_set(p, SFI_SV_P_GEMM, 0.65);
     sfi_sv_param_set(p, SFI_SV_P_LAUNCH, 4.0);
     sfi_sv_param_set(p, SFI_SV_P_CONTENTION, 0.5);
+    /* binds at batch 1 (a few CTAs per attention launch), not at 16 */
+    sfi_sv_param_set(p, SFI_SV_P_CTA, 40.0);
     /* the per-step cost stays the default's: tens of microseconds on steps
      * of milliseconds is below what 1% noise lets a fit see */
     p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = 0;
@@ -230,9 +232,9 @@ START_TEST(malformed_step_measurements_are_named)
 }
 END_TEST
 
-/* The command's report: rows of the subset (batch 16) marked in, the
- * others (batch 1) out, and the summary counts each apart; fitted on the
- * batch-16 rows, the truth predicts the batch-1 rows. */
+/* The command's report: rows of the subset (context 8K) marked in, the
+ * others (16K) out, and the summary counts each apart; fitted on the 8K
+ * rows, the truth predicts the 16K rows. */
 START_TEST(report_splits_in_and_out_of_sample)
 {
     static sfi_step_meas ms[N_SYN];
@@ -270,7 +272,7 @@ START_TEST(report_splits_in_and_out_of_sample)
         else
             o += (size_t)snprintf(json + o, cap - o, "\"dense\":{\"mean_ms\":%.9f}}}",
                                   p.t[SFI_SV_DENSE] * 1e3);
-        n_in += m->batch == 16;
+        n_in += m->context == 8192;
     }
     o += (size_t)snprintf(json + o, cap - o, "]}");
     ck_assert(o < cap);
@@ -282,7 +284,7 @@ START_TEST(report_splits_in_and_out_of_sample)
     char prof[4096];
     snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
     snprintf(cmd, sizeof cmd,
-             "'%s' validate --profile '%s' --steps '%s' --fit-subset batch=16 --fit '%s'",
+             "'%s' validate --profile '%s' --steps '%s' --fit-subset context=8K --fit '%s'",
              sfi_test_build("sfi-sim"), prof, path, fit);
     char *out = NULL, *err = NULL;
     ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
@@ -295,7 +297,7 @@ START_TEST(report_splits_in_and_out_of_sample)
         int L, b, c;
         char mode[8];
         if (l[0] != '#' && sscanf(l, "%63s %d %d %d %7s %7s", model, &L, &b, &c, mode, set) == 6) {
-            int want_in = b == 16;
+            int want_in = c == 8192;
             if (!strcmp(set, "in"))
                 rows_in++;
             else if (!strcmp(set, "out"))
