@@ -89,10 +89,16 @@ START_TEST(fit_recovers_known_parameters)
     ck_assert_int_eq(sfi_sv_fit_run(ms, mcs, mixes, in_fit, N_SYN, &g, &p, &f, &e), SFI_OK);
     for (int j = 0; j < SFI_SV_NPARAM; j++) {
         double want = sfi_sv_param_get(&t, j), got = sfi_sv_param_get(&p, j);
-        ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP, "%s not identified",
-                      sfi_sv_param_name(j));
-        ck_assert_msg(fabs(got / want - 1) < 0.01, "%s: fitted %g, truth %g", sfi_sv_param_name(j),
-                      got, want);
+        /* held (their effect too small to see at 1% noise), or without
+         * a value of its own (launches under PDL cost what others do) */
+        ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP || j == SFI_SV_P_LAUNCH_PDL,
+                      "%s not identified", sfi_sv_param_name(j));
+        if (!f.identified[j]) {
+            ck_assert(got == want);
+            continue;
+        }
+        ck_assert_msg(fabs(got / want - 1) < 0.01, "%s: fitted %g, truth %g (rms %g)",
+                      sfi_sv_param_name(j), got, want, f.rms);
     }
     ck_assert(f.rms < 1e-4);
     /* The default profile is not the truth: without the fit it misses. */
