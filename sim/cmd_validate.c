@@ -234,12 +234,6 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
     json_object_set_new(root, "efficiency", eff);
     json_object_set_new(root, "fixed_us", fx);
     json_object_set_new(root, "launch_us", json_real(p.launch_s * 1e6));
-    if (p->launch_pdl_s > 0)
-        json_object_set_new(root, "launch_pdl_us",
-                            json_real(floor(p->launch_pdl_s * 1e8 + 0.5) / 100));
-    if (p->cta_bandwidth > 0)
-        json_object_set_new(root, "cta_GBps",
-                            json_real(floor(p->cta_bandwidth * 1e-7 + 0.5) / 100));
     json_object_set_new(root, "step_overhead_us", json_real(p.step_overhead_s * 1e6));
     json_object_set_new(root, "allreduce_latency_us", json_real(p.allreduce_latency_s * 1e6));
     json_object_set_new(root, "overlap_contention",
@@ -402,6 +396,12 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
     json_object_set_new(root, "efficiency", eff);
     json_object_set_new(root, "fixed_us", fx);
     json_object_set_new(root, "launch_us", json_real(floor(p->launch_s * 1e8 + 0.5) / 100));
+    if (p->launch_pdl_s > 0)
+        json_object_set_new(root, "launch_pdl_us",
+                            json_real(floor(p->launch_pdl_s * 1e8 + 0.5) / 100));
+    if (p->cta_bandwidth > 0)
+        json_object_set_new(root, "cta_GBps",
+                            json_real(floor(p->cta_bandwidth * 1e-7 + 0.5) / 100));
     json_object_set_new(root, "step_overhead_us",
                         json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
     json_object_set_new(root, "allreduce_latency_us", json_real(p->allreduce_latency_s * 1e6));
