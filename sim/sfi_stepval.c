@@ -609,12 +609,6 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
             for (int k = 0; k < m; k++)
                 s0 += r0[k] * r0[k];
         }
-        if (getenv("SV_DEBUG")) {
-            fprintf(stderr, "it %d s0 %g lambda %g:", it, s0, lambda);
-            for (int j = 0; j < SFI_SV_NPARAM; j++)
-                fprintf(stderr, " %g%s", sfi_sv_param_get(p, j), out->identified[j] ? "" : "h");
-            fprintf(stderr, "\n");
-        }
         /* Levenberg-Marquardt step over the identified parameters */
         int idx[SFI_SV_NPARAM], np = 0;
         for (int j = 0; j < SFI_SV_NPARAM; j++)
