@@ -15,6 +15,7 @@
 #include "sfi_io.h"
 #include "sfi_params.h"
 #include "sfi_parse.h"
+#include "sfi_progress.h"
 #include "sfi_qwen3.h"
 #include "sfi_recorder.h"
 #include "sfi_ref_cli.h"
@@ -380,6 +381,63 @@ static int read_forced_ids(run_args *a, run_state *r)
     return 0;
 }
 
+/* The decode steps' progress line (sfi_progress.h) around the recorder's
+ * observer (all NULL without --trace): its callbacks are passed through
+ * with its own user, and only those it has are set, so that the run does
+ * exactly what it does without progress. */
+typedef struct {
+    sfi_decode_observer inner;
+    sfi_progress pg;
+} step_progress;
+
+static sfi_status sp_step(void *user, const sfi_decode_step_info *info, sfi_error *err)
+{
+    step_progress *sp = user;
+    if (info->step == 0) /* the clock of the estimate starts after the prefill */
+        sfi_progress_begin(&sp->pg, sp->pg.what, sp->pg.unit, sp->pg.total);
+    sfi_progress_update(&sp->pg, info->step + 1);
+    return sp->inner.on_step ? sp->inner.on_step(sp->inner.user, info, err) : SFI_OK;
+}
+
+static sfi_status sp_prefill(void *user, const sfi_decode_prefill_info *info, sfi_error *err)
+{
+    const sfi_decode_observer *in = &((step_progress *)user)->inner;
+    return in->on_prefill(in->user, info, err);
+}
+
+static sfi_status sp_slow_layer(void *user, const sfi_decode_slow_layer_info *info, sfi_error *err)
+{
+    const sfi_decode_observer *in = &((step_progress *)user)->inner;
+    return in->on_slow_layer(in->user, info, err);
+}
+
+static sfi_status sp_attention(void *user, const sfi_decode_attention_info *info, sfi_error *err)
+{
+    const sfi_decode_observer *in = &((step_progress *)user)->inner;
+    return in->on_attention(in->user, info, err);
+}
+
+static sfi_status sp_qk(void *user, const sfi_decode_qk_info *info, sfi_error *err)
+{
+    const sfi_decode_observer *in = &((step_progress *)user)->inner;
+    return in->on_qk(in->user, info, err);
+}
+
+/* obs: sp's observer, showing the progress of max_new steps, then inner's. */
+static void step_progress_observer(step_progress *sp, const sfi_decode_observer *inner, int max_new,
+                                   sfi_decode_observer *obs)
+{
+    sp->inner = *inner;
+    sfi_progress_begin(&sp->pg, "decode", "steps", max_new);
+    *obs = *inner;
+    obs->user = sp;
+    obs->on_step = sp_step;
+    obs->on_prefill = inner->on_prefill ? sp_prefill : NULL;
+    obs->on_slow_layer = inner->on_slow_layer ? sp_slow_layer : NULL;
+    obs->on_attention = inner->on_attention ? sp_attention : NULL;
+    obs->on_qk = inner->on_qk ? sp_qk : NULL;
+}
+
 /* Decodes, recording the trace when asked (the trace file is created, or
  * refused, before decoding), and decodes the generated ids to text.
  * Returns 0 or 1. */
@@ -395,9 +453,21 @@ static int decode(run_args *a, const sfi_model_config *cfg, run_state *r)
         fprintf(stderr, "sfi-ref run: %s\n", e.msg);
         return 1;
     }
-    sfi_decode_observer obs;
+    sfi_decode_observer obs, pobs;
     sfi_recorder_observer(rec, &obs);
-    if (sfi_decode_run(r->m, &a->o, r->ids, r->n_ids, rec ? &obs : NULL, &r->res, &e)) {
+    const sfi_decode_observer *use = rec ? &obs : NULL;
+    /* A long prefill (sfi_qwen3_prefill) and the steps show progress on a
+     * terminal. */
+    int progress = sfi_progress_enable(1);
+    step_progress sp;
+    if (progress) {
+        step_progress_observer(&sp, &obs, a->o.max_new, &pobs);
+        use = &pobs;
+    }
+    sfi_status st = sfi_decode_run(r->m, &a->o, r->ids, r->n_ids, use, &r->res, &e);
+    if (progress)
+        sfi_progress_end(&sp.pg);
+    if (st) {
         fprintf(stderr, "sfi-ref run: %s: %s\n", a->model, e.msg);
         if (rec)
             sfi_recorder_abort(rec);

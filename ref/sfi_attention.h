@@ -17,7 +17,7 @@ typedef struct {
 } sfi_attn_shape;
 
 /* Errors: a count < 1, or n_heads not a multiple of n_kv_heads. */
-sfi_status sfi_attn_shape_check(const sfi_attn_shape *s, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_attn_shape_check(const sfi_attn_shape *s, sfi_error *err);
 
 /* 1 / sfi_sqrtf(head_dim), the float every logit is multiplied by.
  *
@@ -33,18 +33,19 @@ float sfi_attn_scale(int head_dim);
 /* Dense decode attention of one query over positions 0..n_ctx-1.
  * out[n_heads*head_dim]. logits (may be NULL): [n_heads][n_ctx], the scaled
  * pre-softmax scores q.k/sqrt(d), which the Selector masks to J. */
-sfi_status sfi_attn_dense_decode(const sfi_attn_shape *s, const float *q, const float *k,
-                                 const float *v, int n_ctx, float *out, float *logits,
-                                 sfi_error *err);
+SFI_NODISCARD sfi_status sfi_attn_dense_decode(const sfi_attn_shape *s, const float *q,
+                                               const float *k, const float *v, int n_ctx,
+                                               float *out, float *logits, sfi_error *err);
 
 /* Sparse decode attention: query head h attends only to the positions
  * idx[kvh][0..n_idx[kvh]) of its KV head kvh, taken in ascending position
  * order (the function sorts a copy when needed). Same numerics as dense
  * restricted to the set: with every position, bit-identical to dense.
  * Errors: an empty set, a position outside 0..n_ctx-1, a position twice. */
-sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q, const float *k,
-                                  const float *v, int n_ctx, const int32_t *const *idx,
-                                  const int *n_idx, float *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q,
+                                                const float *k, const float *v, int n_ctx,
+                                                const int32_t *const *idx, const int *n_idx,
+                                                float *out, sfi_error *err);
 
 /* Dense causal attention for a block of T prompt queries at positions
  * pos0..pos0+T-1 over keys 0..pos0+T-1 (q[t][n_heads][head_dim],
@@ -53,8 +54,8 @@ sfi_status sfi_attn_sparse_decode(const sfi_attn_shape *s, const float *q, const
  * set to -INFINITY. Query t's output is bit-identical to
  * sfi_attn_dense_decode with n_ctx = pos0 + t + 1. Errors: T < 1, pos0 < 0,
  * W outside 0..T, W > 0 without a buffer. */
-sfi_status sfi_attn_prefill(const sfi_attn_shape *s, const float *q, int T, int pos0,
-                            const float *k, const float *v, float *out, int W, float *tail_logits,
-                            sfi_error *err);
+SFI_NODISCARD sfi_status sfi_attn_prefill(const sfi_attn_shape *s, const float *q, int T, int pos0,
+                                          const float *k, const float *v, float *out, int W,
+                                          float *tail_logits, sfi_error *err);
 
 #endif

@@ -27,7 +27,7 @@ typedef enum { SFI_DECODE_SFI = 0, SFI_DECODE_DENSE = 1 } sfi_decode_mode;
 
 const char *sfi_decode_mode_name(sfi_decode_mode m);
 /* "sfi" or "dense". */
-sfi_status sfi_decode_mode_parse(const char *s, sfi_decode_mode *m, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_decode_mode_parse(const char *s, sfi_decode_mode *m, sfi_error *err);
 
 typedef struct {
     sfi_decode_mode mode;
@@ -170,17 +170,19 @@ typedef struct {
 
 /* Prefills prompt[0..n_prompt) into out (capacity: KV positions to
  * allocate, >= n_prompt; n_queries >= 1 is clipped to n_prompt). */
-sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be, const int32_t *prompt,
-                                   int n_prompt, int capacity, int n_queries,
-                                   sfi_decode_prefix *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_decode_prefix_build(const sfi_qwen3 *m, sfi_backend be,
+                                                 const int32_t *prompt, int n_prompt, int capacity,
+                                                 int n_queries, sfi_decode_prefix *out,
+                                                 sfi_error *err);
 void sfi_decode_prefix_free(sfi_decode_prefix *p);
 
 /* Runs one request. prompt must be non-empty and n_prompt + max_new must
  * not exceed the model's max_position_embeddings. obs may be NULL.
  * res is filled on success (free with sfi_decode_result_free). */
-sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o, const int32_t *prompt,
-                          int n_prompt, const sfi_decode_observer *obs, sfi_decode_result *res,
-                          sfi_error *err);
+SFI_NODISCARD sfi_status sfi_decode_run(const sfi_qwen3 *m, const sfi_decode_opts *o,
+                                        const int32_t *prompt, int n_prompt,
+                                        const sfi_decode_observer *obs, sfi_decode_result *res,
+                                        sfi_error *err);
 void sfi_decode_result_free(sfi_decode_result *res);
 
 /* sfi_decode_run from a prefix instead of prefilling: the same steps, the
@@ -188,8 +190,9 @@ void sfi_decode_result_free(sfi_decode_result *res);
  * for bit when the backend is the prefix's), and pre is not modified.
  * pre->n_queries must cover the Selector's prefill window
  * (min(W_prefill, n_prompt)). prefill_seconds is the prefix's. */
-sfi_status sfi_decode_run_prefix(const sfi_qwen3 *m, const sfi_decode_opts *o,
-                                 const sfi_decode_prefix *pre, const sfi_decode_observer *obs,
-                                 sfi_decode_result *res, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_decode_run_prefix(const sfi_qwen3 *m, const sfi_decode_opts *o,
+                                               const sfi_decode_prefix *pre,
+                                               const sfi_decode_observer *obs,
+                                               sfi_decode_result *res, sfi_error *err);
 
 #endif

@@ -68,7 +68,7 @@ void sfi_eval_opts_default(sfi_eval_opts *o);
 
 /* Parses "2%,4%,0.06" (a share in (0, 1] or a percentage in (0, 100]) into
  * o->shares, ascending as given. */
-sfi_status sfi_eval_parse_shares(const char *list, sfi_eval_opts *o, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_eval_parse_shares(const char *list, sfi_eval_opts *o, sfi_error *err);
 
 /* B for a share: sfi_budget_positions at the run's context L + N. */
 int sfi_eval_budget(double share, int n_prefix, int n_tokens);
@@ -123,14 +123,15 @@ typedef struct sfi_eval_policy sfi_eval_policy;
 /* kind: a peer (not full KV or an SFI kind, which the harness runs through
  * the decode loop). calib: Kascade's and FASA's (must outlive the policy;
  * Kascade needs one). */
-sfi_status sfi_eval_policy_create(sfi_policy_kind kind, const sfi_policy_config *cfg,
-                                  int n_layers, int n_heads, int n_kv_heads, int head_dim,
-                                  int max_ctx, const sfi_policy_calib *calib,
-                                  sfi_eval_policy **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_eval_policy_create(sfi_policy_kind kind, const sfi_policy_config *cfg,
+                                                int n_layers, int n_heads, int n_kv_heads,
+                                                int head_dim, int max_ctx,
+                                                const sfi_policy_calib *calib,
+                                                sfi_eval_policy **out, sfi_error *err);
 void sfi_eval_policy_free(sfi_eval_policy *p);
 /* The prompt of layer `layer` (before the first step). */
-sfi_status sfi_eval_policy_prompt(sfi_eval_policy *p, int layer, const sfi_policy_prompt *pr,
-                                  sfi_error *err);
+SFI_NODISCARD sfi_status sfi_eval_policy_prompt(sfi_eval_policy *p, int layer,
+                                                const sfi_policy_prompt *pr, sfi_error *err);
 /* The proxy note (sfi_policy_proxy_note) and Kascade's anchors. */
 const char *sfi_eval_policy_proxy(const sfi_eval_policy *p);
 int sfi_eval_policy_anchors(const sfi_eval_policy *p, int *anchors, int max);
@@ -150,12 +151,14 @@ typedef struct {
  * (*idx)[h * max_ctx ..] and their count (*n_idx)[h] (0: the head attends
  * to nothing, its output is zero); valid until the next call. When budget
  * >= n_ctx every position is attended (see above). */
-sfi_status sfi_eval_policy_sets(sfi_eval_policy *p, const sfi_eval_layer_step *ls,
-                                const int32_t **idx, const int **n_idx, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_eval_policy_sets(sfi_eval_policy *p, const sfi_eval_layer_step *ls,
+                                              const int32_t **idx, const int **n_idx,
+                                              sfi_error *err);
 
 /* tokens: the text's ids, n_text >= n_prefix + n_tokens + 1. */
-sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_t *tokens,
-                        int n_text, sfi_eval_result *res, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o,
+                                      const int32_t *tokens, int n_text, sfi_eval_result *res,
+                                      sfi_error *err);
 void sfi_eval_result_free(sfi_eval_result *r);
 
 #endif

@@ -17,6 +17,6 @@ typedef void (*sfi_golden_emit)(const char *name, const char *hex, void *ctx);
 
 /* Runs every case. Stops at the first failure (which would be a bug: the
  * inputs are valid), with err naming the case. */
-sfi_status sfi_golden_suite(sfi_golden_emit emit, void *ctx, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_golden_suite(sfi_golden_emit emit, void *ctx, sfi_error *err);
 
 #endif

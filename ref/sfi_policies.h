@@ -104,10 +104,11 @@ typedef enum {
 const char *sfi_policy_kind_name(sfi_policy_kind k);
 /* One line for --help and `sfi-sim presets`. */
 const char *sfi_policy_kind_help(sfi_policy_kind k);
-sfi_status sfi_policy_kind_parse(const char *name, sfi_policy_kind *k, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_kind_parse(const char *name, sfi_policy_kind *k,
+                                               sfi_error *err);
 /* Comma-separated names ("all" = every kind) into mask bits (1u << kind).
  * Unknown names are errors naming the name. */
-sfi_status sfi_policy_parse_list(const char *list, unsigned *mask, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_parse_list(const char *list, unsigned *mask, sfi_error *err);
 /* The SFI kinds (sfi, tmax, interval, boundary): slow and fast steps by a
  * trigger policy of ref/sfi_state.h. */
 int sfi_policy_has_slow_steps(sfi_policy_kind k);
@@ -146,7 +147,8 @@ typedef struct {
 
 void sfi_policy_config_default(sfi_policy_config *c);
 /* "key=value" for the fields above or any sfi_params key. */
-sfi_status sfi_policy_config_set(sfi_policy_config *c, const char *kv, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_config_set(sfi_policy_config *c, const char *kv,
+                                               sfi_error *err);
 /* Keys and one-line descriptions, for --help. */
 size_t sfi_policy_config_key_count(void);
 const char *sfi_policy_config_key_name(size_t i);
@@ -154,8 +156,8 @@ const char *sfi_policy_config_key_help(size_t i);
 /* "NAME" or "NAME:key=value,key=value" (sfi-sim sweep's policy specs): a
  * key is a config key, or the part after the policy's prefix
  * ("quest:page=32" sets quest_page, "lfps:cand=0.03" lfps_cand). */
-sfi_status sfi_policy_spec_parse(const char *spec, sfi_policy_kind *kind,
-                                 sfi_policy_config *c, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_spec_parse(const char *spec, sfi_policy_kind *kind,
+                                               sfi_policy_config *c, sfi_error *err);
 /* The derived defaults for a model shape. */
 int sfi_policy_kascade_anchors(const sfi_policy_config *c, int n_layers);
 int sfi_policy_fasa_tip(const sfi_policy_config *c, int head_dim);
@@ -176,7 +178,7 @@ typedef struct {
 } sfi_budget;
 
 /* "6%", "0.06" (a share in (0,1)), "2308" (a count >= 1) or "sfi". */
-sfi_status sfi_budget_parse(const char *s, sfi_budget *b, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_budget_parse(const char *s, sfi_budget *b, sfi_error *err);
 /* B for a context of n_ctx cached positions: round(ratio * n_ctx), the
  * count, or n_sink + K + n_recent; clipped to [1, n_ctx]. */
 int sfi_budget_positions(const sfi_budget *b, const sfi_params *prm, int n_ctx);
@@ -300,25 +302,26 @@ typedef struct sfi_policy sfi_policy;
  * calibrates on its first step, both noted as proxies); kept by reference,
  * must outlive the policy. Per-layer state is allocated when a layer is
  * first used. */
-sfi_status sfi_policy_create(sfi_policy_kind kind, const sfi_policy_config *cfg,
-                             const sfi_policy_shape *shape, int max_ctx,
-                             const sfi_policy_calib *calib, sfi_policy **out,
-                             sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_create(sfi_policy_kind kind, const sfi_policy_config *cfg,
+                                           const sfi_policy_shape *shape, int max_ctx,
+                                           const sfi_policy_calib *calib, sfi_policy **out,
+                                           sfi_error *err);
 void sfi_policy_free(sfi_policy *p);
 /* Starts a new request (forgets all state; the calibration stays). */
 void sfi_policy_reset(sfi_policy *p);
 sfi_policy_kind sfi_policy_get_kind(const sfi_policy *p);
 
 /* The prompt of layer `layer` (after prefill, before step 0). */
-sfi_status sfi_policy_prompt_run(sfi_policy *p, int layer, const sfi_policy_prompt *pr,
-                                 sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_prompt_run(sfi_policy *p, int layer,
+                                               const sfi_policy_prompt *pr, sfi_error *err);
 
 /* One step of one layer; sets[n_kv_heads] describe the sets and stay valid
  * until this layer's next step. *available = 0 when the policy cannot act
  * (Quest/FASA without q and K: sets not written). *slow (may be NULL): the
  * SFI kinds' step kind. */
-sfi_status sfi_policy_run(sfi_policy *p, int layer, const sfi_policy_step *st,
-                          sfi_policy_set *sets, int *available, int *slow, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_run(sfi_policy *p, int layer, const sfi_policy_step *st,
+                                        sfi_policy_set *sets, int *available, int *slow,
+                                        sfi_error *err);
 
 /* NULL when the policy ran its paper's rule on what it was given; else a
  * short text naming the proxy it used (e.g. "prompt attention: first

@@ -36,11 +36,13 @@ typedef struct {
 void sfi_policy_calib_free(sfi_policy_calib *c);
 /* JSON text (malloc'd) and back; errors name what is wrong. */
 char *sfi_policy_calib_to_json(const sfi_policy_calib *c);
-sfi_status sfi_policy_calib_from_json(const char *text, const char *origin,
-                                      sfi_policy_calib *c, sfi_error *err);
-sfi_status sfi_policy_calib_load(const char *path, sfi_policy_calib *c, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_calib_from_json(const char *text, const char *origin,
+                                                    sfi_policy_calib *c, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_calib_load(const char *path, sfi_policy_calib *c,
+                                               sfi_error *err);
 /* Under the output rule of src/sfi_io.h (temporary file, renamed). */
-sfi_status sfi_policy_calib_save(const char *path, const sfi_policy_calib *c, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_calib_save(const char *path, const sfi_policy_calib *c,
+                                               sfi_error *err);
 
 /* Builds a calibration from dense forward passes over calibration prompts.
  * For every prompt token and layer the caller hands the roped query and
@@ -55,21 +57,22 @@ sfi_status sfi_policy_calib_save(const char *path, const sfi_policy_calib *c, sf
  * top-fasa_calib_k by the chunk's score with the top-K by the full score,
  * averaged over tokens whose context exceeds 2K; the n_tip best chunks. */
 typedef struct sfi_policy_calibrator sfi_policy_calibrator;
-sfi_status sfi_policy_calibrator_create(int kascade_k, int fasa_k, int n_tip, int n_layers,
-                                        int n_heads, int n_kv_heads, int head_dim,
-                                        int max_ctx, sfi_policy_calibrator **out,
-                                        sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_calibrator_create(int kascade_k, int fasa_k, int n_tip,
+                                                      int n_layers, int n_heads, int n_kv_heads,
+                                                      int head_dim, int max_ctx,
+                                                      sfi_policy_calibrator **out, sfi_error *err);
 void sfi_policy_calibrator_free(sfi_policy_calibrator *c);
 /* A new prompt (the min over tokens restarts). */
 void sfi_policy_calibrator_begin(sfi_policy_calibrator *c);
-sfi_status sfi_policy_calibrator_add(sfi_policy_calibrator *c, int layer, const float *q,
-                                     const float *k, int n_ctx, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_calibrator_add(sfi_policy_calibrator *c, int layer,
+                                                   const float *q, const float *k, int n_ctx,
+                                                   sfi_error *err);
 void sfi_policy_calibrator_hidden(sfi_policy_calibrator *c, int layer, const float *in,
                                   const float *out, int hidden_size);
 /* Anchors are not part of the calibration: they depend on the count
  * asked for; sfi_policy_kascade_plan derives them. */
-sfi_status sfi_policy_calibrator_finish(sfi_policy_calibrator *c, const char *source,
-                                        sfi_policy_calib *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_policy_calibrator_finish(sfi_policy_calibrator *c, const char *source,
+                                                      sfi_policy_calib *out, sfi_error *err);
 
 /* Kascade's anchors by dynamic programming over layers 1..L-1 (layer 0 is
  * dense and reused by nobody): layer 1 is an anchor, n_anchors in all
@@ -86,10 +89,10 @@ double sfi_policy_kascade_dp(const double *sim, const double *weight, int n_laye
  * calib_prob, calib_n: [S][L][H] records of n entries (probability
  * descending); the similarity is the same as the calibrator's, over the S
  * steps as one prompt, weights 1. */
-sfi_status sfi_policy_calib_kascade_from_records(const int32_t *const *pos,
-                                                 const float *const *prob, const int *n,
-                                                 int S, int L, int H, int top_k,
-                                                 sfi_policy_calib *out, sfi_error *err);
-
+SFI_NODISCARD sfi_status sfi_policy_calib_kascade_from_records(const int32_t *const *pos,
+                                                               const float *const *prob,
+                                                               const int *n, int S, int L, int H,
+                                                               int top_k, sfi_policy_calib *out,
+                                                               sfi_error *err);
 
 #endif

@@ -32,6 +32,7 @@
 #include "sfi_attention.h"
 #include "sfi_io.h"
 #include "sfi_math.h"
+#include "sfi_progress.h"
 #include "sfi_rng.h"
 #include "sfi_safetensors.h"
 
@@ -964,14 +965,17 @@ sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv
         return sfi_error_set(err, SFI_EINVAL, "prefill: no tokens");
     if (kv->n + n > kv->capacity || n > kv->capacity)
         return sfi_error_set(err, SFI_ERANGE, "KV cache full (%d positions)", kv->capacity);
-    for (int i = 0; i < n; i += BLOCK) {
+    sfi_progress pg;
+    sfi_progress_begin(&pg, "prefill", "tokens", n);
+    sfi_status rc = SFI_OK;
+    for (int i = 0; i < n && !rc; i += BLOCK) {
         int T = n - i < BLOCK ? n - i : BLOCK;
-        sfi_status rc = forward_block(m, be, kv, tokens + i, T, attend, user, layer_fn, layer_user,
-                                      i + T == n ? logits : NULL, err);
-        if (rc)
-            return rc;
+        rc = forward_block(m, be, kv, tokens + i, T, attend, user, layer_fn, layer_user,
+                           i + T == n ? logits : NULL, err);
+        sfi_progress_update(&pg, i + T);
     }
-    return SFI_OK;
+    sfi_progress_end(&pg);
+    return rc;
 }
 
 /* ---- views for other back ends ---- */

@@ -19,7 +19,7 @@ typedef enum { SFI_BACKEND_SCALAR = 0, SFI_BACKEND_BLAS = 1 } sfi_backend;
 
 const char *sfi_backend_name(sfi_backend b);
 /* "scalar" or "blas"; "blas" in a build without OpenBLAS is EUNSUPPORTED. */
-sfi_status sfi_backend_parse(const char *s, sfi_backend *b, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_backend_parse(const char *s, sfi_backend *b, sfi_error *err);
 int sfi_backend_available(sfi_backend b);
 
 typedef struct sfi_qwen3 sfi_qwen3;
@@ -27,7 +27,7 @@ typedef struct sfi_qwen3 sfi_qwen3;
 /* Loads DIR/config.json and DIR/model.safetensors (or the shards named by
  * DIR/model.safetensors.index.json). Every tensor's name, shape and dtype
  * is checked against the config; weights are widened to float32 exactly. */
-sfi_status sfi_qwen3_load(const char *dir, sfi_qwen3 **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_qwen3_load(const char *dir, sfi_qwen3 **out, sfi_error *err);
 void sfi_qwen3_free(sfi_qwen3 *m);
 const sfi_model_config *sfi_qwen3_config(const sfi_qwen3 *m);
 /* Bytes of float32 weights held. */
@@ -44,13 +44,14 @@ typedef struct {
     float *scratch;   /* the forward pass's working vectors */
 } sfi_kv_cache;
 
-sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg, int capacity,
-                             sfi_error *err);
+SFI_NODISCARD sfi_status sfi_kv_cache_init(sfi_kv_cache *c, const sfi_model_config *cfg,
+                                           int capacity, sfi_error *err);
 void sfi_kv_cache_free(sfi_kv_cache *c);
 /* Copies src's first src->n positions (keys, values, key norms) into dst,
  * a cache of the same model shape with capacity >= src->n; dst->n becomes
  * src->n. Lets several runs start from one prefilled prompt. */
-sfi_status sfi_kv_cache_copy(sfi_kv_cache *dst, const sfi_kv_cache *src, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_kv_cache_copy(sfi_kv_cache *dst, const sfi_kv_cache *src,
+                                           sfi_error *err);
 /* Start of layer l's keys / values. */
 float *sfi_kv_k(const sfi_kv_cache *c, int layer);
 float *sfi_kv_v(const sfi_kv_cache *c, int layer);
@@ -66,8 +67,9 @@ typedef sfi_status (*sfi_qwen3_attend_fn)(void *user, int layer, const float *q,
 /* Runs token `token` at position kv->n (appending its key/value to the
  * cache, then n += 1). logits (may be NULL: skip the lm_head) gets
  * [vocab_size]. */
-sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, int32_t token,
-                          sfi_qwen3_attend_fn attend, void *user, float *logits, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                        int32_t token, sfi_qwen3_attend_fn attend, void *user,
+                                        float *logits, sfi_error *err);
 
 /* Runs n prompt tokens at positions kv->n.. (blocks of up to 64 tokens:
  * the blas backend multiplies a block's matrices at once; with the scalar
@@ -76,9 +78,9 @@ sfi_status sfi_qwen3_step(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv, 
  * NULL) gets the last token's. With the blas backend and no attend, a
  * block's attention is two matrix products per KV head for all its
  * tokens (causally masked). */
-sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
-                             const int32_t *tokens, int n, sfi_qwen3_attend_fn attend, void *user,
-                             float *logits, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
+                                           const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
+                                           void *user, float *logits, sfi_error *err);
 
 /* Told after each layer of a block of T tokens the residual stream before
  * (in) and after (out) the layer, each [T][hidden_size] (Kascade's layer
@@ -86,16 +88,17 @@ sfi_status sfi_qwen3_prefill(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *k
 typedef void (*sfi_qwen3_layer_fn)(void *user, int layer, int T, const float *in, const float *out);
 
 /* sfi_qwen3_prefill that also calls layer_fn (may be NULL). */
-sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be, sfi_kv_cache *kv,
-                                      const int32_t *tokens, int n, sfi_qwen3_attend_fn attend,
-                                      void *user, sfi_qwen3_layer_fn layer_fn, void *layer_user,
-                                      float *logits, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_qwen3_prefill_observed(const sfi_qwen3 *m, sfi_backend be,
+                                                    sfi_kv_cache *kv, const int32_t *tokens, int n,
+                                                    sfi_qwen3_attend_fn attend, void *user,
+                                                    sfi_qwen3_layer_fn layer_fn, void *layer_user,
+                                                    float *logits, sfi_error *err);
 
 /* Dense decode attention through the backend (scalar: sfi_attn_dense_decode).
  * logits (may be NULL) as sfi_attn_dense_decode's. */
-sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer, const float *q,
-                                const sfi_kv_cache *kv, int n_ctx, float *out, float *logits,
-                                sfi_error *err);
+SFI_NODISCARD sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer,
+                                              const float *q, const sfi_kv_cache *kv, int n_ctx,
+                                              float *out, float *logits, sfi_error *err);
 
 /* Writes DIR/model.safetensors (weights of dtype F32 or BF16 drawn from
  * seed: uniform with std 1/sqrt(fan_in), norms 1 +- 0.2, embeddings of unit
@@ -104,15 +107,16 @@ sfi_status sfi_qwen3_attn_dense(const sfi_qwen3 *m, sfi_backend be, int layer, c
  * "generator" in its config.json, weights without a config, a sharded
  * index) is refused (EIO). Each file goes through a temp file + rename;
  * when the config cannot be written the checkpoint is removed again. */
-sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir, uint64_t seed,
-                                  sfi_st_dtype dtype, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_qwen3_write_random(const sfi_model_config *cfg, const char *dir,
+                                                uint64_t seed, sfi_st_dtype dtype, sfi_error *err);
 
 /* Sparse decode attention through the backend (scalar:
  * sfi_attn_sparse_decode; blas: the set's rows gathered, then the products
  * of the dense path). idx/n_idx per KV head as sfi_attn_sparse_decode's. */
-sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer, const float *q,
-                                 const sfi_kv_cache *kv, int n_ctx, const int32_t *const *idx,
-                                 const int *n_idx, float *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_qwen3_attn_sparse(const sfi_qwen3 *m, sfi_backend be, int layer,
+                                               const float *q, const sfi_kv_cache *kv, int n_ctx,
+                                               const int32_t *const *idx, const int *n_idx,
+                                               float *out, sfi_error *err);
 
 /* Read-only views of the loaded weights for other back ends (the CUDA
  * engine uploads them): float32, row-major, the Hugging Face tensor's

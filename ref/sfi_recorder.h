@@ -57,7 +57,7 @@ void sfi_recorder_opts_default(sfi_recorder_opts *o);
  * --trace-top-m, --trace-layers, --trace-qk(v) or --trace-calib without
  * --trace, --trace-top-m or --trace-qk(v) below the full level,
  * --trace-layers at the tokens level (which has no per-layer records). */
-sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_recorder_opts_check(const sfi_recorder_opts *o, sfi_error *err);
 
 /* Command-line flags of the recorder, for sfi-ref run: if argv[*i] is
  * --trace, --trace-level or --trace-top-m (also as --flag=value), consumes
@@ -85,16 +85,17 @@ typedef struct sfi_recorder sfi_recorder;
  * directory), params = dopts'
  * parameters, policy = the trigger policy ("dense" in dense mode).
  * When o->path is NULL, *out = NULL and SFI_OK (nothing to record). */
-sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
-                             const sfi_model_config *cfg, const sfi_decode_opts *dopts,
-                             sfi_recorder **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
+                                           const sfi_model_config *cfg,
+                                           const sfi_decode_opts *dopts, sfi_recorder **out,
+                                           sfi_error *err);
 
 /* Fills obs so that sfi_decode_run records into r (r may be NULL: obs is
  * then all NULL). */
 void sfi_recorder_observer(sfi_recorder *r, sfi_decode_observer *obs);
 
 /* Marks the trace complete and closes it; frees r (NULL allowed). */
-sfi_status sfi_recorder_finish(sfi_recorder *r, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_recorder_finish(sfi_recorder *r, sfi_error *err);
 
 /* Closes without marking complete (after a failed run); frees r. */
 void sfi_recorder_abort(sfi_recorder *r);

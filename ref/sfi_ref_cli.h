@@ -32,12 +32,12 @@ int sfi_ref_tokenizer_cli(const char *cmd, int argc, char **argv, void (*usage)(
 /* Whitespace-separated non-negative decimal token ids of s[0..len) (read
  * from path, named in messages) into *ids (malloc'd), at least one; a NUL
  * byte is an error, not the end of the list (sfi_token_ids_parse). */
-sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len, int32_t **ids, int *n,
-                             sfi_error *err);
+SFI_NODISCARD sfi_status sfi_ref_parse_ids(const char *path, const char *s, size_t len,
+                                           int32_t **ids, int *n, sfi_error *err);
 
 /* A tokenizer whose ids reach past the model's vocab_size (embedding
  * rows) is not the model's: refused, naming tok_dir. */
-sfi_status sfi_ref_tokenizer_fits(const sfi_tokenizer *tk, const char *tok_dir,
-                                  const sfi_model_config *cfg, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_ref_tokenizer_fits(const sfi_tokenizer *tk, const char *tok_dir,
+                                                const sfi_model_config *cfg, sfi_error *err);
 
 #endif

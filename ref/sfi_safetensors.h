@@ -38,7 +38,7 @@ typedef struct sfi_safetensors sfi_safetensors;
 
 /* path: a .safetensors file, a model.safetensors.index.json, or a
  * directory holding model.safetensors or model.safetensors.index.json. */
-sfi_status sfi_st_open(const char *path, sfi_safetensors **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_st_open(const char *path, sfi_safetensors **out, sfi_error *err);
 void sfi_st_close(sfi_safetensors *st);
 size_t sfi_st_count(const sfi_safetensors *st);
 const sfi_st_tensor *sfi_st_tensor_at(const sfi_safetensors *st, size_t i);
@@ -54,8 +54,9 @@ void sfi_st_to_f32(const sfi_st_tensor *t, float *out);
  * want_dtype >= 0, its dtype), and widens it into a malloc'd float array;
  * a NaN or Inf element is an error (SFI_EFORMAT). Errors name the
  * checkpoint file and the tensor. */
-sfi_status sfi_st_load_f32(const sfi_safetensors *st, const char *name, int ndim,
-                           const int64_t *shape, int want_dtype, float **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_st_load_f32(const sfi_safetensors *st, const char *name, int ndim,
+                                         const int64_t *shape, int want_dtype, float **out,
+                                         sfi_error *err);
 
 /* Exact conversions. */
 float sfi_bf16_to_f32(uint16_t h);
@@ -74,18 +75,20 @@ typedef struct {
     const float *data; /* numel floats */
 } sfi_st_write_tensor;
 
-sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_st_write(const char *path, const sfi_st_write_tensor *t, size_t n,
+                                      sfi_error *err);
 
 /* Streaming writer, for checkpoints too large to hold as float32 at once:
  * declare every tensor first (the header needs all shapes), then give the
  * data of each, in the declared order, with sfi_st_writer_put, whole or in
  * consecutive chunks (a chunk never spans two tensors). */
 typedef struct sfi_st_writer sfi_st_writer;
-sfi_status sfi_st_writer_open(const char *path, const sfi_st_write_tensor *decl, size_t n,
-                              sfi_st_writer **out, sfi_error *err);
-sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_st_writer_open(const char *path, const sfi_st_write_tensor *decl,
+                                            size_t n, sfi_st_writer **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_st_writer_put(sfi_st_writer *w, const float *data, uint64_t numel,
+                                           sfi_error *err);
 /* Renames onto the final path when every tensor was written; else error. */
-sfi_status sfi_st_writer_commit(sfi_st_writer *w, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_st_writer_commit(sfi_st_writer *w, sfi_error *err);
 /* Removes the temp file (also safe after commit). Frees w. */
 void sfi_st_writer_abort(sfi_st_writer *w);
 

@@ -41,8 +41,9 @@ typedef struct {
  * non-finite key norms, K < 1, empty J, out-of-range parameters and
  * inconsistent sizes (SFI_EINVAL); an evidence or prior normaliser that
  * under/overflows with extreme parameters and inputs (SFI_ERANGE). selected must hold n_kv_heads * min(K, |J|) entries. */
-sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in, int32_t *selected,
-                            int *n_selected, sfi_selector_detail *detail, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_selector_run(const sfi_params *prm, const sfi_selector_input *in,
+                                          int32_t *selected, int *n_selected,
+                                          sfi_selector_detail *detail, sfi_error *err);
 
 /* Single steps, exposed for hand-computed tests and for checkers. No
  * argument checks beyond what sfi_selector_run does before calling them.
@@ -52,7 +53,7 @@ float sfi_selector_fuse(const sfi_params *prm, int n, const float *f, const floa
 /* Step 7: z_out from the pre-NMS scores z[0..n) (z_out != z). */
 void sfi_selector_soft_nms(const sfi_params *prm, int n, const float *z, float *z_out);
 /* Step 8, in place on z[H][n]. SFI_ENOMEM is the only failure. */
-sfi_status sfi_selector_cross_head(const sfi_params *prm, int H, int n, float *z);
+SFI_NODISCARD sfi_status sfi_selector_cross_head(const sfi_params *prm, int H, int n, float *z);
 
 /* Inputs in the Selector's layout.
  * Key norms ||k_h(j)||_2 = sfi_sqrtf(sfi_dot(k_h(j), k_h(j), head_dim)) for
@@ -72,6 +73,6 @@ void sfi_selector_window_from_prefill(int n_heads, int n_kv_heads, int W, int n_
 
 /* Top-K of scores[0..n) by value, ties to the smaller index; writes the
  * chosen indices in ascending order. k <= n. */
-sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_topk(const float *scores, int n, int k, int32_t *out, sfi_error *err);
 
 #endif

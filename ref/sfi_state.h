@@ -53,7 +53,8 @@ typedef struct sfi_trigger_policy {
     void *custom_ctx;
 } sfi_trigger_policy;
 
-sfi_status sfi_trigger_policy_parse(const char *name, sfi_trigger_kind *kind, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trigger_policy_parse(const char *name, sfi_trigger_kind *kind,
+                                                  sfi_error *err);
 const char *sfi_trigger_kind_name(sfi_trigger_kind k);
 void sfi_trigger_policy_init(sfi_trigger_policy *tp, sfi_trigger_kind kind,
                              const sfi_params *prm, const uint8_t *is_trigger,
@@ -80,7 +81,8 @@ typedef struct {
     int *n_selected;     /* [n_layers][n_kv_heads] */
 } sfi_state;
 
-sfi_status sfi_state_init(sfi_state *st, int n_layers, int n_kv_heads, int K, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_state_init(sfi_state *st, int n_layers, int n_kv_heads, int K,
+                                        sfi_error *err);
 void sfi_state_free(sfi_state *st);
 
 /* The K-entry slot of (layer, kv_head); its first
@@ -92,9 +94,9 @@ int32_t *sfi_state_selected(const sfi_state *st, int layer, int kv_head);
  * its sets. On error the layer's previous sets are kept. A fast step
  * changes nothing here: only n_ctx grows, which slides the recent window
  * (sfi_state_candidates, sfi_state_fast_set). */
-sfi_status sfi_state_slow_update(sfi_state *st, const sfi_params *prm, int layer,
-                                 const sfi_selector_input *in, sfi_selector_detail *detail,
-                                 sfi_error *err);
+SFI_NODISCARD sfi_status sfi_state_slow_update(sfi_state *st, const sfi_params *prm, int layer,
+                                               const sfi_selector_input *in,
+                                               sfi_selector_detail *detail, sfi_error *err);
 
 /* J for a cache of n_ctx positions (current token included):
  * [n_sink, n_ctx - n_recent) clipped; empty when j_end <= j_begin. */

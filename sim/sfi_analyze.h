@@ -118,8 +118,8 @@ typedef struct {
 
 /* Runs every requested policy over the source. Result arrays are malloc'd
  * (free with sfi_analyze_result_free). */
-sfi_status sfi_analyze_run(const sfi_analyze_source *src, const sfi_analyze_opts *opt,
-                           sfi_analyze_result *res, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_analyze_run(const sfi_analyze_source *src, const sfi_analyze_opts *opt,
+                                         sfi_analyze_result *res, sfi_error *err);
 void sfi_analyze_result_free(sfi_analyze_result *res);
 
 /* Quantile q in [0,1] of v[0..n) (sorts v in place); NaN when n == 0. */

@@ -25,13 +25,14 @@ int sfi_analyze_report_write(FILE *out, sfi_analyze_format f, const sfi_analyze_
 
 /* Attention support of (layer, kv head) over the steps: probability mass
  * per position bin (rows) and step (columns), sentence ends marked. */
-sfi_status sfi_analyze_png_support(const char *path, const sfi_analyze_source *src, int layer,
-                                   int kvh, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_analyze_png_support(const char *path, const sfi_analyze_source *src,
+                                                 int layer, int kvh, sfi_error *err);
 /* Recall vs budget ratio per policy: res[i] analyzed at ratios[i]. */
-sfi_status sfi_analyze_png_budget(const char *path, const double *ratios,
-                                  sfi_analyze_result *res, int n, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_analyze_png_budget(const char *path, const double *ratios,
+                                                sfi_analyze_result *res, int n, sfi_error *err);
 /* Per layer: mean and 10th/90th percentiles of the Jaccard similarity of
  * consecutive top sets, within a sentence vs across a boundary. */
-sfi_status sfi_analyze_png_stability(const char *path, sfi_analyze_result *r, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_analyze_png_stability(const char *path, sfi_analyze_result *r,
+                                                   sfi_error *err);
 
 #endif

@@ -20,8 +20,9 @@ typedef struct {
 } sfi_analyze_synth;
 
 /* Steps t = 0..n_steps-1 with n_ctx = ctx0 + t. M >= 6. */
-sfi_status sfi_analyze_synth_init(sfi_analyze_synth *s, int n_layers, int n_kv_heads,
-                                  int n_steps, int ctx0, int M, int sent_len, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_analyze_synth_init(sfi_analyze_synth *s, int n_layers, int n_kv_heads,
+                                                int n_steps, int ctx0, int M, int sent_len,
+                                                sfi_error *err);
 void sfi_analyze_synth_free(sfi_analyze_synth *s);
 /* A source reading s (which must outlive it). */
 void sfi_analyze_synth_source(sfi_analyze_synth *s, sfi_analyze_source *src);

@@ -16,9 +16,9 @@ typedef struct sfi_analyze_trace sfi_analyze_trace;
  * under the sfi or boundary trigger policy. request: one request, or -1
  * for all. Errors name the file and the problem (not full level, missing
  * records, inconsistent sizes). */
-sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
-                                  const char *trigger_chars, int request,
-                                  sfi_analyze_trace **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
+                                                const char *trigger_chars, int request,
+                                                sfi_analyze_trace **out, sfi_error *err);
 void sfi_analyze_trace_free(sfi_analyze_trace *t);
 /* The source (valid while t lives). */
 const sfi_analyze_source *sfi_analyze_trace_source(const sfi_analyze_trace *t);

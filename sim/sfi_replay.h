@@ -42,16 +42,18 @@ typedef struct {
  * `kind` (T_max from prm, interval for SFI_TRIG_INTERVAL), requests
  * staggered as above. Keeps the n_slow of the first `timeline` steps (0:
  * none). */
-sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind, const sfi_params *prm,
-                          int interval, int batch, int64_t stagger, int64_t steps, int64_t timeline,
-                          sfi_replay_result *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_replay_run(const sfi_replay_stream *in, sfi_trigger_kind kind,
+                                        const sfi_params *prm, int interval, int batch,
+                                        int64_t stagger, int64_t steps, int64_t timeline,
+                                        sfi_replay_result *out, sfi_error *err);
 void sfi_replay_result_free(sfi_replay_result *r);
 
 /* A deterministic synthetic stream for when no trace is at hand: tokens 0
  * (word) and 1 (boundary, the only trigger), sentence lengths drawn from a
  * geometric distribution of the given mean from a fixed seed. *tokens is
  * malloc'd [n]; *is_trigger is malloc'd [2]. */
-sfi_status sfi_replay_synthetic(int64_t n, double mean_sentence, uint64_t seed, int32_t **tokens,
-                                uint8_t **is_trigger, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_replay_synthetic(int64_t n, double mean_sentence, uint64_t seed,
+                                              int32_t **tokens, uint8_t **is_trigger,
+                                              sfi_error *err);
 
 #endif

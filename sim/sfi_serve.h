@@ -111,8 +111,8 @@ typedef struct {
 /* Runs the workload (n requests, any order of arrival) to the end. Fails
  * (SFI_ERANGE, naming the request and the numbers) when a request cannot
  * fit the KV budget even alone, or when the weights do not fit at all. */
-sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req, int n,
-                         sfi_serve_result *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req,
+                                       int n, sfi_serve_result *out, sfi_error *err);
 void sfi_serve_result_free(sfi_serve_result *r);
 
 /* Metrics of a finished run. TTFT = first token - arrival; TPOT = (finish
@@ -130,8 +130,8 @@ typedef struct {
     int64_t tokens;            /* generated */
 } sfi_serve_summary;
 
-sfi_status sfi_serve_summarize(const sfi_serve_result *r, double slo_tpot, double slo_ttft,
-                               sfi_serve_summary *s, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_serve_summarize(const sfi_serve_result *r, double slo_tpot,
+                                             double slo_ttft, sfi_serve_summary *s, sfi_error *err);
 
 /* Request lengths: a fixed number ("8192", "8K"), "uniform:LO:HI" (integers,
  * inclusive), "lognormal:MEDIAN:SIGMA" (clipped to 1..2^30) or, with
@@ -144,7 +144,7 @@ typedef struct {
     double a, b;
 } sfi_len_dist;
 
-sfi_status sfi_len_dist_parse(const char *spec, sfi_len_dist *d, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_len_dist_parse(const char *spec, sfi_len_dist *d, sfi_error *err);
 /* Draws the length of request i; *rng is an sfi_rng state. */
 int sfi_len_dist_draw(const sfi_len_dist *d, uint64_t *rng, int i, const int64_t *values,
                       int64_t n_values);

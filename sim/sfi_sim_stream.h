@@ -29,8 +29,9 @@ typedef struct {
  * sfi decisions when they tell it (same trigger characters, no tok_dir),
  * else the vocabulary of tok_dir (default: the bundled Qwen3 tokenizer)
  * under prm's trigger characters. */
-sfi_status sfi_sim_stream_load(const char *trace_opt, const char *tok_dir, int synthetic,
-                               const sfi_params *prm, sfi_sim_stream *s, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_sim_stream_load(const char *trace_opt, const char *tok_dir,
+                                             int synthetic, const sfi_params *prm,
+                                             sfi_sim_stream *s, sfi_error *err);
 void sfi_sim_stream_free(sfi_sim_stream *s);
 
 #endif

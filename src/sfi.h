@@ -14,6 +14,7 @@
 #include "sfi_parse.h"
 #include "sfi_rng.h"
 #include "sfi_sort.h"
+#include "sfi_progress.h"
 #include "sfi_params.h"
 #include "sfi_model.h"
 #include "sfi_digest.h"

@@ -25,7 +25,7 @@ typedef struct {
     int failed; /* a previous update failed: final reports an error */
 } sfi_hasher;
 
-sfi_status sfi_hasher_init(sfi_hasher *h, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_hasher_init(sfi_hasher *h, sfi_error *err);
 /* Raw bytes. */
 void sfi_hasher_update(sfi_hasher *h, const void *data, size_t n);
 /* n floats as 4 little-endian bytes each (bit pattern, -0.0 != 0.0, NaN
@@ -39,16 +39,17 @@ void sfi_hasher_update_i64(sfi_hasher *h, const int64_t *x, size_t n);
 void sfi_hasher_update_str(sfi_hasher *h, const char *s);
 /* Writes SFI_DIGEST_HEX_LEN hex chars + NUL into hex (and, when raw is not
  * NULL, the SFI_DIGEST_LEN raw bytes) and releases the hasher. */
-sfi_status sfi_hasher_final_hex(sfi_hasher *h, char hex[SFI_DIGEST_HEX_LEN + 1], uint8_t *raw,
-                                sfi_error *err);
+SFI_NODISCARD sfi_status sfi_hasher_final_hex(sfi_hasher *h, char hex[SFI_DIGEST_HEX_LEN + 1],
+                                              uint8_t *raw, sfi_error *err);
 void sfi_hasher_free(sfi_hasher *h);
 
 /* One-shot digests. */
-sfi_status sfi_digest_buffer_hex(const void *data, size_t n, char hex[SFI_DIGEST_HEX_LEN + 1],
-                                 sfi_error *err);
-sfi_status sfi_digest_f32_hex(const float *x, size_t n, char hex[SFI_DIGEST_HEX_LEN + 1],
-                              sfi_error *err);
+SFI_NODISCARD sfi_status sfi_digest_buffer_hex(const void *data, size_t n,
+                                               char hex[SFI_DIGEST_HEX_LEN + 1], sfi_error *err);
+SFI_NODISCARD sfi_status sfi_digest_f32_hex(const float *x, size_t n,
+                                            char hex[SFI_DIGEST_HEX_LEN + 1], sfi_error *err);
 /* Streams the file (any size). Errors name the file. */
-sfi_status sfi_digest_file_hex(const char *path, char hex[SFI_DIGEST_HEX_LEN + 1], sfi_error *err);
+SFI_NODISCARD sfi_status sfi_digest_file_hex(const char *path, char hex[SFI_DIGEST_HEX_LEN + 1],
+                                             sfi_error *err);
 
 #endif

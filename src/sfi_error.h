@@ -19,6 +19,21 @@ typedef enum {
     SFI_ENODEVICE     /* no GPU where one was needed */
 } sfi_status;
 
+/* On a function returning sfi_status: a caller that drops the status gets a
+ * warning (an error under --enable-werror). A status dropped on purpose is
+ * taken with SFI_IGNORE_STATUS, next to a comment saying why: gcc does not
+ * accept a (void) cast as taking the value. No-op for other compilers. */
+#if defined(__GNUC__)
+#define SFI_NODISCARD __attribute__((warn_unused_result))
+#else
+#define SFI_NODISCARD
+#endif
+#define SFI_IGNORE_STATUS(call)                                                                    \
+    do {                                                                                           \
+        if (call) {                                                                                \
+        }                                                                                          \
+    } while (0)
+
 #define SFI_ERROR_MSG_MAX 1024
 
 typedef struct {

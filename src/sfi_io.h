@@ -35,12 +35,12 @@
  * large for a WHAT (limit MAX)"), a directory SFI_EIO ("PATH: is a
  * directory, not a WHAT"), a missing file SFI_ENOTFOUND. An empty file is
  * returned as such (*len = 0): the caller decides. */
-sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **out, size_t *len,
-                       sfi_error *err);
+SFI_NODISCARD sfi_status sfi_io_read(const char *path, size_t max, const char *what, char **out,
+                                     size_t *len, sfi_error *err);
 
 /* The same from an open stream (e.g. stdin); name is used in messages. */
-sfi_status sfi_io_read_stream(FILE *f, const char *name, size_t max, const char *what, char **out,
-                              size_t *len, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_io_read_stream(FILE *f, const char *name, size_t max, const char *what,
+                                            char **out, size_t *len, sfi_error *err);
 
 /* An output file being written (see the rule above). */
 typedef struct sfi_out sfi_out;
@@ -48,19 +48,20 @@ typedef struct sfi_out sfi_out;
 /* Checks the target and opens the temporary file (or the target itself
  * when it is written through). *f is the stream to write; it belongs to
  * the sfi_out. */
-sfi_status sfi_out_open(const char *path, sfi_out **out, FILE **f, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_out_open(const char *path, sfi_out **out, FILE **f, sfi_error *err);
 
 /* Flushes and closes the stream and moves the temporary file into place
  * (fsync first when sync is set); frees o. On failure the target is left
  * as it was and the temporary file is removed. */
-sfi_status sfi_out_commit(sfi_out *o, int sync, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_out_commit(sfi_out *o, int sync, sfi_error *err);
 
 /* Closes the stream and removes the temporary file; frees o. NULL is
  * allowed. */
 void sfi_out_abort(sfi_out *o);
 
 /* Writes len bytes to path under the output rule. */
-sfi_status sfi_out_write(const char *path, const void *data, size_t len, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_out_write(const char *path, const void *data, size_t len,
+                                       sfi_error *err);
 
 /* Checks, before a command does its work, that `path` can be written
  * under the output rule (the same test sfi_out_open makes: dangling links,
@@ -68,7 +69,7 @@ sfi_status sfi_out_write(const char *path, const void *data, size_t len, sfi_err
  * a file to be replaced, that its directory exists and is writable.
  * Catches "--png out/x.png" without out/ at once instead of after minutes
  * of computing; sfi_out_open checks again when writing. */
-sfi_status sfi_out_check(const char *path, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_out_check(const char *path, sfi_error *err);
 
 /* The signal handling described above; for a program's main(). */
 void sfi_io_cleanup_on_signals(void);

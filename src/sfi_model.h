@@ -45,21 +45,23 @@ typedef struct {
 } sfi_model_config;
 
 /* Parses config.json text; origin names it in messages. */
-sfi_status sfi_model_config_parse(const char *json, size_t len, const char *origin,
-                                  sfi_model_config *cfg, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_model_config_parse(const char *json, size_t len, const char *origin,
+                                                sfi_model_config *cfg, sfi_error *err);
 /* Reads and parses a config.json file (or a directory holding one). */
-sfi_status sfi_model_config_load(const char *path, sfi_model_config *cfg, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_model_config_load(const char *path, sfi_model_config *cfg,
+                                               sfi_error *err);
 /* Checks shapes (heads divisible by KV heads, positive sizes, ...). */
-sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *origin,
-                                     sfi_error *err);
+SFI_NODISCARD sfi_status sfi_model_config_validate(const sfi_model_config *cfg, const char *origin,
+                                                   sfi_error *err);
 
 /* Built-in presets (compiled from ../shared/data/model-configs). Names as
  * "Qwen3-0.6B"; lookup is case-insensitive. */
 size_t sfi_model_preset_count(void);
 const char *sfi_model_preset_name(size_t i);
-sfi_status sfi_model_preset(const char *name, sfi_model_config *cfg, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_model_preset(const char *name, sfi_model_config *cfg, sfi_error *err);
 /* A preset name or a path to config.json / its directory. */
-sfi_status sfi_model_resolve(const char *name_or_path, sfi_model_config *cfg, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_model_resolve(const char *name_or_path, sfi_model_config *cfg,
+                                           sfi_error *err);
 
 /* 1 when layer l uses MoE experts, 0 when it uses the dense MLP. */
 int sfi_model_layer_is_moe(const sfi_model_config *cfg, int layer);

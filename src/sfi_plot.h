@@ -25,15 +25,16 @@ sfi_plot *sfi_plot_new(int width, int height, int rows, int cols);
 void sfi_plot_free(sfi_plot *p);
 
 /* Sets panel (row-major index) texts and axis flags. Strings are copied. */
-sfi_status sfi_plot_axes(sfi_plot *p, int panel, const char *title, const char *xlabel,
-                         const char *ylabel, unsigned flags, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_plot_axes(sfi_plot *p, int panel, const char *title,
+                                       const char *xlabel, const char *ylabel, unsigned flags,
+                                       sfi_error *err);
 
 /* Adds a line through n points (n >= 1; non-finite points are skipped,
  * breaking the line). markers != 0 draws a marker at each point. The
  * colour is the next of a fixed palette unless the label was already used
  * in an earlier panel of this figure (same label -> same colour). */
-sfi_status sfi_plot_line(sfi_plot *p, int panel, const char *label, const double *x,
-                         const double *y, size_t n, int markers, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_plot_line(sfi_plot *p, int panel, const char *label, const double *x,
+                                       const double *y, size_t n, int markers, sfi_error *err);
 
 /* How a series stands out. PLAIN series take the next colour of a muted
  * palette (no red, no black) and a thin line; PRIMARY series (the method
@@ -43,38 +44,40 @@ sfi_status sfi_plot_line(sfi_plot *p, int panel, const char *label, const double
 typedef enum { SFI_PLOT_PLAIN = 0, SFI_PLOT_PRIMARY, SFI_PLOT_REFERENCE } sfi_plot_emphasis;
 
 /* As sfi_plot_line, drawn with the given emphasis. */
-sfi_status sfi_plot_line_styled(sfi_plot *p, int panel, const char *label, const double *x,
-                                const double *y, size_t n, int markers, sfi_plot_emphasis emphasis,
-                                sfi_error *err);
+SFI_NODISCARD sfi_status sfi_plot_line_styled(sfi_plot *p, int panel, const char *label,
+                                              const double *x, const double *y, size_t n,
+                                              int markers, sfi_plot_emphasis emphasis,
+                                              sfi_error *err);
 
 /* A shaded band between ylo[i] and yhi[i] at x[i] (n >= 1; non-finite
  * points break it), in the colour of `label` (give the label of the line it
  * goes with; the band adds no legend entry of its own unless the label is
  * new). */
-sfi_status sfi_plot_band(sfi_plot *p, int panel, const char *label, const double *x,
-                         const double *ylo, const double *yhi, size_t n, sfi_plot_emphasis emphasis,
-                         sfi_error *err);
+SFI_NODISCARD sfi_status sfi_plot_band(sfi_plot *p, int panel, const char *label, const double *x,
+                                       const double *ylo, const double *yhi, size_t n,
+                                       sfi_plot_emphasis emphasis, sfi_error *err);
 
 /* Makes the panel a horizontal bar chart (categories top to bottom in the
  * order added) and adds one bar; the x axis is the value axis (the panel's
  * xlabel). A non-finite value draws no bar but `text` (e.g. "no-fit") where
  * the bar would start; a finite value's `text`, when given, is printed at
  * the bar's end. Lines and bars do not mix in one panel. */
-sfi_status sfi_plot_bar(sfi_plot *p, int panel, const char *label, double value, const char *text,
-                        sfi_plot_emphasis emphasis, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_plot_bar(sfi_plot *p, int panel, const char *label, double value,
+                                      const char *text, sfi_plot_emphasis emphasis, sfi_error *err);
 
 /* A note written across the middle of the panel's axes. A panel with a
  * note and no drawable data shows no tick marks (there is no scale to
  * read). */
-sfi_status sfi_plot_note(sfi_plot *p, int panel, const char *text, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_plot_note(sfi_plot *p, int panel, const char *text, sfi_error *err);
 
 /* A heatmap of z[iy * nx + ix] over the cells [x0,x1] x [y0,y1]; colour
  * bar labelled zlabel. One heatmap per panel. */
-sfi_status sfi_plot_heatmap(sfi_plot *p, int panel, const double *z, int nx, int ny, double x0,
-                            double x1, double y0, double y1, const char *zlabel, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_plot_heatmap(sfi_plot *p, int panel, const double *z, int nx, int ny,
+                                          double x0, double x1, double y0, double y1,
+                                          const char *zlabel, sfi_error *err);
 
 /* Draws the figure and writes it as PNG to path (temp file + rename). */
-sfi_status sfi_plot_write_png(const sfi_plot *p, const char *path, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_plot_write_png(const sfi_plot *p, const char *path, sfi_error *err);
 
 /* Frees cairo's and fontconfig's process-wide font caches. Call once at
  * the end of a program that drew figures, after the last one (no figure

@@ -21,7 +21,7 @@ typedef struct sfi_tokenizer sfi_tokenizer;
 
 /* Loads DIR/vocab.json, DIR/merges.txt and, when present,
  * DIR/tokenizer_config.json. Errors name the file (and line) and problem. */
-sfi_status sfi_tokenizer_load(const char *dir, sfi_tokenizer **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_tokenizer_load(const char *dir, sfi_tokenizer **out, sfi_error *err);
 void sfi_tokenizer_free(sfi_tokenizer *t);
 
 /* The vocabulary inside (owned by t). */
@@ -31,23 +31,23 @@ const sfi_vocab *sfi_tokenizer_vocab(const sfi_tokenizer *t);
  * array *ids of *n ids (non-NULL even when *n == 0; caller frees). Text that
  * is not valid UTF-8 is an error naming the byte offset. Thread-safe: t is
  * only read. */
-sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t len, int32_t **ids,
-                                size_t *n, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_tokenizer_encode(const sfi_tokenizer *t, const char *text, size_t len,
+                                              int32_t **ids, size_t *n, sfi_error *err);
 
 /* The bytes of ids[0..n) concatenated into a malloc'd, NUL-terminated
  * *text of *len bytes (caller frees). The bytes need not be valid UTF-8
  * (a character may be split across ids). An id outside the vocabulary or a
  * hole is an error naming its index. */
-sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size_t n, char **text,
-                                size_t *len, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_tokenizer_decode(const sfi_tokenizer *t, const int32_t *ids, size_t n,
+                                              char **text, size_t *len, sfi_error *err);
 
 /* Parses whitespace-separated decimal token ids (the output of sfi-ref
  * encode; --prompt-ids files) from text[0..len) into a malloc'd *ids of *n
  * (non-NULL even when empty; caller frees). origin names the input in
  * messages, e.g. "prompt.ids" -> "prompt.ids: id 3: 'x1' is not a decimal
  * token id". Ids are not checked against a vocabulary here (decode does). */
-sfi_status sfi_token_ids_parse(const char *text, size_t len, const char *origin, int32_t **ids,
-                               size_t *n, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_token_ids_parse(const char *text, size_t len, const char *origin,
+                                             int32_t **ids, size_t *n, sfi_error *err);
 
 /* Qwen2/Qwen3's pre-tokenization pattern (Hugging Face's PRETOKENIZE_REGEX). */
 extern const char sfi_qwen_pretokenize_pattern[];

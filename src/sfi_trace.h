@@ -44,7 +44,8 @@ typedef enum { SFI_TRACE_TOKENS = 0, SFI_TRACE_SUMMARY = 1, SFI_TRACE_FULL = 2 }
 
 /* "tokens", "summary", "full". */
 const char *sfi_trace_level_name(sfi_trace_level l);
-sfi_status sfi_trace_level_parse(const char *name, sfi_trace_level *l, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_level_parse(const char *name, sfi_trace_level *l,
+                                               sfi_error *err);
 
 /* Which heads the full level's top-M records are indexed by. */
 typedef enum {
@@ -87,7 +88,7 @@ typedef struct sfi_trace_writer sfi_trace_writer;
  * Anything else -- a checkpoint, a prompt, another program's database, a
  * directory, a device, a FIFO, a dangling symbolic link -- is refused with
  * a message. A symbolic link to a trace is followed (the link stays). */
-sfi_status sfi_trace_replaceable(const char *path, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_replaceable(const char *path, sfi_error *err);
 
 /* Creates path and writes the schema and meta (complete = 0) in one
  * transaction. With SFI_TRACE_OVERWRITE an existing file is replaced only
@@ -96,12 +97,13 @@ sfi_status sfi_trace_replaceable(const char *path, sfi_error *err);
  * while readers still read. commit_every: steps per transaction (0 =
  * 4096); 1 makes every appended step durable as soon as the next one
  * starts. */
-sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta, unsigned flags,
-                            int commit_every, sfi_trace_writer **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_create(const char *path, const sfi_trace_meta *meta,
+                                          unsigned flags, int commit_every, sfi_trace_writer **out,
+                                          sfi_error *err);
 
 /* Adds a request with its prompt; *id receives its id (0, 1, 2, ...). */
-sfi_status sfi_trace_add_request(sfi_trace_writer *w, const int32_t *prompt, int32_t n_prompt,
-                                 int64_t *id, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_add_request(sfi_trace_writer *w, const int32_t *prompt,
+                                               int32_t n_prompt, int64_t *id, sfi_error *err);
 
 /* Appends decode step `step` of request `req`. Steps of a request must be
  * appended in order 0, 1, 2, ...; ctx_len >= 1 is the cache length the step
@@ -109,33 +111,38 @@ sfi_status sfi_trace_add_request(sfi_trace_writer *w, const int32_t *prompt, int
  * produced. Starts a new transaction when commit_every steps are pending,
  * so the summary/full records of a step added after it stay in the same
  * transaction as the step. */
-sfi_status sfi_trace_append_step(sfi_trace_writer *w, int64_t req, int64_t step, int32_t ctx_len,
-                                 int32_t token, sfi_step_kind kind, sfi_step_reason reason,
-                                 sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_append_step(sfi_trace_writer *w, int64_t req, int64_t step,
+                                               int32_t ctx_len, int32_t token, sfi_step_kind kind,
+                                               sfi_step_reason reason, sfi_error *err);
 
 /* Bulk form: n steps first_step, first_step+1, ... of request req. */
-sfi_status sfi_trace_append_steps(sfi_trace_writer *w, int64_t req, int64_t first_step, int64_t n,
-                                  const int32_t *ctx_len, const int32_t *token, const uint8_t *kind,
-                                  const uint8_t *reason, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_append_steps(sfi_trace_writer *w, int64_t req,
+                                                int64_t first_step, int64_t n,
+                                                const int32_t *ctx_len, const int32_t *token,
+                                                const uint8_t *kind, const uint8_t *reason,
+                                                sfi_error *err);
 
 /* Summary level: the selected set (ascending positions) that slow step
  * `step` chose for (layer, kv_head), the dense attention mass the managed
  * set captured at that step, and lambda*. */
-sfi_status sfi_trace_add_selection(sfi_trace_writer *w, int64_t req, int64_t step, int layer,
-                                   int kv_head, const int32_t *selected, int32_t n_selected,
-                                   float captured_mass, float lambda, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_add_selection(sfi_trace_writer *w, int64_t req, int64_t step,
+                                                 int layer, int kv_head, const int32_t *selected,
+                                                 int32_t n_selected, float captured_mass,
+                                                 float lambda, sfi_error *err);
 
 /* Summary level: mass of step `step`'s dense attention inside the fast-step
  * set of (layer, kv_head) (any step kind). */
-sfi_status sfi_trace_add_fast_mass(sfi_trace_writer *w, int64_t req, int64_t step, int layer,
-                                   int kv_head, float mass, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_add_fast_mass(sfi_trace_writer *w, int64_t req, int64_t step,
+                                                 int layer, int kv_head, float mass,
+                                                 sfi_error *err);
 
 /* Full level: the m <= top_m largest dense attention probabilities of
  * (layer, head) at step `step`, in descending probability order, and the
  * mass outside them. */
-sfi_status sfi_trace_add_topm(sfi_trace_writer *w, int64_t req, int64_t step, int layer, int head,
-                              const int32_t *pos, const float *prob, int32_t m, float tail_mass,
-                              sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_add_topm(sfi_trace_writer *w, int64_t req, int64_t step,
+                                            int layer, int head, const int32_t *pos,
+                                            const float *prob, int32_t m, float tail_mass,
+                                            sfi_error *err);
 
 /* Full level, optional: a float32 row-major matrix [rows][cols] of layer
  * `layer` at step `step`. kind 'q': the step's query vectors, rows =
@@ -145,21 +152,21 @@ sfi_status sfi_trace_add_topm(sfi_trace_writer *w, int64_t req, int64_t step, in
  * n_kv_heads * ctx_len (head-major), cols = head_dim; 'a' (step 0): the
  * prompt's accumulated attention, rows = n_heads, cols = the prompt's
  * length, the sum over every prompt query of its causal softmax. */
-sfi_status sfi_trace_add_snapshot(sfi_trace_writer *w, int64_t req, int64_t step, int layer,
-                                  char kind, int32_t rows, int32_t cols, const float *data,
-                                  sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_add_snapshot(sfi_trace_writer *w, int64_t req, int64_t step,
+                                                int layer, char kind, int32_t rows, int32_t cols,
+                                                const float *data, sfi_error *err);
 
 /* An extra meta key (schema minor additions, producer notes such as
  * "topm_layers"). The keys of sfi_trace_meta and schema_version, created,
  * complete are reserved (EINVAL). */
-sfi_status sfi_trace_put_meta(sfi_trace_writer *w, const char *key, const char *value,
-                              sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_put_meta(sfi_trace_writer *w, const char *key, const char *value,
+                                            sfi_error *err);
 
 /* Commits what is pending (all steps so far become durable). */
-sfi_status sfi_trace_flush(sfi_trace_writer *w, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_flush(sfi_trace_writer *w, sfi_error *err);
 
 /* Commits, sets complete = 1 and closes; frees w even on error. */
-sfi_status sfi_trace_finish(sfi_trace_writer *w, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_finish(sfi_trace_writer *w, sfi_error *err);
 
 /* Commits what is pending and closes without marking complete (the file
  * stays a valid partial trace). NULL is allowed. */
@@ -174,7 +181,7 @@ typedef struct sfi_trace sfi_trace;
  * version (newer major => SFI_EVERSION), tables, meta values and counts.
  * A foreign, corrupt or truncated file gives SFI_EFORMAT with a message
  * naming the file. */
-sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_open(const char *path, sfi_trace **out, sfi_error *err);
 void sfi_trace_close(sfi_trace *t);
 
 /* Meta, valid while t is open (strings owned by t). */
@@ -185,7 +192,8 @@ const char *sfi_trace_created(const sfi_trace *t); /* ISO 8601 UTC */
 int sfi_trace_schema_minor(const sfi_trace *t);
 
 /* Any meta value by key (malloc'd copy); SFI_ENOTFOUND when absent. */
-sfi_status sfi_trace_get_meta_value(sfi_trace *t, const char *key, char **value, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_get_meta_value(sfi_trace *t, const char *key, char **value,
+                                                  sfi_error *err);
 
 int64_t sfi_trace_n_requests(const sfi_trace *t);
 int64_t sfi_trace_n_steps(const sfi_trace *t); /* all requests */
@@ -203,7 +211,8 @@ typedef struct {
 } sfi_trace_request;
 
 /* Request number i (0 <= i < n_requests; ids are 0..n-1). */
-sfi_status sfi_trace_read_request(sfi_trace *t, int64_t i, sfi_trace_request *rq, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_read_request(sfi_trace *t, int64_t i, sfi_trace_request *rq,
+                                                sfi_error *err);
 void sfi_trace_request_free(sfi_trace_request *rq);
 
 /* All steps of a request, in step order, as parallel arrays (malloc'd). */
@@ -215,26 +224,30 @@ typedef struct {
     uint8_t *reason; /* sfi_step_reason */
 } sfi_trace_steps;
 
-sfi_status sfi_trace_read_steps(sfi_trace *t, int64_t req, sfi_trace_steps *s, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_read_steps(sfi_trace *t, int64_t req, sfi_trace_steps *s,
+                                              sfi_error *err);
 void sfi_trace_steps_free(sfi_trace_steps *s);
 
 /* Summary level. A selection that is absent gives SFI_ENOTFOUND.
  * *selected is malloc'd [*n_selected]. */
-sfi_status sfi_trace_read_selection(sfi_trace *t, int64_t req, int64_t step, int layer, int kv_head,
-                                    int32_t **selected, int32_t *n_selected, float *captured_mass,
-                                    float *lambda, sfi_error *err);
-sfi_status sfi_trace_read_fast_mass(sfi_trace *t, int64_t req, int64_t step, int layer, int kv_head,
-                                    float *mass, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_read_selection(sfi_trace *t, int64_t req, int64_t step,
+                                                  int layer, int kv_head, int32_t **selected,
+                                                  int32_t *n_selected, float *captured_mass,
+                                                  float *lambda, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_read_fast_mass(sfi_trace *t, int64_t req, int64_t step,
+                                                  int layer, int kv_head, float *mass,
+                                                  sfi_error *err);
 
 /* Full level. pos/prob must hold meta.top_m entries; *m receives the
  * count. Absent => SFI_ENOTFOUND. */
-sfi_status sfi_trace_read_topm(sfi_trace *t, int64_t req, int64_t step, int layer, int head,
-                               int32_t *pos, float *prob, int32_t *m, float *tail_mass,
-                               sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_read_topm(sfi_trace *t, int64_t req, int64_t step, int layer,
+                                             int head, int32_t *pos, float *prob, int32_t *m,
+                                             float *tail_mass, sfi_error *err);
 
 /* Full level, optional. *data is malloc'd [*rows * *cols]. */
-sfi_status sfi_trace_read_snapshot(sfi_trace *t, int64_t req, int64_t step, int layer, char kind,
-                                   float **data, int32_t *rows, int32_t *cols, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_read_snapshot(sfi_trace *t, int64_t req, int64_t step, int layer,
+                                                 char kind, float **data, int32_t *rows,
+                                                 int32_t *cols, sfi_error *err);
 
 /* Whether DIR/vocab.json is the vocabulary a trace was recorded with, by
  * the "vocab.json sha256:HEX" its meta tokenizer holds (as sfi-ref,
@@ -245,6 +258,6 @@ int sfi_trace_tokenizer_matches(const char *meta_tokenizer, const char *dir);
 /* Reads and validates every row of every table (types, ranges, step
  * order, blob sizes, kinds/reasons, probabilities) -- what `sfi-sim trace
  * check` runs. Stops at the first problem. */
-sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err);
 
 #endif

@@ -11,7 +11,7 @@
 typedef struct sfi_vocab sfi_vocab;
 
 /* Loads DIR/vocab.json and, when present, DIR/tokenizer_config.json. */
-sfi_status sfi_vocab_load(const char *dir, sfi_vocab **out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_vocab_load(const char *dir, sfi_vocab **out, sfi_error *err);
 void sfi_vocab_free(sfi_vocab *v);
 
 /* One past the largest id (ids without a token are holes: bytes == NULL). */
@@ -64,8 +64,8 @@ typedef struct {
 /* Token ids whose decoded text, trailing spaces removed, ends with one of
  * chars (UTF-8 characters; NULL: SFI_TRIGGER_CHARS_DEFAULT), or whose text
  * contains a newline (sfi(7) TRIGGERS). Holes are never members. */
-sfi_status sfi_trigger_set_build(const sfi_vocab *v, const char *chars, sfi_trigger_set *out,
-                                 sfi_error *err);
+SFI_NODISCARD sfi_status sfi_trigger_set_build(const sfi_vocab *v, const char *chars,
+                                               sfi_trigger_set *out, sfi_error *err);
 void sfi_trigger_set_free(sfi_trigger_set *t);
 
 #endif

@@ -29,3 +29,9 @@ tests_test_io_SOURCES = tests/test_io.c
 tests_test_io_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_io_LDADD = $(TEST_LDADD)
 TESTS += tests/test_io
+# src/sfi_progress.c: silent off a terminal, drawn and erased on one.
+check_PROGRAMS += tests/test_progress
+tests_test_progress_SOURCES = tests/test_progress.c
+tests_test_progress_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_progress_LDADD = $(TEST_LDADD)
+TESTS += tests/test_progress

@@ -3,9 +3,10 @@
 # its headers and sfi.pc are installed into a scratch DESTDIR, then a small
 # program that includes only <sfi.h> is compiled (-Werror) and linked with
 # what `pkg-config --cflags --libs sfi` says (--static when only libsfi.a is
-# built) and run. Fails on a broken sfi.pc, a header installed but missing
-# from the umbrella sfi.h, a test helper installed, or a library that does
-# not link or run.
+# built) and run, and one that drops an sfi_status must not compile. Fails
+# on a broken sfi.pc, a header installed but missing from the umbrella
+# sfi.h, a test helper installed, a library that does not link or run, or a
+# status that can be ignored silently.
 # Environment (set by make check): SFI_BUILDDIR, SFI_MAKE, SFI_CC,
 # SFI_PKG_CONFIG, SFI_SAN_CFLAGS, SFI_SAN_LDFLAGS.
 set -u
@@ -85,4 +86,21 @@ $cc -std=c11 -Wall -Wextra -Werror ${SFI_SAN_CFLAGS:-} $cflags -o "$tmp/user" "$
 out=$(LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/user") || fail "the program exited non-zero"
 want="28 ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad format"
 [ "$out" = "$want" ] || fail "the program printed '$out', not '$want'"
+# A status dropped on the floor does not compile (SFI_NODISCARD, -Werror).
+cat >"$tmp/drop.c" <<'EOC'
+#include <sfi.h>
+
+int main(void)
+{
+    sfi_model_config cfg;
+    sfi_model_preset("Qwen3-0.6B", &cfg, NULL);
+    return 0;
+}
+EOC
+# shellcheck disable=SC2086
+if $cc -std=c11 -Wall -Wextra -Werror $cflags -c -o "$tmp/drop.o" "$tmp/drop.c" 2>"$tmp/drop.log"; then
+    fail "a program that drops an sfi_status compiled without a warning"
+fi
+grep -q 'unused-result\|warn_unused_result' "$tmp/drop.log" ||
+    { cat "$tmp/drop.log"; fail "dropping an sfi_status failed for another reason"; }
 echo "PASS: ${static:+static }libsfi from DESTDIR via pkg-config: $out"

@@ -165,7 +165,7 @@ START_TEST(names_lists_specs_and_budgets)
     sfi_budget_sfi_split(&prm, 900, 900, &r, &K);
     ck_assert(r == 896 && K == 1); /* the budget covers the run */
     char buf[32];
-    sfi_budget_parse("6%", &b, &e);
+    ck_assert_int_eq(sfi_budget_parse("6%", &b, &e), SFI_OK);
     sfi_budget_format(&b, buf, sizeof buf);
     ck_assert_str_eq(buf, "6%");
     ck_assert_int_eq(sfi_budget_parse("1.5", &b, &e), SFI_EINVAL);

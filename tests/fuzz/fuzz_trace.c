@@ -261,7 +261,9 @@ static void read_everything(sfi_trace *t, sfi_status *check_st, char *check_msg)
                                 abort();
                         free(sel);
                     }
-                    sfi_trace_read_fast_mass(t, r, step, l, h, &mass, &err);
+                    /* Any status will do: the harness looks for memory
+                     * errors, and a mangled trace fails this read. */
+                    SFI_IGNORE_STATUS(sfi_trace_read_fast_mass(t, r, step, l, h, &mass, &err));
                     /* pos/prob hold top_m entries, as the reader asks. */
                     if (m->top_m <= 4096) {
                         int32_t *pos = malloc(sizeof *pos * (size_t)(m->top_m + 1));
