@@ -772,6 +772,20 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
                                 : mlp;
         add_kernel(s, &a, SFI_KC_GEMM, mlp * s->weight_bytes, 2.0 * T * mlp_active, 0);
         a.wb += mlp * s->weight_bytes;
+        if (layer_is_moe(m, l) && (s->prof.moe_efficiency > 0 || s->prof.moe_pair_bandwidth > 0)) {
+            /* Expert kernels of their own (sfi-gpu's per-pair GEMV): the
+             * experts' bytes at moe_efficiency instead of the GEMMs', and
+             * no faster than one (token, expert) pair's expert streamed at
+             * moe_pair_bandwidth (all pairs run side by side). */
+            double eb = ex * 3.0 * d * m->moe_intermediate_size / s->tp * s->weight_bytes;
+            double e_g = s->prof.efficiency[SFI_KC_GEMM];
+            double e_m = s->prof.moe_efficiency > 0 ? s->prof.moe_efficiency : e_g;
+            double t_m = eb / (s->gpu.hbm_bandwidth * e_m);
+            double pair_b = 3.0 * d * m->moe_intermediate_size / s->tp * s->weight_bytes;
+            if (s->prof.moe_pair_bandwidth > 0 && pair_b / s->prof.moe_pair_bandwidth > t_m)
+                t_m = pair_b / s->prof.moe_pair_bandwidth;
+            a.t += t_m - eb / (s->gpu.hbm_bandwidth * e_g);
+        }
         /* The fused small kernels: norms, RoPE, residual adds (activations
          * only; their bytes are noise next to weights and KV). */
         int small = (layer_is_moe(m, l) ? (s->moe_launches > 0 ? s->moe_launches : MAIN_LAUNCHES_MOE)

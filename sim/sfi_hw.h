@@ -40,7 +40,10 @@
  * launch of few CTAs (small batches) takes at least its largest CTA's
  * bytes over it. launch_pdl_us (optional): the launch cost of a kernel
  * launched with programmatic dependent launch (its start overlaps the
- * previous kernel's tail; sfi-gpu does so in SFI mode).
+ * previous kernel's tail; sfi-gpu does so in SFI mode). moe_efficiency and
+ * moe_pair_GBps (optional): MoE expert kernels streaming the experts at
+ * their own fraction of the bandwidth, and no faster than one (token,
+ * expert) pair's expert at moe_pair_GBps (sfi-gpu's per-pair GEMV).
  *
  * Engine terms (optional; what a serving engine adds on top of kernels,
  * used by sfi-sim serve and, for the curve, by sweep):
@@ -105,6 +108,12 @@ typedef struct {
     double step_overhead_s;          /* fixed cost per decode step */
     double allreduce_latency_s;      /* fixed cost per all-reduce */
     double overlap_contention;       /* [0,1] */
+    double moe_efficiency;           /* MoE expert kernels' fraction of HBM
+                                        bandwidth (0: efficiency.gemm),
+                                        "moe_efficiency" */
+    double moe_pair_bandwidth;       /* bytes/s one (token, expert) pair's expert
+                                        is streamed at most (0: no limit),
+                                        "moe_pair_GBps" */
     double cta_bandwidth;            /* bytes/s one CTA of a decode attention
                                         kernel streams at most (0: no limit);
                                         "cta_GBps" */

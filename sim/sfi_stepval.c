@@ -376,7 +376,8 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
 
 static const char *const param_names[SFI_SV_NPARAM] = {
     "attn_dense efficiency", "attn_sparse efficiency", "gemm efficiency", "launch_us",
-    "launch_pdl_us",         "overlap_contention",     "cta_GBps",        "step_overhead_us"};
+    "launch_pdl_us",         "overlap_contention",     "cta_GBps",        "moe_efficiency",
+    "moe_pair_GBps",         "step_overhead_us"};
 
 const char *sfi_sv_param_name(int i)
 {
@@ -393,6 +394,8 @@ double sfi_sv_param_get(const sfi_hw_profile *p, int i)
     case SFI_SV_P_LAUNCH_PDL: return p->launch_pdl_s * 1e6;
     case SFI_SV_P_CONTENTION: return p->overlap_contention;
     case SFI_SV_P_CTA: return p->cta_bandwidth * 1e-9;
+    case SFI_SV_P_MOE: return p->moe_efficiency;
+    case SFI_SV_P_MOE_PAIR: return p->moe_pair_bandwidth * 1e-9;
     case SFI_SV_P_STEP: return p->step_overhead_s * 1e6;
     default: return 0;
     }
@@ -408,6 +411,8 @@ void sfi_sv_param_set(sfi_hw_profile *p, int i, double v)
     case SFI_SV_P_LAUNCH_PDL: p->launch_pdl_s = v * 1e-6; break;
     case SFI_SV_P_CONTENTION: p->overlap_contention = v < 0 ? 0 : v > 1 ? 1 : v; break;
     case SFI_SV_P_CTA: p->cta_bandwidth = v * 1e9; break;
+    case SFI_SV_P_MOE: p->moe_efficiency = v > 1 ? 1 : v; break;
+    case SFI_SV_P_MOE_PAIR: p->moe_pair_bandwidth = v * 1e9; break;
     case SFI_SV_P_STEP: p->step_overhead_s = v * 1e-6; break;
     default: break;
     }
@@ -518,6 +523,15 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
         out->value[SFI_SV_P_CTA] = CTA_START;
         sfi_sv_param_set(p, SFI_SV_P_CTA, CTA_START);
     }
+    /* likewise the MoE expert kernels, from the GEMMs' efficiency and 50 GB/s */
+    if (!(out->prior[SFI_SV_P_MOE] > 0)) {
+        out->value[SFI_SV_P_MOE] = out->value[SFI_SV_P_GEMM];
+        sfi_sv_param_set(p, SFI_SV_P_MOE, out->value[SFI_SV_P_GEMM]);
+    }
+    if (!(out->prior[SFI_SV_P_MOE_PAIR] > 0)) {
+        out->value[SFI_SV_P_MOE_PAIR] = CTA_START;
+        sfi_sv_param_set(p, SFI_SV_P_MOE_PAIR, CTA_START);
+    }
     /* likewise the launch cost under PDL, from the launch cost */
     if (!(out->prior[SFI_SV_P_LAUNCH_PDL] > 0)) {
         out->value[SFI_SV_P_LAUNCH_PDL] = out->value[SFI_SV_P_LAUNCH];
@@ -595,7 +609,8 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
             }
             /* the parameters without a prior of their own go back to none
              * (no per-CTA limit; PDL launches cost what others do) */
-            static const int own[] = {SFI_SV_P_CTA, SFI_SV_P_LAUNCH_PDL};
+            static const int own[] = {SFI_SV_P_CTA, SFI_SV_P_LAUNCH_PDL, SFI_SV_P_MOE,
+                                      SFI_SV_P_MOE_PAIR};
             for (size_t q = 0; q < sizeof own / sizeof own[0]; q++)
                 if (!out->identified[own[q]]) {
                     sfi_sv_param_set(p, own[q], sfi_sv_param_get(&prior_p, own[q]));

@@ -101,6 +101,8 @@ enum {
     SFI_SV_P_LAUNCH_PDL,
     SFI_SV_P_CONTENTION,
     SFI_SV_P_CTA,
+    SFI_SV_P_MOE,
+    SFI_SV_P_MOE_PAIR,
     SFI_SV_P_STEP,
     SFI_SV_NPARAM
 };
