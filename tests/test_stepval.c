@@ -90,8 +90,10 @@ START_TEST(fit_recovers_known_parameters)
     for (int j = 0; j < SFI_SV_NPARAM; j++) {
         double want = sfi_sv_param_get(&t, j), got = sfi_sv_param_get(&p, j);
         /* held (their effect too small to see at 1% noise), or without
-         * a value of its own (launches under PDL cost what others do) */
-        ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP || j == SFI_SV_P_LAUNCH_PDL,
+         * a value of its own (launches under PDL cost what others do; no
+         * MoE shape here) */
+        ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP || j == SFI_SV_P_LAUNCH_PDL ||
+                          j == SFI_SV_P_MOE || j == SFI_SV_P_MOE_PAIR,
                       "%s not identified", sfi_sv_param_name(j));
         if (!f.identified[j]) {
             ck_assert(got == want);
