@@ -370,7 +370,8 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
 {
     const int max_new = res->max_new;
     const sfi_params *P = &eo->params;
-    uint64_t wb = sfi_gpu_engine_weight_bytes(eng), rowb = sfi_gpu_engine_kv_row_bytes(eng);
+    const double wb = sfi_gpu_engine_step_weight_bytes(eng, B);
+    const uint64_t rowb = sfi_gpu_engine_kv_row_bytes(eng);
     stepclass cls[3]; /* 0 dense-mode steps, 1 with a slow request, 2 all fast */
     memset(cls, 0, sizeof cls);
     for (int c = 0; c < 3; c++)
@@ -448,6 +449,8 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
         json_object_set_new(jb, "classes", jc);
         json_object_set_new(jb, "copy_gb_per_s", json_real(bw / 1e9));
         json_object_set_new(jb, "weight_bytes", json_integer((json_int_t)wb));
+        json_object_set_new(jb, "weight_bytes_all",
+                            json_integer((json_int_t)sfi_gpu_engine_weight_bytes(eng)));
         json_object_set_new(jb, "kv_bytes_per_position", json_integer((json_int_t)rowb));
         json_object_set_new(jb, "decode_tokens_per_s", json_real(tps));
         json_object_set_new(jb, "prefill_tokens", json_integer(ptok));
@@ -811,7 +814,9 @@ static int load_tokenizer(run_args *a, run_state *r)
     } else if (tok_dir && !file_exists(tok_dir, "vocab.json") && !a->model) {
         fprintf(stderr, CMD ": --tokenizer %s: no vocab.json + merges.txt there\n", tok_dir);
         return 1;
-    } else if (a->eo.sfi && !a->json) {
+    } else if (a->eo.sfi) {
+        /* said in --json mode too (on stderr): a run without the set is a
+         * different experiment, easy to make by mistake with --synthetic */
         fprintf(stderr, CMD ": note: no tokenizer: the trigger set is empty, slow steps come "
                             "from T_max only\n");
     }

@@ -875,6 +875,19 @@ uint64_t sfi_gpu_engine_weight_bytes(const sfi_gpu_engine *e)
 {
     return e->weight_bytes;
 }
+double sfi_gpu_engine_step_weight_bytes(const sfi_gpu_engine *e, int batch)
+{
+    uint64_t experts = 0;
+    for (int l = 0; l < e->L; l++)
+        if (e->lay[l].moe)
+            experts += (uint64_t)e->E * 3 * e->Im * e->H * e->esz;
+    if (!experts || batch < 1)
+        return (double)e->weight_bytes;
+    /* batch * top picks among E experts, independent and uniform: the
+     * expected share of experts touched at least once */
+    double miss = pow(1.0 - (double)e->top / e->E, batch);
+    return (double)(e->weight_bytes - experts) + (double)experts * (1.0 - miss);
+}
 uint64_t sfi_gpu_engine_kv_row_bytes(const sfi_gpu_engine *e)
 {
     return (uint64_t)e->L * e->nkvd * e->esz * 2;

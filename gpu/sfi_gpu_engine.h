@@ -134,6 +134,11 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
  * KV rows read by a dense or fast step at context ctx, and the weights. */
 uint64_t sfi_gpu_engine_weight_bytes(const sfi_gpu_engine *e);
 uint64_t sfi_gpu_engine_kv_row_bytes(const sfi_gpu_engine *e); /* K+V of one position, all layers */
+/* Weight bytes one decode step of `batch` requests reads: every weight of
+ * a dense model; for MoE layers only the touched experts, estimated as the
+ * expected number of distinct experts among batch * top uniform picks (the
+ * routing is not read back in timed runs). */
+double sfi_gpu_engine_step_weight_bytes(const sfi_gpu_engine *e, int batch);
 
 #ifdef __cplusplus
 }
