@@ -1014,6 +1014,65 @@ static const e2e_case k_e2e[] = {
     {"sfi-small-qwen3 exact sfi (quick)", "small", 1, 1, 1, 64, 1, {1000, 0, 0, 0}, "K=256"},
     {"sfi-small-qwen3 exact dense", "small", 0, 1, 4, 256, 0, {700, 900, 1100, 1300}, ""},
     {"sfi-small-qwen3 f32 sfi", "small", 1, 0, 4, 256, 0, {700, 900, 1100, 1300}, "K=256"},
+    /* deferred refresh (refresh_delay): sets installed 2 steps after their
+     * slow step; installed exactly when the next slow step comes (d =
+     * T_max = 4); always dropped (T_max = 2 < d = 3); on the trained model
+     * the sentence triggers give each request its own slow steps, some
+     * back to back (drops) */
+    {"tiny-qwen3 exact sfi refresh_delay=2",
+     "tiny-qwen3",
+     1,
+     1,
+     4,
+     200,
+     1,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=5 refresh_delay=2"},
+    {"tiny-qwen3-moe exact sfi refresh_delay=4",
+     "tiny-qwen3-moe",
+     1,
+     1,
+     4,
+     200,
+     0,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=4 refresh_delay=4"},
+    {"tiny-qwen3-moe-nonorm exact sfi refresh_delay=3 (all dropped)",
+     "tiny-qwen3-moe-nonorm",
+     1,
+     1,
+     2,
+     100,
+     0,
+     {40, 23, 0, 0},
+     "n_recent=16 K=8 T_max=2 refresh_delay=3"},
+    {"sfi-small-qwen3 exact sfi refresh_delay=2",
+     "small",
+     1,
+     1,
+     4,
+     256,
+     0,
+     {700, 900, 1100, 1300},
+     "K=256 refresh_delay=2"},
+    {"sfi-small-qwen3 exact sfi refresh_delay=2 (quick)",
+     "small",
+     1,
+     1,
+     2,
+     64,
+     1,
+     {1000, 700, 0, 0},
+     "K=256 T_max=3 refresh_delay=2"},
+    {"sfi-small-qwen3 f32 sfi refresh_delay=2",
+     "small",
+     1,
+     0,
+     4,
+     256,
+     0,
+     {700, 900, 1100, 1300},
+     "K=256 refresh_delay=2"},
 };
 
 static char *e2e_path(const char *env, const char *fallback, const char *rel)
@@ -1185,7 +1244,7 @@ static void check_usage(FILE *f)
           "\n"
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
-          "  --quick      the first five kernel cases and two end-to-end cases\n"
+          "  --quick      the first five kernel cases and four end-to-end cases\n"
           "  --kernels-only  no end-to-end cases\n"
           "  --seed N     seed of the random inputs (default 1)\n"
           "  -h, --help   this help\n"

@@ -372,11 +372,17 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
     const sfi_params *P = &eo->params;
     const double wb = sfi_gpu_engine_step_weight_bytes(eng, B);
     const uint64_t rowb = sfi_gpu_engine_kv_row_bytes(eng);
-    stepclass cls[3]; /* 0 dense-mode steps, 1 with a slow request, 2 all fast */
+    /* 0 dense-mode steps, 1 with a slow request, 2 all fast, 3 all fast
+     * while the second stream runs the deferred Selector of requests slow
+     * at the step before (refresh_delay) */
+    enum { N_CLS = 4 };
+    stepclass cls[N_CLS];
     memset(cls, 0, sizeof cls);
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < N_CLS; c++)
         cls[c].t = calloc((size_t)max_new, sizeof(float));
+    const int delay = eo->sfi && P->refresh_delay >= 2 ? P->refresh_delay : 0;
     int *kout = calloc((size_t)B, sizeof(int));
+    int *pend = calloc((size_t)B, sizeof(int)), *kpend = calloc((size_t)B, sizeof(int));
     for (int b = 0; b < B && eo->sfi; b++) { /* the prefill's selection */
         int jb, je;
         sfi_state_candidates(P, pr[b].n, &jb, &je);
@@ -384,37 +390,53 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
     }
     double tot_ms = 0;
     long tok = 0;
-    /* steps 1 and 2 are warm-up (eager step, then the graph's first replay) */
-    for (int t = 3; t < max_new && t <= res->n_timed; t++) {
-        int any_slow = 0;
+    /* steps 1 and 2 are warm-up (eager step, then the graph's first replay),
+     * not timed; with refresh_delay followed for the pending sets (without,
+     * the bytes stay those of the committed profiles) */
+    for (int t = delay ? 1 : 3; t < max_new && t <= res->n_timed; t++) {
+        int any_slow = 0, any_sel = 0;
         double bytes = (double)wb;
         for (int b = 0; b < B; b++) {
             int kind = res->kinds[(size_t)b * max_new + t];
             int ctx = pr[b].n + t;
+            if (delay && pend[b] > 0 && t == pend[b] + delay) { /* the engine's plan */
+                kout[b] = kpend[b];
+                pend[b] = 0;
+            }
             if (kind == SFI_STEP_SLOW) {
                 any_slow = 1;
                 bytes += (double)ctx * rowb;
                 int jb = P->n_sink < ctx ? P->n_sink : ctx, je = ctx - P->n_recent;
-                kout[b] = je > jb ? (P->K < je - jb ? P->K : je - jb) : 0;
+                int kk = je > jb ? (P->K < je - jb ? P->K : je - jb) : 0;
+                if (delay) {
+                    pend[b] = t;
+                    kpend[b] = kk;
+                } else {
+                    kout[b] = kk;
+                }
             } else {
+                any_sel = any_sel || (delay && t > 1 && pend[b] == t - 1);
                 int a = P->n_sink < ctx ? P->n_sink : ctx;
                 long rows = ctx - P->n_recent > a ? (long)P->n_sink + kout[b] + P->n_recent : ctx;
                 bytes += (double)rows * rowb;
             }
         }
-        int c = !eo->sfi ? 0 : any_slow ? 1 : 2;
+        if (t < 3)
+            continue;
+        int c = !eo->sfi ? 0 : any_slow ? 1 : any_sel ? 3 : 2;
         cls[c].t[cls[c].n++] = res->step_ms[t];
         cls[c].ms += res->step_ms[t];
         cls[c].bytes += bytes;
         tot_ms += res->step_ms[t];
         tok += B;
     }
-    static const char *names[3] = {"dense", "slow", "fast"};
+    static const char *names[N_CLS] = {"dense", "slow", "fast", "fast+sel"};
+    static const char *keys[N_CLS] = {"dense", "slow", "fast", "fast_sel"};
     printf("bench: copy bandwidth %.1f GB/s; weights %.3f GB read per step; KV %.0f bytes per "
            "position (all layers)\n",
            bw / 1e9, wb / 1e9, (double)rowb);
     json_t *jc = json_object();
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < N_CLS; c++) {
         if (!cls[c].n)
             continue;
         double mean = cls[c].ms / cls[c].n;
@@ -435,7 +457,7 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
         json_object_set_new(o, "bytes_per_step", json_real(cls[c].bytes / cls[c].n));
         json_object_set_new(o, "gb_per_s", json_real(gbps / 1e9));
         json_object_set_new(o, "fraction_of_copy", json_real(bw > 0 ? gbps / bw : 0));
-        json_object_set_new(jc, names[c], o);
+        json_object_set_new(jc, keys[c], o);
     }
     double tps = tot_ms > 0 ? tok / (tot_ms * 1e-3) : 0;
     long ptok = 0;
@@ -461,9 +483,11 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
     } else {
         json_decref(jc);
     }
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < N_CLS; c++)
         free(cls[c].t);
     free(kout);
+    free(pend);
+    free(kpend);
 }
 
 /* ---- the command ---- */

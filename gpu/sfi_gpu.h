@@ -59,6 +59,11 @@ typedef struct {
  * empty (j_end <= j_begin); the reorg still refreshes its sink rows. */
 #define SFI_GPU_REQ_SPARSE 1
 #define SFI_GPU_REQ_IDLE 2
+/* ALT (the engine's deferred refresh, two buffers per layer): the
+ * request's compact rows and selected set are row b + alt_rows of the
+ * compact buffer and of selected (the second buffer) instead of row b;
+ * read by the attention (sparse rows), the Top-K and the reorg. */
+#define SFI_GPU_REQ_ALT 4
 
 /* The packed per-step descriptor: built once per decode step on the host,
  * copied to device memory with one cudaMemcpyAsync, read by every kernel of
@@ -71,15 +76,16 @@ typedef struct {
     int32_t ld_logits;   /* logits / key-norm row stride (>= max ctx) */
     int32_t compact_cap; /* compact-buffer rows per (request, KV head) */
     int32_t n_sink;
-    int32_t K;       /* selected positions per KV head */
-    int32_t max_ctx; /* max ctx_len over the batch (host: grids) */
-    int32_t max_J;   /* max |J| over the batch (also the Selector
+    int32_t K;                  /* selected positions per KV head */
+    int32_t max_ctx;            /* max ctx_len over the batch (host: grids) */
+    int32_t max_J;              /* max |J| over the batch (also the Selector
                              scratch row stride) */
-    int32_t n_win;   /* Selector window rows per KV head: 0 = G (a
+    int32_t n_win;              /* Selector window rows per KV head: 0 = G (a
                              decode step, W = 1); W * G for a window of
                              W queries (prefill), logits row (b, kvh, w)
                              at ((b * n_kv + kvh) * n_win + w) * ld_logits */
-    int32_t pad_hdr;
+    int32_t alt_rows;           /* row offset of the second compact / selected
+                             buffer (SFI_GPU_REQ_ALT); 0: none */
     const int32_t *block_table; /* device pointer */
     sfi_gpu_req req[SFI_GPU_MAX_BATCH];
 } sfi_gpu_step_desc;

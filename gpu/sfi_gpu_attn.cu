@@ -41,7 +41,8 @@ __device__ __forceinline__ const T *row_ptr(const sfi_gpu_step_desc *d, const T 
     if (sparse) {
         if (r < n_compact) {
             *pos_out = -1;
-            return comp + (((size_t)b * d->n_kv + kvh) * d->compact_cap + r) * D;
+            const int cb = (d->req[b].flags & SFI_GPU_REQ_ALT) ? b + d->alt_rows : b;
+            return comp + (((size_t)cb * d->n_kv + kvh) * d->compact_cap + r) * D;
         }
         pos = recent_begin + (r - n_compact);
     }
@@ -270,6 +271,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     const int rb = sparse ? rq.recent_begin : 0;
     const int n_rows = sparse ? n_compact + (rq.ctx_len - rq.recent_begin) : rq.ctx_len;
     if (n_rows <= 0) return;
+    const int cb = (rq.flags & SFI_GPU_REQ_ALT) ? b + d->alt_rows : b; /* compact row */
     if (chunk <= 0) {
         /* per request: its rows over the grid's splits, at least -chunk
          * (or kMinSplitRows) a split, whole tiles (launch_split's rule) */
@@ -299,7 +301,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
         int r = r0;
         if (r < n_compact) {
             const int e = min(r1, n_compact);
-            const size_t off = (((size_t)b * n_kv + kvh) * cap + r) * D;
+            const size_t off = (((size_t)cb * n_kv + kvh) * cap + r) * D;
             bulk_g2s(sk, ck + off, (unsigned)(e - r) * C::RB, &full_bar[stage]);
             bulk_g2s(sv, cv + off, (unsigned)(e - r) * C::RB, &full_bar[stage]);
             r = e;

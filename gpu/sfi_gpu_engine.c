@@ -11,7 +11,20 @@
  *   (device: next inputs, histories).
  * Every launch reads the step's descriptor from device memory and sizes
  * its grid for the run's capacity, so the same sequence serves every step
- * and is captured once into a CUDA graph. */
+ * and is captured once into a CUDA graph.
+ *
+ * Deferred refresh (refresh_delay = d >= 2, sfi(7) DECODE LOOP): a slow
+ * request's attention writes its logits into a buffer per layer (kept
+ * until the next step, not the ring) and no Selector runs in that step.
+ * In step t + 1 the side stream, forked right after the plan kernel, runs
+ * every layer's Selector, Top-K and reorg for the requests slow at t (and
+ * not slow again) through a second descriptor (d_dsel, written by the
+ * plan kernel) into their inactive buffer: each layer has two selected /
+ * compact buffers, rows b and b + max_batch, picked per request by
+ * SFI_GPU_REQ_ALT. The main stream reads only active buffers; the plan
+ * kernel of step t + d flips the request's active buffer. The side stream
+ * joins at the very end of the step (after the argmax), so the Selector
+ * overlaps the whole fast step; nothing of it is left in the slow step. */
 #include <config.h>
 
 #include "sfi_gpu_engine.h"
@@ -71,6 +84,9 @@ struct sfi_gpu_engine {
     int32_t *bt, *bt_pf;         /* block table [B][max_blocks]; prefill pseudo [64][max_blocks] */
     float *cs, *sn;              /* RoPE tables [cap][D/2] */
     float *logits_ring[R_SLOTS];
+    int defer;                 /* deferred refresh (refresh_delay >= 2, SFI mode) */
+    float *lg_keep;            /* deferred: [L][B][nh][ld] a step's logits, kept a step */
+    sfi_gpu_step_desc *d_dsel; /* deferred: the Selector's descriptor */
     sfi_gpu_sel_ws sel_ws[R_SLOTS];
     void *sel_ws_mem[R_SLOTS];
     sfi_gpu_attn_ws attn_ws;
@@ -102,7 +118,7 @@ struct sfi_gpu_engine {
     cublasHandle_t blas;
     void *blas_ws;
     cudaStream_t main_st, side_st;
-    cudaEvent_t ev_attn[R_SLOTS], ev_free[R_SLOTS], ev_done;
+    cudaEvent_t ev_attn[R_SLOTS], ev_free[R_SLOTS], ev_done, ev_plan;
     cudaGraphExec_t graph_exec;
 };
 
@@ -205,6 +221,9 @@ static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts
                              "W_decode=%d: the GPU engine implements W_decode = 1 (method.md's "
                              "decode default)",
                              p->W_decode);
+    if (o->sfi && p->refresh_delay != 0 && (p->refresh_delay < 2 || p->refresh_delay > 4))
+        return sfi_error_set(err, SFI_ERANGE, "refresh_delay=%d: expected 0 (off) or 2..4",
+                             p->refresh_delay);
     if (o->page < 1 || o->page > 4096)
         return sfi_error_set(err, SFI_ERANGE, "page %d: expected 1..4096", o->page);
     if (o->prefill_chunk < 1)
@@ -267,11 +286,16 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
     uint64_t B = (uint64_t)s.B;
     m->kv = (uint64_t)s.L * B * s.max_blocks * o->page * s.nkvd * es * 2;
     if (o->sfi) {
-        m->compact = (uint64_t)s.L * B * s.nkv * s.ccap * s.D * es * 2 +
-                     (uint64_t)s.L * B * s.nkv * o->params.K * 4;
+        /* a deferred refresh keeps two selected / compact buffers, one
+         * Selector scratch slot (its Selector runs on one stream) and a
+         * step's logits of every layer instead of the ring */
+        const int dfr = o->params.refresh_delay >= 2;
+        const uint64_t nbuf = dfr ? 2 : 1, slots = dfr ? 1 : R_SLOTS;
+        m->compact = nbuf * ((uint64_t)s.L * B * s.nkv * s.ccap * s.D * es * 2 +
+                             (uint64_t)s.L * B * s.nkv * o->params.K * 4);
         m->key_norms = (uint64_t)s.L * B * s.nkv * s.ld * 4;
-        m->selector = R_SLOTS * sfi_gpu_sel_ws_bytes(s.B, s.nkv, s.capJ);
-        m->logits = (uint64_t)R_SLOTS * B * s.nh * s.ld * 4 +
+        m->selector = slots * sfi_gpu_sel_ws_bytes(s.B, s.nkv, s.capJ);
+        m->logits = (dfr ? (uint64_t)s.L : (uint64_t)R_SLOTS) * B * s.nh * s.ld * 4 +
                     (uint64_t)s.nkv * s.Wmax * s.G * s.ld * 4 + (uint64_t)s.L * s.Wmax * s.nq * 4;
     }
     uint64_t rows = (uint64_t)s.rows_act;
@@ -287,7 +311,8 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
     m->other =
         (uint64_t)s.cap * s.D * 4 /* RoPE tables */ +
         sfi_gpu_attn_ws_bytes(s.B > PF_PSEUDO ? s.B : PF_PSEUDO, s.nh, s.D) + B * s.max_blocks * 4 +
-        (uint64_t)o->max_new * B * 4 * 3 + 2 * sizeof(sfi_gpu_step_desc) +
+        (uint64_t)o->max_new * B * 4 * 3 +
+        (o->sfi && o->params.refresh_delay >= 2 ? 3 : 2) * sizeof(sfi_gpu_step_desc) +
         sizeof(sfi_gpu_run_state) + (uint64_t)s.V + ((uint64_t)32 << 20) /* cuBLAS workspace */ +
         (o->dtype == SFI_GPU_BF16 && !o->exact ? ((uint64_t)8 * 64 * 4224 + 64) * 4 + 1056 : 0);
     m->total = m->weights + m->kv + m->compact + m->key_norms + m->selector + m->logits +
@@ -534,8 +559,12 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
                              "does not fit: needs %s (weights %s, KV cache %s for %d requests x "
                              "%d positions, compact segments + key norms %s, Selector scratch + "
                              "logits ring %s, activations and workspaces %s, 0.75 GiB headroom) "
-                             "but the GPU has %s free; lower --batch, the context or --max-new",
-                             a, w, kv, o->max_batch, o->max_ctx, cmp, sel, act, b);
+                             "but the GPU has %s free; lower --batch, the context or --max-new%s",
+                             a, w, kv, o->max_batch, o->max_ctx, cmp, sel, act, b,
+                             o->sfi && o->params.refresh_delay >= 2
+                                 ? " (refresh_delay keeps two compact segments and every "
+                                   "layer's logits)"
+                                 : "");
     }
     sfi_gpu_engine *e = calloc(1, sizeof *e);
     if (!e)
@@ -567,6 +596,7 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
     e->Wmax = s.Wmax;
     e->eps = (float)cfg->rms_norm_eps;
     e->gu_tiled = o->dtype == SFI_GPU_BF16 && !o->exact && e->I % 8 == 0;
+    e->defer = o->sfi && o->params.refresh_delay >= 2;
     *out = e;
     rc = SFI_OK;
 #define TRY(x)                                                                                     \
@@ -592,6 +622,7 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
             TRYC(cudaEventCreateWithFlags(&e->ev_free[i], cudaEventDisableTiming));
         }
         TRYC(cudaEventCreateWithFlags(&e->ev_done, cudaEventDisableTiming));
+        TRYC(cudaEventCreateWithFlags(&e->ev_plan, cudaEventDisableTiming));
         if (cublasCreate(&e->blas) != CUBLAS_STATUS_SUCCESS) {
             rc = sfi_error_set(err, SFI_EIO, "cuBLAS: cannot create a handle");
             goto fail;
@@ -622,12 +653,14 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
             TRY(dalloc(&e->kp[l], pool, err));
             TRY(dalloc(&e->vp[l], pool, err));
             if (o->sfi) {
-                size_t cb = (size_t)B * e->nkv * e->ccap * e->D * e->esz;
+                /* deferred: rows B.. are the second buffer (SFI_GPU_REQ_ALT) */
+                const size_t nb = e->defer ? 2 : 1;
+                size_t cb = nb * B * e->nkv * e->ccap * e->D * e->esz;
                 TRY(dalloc(&e->ck[l], cb, err));
                 TRY(dalloc(&e->cv[l], cb, err));
                 TRY(dalloc((void **)&e->knorm[l], (size_t)B * e->nkv * e->ld * 4, err));
-                TRY(dalloc((void **)&e->sel[l], (size_t)B * e->nkv * K * 4, err));
-                TRYC(cudaMemset(e->sel[l], 0, (size_t)B * e->nkv * K * 4));
+                TRY(dalloc((void **)&e->sel[l], nb * B * e->nkv * K * 4, err));
+                TRYC(cudaMemset(e->sel[l], 0, nb * B * e->nkv * K * 4));
             }
         }
         /* each request owns a contiguous run of pages */
@@ -668,10 +701,15 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         if (rc)
             goto fail;
         if (o->sfi) {
-            for (int i = 0; i < R_SLOTS; i++) {
-                TRY(dalloc((void **)&e->logits_ring[i], (size_t)B * e->nh * e->ld * 4, err));
+            for (int i = 0; i < (e->defer ? 1 : R_SLOTS); i++) {
+                if (!e->defer)
+                    TRY(dalloc((void **)&e->logits_ring[i], (size_t)B * e->nh * e->ld * 4, err));
                 TRY(dalloc(&e->sel_ws_mem[i], sfi_gpu_sel_ws_bytes(B, e->nkv, e->capJ), err));
                 sfi_gpu_sel_ws_carve(&e->sel_ws[i], e->sel_ws_mem[i], B, e->nkv, e->capJ);
+            }
+            if (e->defer) {
+                TRY(dalloc((void **)&e->lg_keep, (size_t)e->L * B * e->nh * e->ld * 4, err));
+                TRY(dalloc((void **)&e->d_dsel, sizeof(sfi_gpu_step_desc), err));
             }
             TRY(dalloc((void **)&e->win, (size_t)e->nkv * e->Wmax * e->G * e->ld * 4, err));
             TRY(dalloc((void **)&e->qwin, (size_t)e->L * e->Wmax * e->nq * 4, err));
@@ -815,6 +853,8 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
         cudaFree(e->logits_ring[i]);
         cudaFree(e->sel_ws_mem[i]);
     }
+    cudaFree(e->lg_keep);
+    cudaFree(e->d_dsel);
     cudaFree(e->attn_ws_mem);
     cudaFree(e->win);
     cudaFree(e->qwin);
@@ -860,6 +900,8 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     }
     if (e->ev_done)
         cudaEventDestroy(e->ev_done);
+    if (e->ev_plan)
+        cudaEventDestroy(e->ev_plan);
     if (e->main_st)
         cudaStreamDestroy(e->main_st);
     if (e->side_st)
@@ -1026,6 +1068,7 @@ static void desc_header(const sfi_gpu_engine *e, sfi_gpu_step_desc *d, int batch
     d->K = e->o.params.K;
     d->max_ctx = e->cap;
     d->max_J = e->capJ;
+    d->alt_rows = e->defer ? e->o.max_batch : 0;
     d->block_table = bt;
 }
 
@@ -1249,7 +1292,29 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     cudaStream_t st = e->main_st, side = e->side_st;
     sfi_gpu_sel_params sp = *spp;
     sfi_status rc;
-    CK(sfi_gpu_plan_step(&e->plan, e->d_state, e->d_desc, e->hist_kind, st));
+    CK(sfi_gpu_plan_step(&e->plan, e->d_state, e->d_desc, e->d_dsel, e->hist_kind, st));
+    const size_t lg_layer = (size_t)e->o.max_batch * e->nh * e->ld;
+    if (e->defer) {
+        /* the previous step's slow requests: every layer's Selector, Top-K
+         * and reorg from its kept logits into their inactive buffers,
+         * behind this whole step (joined after the argmax) */
+        cudaStream_t ss = overlap ? side : st;
+        if (overlap) {
+            CK(cudaEventRecord(e->ev_plan, st));
+            CK(cudaStreamWaitEvent(side, e->ev_plan, 0));
+        }
+        int pdl = sfi_gpu_pdl();
+        sfi_gpu_set_pdl(0);
+        for (int l = 0; l < e->L && !e->o.skip_select; l++) {
+            CK(sfi_gpu_selector(&e->h_cap, e->d_dsel, &sp, e->lg_keep + l * lg_layer, e->knorm[l],
+                                &e->sel_ws[0], NULL, e->sel[l], e->exact, ss));
+            CK(sfi_gpu_reorg(&e->h_cap, e->d_dsel, e->o.dtype, e->kp[l], e->vp[l], e->sel[l],
+                             e->ck[l], e->cv[l], NULL, ss));
+        }
+        if (overlap)
+            CK(cudaEventRecord(e->ev_done, side));
+        sfi_gpu_set_pdl(pdl);
+    }
     CK(sfi_gpu_embed(e->d_state->in_tok, B, e->embed, e->o.dtype, e->H, e->x, st));
     for (int l = 0; l < e->L; l++) {
         const dlayer *Ly = &e->lay[l];
@@ -1284,12 +1349,13 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
                                .ld_norms = e->ld,
                                .q_out = e->q};
         CK(sfi_gpu_qkv_post(&qa, e->exact, st));
-        if (overlap && l >= R_SLOTS)
+        if (overlap && !e->defer && l >= R_SLOTS)
             CK(cudaStreamWaitEvent(st, e->ev_free[slot], 0));
+        float *lg = !sfi ? NULL : e->defer ? e->lg_keep + l * lg_layer : e->logits_ring[slot];
         CK(sfi_gpu_attn_mixed(&e->h_cap, e->d_desc, e->o.dtype, e->q, e->kp[l], e->vp[l],
-                              sfi ? e->ck[l] : NULL, sfi ? e->cv[l] : NULL, e->att,
-                              sfi ? e->logits_ring[slot] : NULL, &e->attn_ws, e->exact, st));
-        if (sfi) {
+                              sfi ? e->ck[l] : NULL, sfi ? e->cv[l] : NULL, e->att, lg, &e->attn_ws,
+                              e->exact, st));
+        if (sfi && !e->defer) {
             cudaStream_t ss = overlap ? side : st;
             if (overlap) {
                 CK(cudaEventRecord(e->ev_attn[slot], st));
@@ -1310,7 +1376,7 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         if ((rc = oproj(e, l, B, st, err)) || (rc = mlp(e, l, B, st, err)))
             return rc;
     }
-    if (overlap) {
+    if (overlap && !e->defer) {
         CK(cudaEventRecord(e->ev_done, side));
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
     }
@@ -1321,19 +1387,26 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         return rc;
     CK(sfi_gpu_argmax(e->logits, B, e->V, NULL, e->next, e->slots, st));
     CK(sfi_gpu_end_step(&e->plan, e->d_state, e->next, e->hist_tok, st));
+    if (overlap && e->defer) /* the deferred Selector's join (graph capture needs it) */
+        CK(cudaStreamWaitEvent(st, e->ev_done, 0));
     return SFI_OK;
 }
 
 /* ---- run ---- */
 
+/* Request b's active sets (as they are after the last step), reported
+ * as those of `step`. */
 static sfi_status observe_selected(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int b, int step,
                                    int32_t *buf, sfi_error *err)
 {
     const int K = e->o.params.K;
-    int kout = 0;
+    int kout = 0, which = 0;
     CK(cudaMemcpy(&kout, &e->d_state->kout[b], 4, cudaMemcpyDeviceToHost));
+    if (e->defer)
+        CK(cudaMemcpy(&which, &e->d_state->buf[b], 4, cudaMemcpyDeviceToHost));
+    const size_t row = (size_t)b + (which ? (size_t)e->o.max_batch : 0);
     for (int l = 0; l < e->L; l++) {
-        CK(cudaMemcpy(buf, e->sel[l] + (size_t)b * e->nkv * K, (size_t)e->nkv * K * 4,
+        CK(cudaMemcpy(buf, e->sel[l] + row * e->nkv * K, (size_t)e->nkv * K * 4,
                       cudaMemcpyDeviceToHost));
         sfi_status rc = obs->on_selected(obs->user, b, step, l, buf, e->nkv, K, kout, err);
         if (rc)
@@ -1421,6 +1494,7 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         for (int b = 0; b < B; b++) {
             s0.ctx[b] = rq[b].n_prompt;
             s0.active[b] = max_new > 1;
+            s0.installed[b] = -1;
             if (e->o.sfi) { /* the prefill's selection: |selected| = min(K, |J|) */
                 int jb, je;
                 sfi_state_candidates(&e->o.params, rq[b].n_prompt, &jb, &je);
@@ -1457,6 +1531,7 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         pc->is_trigger = e->d_trig;
         pc->n_vocab = e->d_trig ? e->o.n_trigger_vocab : 0;
         pc->force = forced ? e->d_force : NULL;
+        pc->refresh_delay = e->defer ? e->o.params.refresh_delay : 0;
         /* the grid-sizing descriptor: every request at the capacity */
         desc_header(e, &e->h_cap, B, e->bt);
         for (int b = 0; b < B; b++) {
@@ -1467,6 +1542,8 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
             e->h_cap.req[b].j_end = e->o.params.n_sink + e->capJ;
         }
         RCK(cudaMemcpy(e->d_desc, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
+        if (e->defer) /* the header; the plan kernel writes req[] */
+            RCK(cudaMemcpy(e->d_dsel, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
     }
     RCK(cudaMemset(e->hist_kind, 0, nn * 4));
     RCK(cudaMemset(e->hist_tok, 0, nn * 4));
@@ -1555,7 +1632,12 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
                     if (s.pos[b] < 0)
                         continue; /* finished */
                     int kind = hk[b] & 15, why = hk[b] >> 4;
-                    if (e->o.sfi && kind == SFI_STEP_SLOW && obs->on_selected)
+                    /* sets as they take effect (sfi-ref's digest order):
+                     * a slow step's at once; deferred ones at step t + d,
+                     * reported as those of the step that chose them */
+                    if (e->defer && s.installed[b] >= 0 && obs->on_selected)
+                        RTRY(observe_selected(e, obs, b, s.installed[b], selbuf, err));
+                    if (e->o.sfi && !e->defer && kind == SFI_STEP_SLOW && obs->on_selected)
                         RTRY(observe_selected(e, obs, b, t, selbuf, err));
                     if (obs->on_step)
                         RTRY(obs->on_step(obs->user, b, t, kind, why, ht[b], lg + (size_t)b * e->V,

@@ -601,14 +601,31 @@ __device__ __forceinline__ bool is_trig(const sfi_gpu_plan_cfg &c, int32_t tok) 
 /* One thread per request (batch <= 64, one block). The rules of
  * sfi_trigger_next and sfi_state_candidates / sfi_state_fast_set. */
 __global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ s,
-                            sfi_gpu_step_desc *__restrict__ d, int32_t *__restrict__ hist) {
+                            sfi_gpu_step_desc *__restrict__ d, sfi_gpu_step_desc *__restrict__ dsel,
+                            int32_t *__restrict__ hist) {
     pdl_wait();
     pdl_launch();
     const int b = threadIdx.x;
     const int step = s->step + 1;
+    const int defer = c.sfi && c.refresh_delay >= 2;
     if (b < c.batch) {
         sfi_gpu_req rq = d->req[b];
         rq.j_begin = rq.j_end = 0;
+        /* the deferred Selector's entry: idle unless set below */
+        sfi_gpu_req rs = rq;
+        rs.flags = SFI_GPU_REQ_IDLE;
+        if (defer) {
+            s->installed[b] = -1;
+            if (s->active[b] && step < c.max_new && s->pend[b] > 0 &&
+                step == s->pend[b] + c.refresh_delay) {
+                /* the pending sets take effect (before this step's kind:
+                 * a slow step now pends anew) */
+                s->buf[b] ^= 1;
+                s->kout[b] = s->kpend[b];
+                s->installed[b] = s->pend[b];
+                s->pend[b] = 0;
+            }
+        }
         if (!s->active[b] || step >= c.max_new) {
             s->active[b] = 0;
             s->pos[b] = -1;
@@ -639,6 +656,20 @@ __global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ 
             s->pos[b] = ctx - 1;
             s->in_tok[b] = prev;
             rq.ctx_len = ctx;
+            if (defer && why == kRNone && s->pend[b] == step - 1 && step > 1) {
+                /* last step was slow: its Selector runs now, on its J and
+                 * logits, into the inactive buffer */
+                const int pc = ctx - 1;
+                int jb = c.n_sink < pc ? c.n_sink : pc, je = pc - c.n_recent;
+                if (je > pc) je = pc;
+                if (je < jb) je = jb;
+                rs.ctx_len = pc;
+                rs.recent_begin = 0;
+                rs.n_compact = 0;
+                rs.j_begin = jb;
+                rs.j_end = je;
+                rs.flags = 0;
+            }
             if (why != kRNone) {
                 rq.flags = 0;
                 rq.n_compact = 0;
@@ -648,16 +679,24 @@ __global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ 
                     int jb = c.n_sink < ctx ? c.n_sink : ctx, je = ctx - c.n_recent;
                     if (je > ctx) je = ctx;
                     if (je < jb) je = jb;
-                    rq.j_begin = jb;
-                    rq.j_end = je;
-                    s->kout[b] = je > jb ? min(c.K, je - jb) : 0;
+                    const int kk = je > jb ? min(c.K, je - jb) : 0;
+                    if (defer) {
+                        /* pending from this step on (dropping an older one);
+                         * no Selector in this step */
+                        s->pend[b] = step;
+                        s->kpend[b] = kk;
+                    } else {
+                        rq.j_begin = jb;
+                        rq.j_end = je;
+                        s->kout[b] = kk;
+                    }
                 }
             } else {
                 /* fast: sink [0, a) + selected + recent [max(a, ctx - n_recent),
                  * ctx); with no gap between sink and recent the rows are
                  * simply 0..ctx-1, in place */
                 const int a = c.n_sink < ctx ? c.n_sink : ctx;
-                rq.flags = SFI_GPU_REQ_SPARSE;
+                rq.flags = SFI_GPU_REQ_SPARSE | (defer && s->buf[b] ? SFI_GPU_REQ_ALT : 0);
                 if (ctx - c.n_recent > a) {
                     rq.n_compact = c.n_sink + s->kout[b];
                     rq.recent_begin = ctx - c.n_recent;
@@ -669,6 +708,12 @@ __global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ 
             hist[(size_t)step * c.batch + b] = (why == kRNone ? kFast : kSlow) | (why << 4);
         }
         d->req[b] = rq;
+        if (defer) {
+            /* the Selector writes the inactive buffer (every request, so
+             * that the reorg's sink refresh of idle ones lands there too) */
+            if (!s->buf[b]) rs.flags |= SFI_GPU_REQ_ALT;
+            dsel->req[b] = rs;
+        }
     }
     __syncthreads();
     if (b == 0) s->step = step;
@@ -893,9 +938,10 @@ int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scal
 }
 
 int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
-                      int32_t *hist_kind, cudaStream_t st_) {
+                      sfi_gpu_step_desc *dsel, int32_t *hist_kind, cudaStream_t st_) {
     if (cfg->batch < 1 || cfg->batch > SFI_GPU_MAX_BATCH) return (int)cudaErrorInvalidValue;
-    launch_k(plan_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, d, hist_kind);
+    if (cfg->sfi && cfg->refresh_delay >= 2 && !dsel) return (int)cudaErrorInvalidValue;
+    launch_k(plan_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, d, dsel, hist_kind);
     return (int)cudaGetLastError();
 }
 

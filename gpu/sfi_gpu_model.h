@@ -165,6 +165,10 @@ typedef struct {
     const uint8_t *is_trigger; /* device [n_vocab] 0/1, may be NULL */
     int32_t n_vocab;
     const int32_t *force; /* device [batch][max_new] teacher-forced inputs, or NULL */
+    /* deferred refresh (refresh_delay d >= 2; 0 off): a slow step's sets
+     * are computed during the next step into the request's second buffer
+     * and made active at step t + d (see sfi_gpu_plan_step) */
+    int refresh_delay;
 } sfi_gpu_plan_cfg;
 
 /* Device state the plan kernel and the end-of-step kernel keep. */
@@ -178,15 +182,29 @@ typedef struct {
     int32_t tok[SFI_GPU_MAX_BATCH];    /* x_{t-1}: the last generated token */
     int32_t in_tok[SFI_GPU_MAX_BATCH]; /* this step's input */
     int32_t pos[SFI_GPU_MAX_BATCH];    /* this step's position, -1: idle */
+    /* deferred refresh */
+    int32_t buf[SFI_GPU_MAX_BATCH];       /* active buffer (0, 1: SFI_GPU_REQ_ALT) */
+    int32_t pend[SFI_GPU_MAX_BATCH];      /* slow step whose sets are pending; 0: none */
+    int32_t kpend[SFI_GPU_MAX_BATCH];     /* their |selected| */
+    int32_t installed[SFI_GPU_MAX_BATCH]; /* slow step whose sets this step made active; -1 */
 } sfi_gpu_run_state;
 
 /* Start of a step: advances st->step, decides each active request's kind
  * (step 0 is the prefill's), sets its input token and position and the
  * descriptor d->req[b] (ctx_len, recent window, compact rows, J for the
  * Selector when slow, flags), and records kind | reason << 4 into
- * hist_kind[step][b]. */
+ * hist_kind[step][b].
+ * Deferred refresh (cfg->refresh_delay = d >= 2): d->req[b] carries no J
+ * (the step's Selector does not run for it); a slow step t records its J's
+ * size as pending (dropping a pending set not yet active); at step t + 1,
+ * unless slow again, dsel->req[b] (only req[] is written) gives step t's
+ * ctx_len and J with the flag of the inactive buffer, for the Selector and
+ * reorg of that step (idle for every other request); at the start of step
+ * t + d the pending buffer becomes the active one (buf, kout; installed[b]
+ * = t). A fast step reads the active buffer (SFI_GPU_REQ_ALT when it is
+ * the second). dsel may be NULL when the delay is 0. */
 int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
-                      int32_t *hist_kind, cudaStream_t st_);
+                      sfi_gpu_step_desc *dsel, int32_t *hist_kind, cudaStream_t st_);
 
 /* End of a step: tok[b] = next[b] for active requests, hist_tok[step][b]
  * = it; a request stops after max_new steps or its stop token. */

@@ -997,7 +997,8 @@ topk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ s
     const int n = rq.j_end - rq.j_begin;
     if (n <= 0) return;
     const int K = d->K;
-    int32_t *o = out + ((size_t)b * d->n_kv + kvh) * K;
+    const int ob = (rq.flags & SFI_GPU_REQ_ALT) ? b + d->alt_rows : b;
+    int32_t *o = out + ((size_t)ob * d->n_kv + kvh) * K;
     const float *x = scores + ((size_t)b * d->n_kv + kvh) * ld;
     if (n <= K) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = rq.j_begin + i;
@@ -1129,6 +1130,7 @@ __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_wo
     const int nJ = rq.j_end - rq.j_begin;
     const int kout = nJ <= 0 ? 0 : min(d->K, nJ);
     const int rows = d->n_sink + kout;
+    const int cb = (rq.flags & SFI_GPU_REQ_ALT) ? b + d->alt_rows : b; /* selected / compact row */
     /* a grid-stride sweep: a request with few rows (a fast step's sink
      * refresh) leaves after one pass instead of idling many CTAs */
     for (int base = blockIdx.x * kReorgWords * blockDim.x; base < rows * row_words;
@@ -1143,13 +1145,13 @@ __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_wo
         ok[j] = r < rows;
         if (!ok[j]) continue;
         const int pos =
-            r < d->n_sink ? r : sel[((size_t)b * d->n_kv + kvh) * d->K + (r - d->n_sink)];
+            r < d->n_sink ? r : sel[((size_t)cb * d->n_kv + kvh) * d->K + (r - d->n_sink)];
         const int blk = d->block_table[(size_t)b * d->max_blocks + pos / d->page];
         const size_t src = (((size_t)blk * d->n_kv + kvh) * d->page + pos % d->page) * row_words + w;
-        dst[j] = (((size_t)b * d->n_kv + kvh) * d->compact_cap + r) * row_words + w;
+        dst[j] = (((size_t)cb * d->n_kv + kvh) * d->compact_cap + r) * row_words + w;
         kx[j] = __ldg(kp + src);
         vx[j] = __ldg(vp + src);
-        if (comp_pos && w == 0) comp_pos[((size_t)b * d->n_kv + kvh) * d->compact_cap + r] = pos;
+        if (comp_pos && w == 0) comp_pos[((size_t)cb * d->n_kv + kvh) * d->compact_cap + r] = pos;
     }
 #pragma unroll
     for (int j = 0; j < kReorgWords; j++)

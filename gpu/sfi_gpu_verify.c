@@ -5,7 +5,14 @@
  * step (after that step's selected sets when it is slow in SFI mode) the
  * step, kind, reason, token and the logits' bits. The engine's observer
  * calls arrive in that same order, so hashing them gives sfi-ref's digest
- * whenever the bits are sfi-ref's (--exact). */
+ * whenever the bits are sfi-ref's (--exact).
+ *
+ * Deferred refresh (refresh_delay = d >= 2): both hash a decode slow step's
+ * sets when they take effect (step t + d), and the engine reports them
+ * then, as step t's; sets dropped by a later slow step, or whose t + d is
+ * past the run's end, are never computed by the engine and not hashed by
+ * the reference, so the comparison leaves them out (the reference's slow
+ * steps say which ones). */
 #include <config.h>
 
 #include "sfi_gpu_verify.h"
@@ -179,12 +186,13 @@ typedef struct {
     sfi_status rc;
     sfi_error err;
     sfi_gpu_verify_report *rep;
+    int *defer_missing; /* deferred slow steps (one entry per layer) with no engine record */
+    int n_defer_missing, cap_defer_missing;
 } refjob;
 
 static sfi_status ref_on_slow_layer(void *user, const sfi_decode_slow_layer_info *in,
                                     sfi_error *err)
 {
-    (void)err;
     refjob *j = user;
     const reqobs *g = j->gpu;
     sfi_gpu_verify_report *rp = j->rep;
@@ -195,6 +203,19 @@ static sfi_status ref_on_slow_layer(void *user, const sfi_decode_slow_layer_info
             break;
         }
     rp->sel_sets++;
+    if (!s && in->deferred) {
+        /* maybe never in effect: judged once the steps are known */
+        if (j->n_defer_missing == j->cap_defer_missing) {
+            int nc = j->cap_defer_missing ? 2 * j->cap_defer_missing : 64;
+            int *ns = realloc(j->defer_missing, (size_t)nc * sizeof *ns);
+            if (!ns)
+                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            j->defer_missing = ns;
+            j->cap_defer_missing = nc;
+        }
+        j->defer_missing[j->n_defer_missing++] = in->step;
+        return SFI_OK;
+    }
     if (!s) {
         rp->sel_missing++;
         return SFI_OK;
@@ -314,6 +335,19 @@ int sfi_gpu_verify_reference(sfi_gpu_verify *v, const sfi_qwen3 *m, const sfi_de
         }
         rp->ran = 1;
         memcpy(rp->ref_digest, j->res.digest_hex, sizeof rp->ref_digest);
+        /* deferred sets the engine did not report: missing only when they
+         * took effect (step t + d reached, no slow step in between) */
+        const int dl = j->o.params.refresh_delay;
+        for (int i = 0; i < j->n_defer_missing; i++) {
+            const int t = j->defer_missing[i];
+            int in_effect = t + dl < j->res.n_generated;
+            for (int k = t + 1; in_effect && k < t + dl; k++)
+                in_effect = j->res.kinds[k] != SFI_STEP_SLOW;
+            if (in_effect)
+                rp->sel_missing++;
+            else
+                rp->sel_sets--; /* not a set of this run's steps: not compared */
+        }
         int ng = res->n_generated[b], n = j->res.n_generated < ng ? j->res.n_generated : ng;
         const int mn = res->max_new;
         for (int t = 0; t < n && rp->first_diff < 0; t++)
@@ -346,6 +380,8 @@ int sfi_gpu_verify_reference(sfi_gpu_verify *v, const sfi_qwen3 *m, const sfi_de
                 bad ? "FAIL" : "ok");
         sfi_decode_result_free(&j->res);
     }
+    for (int b = 0; b < B; b++)
+        free(jobs[b].defer_missing);
     free(jobs);
     free(th);
     free(started);

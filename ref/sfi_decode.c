@@ -16,7 +16,14 @@
  * with the same dense-attention function and the same keys, so they are
  * the very bits attention used; positions past a query's own are -inf
  * (outside J, except when n_recent < W - 1: then (our choice) the window
- * keeps only the queries that see all of J). */
+ * keeps only the queries that see all of J).
+ *
+ * Deferred refresh (refresh_delay = d >= 2): a decode slow step's Selector
+ * writes a pending copy of the sets instead of the state's; they are
+ * installed at the start of step t + d (before its forward pass), and a
+ * slow step before then overwrites (drops) them. The prefill's sets are
+ * never deferred. The digest hashes sets when they are installed, so that
+ * it matches a GPU engine which never computes dropped sets. */
 #include <config.h>
 
 #include "sfi_decode.h"
@@ -80,10 +87,12 @@ typedef struct {
     const sfi_decode_observer *obs;
     sfi_kv_cache kv;
     sfi_state st;
-    int sfi;      /* SFI mode */
-    int Wq;       /* queries kept per layer */
-    float *qhist; /* [layer][Wq][nh*hd], ring by position % Wq */
-    int step;     /* current decode step (-1: prefill) */
+    sfi_state pend; /* refresh_delay >= 2: pending sets (a view of scratch) */
+    int pend_step;  /* the slow step whose sets are pending; -1: none */
+    int sfi;        /* SFI mode */
+    int Wq;         /* queries kept per layer */
+    float *qhist;   /* [layer][Wq][nh*hd], ring by position % Wq */
+    int step;       /* current decode step (-1: prefill) */
     int n_prompt;
     sfi_step_kind kind; /* of the current step */
     /* scratch */
@@ -118,11 +127,12 @@ static int fast_cap(const dctx *d)
     return d->prm->n_sink + d->prm->K + d->prm->n_recent;
 }
 
-/* The fast set of every KV head of `layer` for a cache of n_ctx. */
-static void fast_sets(dctx *d, int layer, int n_ctx)
+/* The fast set of every KV head of `layer` for a cache of n_ctx, over the
+ * sets of st (the state's, or the pending ones). */
+static void fast_sets(dctx *d, const sfi_state *st, int layer, int n_ctx)
 {
     for (int h = 0; h < d->c->num_key_value_heads; h++) {
-        sfi_state_fast_set(&d->st, d->prm, layer, h, n_ctx, d->fast_idx + (size_t)h * fast_cap(d),
+        sfi_state_fast_set(st, d->prm, layer, h, n_ctx, d->fast_idx + (size_t)h * fast_cap(d),
                            &d->fast_n[h]);
         assert(d->fast_n[h] >= 1 && d->fast_n[h] <= fast_cap(d));
     }
@@ -136,18 +146,35 @@ static void probs_in_place(dctx *d, int n_ctx)
         sfi_softmax(d->logits_l + (size_t)h * n_ctx, (size_t)n_ctx);
 }
 
+/* The digest's record of layer's sets (in effect from now on). */
+static void hash_sets(dctx *d, const sfi_state *st, int layer)
+{
+    const int nkv = d->c->num_key_value_heads, K = d->prm->K;
+    const int32_t *base = st->selected + (size_t)layer * nkv * K;
+    const int *n = st->n_selected + (size_t)layer * nkv;
+    int32_t l32 = layer;
+    sfi_hasher_update_str(&d->hs, "selected");
+    sfi_hasher_update_i32(&d->hs, &l32, 1);
+    for (int h = 0; h < nkv; h++) {
+        sfi_hasher_update_i32(&d->hs, &n[h], 1);
+        sfi_hasher_update_i32(&d->hs, base + (size_t)h * K, (size_t)n[h]);
+    }
+}
+
 /* Runs the Selector of `layer` for a cache of n_ctx with the window of
  * queries at positions n_ctx-W .. n_ctx-1, stores the new sets in the
- * state, hashes them and tells the observer. */
-static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
+ * state (deferred: in the pending sets, hashed when installed), hashes
+ * them and tells the observer. */
+static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W, int deferred)
 {
     const sfi_model_config *c = d->c;
     int nh = c->num_attention_heads, nkv = c->num_key_value_heads, G = nh / nkv;
     int jb, je;
     sfi_state_candidates(d->prm, n_ctx, &jb, &je);
     int K = d->prm->K;
-    int32_t *dst_base = d->st.selected + (size_t)layer * nkv * K;
-    int *dst_n = d->st.n_selected + (size_t)layer * nkv;
+    const sfi_state *dst = deferred ? &d->pend : &d->st;
+    int32_t *dst_base = dst->selected + (size_t)layer * nkv * K;
+    int *dst_n = dst->n_selected + (size_t)layer * nkv;
     sfi_status rc = SFI_OK;
     if (je <= jb) {
         for (int h = 0; h < nkv; h++)
@@ -200,13 +227,8 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
             dst_n[h] = n_sel;
         }
     }
-    int32_t l32 = layer;
-    sfi_hasher_update_str(&d->hs, "selected");
-    sfi_hasher_update_i32(&d->hs, &l32, 1);
-    for (int h = 0; h < nkv; h++) {
-        sfi_hasher_update_i32(&d->hs, &dst_n[h], 1);
-        sfi_hasher_update_i32(&d->hs, dst_base + (size_t)h * K, (size_t)dst_n[h]);
-    }
+    if (!deferred)
+        hash_sets(d, &d->st, layer);
     if (d->obs && d->obs->on_slow_layer) {
         /* captured mass of the newest query over the new fast sets */
         int pos = n_ctx - 1;
@@ -215,7 +237,7 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
         if (rc)
             return rc;
         probs_in_place(d, n_ctx);
-        fast_sets(d, layer, n_ctx);
+        fast_sets(d, dst, layer, n_ctx);
         for (int h = 0; h < nh; h++) {
             int g = h / G;
             const float *p = d->logits_l + (size_t)h * n_ctx;
@@ -236,7 +258,8 @@ static sfi_status select_layer(dctx *d, int layer, int n_ctx, int W)
                                            .j_end = je,
                                            .lambda = d->lambda,
                                            .captured_mass = d->mass,
-                                           .n_heads = nh};
+                                           .n_heads = nh,
+                                           .deferred = deferred};
         rc = d->obs->on_slow_layer(d->obs->user, &info, d->err);
     }
     return rc;
@@ -281,7 +304,7 @@ static sfi_status attend(void *user, int layer, const float *q, const sfi_kv_cac
     int nkv = d->c->num_key_value_heads;
     int all = 1; /* every set covers the cache: the dense path, same positions */
     if (d->kind == SFI_STEP_FAST) {
-        fast_sets(d, layer, n_ctx);
+        fast_sets(d, &d->st, layer, n_ctx);
         for (int h = 0; h < nkv; h++) {
             d->attended += d->fast_n[h];
             all = all && d->fast_n[h] == n_ctx;
@@ -464,7 +487,7 @@ static int scratch_alloc(dctx *d, int cap)
     const sfi_model_config *c = d->c;
     const size_t nh = (size_t)c->num_attention_heads, nkv = (size_t)c->num_key_value_heads;
     const size_t G = nh / nkv, W = (size_t)d->Wq, K = (size_t)d->prm->K, n = (size_t)cap;
-    const int s = d->sfi;
+    const int s = d->sfi, dl = d->sfi && d->prm->refresh_delay > 0;
     struct {
         void **p;
         size_t bytes;
@@ -479,6 +502,9 @@ static int scratch_alloc(dctx *d, int cap)
         {(void **)&d->knorm, s ? nkv * n * sizeof(float) : 0},
         {(void **)&d->sel, s ? nkv * K * sizeof(int32_t) : 0},
         {(void **)&d->fast_idx, s ? nkv * (size_t)fast_cap(d) * sizeof(int32_t) : 0},
+        {(void **)&d->pend.selected,
+         dl ? (size_t)c->num_hidden_layers * nkv * K * sizeof(int32_t) : 0},
+        {(void **)&d->pend.n_selected, dl ? (size_t)c->num_hidden_layers * nkv * sizeof(int) : 0},
     };
     const size_t n_parts = sizeof part / sizeof part[0];
     size_t total = 0;
@@ -530,6 +556,10 @@ static sfi_status dctx_init(dctx *d, const sfi_qwen3 *m, const sfi_decode_opts *
         dctx_free(d);
         return sfi_error_set(err, SFI_ENOMEM, "decode: out of memory (context %d)", cap);
     }
+    d->pend.n_layers = c->num_hidden_layers;
+    d->pend.n_kv_heads = c->num_key_value_heads;
+    d->pend.K = d->prm->K;
+    d->pend_step = -1;
     return SFI_OK;
 }
 
@@ -564,7 +594,7 @@ static sfi_status prefill(dctx *d, const int32_t *prompt, int n_prompt,
     if (d->sfi) {
         int W = d->prm->W_prefill < n_prompt ? d->prm->W_prefill : n_prompt;
         for (int l = 0; l < c->num_hidden_layers; l++)
-            if ((rc = select_layer(d, l, n_prompt, W)))
+            if ((rc = select_layer(d, l, n_prompt, W, 0)))
                 return rc;
     }
     if (obs && obs->on_prefill) {
@@ -608,14 +638,27 @@ static sfi_status decode_step(dctx *d, int t, sfi_step_kind kind, sfi_step_reaso
     d->step = t;
     d->kind = kind;
     d->attended = (int64_t)d->kv.n * nkv * c->num_hidden_layers;
+    const int delay = d->sfi ? d->prm->refresh_delay : 0;
+    if (d->pend_step >= 0 && t == d->pend_step + delay) {
+        /* the deferred sets of step t - delay take effect */
+        const size_t n = (size_t)c->num_hidden_layers * nkv;
+        memcpy(d->st.selected, d->pend.selected, n * d->prm->K * sizeof(int32_t));
+        memcpy(d->st.n_selected, d->pend.n_selected, n * sizeof(int));
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            hash_sets(d, &d->st, l);
+        d->pend_step = -1;
+    }
     if (t > 0) {
         d->attended = 0;
         if ((rc = sfi_qwen3_step(d->m, d->o->backend, &d->kv, prev, attend, d, logits, d->err)))
             return rc;
-        if (d->sfi && kind == SFI_STEP_SLOW)
+        if (d->sfi && kind == SFI_STEP_SLOW) {
+            /* deferred: a pending set of an earlier slow step is dropped */
             for (int l = 0; l < c->num_hidden_layers; l++)
-                if ((rc = select_layer(d, l, d->kv.n, d->prm->W_decode)))
+                if ((rc = select_layer(d, l, d->kv.n, d->prm->W_decode, delay > 0)))
                     return rc;
+            d->pend_step = delay > 0 ? t : -1;
+        }
     }
     int32_t tok = sfi_argmax(logits, c->vocab_size);
     res->ids[t] = tok;

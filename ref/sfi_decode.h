@@ -95,6 +95,10 @@ typedef struct {
      * sink U selected U recent of its KV head. */
     const float *captured_mass;
     int n_heads;
+    /* 1 (refresh_delay >= 2, decode slow steps): the sets are pending;
+     * they take effect at step + refresh_delay unless another slow step
+     * comes first (then they are dropped). 0: in effect from now on. */
+    int deferred;
 } sfi_decode_slow_layer_info;
 
 /* Dense attention probabilities of one layer at one decode step t (step 0:
@@ -145,7 +149,9 @@ typedef struct {
     double slow_fraction; /* n_slow / n_generated */
     /* SHA-256 over: mode, prompt ids, every step's kind, reason, token and
      * logits (f32 little-endian bits), and in SFI mode the selected sets
-     * after every slow step and prefill. */
+     * after every slow step and prefill (with refresh_delay = d >= 2: the
+     * sets of decode slow step t when they take effect, before step t +
+     * d's record; dropped sets are not hashed). */
     unsigned char digest[32];
     char digest_hex[65];
     double prefill_seconds, decode_seconds;         /* wall clock */

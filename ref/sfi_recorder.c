@@ -214,6 +214,9 @@ struct sfi_recorder {
     /* Current selected sets (summary fast-step mass needs them). */
     sfi_state st;
     int have_state;
+    /* refresh_delay >= 2: a slow step's sets, in st from step + delay on */
+    sfi_state pst;
+    int pend_step;     /* -1: none pending */
     int32_t *fast_idx; /* [n_sink + K + n_recent] */
     /* Records of the step in progress, written at on_step. */
     uint8_t *have_sel;  /* [L] */
@@ -281,6 +284,8 @@ static void rec_free(sfi_recorder *r)
         return;
     if (r->st.selected)
         sfi_state_free(&r->st);
+    if (r->pst.selected)
+        sfi_state_free(&r->pst);
     free(r->fast_idx);
     free(r->have_sel);
     free(r->sel);
@@ -323,6 +328,7 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
     r->K = dopts->params.K;
     r->M = o->top_m;
     r->req = -1;
+    r->pend_step = -1;
     sfi_status st = SFI_OK;
     size_t L = (size_t)r->L, H = (size_t)r->H, KV = (size_t)r->KV, K = (size_t)r->K,
            M = (size_t)r->M;
@@ -340,6 +346,8 @@ sfi_status sfi_recorder_open(const sfi_recorder_opts *o, const char *model_dir,
             st = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for summary buffers", o->path);
         if (!st && r->sfi_mode)
             st = sfi_state_init(&r->st, r->L, r->KV, r->K, err);
+        if (!st && r->sfi_mode && r->prm.refresh_delay >= 2)
+            st = sfi_state_init(&r->pst, r->L, r->KV, r->K, err);
     }
     if (!st && r->level >= SFI_TRACE_FULL) {
         r->have_topm = calloc(L, 1);
@@ -493,7 +501,19 @@ static sfi_status on_prefill(void *user, const sfi_decode_prefill_info *info, sf
         memcpy(r->st.n_selected, s->n_selected, (size_t)r->L * r->KV * sizeof(int));
         r->have_state = 1;
     }
+    r->pend_step = -1;
     return SFI_OK;
+}
+
+/* Deferred refresh: the pending sets take effect at step pend_step +
+ * refresh_delay (the decode loop's rule), before that step's attention. */
+static void install_pending(sfi_recorder *r, int step)
+{
+    if (r->pend_step < 0 || step < r->pend_step + r->prm.refresh_delay)
+        return;
+    memcpy(r->st.selected, r->pst.selected, (size_t)r->L * r->KV * r->K * 4);
+    memcpy(r->st.n_selected, r->pst.n_selected, (size_t)r->L * r->KV * sizeof(int));
+    r->pend_step = -1;
 }
 
 static sfi_status on_slow_layer(void *user, const sfi_decode_slow_layer_info *info, sfi_error *err)
@@ -501,6 +521,11 @@ static sfi_status on_slow_layer(void *user, const sfi_decode_slow_layer_info *in
     sfi_recorder *r = user;
     if (r->level < SFI_TRACE_SUMMARY)
         return SFI_OK;
+    install_pending(r, info->step);
+    /* deferred sets wait (a later slow step's replace them) */
+    sfi_state *cur = info->deferred && r->pst.selected ? &r->pst : &r->st;
+    if (cur == &r->pst)
+        r->pend_step = info->step;
     int l = info->layer;
     if (l >= 0 && l < r->L && !r->topm_layer[l]) {
         /* Not recorded, but the fast-step set of this layer still follows
@@ -524,8 +549,8 @@ static sfi_status on_slow_layer(void *user, const sfi_decode_slow_layer_info *in
         r->sel_mass[l * r->KV + h] = (float)(mass / G);
         r->sel_lambda[l * r->KV + h] = info->lambda[h];
         if (r->sfi_mode) {
-            memcpy(r->st.selected + ((size_t)l * r->KV + h) * r->K, src, (size_t)n * 4);
-            r->st.n_selected[l * r->KV + h] = n;
+            memcpy(cur->selected + ((size_t)l * r->KV + h) * r->K, src, (size_t)n * 4);
+            cur->n_selected[l * r->KV + h] = n;
         }
     }
     r->have_sel[l] = 1;
@@ -549,6 +574,7 @@ static sfi_status on_attention(void *user, const sfi_decode_attention_info *info
                              "trace recorder: attention record of layer %d has "
                              "an unexpected shape",
                              l);
+    install_pending(r, info->step);
     if (r->level >= SFI_TRACE_FULL && r->topm_layer[l]) {
         if (r->sortcap < (size_t)n) {
             struct pp *nb = realloc(r->sortbuf, (size_t)n * sizeof *nb);

@@ -28,6 +28,7 @@ static void usage(FILE *out)
         "usage: sfi-sim validate [--profile FILE] [--gpu NAME|FILE] [--tolerance PCT]\n"
         "                        [--fit OUT.json]\n"
         "       sfi-sim validate [--profile FILE] [--steps FILE] [--fit-subset SPEC ...]\n"
+        "                        [--select SPEC ...]\n"
         "                        [--fit OUT.json] [--moe-reads distinct|pairs]\n"
         "                        [--tokenizer DIR] [--gpu NAME|FILE]\n\n"
         "Kernels: predicts every kernel time listed under \"measurements\" in a\n"
@@ -51,6 +52,8 @@ static void usage(FILE *out)
         "  --fit-subset SPEC  fit on the configurations SPEC selects: KEY=V[,V...]\n"
         "                   joined by ':' (all must hold), keys model, batch, context\n"
         "                   (8K = 8192), mode; repeat the option for alternatives\n"
+        "  --select SPEC    read only the configurations SPEC selects (syntax of\n"
+        "                   --fit-subset; repeat for alternatives)\n"
         "  --moe-reads HOW  an MoE layer reads each distinct expert the batch touches\n"
         "                   once (distinct) or once per (token, expert) pair [distinct]\n"
         "  --tokenizer DIR  vocabulary of the SFI trigger set for the trace replay\n"
@@ -396,6 +399,18 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
     json_object_set_new(root, "efficiency", eff);
     json_object_set_new(root, "fixed_us", fx);
     json_object_set_new(root, "launch_us", json_real(floor(p->launch_s * 1e8 + 0.5) / 100));
+    if (p->launch_pdl_s > 0)
+        json_object_set_new(root, "launch_pdl_us",
+                            json_real(floor(p->launch_pdl_s * 1e8 + 0.5) / 100));
+    if (p->moe_efficiency > 0)
+        json_object_set_new(root, "moe_efficiency",
+                            json_real(floor(p->moe_efficiency * 1e4 + 0.5) / 1e4));
+    if (p->moe_pair_bandwidth > 0)
+        json_object_set_new(root, "moe_pair_GBps",
+                            json_real(floor(p->moe_pair_bandwidth * 1e-7 + 0.5) / 100));
+    if (p->cta_bandwidth > 0)
+        json_object_set_new(root, "cta_GBps",
+                            json_real(floor(p->cta_bandwidth * 1e-7 + 0.5) / 100));
     json_object_set_new(root, "step_overhead_us",
                         json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
     json_object_set_new(root, "allreduce_latency_us", json_real(p->allreduce_latency_s * 1e6));
@@ -431,8 +446,8 @@ static double pct_err(double pred, double meas)
 /* Step-level validation: predicted vs measured whole decode steps, after a
  * fit on the declared subsets when there are any. Returns the exit code. */
 static int validate_steps(const char *prof_path, const char *steps_path, const sfi_hw_profile *prof,
-                          const char *gpu_name, char **subsets, int n_sub, const char *fit_path,
-                          const char *tok_dir, double tol)
+                          const char *gpu_name, char **subsets, int n_sub, char **selects,
+                          int n_sel, const char *fit_path, const char *tok_dir, double tol)
 {
     sfi_step_meas *ms = NULL;
     size_t n = 0;
@@ -452,12 +467,44 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
         free(ms);
         return 1;
     }
+    /* the GPU the steps ran on: --gpu, else the steps file's, else the
+     * profile's */
     sfi_gpu gpu;
-    const char *gname = gpu_name ? gpu_name : prof->gpu[0] ? prof->gpu : "H100-SXM";
+    sfi_hw_profile sp;
+    const char *gname = gpu_name;
+    if (!gname && sfi_hw_profile_load(steps_path, &sp, NULL, NULL, &err) == SFI_OK && sp.gpu[0])
+        gname = sp.gpu;
+    if (!gname)
+        gname = prof->gpu[0] ? prof->gpu : "H100-SXM";
     if (sfi_gpu_resolve(gname, &gpu, &err)) {
         fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
         free(ms);
         return 1;
+    }
+    /* --select: only the configurations it selects are read */
+    if (n_sel) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            int keep = 0;
+            for (int q = 0; q < n_sel; q++) {
+                int h = sfi_sv_subset_match(selects[q], &ms[i], &err);
+                if (h < 0) {
+                    fprintf(stderr, "sfi-sim validate: --select: %s\n", err.msg);
+                    free(ms);
+                    return 2;
+                }
+                keep |= h;
+            }
+            if (keep)
+                ms[k++] = ms[i];
+        }
+        n = k;
+        if (!n) {
+            fprintf(stderr, "sfi-sim validate: --select leaves no configuration of %s\n",
+                    steps_path);
+            free(ms);
+            return 1;
+        }
     }
     sfi_model_config *mcs = calloc(n, sizeof *mcs);
     sfi_sv_mix *mixes = calloc(n, sizeof *mixes);
@@ -666,12 +713,13 @@ int sfi_sim_cmd_validate(int argc, char **argv)
                                          {"steps", required_argument, NULL, 'S'},
                                          {"tokenizer", required_argument, NULL, 'T'},
                                          {"moe-reads", required_argument, NULL, 'M'},
+                                         {"select", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE, *gpu_name = NULL, *fit_path = NULL;
     const char *steps_path = NULL, *tok_dir = SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
-    char *subsets[MAX_SUBSETS];
-    int n_sub = 0;
+    char *subsets[MAX_SUBSETS], *selects[MAX_SUBSETS];
+    int n_sub = 0, n_sel = 0;
     double tol = 10;
     optind = 1;
     opterr = 0;
@@ -683,6 +731,13 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         case 'f': fit_path = optarg; break;
         case 'S': steps_path = optarg; break;
         case 'T': tok_dir = optarg; break;
+        case 'L':
+            if (n_sel == MAX_SUBSETS) {
+                fprintf(stderr, "sfi-sim validate: more than %d --select\n", MAX_SUBSETS);
+                return 2;
+            }
+            selects[n_sel++] = optarg;
+            break;
         case 'M':
             if (strcmp(optarg, "distinct") && strcmp(optarg, "pairs")) {
                 fprintf(stderr, "sfi-sim validate: --moe-reads: '%s' is not distinct or pairs\n",
@@ -733,10 +788,10 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         return 1;
     }
     sfi_hw_profile_default(&def);
-    if (steps_path || n_sub || (nm == 0 && prof.n_step_measurements > 0)) {
+    if (steps_path || n_sub || n_sel || (nm == 0 && prof.n_step_measurements > 0)) {
         free(ms);
         return validate_steps(prof_path, steps_path ? steps_path : prof_path, &prof, gpu_name,
-                              subsets, n_sub, fit_path, tok_dir, tol);
+                              subsets, n_sub, selects, n_sel, fit_path, tok_dir, tol);
     }
     if (nm == 0) {
         fprintf(stderr, "sfi-sim validate: %s: no \"measurements\" to compare with\n", prof_path);

@@ -16,5 +16,5 @@ libsfisim_la_CPPFLAGS = $(AM_CPPFLAGS) -DSFI_SIM_SRCDIR='"$(abs_top_srcdir)"' \
 # vLLM sees it (192.3 GB).
 simprofilesdir = $(pkgdatadir)/profiles
 dist_simprofiles_DATA = sim/profiles/default.json sim/profiles/vllm-triton-b200.json \
-	sim/profiles/b200-192g.json
+	sim/profiles/b200-192g.json sim/profiles/h100-steps-fit.json
 EXTRA_DIST += sim/profiles/VALIDATION.md sim/profiles/fit_vllm_triton_b200.py

@@ -279,6 +279,8 @@ typedef struct {
 /* Per-step sums. */
 typedef struct {
     double t, bytes, kvb, wb, flops;
+    double attn_body; /* roofline time of the attention launch (with prof.cta_bandwidth) */
+    double cta_bytes; /* bytes of its largest CTA */
     int launches;
     merge_state *merge;               /* NULL: every kernel is its own launch */
     unsigned char occ[SFI_KC_COUNT];  /* with merge: this group's kernels by class */
@@ -334,6 +336,30 @@ static void add_exact_topk(const sfi_cost_setup *s, acc *a, double n)
     add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * n * 4.0, 0, 1);
 }
 
+/* With prof.cta_bandwidth: bytes of the largest CTA of an attention launch
+ * over requests of `rows` rows each (sfi-gpu's split rule; per_row: bytes
+ * per row and KV head), and the launch's roofline body time. */
+static void attn_cta(const sfi_cost_setup *s, acc *a, double rows, double per_row, double body)
+{
+    if (!(s->prof.cta_bandwidth > 0))
+        return;
+    double r;
+    if (s->attn_split_rows > 0) {
+        r = rows < s->attn_split_rows ? rows : s->attn_split_rows;
+    } else {
+        double pairs = (double)s->batch * kv_heads(s);
+        double splits = floor(s->gpu.sm_count / pairs), lim = floor(s->context / 1024.0);
+        if (splits > lim)
+            splits = lim;
+        if (splits < 1)
+            splits = 1;
+        r = ceil(rows / splits);
+    }
+    a->attn_body += body;
+    if (r * per_row > a->cta_bytes)
+        a->cta_bytes = r * per_row;
+}
+
 /* Attention (main stream) of one layer for the whole batch, by policy, at
  * the budget of B positions per KV head (the layouts are in sfi-sim(1),
  * COST MODEL). */
@@ -349,18 +375,25 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
     switch (s->kind) {
     case SFI_POLICY_FULL:
         add_kernel(s, a, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1);
+        attn_cta(s, a, L, pos_b / hkv, roofline_x(s, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1));
         break;
     case SFI_POLICY_SFI:
     case SFI_POLICY_TMAX:
     case SFI_POLICY_INTERVAL:
     case SFI_POLICY_BOUNDARY: {
         int n_fast = B - n_slow;
-        if (n_slow > 0) /* dense, writing fp32 logits over J for the Selector */
-            add_dense_logits(s, a, n_slow * dense_b, n_slow * hq * n_candidates(s) * 4.0,
-                             n_slow * fl_pos * L);
+        if (n_slow > 0) { /* dense, writing fp32 logits over J for the Selector */
+            double lb = n_slow * hq * n_candidates(s) * 4.0;
+            add_dense_logits(s, a, n_slow * dense_b, lb, n_slow * fl_pos * L);
+            attn_cta(s, a, L, pos_b / hkv + hq / hkv * 4.0,
+                     roofline_x(s, SFI_KC_ATTN_DENSE, n_slow * dense_b, n_slow * fl_pos * L, 0) +
+                         logits_time(s, lb));
+        }
         if (n_fast > 0) {
             int F = sfi_cost_fast_positions(s);
             add_kernel(s, a, SFI_KC_ATTN_SPARSE, n_fast * F * pos_b, n_fast * fl_pos * F, 1);
+            attn_cta(s, a, F, pos_b / hkv,
+                     roofline_x(s, SFI_KC_ATTN_SPARSE, n_fast * F * pos_b, n_fast * fl_pos * F, 1));
         }
         break;
     }
@@ -673,6 +706,9 @@ static void attention_groups(const sfi_cost_setup *s, int layer, const sfi_cost_
     }
     a->merge = NULL;
     side->merge = NULL;
+    /* a launch of few CTAs: its largest CTA at the per-CTA bandwidth */
+    if (s->prof.cta_bandwidth > 0 && a->cta_bytes / s->prof.cta_bandwidth > a->attn_body)
+        a->t += a->cta_bytes / s->prof.cta_bandwidth - a->attn_body;
 }
 
 static void acc_add(acc *to, const acc *a)
@@ -736,6 +772,20 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
                                 : mlp;
         add_kernel(s, &a, SFI_KC_GEMM, mlp * s->weight_bytes, 2.0 * T * mlp_active, 0);
         a.wb += mlp * s->weight_bytes;
+        if (layer_is_moe(m, l) && (s->prof.moe_efficiency > 0 || s->prof.moe_pair_bandwidth > 0)) {
+            /* Expert kernels of their own (sfi-gpu's per-pair GEMV): the
+             * experts' bytes at moe_efficiency instead of the GEMMs', and
+             * no faster than one (token, expert) pair's expert streamed at
+             * moe_pair_bandwidth (all pairs run side by side). */
+            double eb = ex * 3.0 * d * m->moe_intermediate_size / s->tp * s->weight_bytes;
+            double e_g = s->prof.efficiency[SFI_KC_GEMM];
+            double e_m = s->prof.moe_efficiency > 0 ? s->prof.moe_efficiency : e_g;
+            double t_m = eb / (s->gpu.hbm_bandwidth * e_m);
+            double pair_b = 3.0 * d * m->moe_intermediate_size / s->tp * s->weight_bytes;
+            if (s->prof.moe_pair_bandwidth > 0 && pair_b / s->prof.moe_pair_bandwidth > t_m)
+                t_m = pair_b / s->prof.moe_pair_bandwidth;
+            a.t += t_m - eb / (s->gpu.hbm_bandwidth * e_g);
+        }
         /* The fused small kernels: norms, RoPE, residual adds (activations
          * only; their bytes are noise next to weights and KV). */
         int small = (layer_is_moe(m, l) ? (s->moe_launches > 0 ? s->moe_launches : MAIN_LAUNCHES_MOE)

@@ -46,6 +46,11 @@ typedef struct {
     int moe_pair_reads;    /* 1: an MoE layer reads an expert's weights once per
                               (token, expert) pair (no deduplication); 0: once
                               per distinct expert the batch touches */
+    int attn_split_rows;   /* sfi-gpu's SFI-mode attention: rows per CTA at most
+                              (0: the dense-mode rule, one wave of CTAs over
+                              the (request, KV head) pairs, >= 1024 rows
+                              each); with prof.cta_bandwidth, prices launches
+                              of few CTAs */
     int moe_launches;      /* launches of an MoE layer besides attention (0: the
                               model's 8; sfi-gpu's engine: 11) */
 } sfi_cost_setup;

@@ -546,6 +546,42 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
             p.reserved_bytes = d * 1e9;
         } else if (!strcmp(key, "attn_dense_by_context")) {
             st = parse_curve(v, origin, &p, err);
+        } else if (!strcmp(key, "launch_pdl_us")) {
+            double d = 0;
+            if ((st = get_num(v, origin, key, &d, err)))
+                break;
+            if (!(d >= 0 && d <= 1e6)) {
+                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e6]", origin, key);
+                break;
+            }
+            p.launch_pdl_s = d * 1e-6;
+        } else if (!strcmp(key, "moe_efficiency")) {
+            double d = 0;
+            if ((st = get_num(v, origin, key, &d, err)))
+                break;
+            if (!(d >= 0 && d <= 1)) {
+                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1]", origin, key);
+                break;
+            }
+            p.moe_efficiency = d;
+        } else if (!strcmp(key, "moe_pair_GBps")) {
+            double d = 0;
+            if ((st = get_num(v, origin, key, &d, err)))
+                break;
+            if (!(d >= 0 && d <= 1e5)) {
+                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e5]", origin, key);
+                break;
+            }
+            p.moe_pair_bandwidth = d * 1e9;
+        } else if (!strcmp(key, "cta_GBps")) {
+            double d = 0;
+            if ((st = get_num(v, origin, key, &d, err)))
+                break;
+            if (!(d >= 0 && d <= 1e5)) {
+                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e5]", origin, key);
+                break;
+            }
+            p.cta_bandwidth = d * 1e9;
         } else if (!strcmp(key, "overlap_contention")) {
             double d = 0;
             if ((st = get_num(v, origin, key, &d, err)))

@@ -17,7 +17,7 @@
  *                     "allreduce": 0.70, "other": 0.50, "logits": 0.17 },
  *     "fixed_us": { "attn_sparse": 5.8 },
  *     "launch_us": 2.2, "step_overhead_us": 40.0, "allreduce_latency_us": 8.0,
- *     "overlap_contention": 0.30,
+ *     "overlap_contention": 0.30, "cta_GBps": 60, "launch_pdl_us": 1.5,
  *     "measurements": [
  *       { "kernel": "attn_dense", "batch": 16, "context": 32768,
  *         "q_heads": 32, "kv_heads": 8, "head_dim": 128, "K": 2048,
@@ -35,7 +35,15 @@
  * topk, reorg, selector_reorg (per layer, times "layers"); attn_layers,
  * slow_step_serial, slow_step_overlap ("layers" layers of the two-stream
  * slow step: attention alone, side work serial, side work on a second
- * stream); others are listed as not modelled.
+ * stream); others are listed as not modelled. cta_GBps (optional, no limit
+ * when absent) caps what one CTA of a decode attention kernel streams: a
+ * launch of few CTAs (small batches) takes at least its largest CTA's
+ * bytes over it. launch_pdl_us (optional): the launch cost of a kernel
+ * launched with programmatic dependent launch (its start overlaps the
+ * previous kernel's tail; sfi-gpu does so in SFI mode). moe_efficiency and
+ * moe_pair_GBps (optional): MoE expert kernels streaming the experts at
+ * their own fraction of the bandwidth, and no faster than one (token,
+ * expert) pair's expert at moe_pair_GBps (sfi-gpu's per-pair GEMV).
  *
  * Engine terms (optional; what a serving engine adds on top of kernels,
  * used by sfi-sim serve and, for the curve, by sweep):
@@ -94,9 +102,21 @@ typedef struct {
     double efficiency[SFI_KC_COUNT]; /* (0,1] */
     double fixed_s[SFI_KC_COUNT];    /* extra fixed cost per kernel of a class */
     double launch_s;                 /* fixed cost per kernel */
+    double launch_pdl_s;             /* the same with programmatic dependent launch
+                                        (sfi-gpu's SFI mode; 0: launch_s),
+                                        "launch_pdl_us" */
     double step_overhead_s;          /* fixed cost per decode step */
     double allreduce_latency_s;      /* fixed cost per all-reduce */
     double overlap_contention;       /* [0,1] */
+    double moe_efficiency;           /* MoE expert kernels' fraction of HBM
+                                        bandwidth (0: efficiency.gemm),
+                                        "moe_efficiency" */
+    double moe_pair_bandwidth;       /* bytes/s one (token, expert) pair's expert
+                                        is streamed at most (0: no limit),
+                                        "moe_pair_GBps" */
+    double cta_bandwidth;            /* bytes/s one CTA of a decode attention
+                                        kernel streams at most (0: no limit);
+                                        "cta_GBps" */
     /* What a serving engine adds on top of its kernels (engine profiles,
      * sfi-sim-serve(1)). A dense decode attention kernel whose achieved
      * bandwidth depends on the context: n_attn_curve points (context,

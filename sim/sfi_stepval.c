@@ -324,6 +324,9 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
      * every term is linear in the context) */
     s.context = m->context + (FIRST_TIMED + m->new_tokens - 1) / 2;
     s.weight_bytes = s.kv_bytes = m->dtype_bytes;
+    /* sfi-gpu launches with PDL in SFI mode, without in dense mode */
+    if (m->sfi && p->launch_pdl_s > 0)
+        s.prof.launch_s = p->launch_pdl_s;
     s.kind = m->sfi ? SFI_POLICY_SFI : SFI_POLICY_FULL;
     /* sfi-gpu's engine (gpu/sfi_gpu_engine.c): one attention launch for
      * slow and fast requests; an MoE layer launches norm, QKV, q/k norm +
@@ -332,6 +335,12 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
     s.mixed_attention = 1;
     s.moe_launches = 11;
     s.moe_pair_reads = sfi_sv_moe_pair_reads;
+    /* SFI mode splits every request's rows into pieces of about a fast
+     * step's rows (gpu/sfi_gpu_engine.c: min_split_rows) */
+    if (m->sfi) {
+        int r = s.pol.prm.n_sink + s.pol.prm.K + s.pol.prm.n_recent;
+        s.attn_split_rows = r < 1024 ? 1024 : (r + 63) / 64 * 64;
+    }
     sfi_step_cost c;
     sfi_status st = sfi_cost_step(&s, 0, &c, err);
     if (st)
@@ -367,7 +376,8 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
 
 static const char *const param_names[SFI_SV_NPARAM] = {
     "attn_dense efficiency", "attn_sparse efficiency", "gemm efficiency", "launch_us",
-    "overlap_contention",    "step_overhead_us"};
+    "launch_pdl_us",         "overlap_contention",     "cta_GBps",        "moe_efficiency",
+    "moe_pair_GBps",         "step_overhead_us"};
 
 const char *sfi_sv_param_name(int i)
 {
@@ -381,7 +391,11 @@ double sfi_sv_param_get(const sfi_hw_profile *p, int i)
     case SFI_SV_P_ATTN_SPARSE: return p->efficiency[SFI_KC_ATTN_SPARSE];
     case SFI_SV_P_GEMM: return p->efficiency[SFI_KC_GEMM];
     case SFI_SV_P_LAUNCH: return p->launch_s * 1e6;
+    case SFI_SV_P_LAUNCH_PDL: return p->launch_pdl_s * 1e6;
     case SFI_SV_P_CONTENTION: return p->overlap_contention;
+    case SFI_SV_P_CTA: return p->cta_bandwidth * 1e-9;
+    case SFI_SV_P_MOE: return p->moe_efficiency;
+    case SFI_SV_P_MOE_PAIR: return p->moe_pair_bandwidth * 1e-9;
     case SFI_SV_P_STEP: return p->step_overhead_s * 1e6;
     default: return 0;
     }
@@ -394,7 +408,11 @@ void sfi_sv_param_set(sfi_hw_profile *p, int i, double v)
     case SFI_SV_P_ATTN_SPARSE: p->efficiency[SFI_KC_ATTN_SPARSE] = v > 1 ? 1 : v; break;
     case SFI_SV_P_GEMM: p->efficiency[SFI_KC_GEMM] = v > 1 ? 1 : v; break;
     case SFI_SV_P_LAUNCH: p->launch_s = v * 1e-6; break;
+    case SFI_SV_P_LAUNCH_PDL: p->launch_pdl_s = v * 1e-6; break;
     case SFI_SV_P_CONTENTION: p->overlap_contention = v < 0 ? 0 : v > 1 ? 1 : v; break;
+    case SFI_SV_P_CTA: p->cta_bandwidth = v * 1e9; break;
+    case SFI_SV_P_MOE: p->moe_efficiency = v > 1 ? 1 : v; break;
+    case SFI_SV_P_MOE_PAIR: p->moe_pair_bandwidth = v * 1e9; break;
     case SFI_SV_P_STEP: p->step_overhead_s = v * 1e-6; break;
     default: break;
     }
@@ -479,6 +497,9 @@ static int solve(double *A, double *b, int n)
  * largest standard error (of the parameter's log) that counts as
  * identified. */
 #define SIGMA_NOISE 0.01
+/* Where the fit starts the per-CTA bandwidth (GB/s) when the prior has
+ * none: about a 132-SM H100's copy bandwidth over its SMs, twice. */
+#define CTA_START 50.0
 #define SE_MAX 0.25
 
 sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
@@ -495,6 +516,27 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
     p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = p->fixed_s[SFI_KC_GEMM] = 0;
     for (int j = 0; j < SFI_SV_NPARAM; j++)
         out->prior[j] = out->value[j] = sfi_sv_param_get(p, j);
+    /* no per-CTA limit in the prior: the fit starts from one (CTA_START),
+     * dropped again when the subset cannot determine it */
+    const sfi_hw_profile prior_p = *p;
+    if (!(out->prior[SFI_SV_P_CTA] > 0)) {
+        out->value[SFI_SV_P_CTA] = CTA_START;
+        sfi_sv_param_set(p, SFI_SV_P_CTA, CTA_START);
+    }
+    /* likewise the MoE expert kernels, from the GEMMs' efficiency and 50 GB/s */
+    if (!(out->prior[SFI_SV_P_MOE] > 0)) {
+        out->value[SFI_SV_P_MOE] = out->value[SFI_SV_P_GEMM];
+        sfi_sv_param_set(p, SFI_SV_P_MOE, out->value[SFI_SV_P_GEMM]);
+    }
+    if (!(out->prior[SFI_SV_P_MOE_PAIR] > 0)) {
+        out->value[SFI_SV_P_MOE_PAIR] = CTA_START;
+        sfi_sv_param_set(p, SFI_SV_P_MOE_PAIR, CTA_START);
+    }
+    /* likewise the launch cost under PDL, from the launch cost */
+    if (!(out->prior[SFI_SV_P_LAUNCH_PDL] > 0)) {
+        out->value[SFI_SV_P_LAUNCH_PDL] = out->value[SFI_SV_P_LAUNCH];
+        sfi_sv_param_set(p, SFI_SV_P_LAUNCH_PDL, out->value[SFI_SV_P_LAUNCH]);
+    }
     double *r0 = malloc(sizeof(double) * m), *r1 = malloc(sizeof(double) * m);
     double *J = malloc(sizeof(double) * m * SFI_SV_NPARAM);
     double *Q = malloc(sizeof(double) * m * SFI_SV_NPARAM);
@@ -565,6 +607,22 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
                     break;
                 out->identified[worst] = 0;
             }
+            /* the parameters without a prior of their own go back to none
+             * (no per-CTA limit; PDL launches cost what others do) */
+            static const int own[] = {SFI_SV_P_CTA, SFI_SV_P_LAUNCH_PDL, SFI_SV_P_MOE,
+                                      SFI_SV_P_MOE_PAIR};
+            for (size_t q = 0; q < sizeof own / sizeof own[0]; q++)
+                if (!out->identified[own[q]]) {
+                    sfi_sv_param_set(p, own[q], sfi_sv_param_get(&prior_p, own[q]));
+                    x[own[q]] = to_x(own[q], sfi_sv_param_get(p, own[q]));
+                }
+            if (residuals(ms, mcs, mixes, in_fit, n, gpu, p, r0, err) < 0) {
+                st = err->code ? err->code : SFI_EINVAL;
+                goto done;
+            }
+            s0 = 0;
+            for (int k = 0; k < m; k++)
+                s0 += r0[k] * r0[k];
         }
         /* Levenberg-Marquardt step over the identified parameters */
         int idx[SFI_SV_NPARAM], np = 0;

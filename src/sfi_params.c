@@ -73,6 +73,9 @@ static const key_def keys[] = {
     {"alpha_cross", KEY_FLOAT, OFF(alpha_cross), 0, HUGE_VAL, 0, 1,
      "cross-head exclusivity strength, >= 0 (default 0.35)"},
     {"eps", KEY_FLOAT, OFF(eps), 0, 1, 1, 1, "numerical floor, in (0,1) (default 1e-8)"},
+    {"refresh_delay", KEY_INT, OFF(refresh_delay), 0, 4, 0, 0,
+     "deferred refresh: a decode slow step's new selected sets take effect this many steps "
+     "later, a slow step in between drops them (0 = at once, off; else 2..4; default 0)"},
     {"trigger_chars", KEY_CHARS, OFF(trigger_chars), 0, 0, 0, 0,
      "characters (UTF-8, at most 31 bytes) that end a sentence or segment; escapes \\n \\t \\r "
      "\\\\ (default \".?!;\\n\")"},
@@ -146,6 +149,17 @@ static int in_range(const key_def *k, double v)
     if (k->hi_open ? !(v < k->hi) : !(v <= k->hi))
         return 0;
     return 1;
+}
+
+/* refresh_delay = 1 would install a slow step's sets at the very next
+ * step, which is what 0 already does without a pending copy: a value that
+ * only looks different is refused rather than silently equal to 0. */
+static const char *int_hole(const key_def *k, long v)
+{
+    if (k->offset == OFF(refresh_delay) && v == 1)
+        return "1 is not allowed (0 = off: sets take effect at once; a deferred refresh needs a "
+               "delay of 2, 3 or 4 steps)";
+    return NULL;
 }
 
 static void range_text(const key_def *k, char *buf, size_t n)
@@ -263,6 +277,9 @@ static sfi_status parse_value(sfi_params *p, const key_def *k, const char *v, co
             return sfi_error_set(err, SFI_ERANGE, "%s: %s: %s is out of range (expected %s)",
                                  origin, k->name, q, r);
         }
+        const char *hole = int_hole(k, n);
+        if (hole)
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: %s", origin, k->name, hole);
         *(int *)((char *)p + k->offset) = (int)n;
         return SFI_OK;
     }
@@ -488,6 +505,9 @@ sfi_status sfi_params_validate(const sfi_params *p, sfi_error *err)
                                      "(expected %s)",
                                      k->name, v, r);
             }
+            const char *hole = int_hole(k, v);
+            if (hole)
+                return sfi_error_set(err, SFI_ERANGE, "parameters: %s: %s", k->name, hole);
         } else if (k->type == KEY_FLOAT) {
             float v = *(const float *)field;
             if (!isfinite(v) || !in_range(k, v)) {

@@ -26,6 +26,10 @@ typedef struct {
     float T;           /* cross-head softmax temperature, > 0 (1.0) */
     float alpha_cross; /* cross-head exclusivity strength, >= 0 (0.35) */
     float eps;         /* numerical floor, > 0 (1e-8) */
+    /* Deferred refresh: the sets a decode slow step t selects take effect
+     * at step t + refresh_delay (a later slow step before then drops
+     * them); 0 = at once (off), else 2..4 (0) */
+    int refresh_delay;
     /* Characters that end a sentence or segment; '\n' included by default.
      * UTF-8, NUL-terminated. As a parameter value, escapes \n \t \r \\ are
      * accepted. */

@@ -13,7 +13,9 @@
 #include "sfi_decode.h"
 #include "sfi_hf_fixture.h"
 #include "sfi_qwen3.h"
+#include "sfi_recorder.h"
 #include "sfi_test_util.h"
+#include "sfi_trace.h"
 #include "sfi_vocab.h"
 
 static const char *models[3] = {"tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-moe-nonorm"};
@@ -278,6 +280,294 @@ START_TEST(golden_digests)
             sfi_decode_result_free(&res);
         }
     ck_assert_int_eq(mismatches, 0);
+}
+END_TEST
+
+/* Deferred refresh (refresh_delay = d). With K above every |J| the
+ * Selector keeps all of J, so a fast step attends sink + J_t + recent:
+ * exactly n_ctx(t) = n_prompt + t positions per layer and KV head, where t
+ * is the slow step whose sets are in effect (0: the prefill's). The
+ * observer's `attended` therefore names that step. Slow steps are placed
+ * by teacher forcing (boundary policy, a trigger token fed at chosen
+ * steps) at 0, 3, 8, 9, 14, 16 and 22, and the step in effect at every
+ * fast step is worked out by hand below for each d: a delay off by one,
+ * or a pending set of 8 (or, for d >= 3, of 14) not dropped by the slow
+ * step after it, changes some entry. */
+typedef struct {
+    int64_t attended[32];
+    int kinds[32];
+    int n_slow_layer, n_deferred, bad;
+} defer_rec;
+
+static sfi_status defer_on_step(void *u, const sfi_decode_step_info *si, sfi_error *err)
+{
+    (void)err;
+    defer_rec *r = u;
+    if (si->step < 32) {
+        r->attended[si->step] = si->attended;
+        r->kinds[si->step] = si->kind;
+    }
+    return SFI_OK;
+}
+
+static sfi_status defer_on_slow_layer(void *u, const sfi_decode_slow_layer_info *li, sfi_error *err)
+{
+    (void)err;
+    defer_rec *r = u;
+    r->n_slow_layer++;
+    r->n_deferred += li->deferred;
+    /* all of J is kept */
+    for (int h = 0; h < li->n_kv_heads; h++)
+        if (li->n_selected[h] != li->j_end - li->j_begin && !r->bad)
+            r->bad = __LINE__;
+    return SFI_OK;
+}
+
+enum { N_DEFER_STEPS = 28, SLOW = -1 };
+/* the slow step in effect at each step (SLOW: a slow step), by hand */
+static const int defer_want[4][N_DEFER_STEPS] = {
+    /* d = 0: the last slow step */
+    {SLOW, 0,  0,    SLOW, 3,  3,  3,  3,  SLOW, SLOW, 9,  9,  9,  9,
+     SLOW, 14, SLOW, 16,   16, 16, 16, 16, SLOW, 22,   22, 22, 22, 22},
+    /* d = 2: 3 from 5; 8 dropped by 9; 9 from 11; 14 installed at 16
+         * (not dropped: 16 = 14 + 2), 16 from 18; 22 from 24 */
+    {SLOW, 0, 0,    SLOW, 0,  3,  3,  3,  SLOW, SLOW, 3,  9,  9,  9,
+     SLOW, 9, SLOW, 14,   16, 16, 16, 16, SLOW, 16,   22, 22, 22, 22},
+    /* d = 3: 3 from 6; 9 from 12; 14 dropped by 16; 16 from 19 */
+    {SLOW, 0, 0,    SLOW, 0, 0,  3,  3,  SLOW, SLOW, 3,  3,  9,  9,
+     SLOW, 9, SLOW, 9,    9, 16, 16, 16, SLOW, 16,   16, 22, 22, 22},
+    /* d = 4: 3 from 7; 9 from 13; 16 from 20; 22 from 26 */
+    {SLOW, 0, 0,    SLOW, 0, 0, 0,  3,  SLOW, SLOW, 3,  3,  3,  9,
+     SLOW, 9, SLOW, 9,    9, 9, 16, 16, SLOW, 16,   16, 16, 22, 22},
+};
+static const int defer_delays[4] = {0, 2, 3, 4};
+
+/* x_{t-1} = forced[t-1]: 11 (a trigger) before the slow steps, else 1 */
+static void defer_forced(int32_t *forced)
+{
+    for (int t = 1; t <= N_DEFER_STEPS; t++)
+        forced[t - 1] = (t == 3 || t == 8 || t == 9 || t == 14 || t == 16 || t == 22) ? 11 : 1;
+    ck_assert(trig[11] && !trig[1]);
+}
+
+static void defer_opts(sfi_decode_opts *o, const int32_t *forced, int delay)
+{
+    sfi_decode_opts_default(o);
+    o->max_new = N_DEFER_STEPS;
+    o->is_trigger = trig;
+    o->n_trigger_vocab = 512;
+    o->trigger = SFI_TRIG_BOUNDARY;
+    o->forced = forced;
+    o->n_forced = N_DEFER_STEPS;
+    set(&o->params, "K=4096");
+    set(&o->params, "n_recent=4");
+    set(&o->params, "n_sink=2");
+    char kv[32];
+    snprintf(kv, sizeof kv, "refresh_delay=%d", delay);
+    set(&o->params, kv);
+}
+
+START_TEST(deferred_refresh_schedule)
+{
+    enum { N = N_DEFER_STEPS };
+    const int(*want)[N_DEFER_STEPS] = defer_want;
+    const int *delays = defer_delays;
+    init_trig();
+    sfi_qwen3 *m;
+    sfi_error e;
+    ck_assert_msg(sfi_qwen3_load(hf_path("tiny-qwen3"), &m, &e) == SFI_OK, "%s", e.msg);
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    int n;
+    int32_t *ids = prompt0("tiny-qwen3", &n);
+    int32_t forced[N];
+    defer_forced(forced);
+    char digest[4][65];
+    for (int di = 0; di < 4; di++) {
+        sfi_decode_opts o;
+        defer_opts(&o, forced, delays[di]);
+        defer_rec r;
+        memset(&r, 0, sizeof r);
+        sfi_decode_observer obs = {
+            .user = &r, .on_step = defer_on_step, .on_slow_layer = defer_on_slow_layer};
+        sfi_decode_result res;
+        ck_assert_msg(sfi_decode_run(m, &o, ids, n, &obs, &res, &e) == SFI_OK, "%s", e.msg);
+        ck_assert_int_eq(res.n_generated, N);
+        ck_assert_msg(r.bad == 0, "observer check at line %d", r.bad);
+        const int64_t per = (int64_t)c->num_hidden_layers * c->num_key_value_heads;
+        for (int t = 0; t < N; t++) {
+            if (want[di][t] == SLOW) {
+                ck_assert_int_eq(r.kinds[t], SFI_STEP_SLOW);
+                ck_assert_int_eq(r.attended[t], per * (n + t));
+            } else {
+                ck_assert_int_eq(r.kinds[t], SFI_STEP_FAST);
+                ck_assert_msg(r.attended[t] == per * (n + want[di][t]),
+                              "d=%d step %d: attended %lld positions, want the sets of step %d "
+                              "(%lld)",
+                              delays[di], t, (long long)r.attended[t], want[di][t],
+                              (long long)(per * (n + want[di][t])));
+            }
+        }
+        /* every slow step's Selector ran (the prefill's too), deferred ones
+         * flagged */
+        ck_assert_int_eq(res.n_slow, 7);
+        ck_assert_int_eq(r.n_slow_layer, c->num_hidden_layers * 7);
+        ck_assert_int_eq(r.n_deferred, delays[di] ? c->num_hidden_layers * 6 : 0);
+        memcpy(digest[di], res.digest_hex, 65);
+        sfi_decode_result_free(&res);
+    }
+    for (int i = 0; i < 4; i++)
+        for (int k = i + 1; k < 4; k++)
+            ck_assert_str_ne(digest[i], digest[k]);
+    free(ids);
+    sfi_qwen3_free(m);
+}
+END_TEST
+
+/* A summary trace of a deferred run records, at every fast step, the dense
+ * mass over the fast set that step really used: with K above every |J|
+ * that set is sink + [n_sink, n_ctx(t) - n_recent) + recent, t the slow
+ * step in effect (the hand-worked schedule of deferred_refresh_schedule,
+ * d = 2 and 3). */
+typedef struct {
+    float *probs[N_DEFER_STEPS][4]; /* [step][layer]: [n_heads][n_ctx] */
+} probs_rec;
+
+static sfi_status keep_probs(void *u, const sfi_decode_attention_info *ai, sfi_error *err)
+{
+    (void)err;
+    probs_rec *r = u;
+    if (ai->step >= 0 && ai->step < N_DEFER_STEPS && ai->layer < 4) {
+        size_t n = (size_t)ai->n_heads * ai->n_ctx;
+        float *p = malloc(n * sizeof(float));
+        ck_assert_ptr_nonnull(p);
+        memcpy(p, ai->probs, n * sizeof(float));
+        free(r->probs[ai->step][ai->layer]);
+        r->probs[ai->step][ai->layer] = p;
+    }
+    return SFI_OK;
+}
+
+START_TEST(deferred_refresh_trace_fast_mass)
+{
+    init_trig();
+    sfi_qwen3 *m;
+    sfi_error e;
+    ck_assert_msg(sfi_qwen3_load(hf_path("tiny-qwen3"), &m, &e) == SFI_OK, "%s", e.msg);
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    ck_assert_int_le(c->num_hidden_layers, 4);
+    int n;
+    int32_t *ids = prompt0("tiny-qwen3", &n);
+    int32_t forced[N_DEFER_STEPS];
+    defer_forced(forced);
+    char *dir = sfi_test_tmpdir();
+    ck_assert_ptr_nonnull(dir);
+    for (int di = 1; di <= 2; di++) {
+        sfi_decode_opts o;
+        defer_opts(&o, forced, defer_delays[di]);
+        /* the dense probabilities of every step */
+        probs_rec pr;
+        memset(&pr, 0, sizeof pr);
+        sfi_decode_observer po = {.user = &pr, .want_attention = 1, .on_attention = keep_probs};
+        sfi_decode_result res;
+        ck_assert_msg(sfi_decode_run(m, &o, ids, n, &po, &res, &e) == SFI_OK, "%s", e.msg);
+        sfi_decode_result_free(&res);
+        /* the same run, recorded */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/d%d.db", dir, defer_delays[di]);
+        sfi_recorder_opts ro;
+        sfi_recorder_opts_default(&ro);
+        ro.path = path;
+        ro.level = SFI_TRACE_SUMMARY;
+        sfi_recorder *rec;
+        ck_assert_msg(sfi_recorder_open(&ro, hf_path("tiny-qwen3"), c, &o, &rec, &e) == SFI_OK,
+                      "%s", e.msg);
+        sfi_decode_observer obs;
+        sfi_recorder_observer(rec, &obs);
+        ck_assert_msg(sfi_decode_run(m, &o, ids, n, &obs, &res, &e) == SFI_OK, "%s", e.msg);
+        sfi_decode_result_free(&res);
+        ck_assert_msg(sfi_recorder_finish(rec, &e) == SFI_OK, "%s", e.msg);
+        sfi_trace *t;
+        ck_assert_msg(sfi_trace_open(path, &t, &e) == SFI_OK, "%s", e.msg);
+        const int H = c->num_attention_heads, KV = c->num_key_value_heads, G = H / KV;
+        const int n_sink = o.params.n_sink, n_recent = o.params.n_recent;
+        int checked = 0;
+        for (int s = 1; s < N_DEFER_STEPS; s++) {
+            int eff = defer_want[di][s];
+            if (eff < 0)
+                continue;
+            int ctx = n + s, gap0 = n + eff - n_recent, gap1 = ctx - n_recent;
+            for (int l = 0; l < c->num_hidden_layers; l++)
+                for (int h = 0; h < KV; h++) {
+                    ck_assert_ptr_nonnull(pr.probs[s][l]);
+                    double want = 0.0;
+                    for (int g = 0; g < G; g++) {
+                        const float *p = pr.probs[s][l] + (size_t)(h * G + g) * ctx;
+                        for (int j = 0; j < ctx; j++)
+                            if (j < n_sink || j < gap0 || j >= gap1)
+                                want += p[j];
+                    }
+                    want /= G;
+                    float fm;
+                    ck_assert_int_eq(sfi_trace_read_fast_mass(t, 0, s, l, h, &fm, &e), SFI_OK);
+                    ck_assert_msg(fabs(fm - want) < 1e-5,
+                                  "d=%d step %d layer %d kv %d: traced fast mass %g, want %g "
+                                  "(the sets of step %d)",
+                                  defer_delays[di], s, l, h, fm, want, eff);
+                    checked++;
+                }
+        }
+        ck_assert_int_gt(checked, 0);
+        sfi_trace_close(t);
+        for (int s = 0; s < N_DEFER_STEPS; s++)
+            for (int l = 0; l < 4; l++)
+                free(pr.probs[s][l]);
+    }
+    sfi_test_rmtree(dir);
+    free(dir);
+    free(ids);
+    sfi_qwen3_free(m);
+}
+END_TEST
+
+/* Every step slow (always policy): a deferred set is always dropped by
+ * the next slow step and no step is fast, so the logits are those of
+ * refresh_delay = 0 bit for bit; only the digest differs (the d = 0 run
+ * hashes every step's sets as they take effect, the deferred run none
+ * after the prefill's). The pinned digest fixes where deferred sets are
+ * hashed (sfi-gpu run --check compares it). */
+START_TEST(deferred_refresh_always_slow_and_golden)
+{
+    init_trig();
+    sfi_decode_opts o;
+    sfi_decode_opts_default(&o);
+    o.max_new = 16;
+    o.is_trigger = trig;
+    o.n_trigger_vocab = 512;
+    o.trigger = SFI_TRIG_ALWAYS;
+    set(&o.params, "K=12");
+    set(&o.params, "n_recent=8");
+    rec r0, r2;
+    sfi_decode_result a, b;
+    run("tiny-qwen3-moe", &o, &r0, &a);
+    set(&o.params, "refresh_delay=2");
+    run("tiny-qwen3-moe", &o, &r2, &b);
+    ck_assert_int_eq(a.n_slow, 16);
+    ck_assert(memcmp(r0.logits, r2.logits, (size_t)16 * r0.vocab * 4) == 0);
+    ck_assert_str_ne(a.digest_hex, b.digest_hex);
+    free(r0.logits);
+    free(r2.logits);
+    sfi_decode_result_free(&a);
+    sfi_decode_result_free(&b);
+    /* a deferred run with fast steps, pinned */
+    o.trigger = SFI_TRIG_INTERVAL;
+    o.interval = 5;
+    o.max_new = 24;
+    run("tiny-qwen3", &o, &r2, &b);
+    printf("digest tiny-qwen3 sfi refresh_delay=2 interval 5: %s\n", b.digest_hex);
+    ck_assert_str_eq(b.digest_hex,
+                     "45592ab2afeb7d442b5d904b724ab9fd98b951ccccbb7b82b93d6a4d0a330d8a");
+    free(r2.logits);
+    sfi_decode_result_free(&b);
 }
 END_TEST
 
@@ -780,6 +1070,9 @@ int main(void)
     tcase_add_test(tc, sfi_covering_context_equals_dense);
     tcase_add_test(tc, step_kinds_follow_the_trigger_policy);
     tcase_add_test(tc, golden_digests);
+    tcase_add_test(tc, deferred_refresh_schedule);
+    tcase_add_test(tc, deferred_refresh_always_slow_and_golden);
+    tcase_add_test(tc, deferred_refresh_trace_fast_mass);
     tcase_add_test(tc, prefix_and_teacher_forcing);
     tcase_add_test(tc, bad_requests_refused);
     tcase_add_test(tc, cli_run);

@@ -81,6 +81,7 @@ START_TEST(defaults_match_sfi7)
     ck_assert(p.T == 1.0f);
     ck_assert(p.alpha_cross == 0.35f);
     ck_assert(p.eps == 1e-8f);
+    ck_assert_int_eq(p.refresh_delay, 0);
     ck_assert_str_eq(p.trigger_chars, ".?!;\n");
     sfi_error e;
     ck_assert_int_eq(sfi_params_validate(&p, &e), SFI_OK);
@@ -114,6 +115,7 @@ START_TEST(every_key_sets_its_field)
         {"T=0.5", offsetof(sfi_params, T), 0, 0.5f},
         {"alpha_cross=0", offsetof(sfi_params, alpha_cross), 0, 0.0f},
         {"eps=1e-6", offsetof(sfi_params, eps), 0, 1e-6f},
+        {"refresh_delay=3", offsetof(sfi_params, refresh_delay), 1, 3},
     };
     size_t n = sizeof cases / sizeof cases[0];
     /* The table and this test list the same keys (trigger_chars aside). */
@@ -208,6 +210,12 @@ START_TEST(out_of_range)
     expect_error("alpha_cross=-0.1", SFI_ERANGE, "alpha_cross");
     expect_error("eps=0", SFI_ERANGE, "eps");
     expect_error("eps=1", SFI_ERANGE, "eps");
+    /* 0 or 2..4: 1 would be 0 in disguise */
+    expect_error("refresh_delay=1", SFI_ERANGE, "refresh_delay: 1 is not allowed (0 = off");
+    expect_error("refresh_delay=5", SFI_ERANGE,
+                 "refresh_delay: 5 is out of range (expected an "
+                 "integer in [0, 4])");
+    expect_error("refresh_delay=-1", SFI_ERANGE, "refresh_delay");
     /* Not representable as a float: overflow and flush to zero. */
     expect_error("gamma=1e39", SFI_ERANGE, "gamma");
     expect_error("eps=1e-50", SFI_ERANGE, "eps");
@@ -379,6 +387,14 @@ START_TEST(validate_catches_bad_structs)
     sfi_params_default(&p);
     memset(p.trigger_chars, '.', sizeof p.trigger_chars);
     ck_assert_int_eq(sfi_params_validate(&p, &e), SFI_EFORMAT);
+    sfi_params_default(&p);
+    p.refresh_delay = 1;
+    ck_assert_int_eq(sfi_params_validate(&p, &e), SFI_ERANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "refresh_delay: 1 is not allowed"));
+    for (int d = 2; d <= 4; d++) {
+        p.refresh_delay = d;
+        ck_assert_int_eq(sfi_params_validate(&p, &e), SFI_OK);
+    }
 }
 END_TEST
 

@@ -26,6 +26,8 @@ static void truth_profile(sfi_hw_profile *p)
     sfi_sv_param_set(p, SFI_SV_P_GEMM, 0.65);
     sfi_sv_param_set(p, SFI_SV_P_LAUNCH, 4.0);
     sfi_sv_param_set(p, SFI_SV_P_CONTENTION, 0.5);
+    /* binds at batch 1 (a few CTAs per attention launch), not at 16 */
+    sfi_sv_param_set(p, SFI_SV_P_CTA, 40.0);
     /* the per-step cost stays the default's: tens of microseconds on steps
      * of milliseconds is below what 1% noise lets a fit see */
     p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = 0;
@@ -87,10 +89,18 @@ START_TEST(fit_recovers_known_parameters)
     ck_assert_int_eq(sfi_sv_fit_run(ms, mcs, mixes, in_fit, N_SYN, &g, &p, &f, &e), SFI_OK);
     for (int j = 0; j < SFI_SV_NPARAM; j++) {
         double want = sfi_sv_param_get(&t, j), got = sfi_sv_param_get(&p, j);
-        ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP, "%s not identified",
-                      sfi_sv_param_name(j));
-        ck_assert_msg(fabs(got / want - 1) < 0.01, "%s: fitted %g, truth %g", sfi_sv_param_name(j),
-                      got, want);
+        /* held (their effect too small to see at 1% noise), or without
+         * a value of its own (launches under PDL cost what others do; no
+         * MoE shape here) */
+        ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP || j == SFI_SV_P_LAUNCH_PDL ||
+                          j == SFI_SV_P_MOE || j == SFI_SV_P_MOE_PAIR,
+                      "%s not identified", sfi_sv_param_name(j));
+        if (!f.identified[j]) {
+            ck_assert(got == want);
+            continue;
+        }
+        ck_assert_msg(fabs(got / want - 1) < 0.01, "%s: fitted %g, truth %g (rms %g)",
+                      sfi_sv_param_name(j), got, want, f.rms);
     }
     ck_assert(f.rms < 1e-4);
     /* The default profile is not the truth: without the fit it misses. */
@@ -230,9 +240,9 @@ START_TEST(malformed_step_measurements_are_named)
 }
 END_TEST
 
-/* The command's report: rows of the subset (batch 16) marked in, the
- * others (batch 1) out, and the summary counts each apart; fitted on the
- * batch-16 rows, the truth predicts the batch-1 rows. */
+/* The command's report: rows of the subset (context 8K) marked in, the
+ * others (16K) out, and the summary counts each apart; fitted on the 8K
+ * rows, the truth predicts the 16K rows. */
 START_TEST(report_splits_in_and_out_of_sample)
 {
     static sfi_step_meas ms[N_SYN];
@@ -270,7 +280,7 @@ START_TEST(report_splits_in_and_out_of_sample)
         else
             o += (size_t)snprintf(json + o, cap - o, "\"dense\":{\"mean_ms\":%.9f}}}",
                                   p.t[SFI_SV_DENSE] * 1e3);
-        n_in += m->batch == 16;
+        n_in += m->context == 8192;
     }
     o += (size_t)snprintf(json + o, cap - o, "]}");
     ck_assert(o < cap);
@@ -282,7 +292,7 @@ START_TEST(report_splits_in_and_out_of_sample)
     char prof[4096];
     snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
     snprintf(cmd, sizeof cmd,
-             "'%s' validate --profile '%s' --steps '%s' --fit-subset batch=16 --fit '%s'",
+             "'%s' validate --profile '%s' --steps '%s' --fit-subset context=8K --fit '%s'",
              sfi_test_build("sfi-sim"), prof, path, fit);
     char *out = NULL, *err = NULL;
     ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
@@ -295,7 +305,7 @@ START_TEST(report_splits_in_and_out_of_sample)
         int L, b, c;
         char mode[8];
         if (l[0] != '#' && sscanf(l, "%63s %d %d %d %7s %7s", model, &L, &b, &c, mode, set) == 6) {
-            int want_in = b == 16;
+            int want_in = c == 8192;
             if (!strcmp(set, "in"))
                 rows_in++;
             else if (!strcmp(set, "out"))
