@@ -312,321 +312,416 @@ static sfi_status load_queries(sfi_analyze_trace *t, sfi_trace *tr, const char *
     return SFI_OK;
 }
 
-sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
-                                  const char *trigger_chars, int request,
-                                  sfi_analyze_trace **out, sfi_error *err)
+/* sfi_analyze_trace_open's phases and what they share; open_free releases
+ * it whichever phase failed. */
+typedef struct {
+    const char *path;
+    sfi_trace *tr;
+    const sfi_trace_meta *m;
+    sfi_analyze_trace *t;
+    int r0, nr;              /* the requests analyzed: r0 .. r0 + nr - 1 */
+    sfi_trace_steps *steps;  /* [nr] */
+    int64_t total;           /* their decode steps */
+    int L, H, G, pooled, M;  /* layers, KV heads, query heads per KV head */
+    size_t nrec, nqrec;      /* KV-head and (pooled) query-head records */
+    int max_ctx;
+    uint8_t *reason;         /* [total] the recorded step reasons */
+    int32_t *token;          /* [total] the generated tokens */
+    int32_t *tmp_pos;        /* [top_m] one query head's record */
+    float *tmp_prob;
+    float *acc;              /* [max_ctx + 1] pooling over a group (pooled) */
+    int *seen;               /* [max_ctx + 1] stamp of acc's positions */
+    int stamp;
+} open_ctx;
+
+static void open_free(open_ctx *c)
 {
-    *out = NULL;
-    sfi_trace *tr = NULL;
-    sfi_status s = sfi_trace_open(path, &tr, err);
-    if (s)
-        return s;
-    /* The analyzer accepts exactly what `sfi-sim trace check` accepts: one
-     * validator, then only what analysis adds (level, every record). */
-    if ((s = sfi_trace_check(tr, err))) {
-        sfi_trace_close(tr);
-        return s;
-    }
-    const sfi_trace_meta *m = sfi_trace_get_meta(tr);
-    sfi_analyze_trace *t = calloc(1, sizeof *t);
-    sfi_trace_steps *steps = NULL;
-    sfi_vocab *voc = NULL;
-    sfi_trigger_set ts = {0};
-    int32_t *tmp_pos = NULL;
-    float *tmp_prob = NULL, *acc = NULL;
-    int *seen = NULL;
-    uint8_t *reason = NULL;
-    int32_t *token = NULL;
-    if (!t) {
-        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    if (m->level != SFI_TRACE_FULL || sfi_trace_n_topm(tr) == 0) {
-        s = sfi_error_set(err, SFI_EUNSUPPORTED, "%s: trace level is '%s' with %lld attention "
-                          "records; the analyzer needs a full-level trace (record with "
-                          "--trace-level full)", path, sfi_trace_level_name(m->level),
-                          (long long)sfi_trace_n_topm(tr));
-        goto fail;
-    }
+    if (c->steps)
+        for (int r = 0; r < c->nr; r++)
+            sfi_trace_steps_free(&c->steps[r]);
+    free(c->steps);
+    free(c->tmp_pos);
+    free(c->tmp_prob);
+    free(c->acc);
+    free(c->seen);
+    free(c->reason);
+    free(c->token);
+    sfi_analyze_trace_free(c->t);
+    sfi_trace_close(c->tr);
+}
+
+/* What analysis needs beyond `sfi-sim trace check`: the full level with
+ * every layer's top-M records, and a model shape to index them by. */
+static sfi_status check_full(open_ctx *c, sfi_error *err)
+{
+    const sfi_trace_meta *m = c->m;
+    const char *path = c->path;
+    if (m->level != SFI_TRACE_FULL || sfi_trace_n_topm(c->tr) == 0)
+        return sfi_error_set(err, SFI_EUNSUPPORTED, "%s: trace level is '%s' with %lld attention "
+                             "records; the analyzer needs a full-level trace (record with "
+                             "--trace-level full)", path, sfi_trace_level_name(m->level),
+                             (long long)sfi_trace_n_topm(c->tr));
     char *layers = NULL;
-    if (sfi_trace_get_meta_value(tr, "topm_layers", &layers, NULL) == SFI_OK &&
+    if (sfi_trace_get_meta_value(c->tr, "topm_layers", &layers, NULL) == SFI_OK &&
         strcmp(layers, "all")) {
-        s = sfi_error_set(err, SFI_EUNSUPPORTED, "%s: top-M records of layers %.200s only "
-                          "(recorded with --trace-layers); the analyzer needs every layer: "
-                          "record again without --trace-layers", path, layers);
+        sfi_status s = sfi_error_set(err, SFI_EUNSUPPORTED, "%s: top-M records of layers %.200s "
+                                     "only (recorded with --trace-layers); the analyzer needs "
+                                     "every layer: record again without --trace-layers", path,
+                                     layers);
         free(layers);
-        goto fail;
+        return s;
     }
     free(layers);
     if (m->n_layers < 1 || m->n_kv_heads < 1 || m->n_heads < m->n_kv_heads ||
-        m->n_heads % m->n_kv_heads || m->top_m < 1) {
-        s = sfi_error_set(err, SFI_EFORMAT, "%s: bad model shape in meta (%d layers, %d heads, "
-                          "%d KV heads, top_m %d)", path, m->n_layers, m->n_heads, m->n_kv_heads,
-                          m->top_m);
-        goto fail;
+        m->n_heads % m->n_kv_heads || m->top_m < 1)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: bad model shape in meta (%d layers, %d "
+                             "heads, %d KV heads, top_m %d)", path, m->n_layers, m->n_heads,
+                             m->n_kv_heads, m->top_m);
+    return SFI_OK;
+}
+
+/* The steps of the requests analyzed (request, or all when < 0), and where
+ * each request's steps begin in the concatenation. */
+static sfi_status read_steps(open_ctx *c, int request, sfi_error *err)
+{
+    sfi_analyze_trace *t = c->t;
+    int64_t n_req = sfi_trace_n_requests(c->tr);
+    if (request >= n_req || n_req < 1)
+        return sfi_error_set(err, SFI_EINVAL, "%s: request %d asked for, the trace has %lld",
+                             c->path, request, (long long)n_req);
+    c->r0 = request >= 0 ? request : 0;
+    c->nr = request >= 0 ? 1 : (int)n_req;
+    c->steps = calloc((size_t)c->nr, sizeof *c->steps);
+    t->seq_begin = malloc(sizeof(int) * (size_t)(c->nr + 1));
+    if (!c->steps || !t->seq_begin)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", c->path);
+    sfi_status s;
+    c->total = 0;
+    for (int r = 0; r < c->nr; r++) {
+        if ((s = sfi_trace_read_steps(c->tr, c->r0 + r, &c->steps[r], err)))
+            return s;
+        t->seq_begin[r] = (int)c->total;
+        c->total += c->steps[r].n;
     }
-    int64_t n_req = sfi_trace_n_requests(tr);
-    if (request >= n_req || n_req < 1) {
-        s = sfi_error_set(err, SFI_EINVAL, "%s: request %d asked for, the trace has %lld",
-                          path, request, (long long)n_req);
-        goto fail;
-    }
-    int r0 = request >= 0 ? request : 0, r1 = request >= 0 ? request + 1 : (int)n_req;
-    int nr = r1 - r0;
-    steps = calloc((size_t)nr, sizeof *steps);
-    t->seq_begin = malloc(sizeof(int) * (size_t)(nr + 1));
-    if (!steps || !t->seq_begin) {
-        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    int64_t total = 0;
-    for (int r = r0; r < r1; r++) {
-        if ((s = sfi_trace_read_steps(tr, r, &steps[r - r0], err)))
-            goto fail;
-        t->seq_begin[r - r0] = (int)total;
-        total += steps[r - r0].n;
-    }
-    t->seq_begin[nr] = (int)total;
-    if (total < 1 || total > (1 << 24)) {
-        s = sfi_error_set(err, SFI_EINVAL, "%s: %lld decode steps to analyze (need 1..%d)", path,
-                          (long long)total, 1 << 24);
-        goto fail;
-    }
-    int L = m->n_layers, H = m->n_kv_heads, G = m->n_heads / m->n_kv_heads;
-    int pooled = m->topm_heads == SFI_TRACE_HEADS_QUERY;
-    int M = pooled ? m->top_m * G : m->top_m;
-    size_t nrec = (size_t)total * L * H;
-    size_t nqrec = pooled ? (size_t)total * L * m->n_heads : 0;
-    if (((double)nrec * M + (double)nqrec * m->top_m) * 8.0 > 8e9) {
-        s = sfi_error_set(err, SFI_ERANGE, "%s: %zu records of %d entries would need %.1f GB; "
-                          "analyze one request at a time (--request)", path, nrec, M,
-                          (double)nrec * M * 8.0 / 1e9);
-        goto fail;
-    }
+    t->seq_begin[c->nr] = (int)c->total;
+    if (c->total < 1 || c->total > (1 << 24))
+        return sfi_error_set(err, SFI_EINVAL, "%s: %lld decode steps to analyze (need 1..%d)",
+                             c->path, (long long)c->total, 1 << 24);
+    return SFI_OK;
+}
+
+/* The record arrays of every step x layer x head, refused above 8 GB. */
+static sfi_status alloc_records(open_ctx *c, sfi_error *err)
+{
+    const sfi_trace_meta *m = c->m;
+    sfi_analyze_trace *t = c->t;
+    const char *path = c->path;
+    c->L = m->n_layers;
+    c->H = m->n_kv_heads;
+    c->G = m->n_heads / m->n_kv_heads;
+    c->pooled = m->topm_heads == SFI_TRACE_HEADS_QUERY;
+    c->M = c->pooled ? m->top_m * c->G : m->top_m;
+    c->nrec = (size_t)c->total * c->L * c->H;
+    c->nqrec = c->pooled ? (size_t)c->total * c->L * m->n_heads : 0;
+    size_t nrec = c->nrec, nqrec = c->nqrec;
+    int M = c->M;
+    if (((double)nrec * M + (double)nqrec * m->top_m) * 8.0 > 8e9)
+        return sfi_error_set(err, SFI_ERANGE, "%s: %zu records of %d entries would need %.1f "
+                             "GB; analyze one request at a time (--request)", path, nrec, M,
+                             (double)nrec * M * 8.0 / 1e9);
     t->M = M;
-    t->n_ctx = malloc(sizeof(int32_t) * (size_t)total);
-    t->trigger = calloc((size_t)total, 1);
-    reason = malloc((size_t)total);
-    token = malloc(sizeof(int32_t) * (size_t)total);
+    t->n_ctx = malloc(sizeof(int32_t) * (size_t)c->total);
+    t->trigger = calloc((size_t)c->total, 1);
+    c->reason = malloc((size_t)c->total);
+    c->token = malloc(sizeof(int32_t) * (size_t)c->total);
     t->pos = malloc(sizeof(int32_t) * nrec * M);
     t->prob = malloc(sizeof(float) * nrec * M);
     t->n = malloc(sizeof(int32_t) * nrec);
     t->tail = malloc(sizeof(float) * nrec);
-    if (pooled) {
+    if (c->pooled) {
         t->Mq = m->top_m;
         t->qpos = malloc(sizeof(int32_t) * nqrec * t->Mq);
         t->qprob = malloc(sizeof(float) * nqrec * t->Mq);
         t->qn = malloc(sizeof(int32_t) * nqrec);
         t->qtail = malloc(sizeof(float) * nqrec);
-        if (!t->qpos || !t->qprob || !t->qn || !t->qtail) {
-            s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %zu records", path, nqrec);
-            goto fail;
-        }
+        if (!t->qpos || !t->qprob || !t->qn || !t->qtail)
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %zu records", path,
+                                 nqrec);
     }
-    tmp_pos = malloc(sizeof(int32_t) * (size_t)m->top_m);
-    tmp_prob = malloc(sizeof(float) * (size_t)m->top_m);
-    if (!t->n_ctx || !t->trigger || !reason || !token || !t->pos || !t->prob || !t->n ||
-        !t->tail || !tmp_pos || !tmp_prob) {
-        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %zu records", path, nrec);
-        goto fail;
-    }
-    int max_ctx = 1;
-    for (int r = 0; r < nr; r++)
-        for (int64_t i = 0; i < steps[r].n; i++) {
+    c->tmp_pos = malloc(sizeof(int32_t) * (size_t)m->top_m);
+    c->tmp_prob = malloc(sizeof(float) * (size_t)m->top_m);
+    if (!t->n_ctx || !t->trigger || !c->reason || !c->token || !t->pos || !t->prob || !t->n ||
+        !t->tail || !c->tmp_pos || !c->tmp_prob)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory for %zu records", path, nrec);
+    return SFI_OK;
+}
+
+/* Every step's context, reason and token in one sequence; the pooling
+ * scratch sized by the longest context. */
+static sfi_status gather_steps(open_ctx *c, sfi_error *err)
+{
+    sfi_analyze_trace *t = c->t;
+    c->max_ctx = 1;
+    for (int r = 0; r < c->nr; r++)
+        for (int64_t i = 0; i < c->steps[r].n; i++) {
             int g = t->seq_begin[r] + (int)i;
-            t->n_ctx[g] = steps[r].ctx_len[i];
-            reason[g] = steps[r].reason[i];
-            token[g] = steps[r].token[i];
-            if (t->n_ctx[g] > max_ctx)
-                max_ctx = t->n_ctx[g];
+            t->n_ctx[g] = c->steps[r].ctx_len[i];
+            c->reason[g] = c->steps[r].reason[i];
+            c->token[g] = c->steps[r].token[i];
+            if (t->n_ctx[g] > c->max_ctx)
+                c->max_ctx = t->n_ctx[g];
         }
-    if (pooled) {
-        acc = malloc(sizeof(float) * ((size_t)max_ctx + 1));
-        seen = malloc(sizeof(int) * ((size_t)max_ctx + 1));
-        if (!acc || !seen) {
-            s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-            goto fail;
-        }
-        for (int j = 0; j <= max_ctx; j++)
-            seen[j] = -1;
+    if (c->pooled) {
+        c->acc = malloc(sizeof(float) * ((size_t)c->max_ctx + 1));
+        c->seen = malloc(sizeof(int) * ((size_t)c->max_ctx + 1));
+        if (!c->acc || !c->seen)
+            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", c->path);
+        for (int j = 0; j <= c->max_ctx; j++)
+            c->seen[j] = -1;
     }
-    int stamp = 0;
-    for (int r = 0; r < nr; r++)
-        for (int64_t i = 0; i < steps[r].n; i++) {
-            int g = t->seq_begin[r] + (int)i;
-            for (int l = 0; l < L; l++)
-                for (int h = 0; h < H; h++) {
-                    size_t ri = ((size_t)g * L + l) * H + h;
-                    int32_t *P = t->pos + ri * M;
-                    float *Q = t->prob + ri * M;
-                    int n = 0;
-                    float tail = 0.0f;
-                    for (int qh = 0; qh < (pooled ? G : 1); qh++) {
-                        int head = pooled ? h * G + qh : h;
-                        int32_t mm = 0;
-                        float tl = 0.0f;
-                        size_t qi = ((size_t)g * L + l) * m->n_heads + head;
-                        s = sfi_trace_read_topm(tr, r0 + r, i, l, head,
-                                                pooled ? t->qpos + qi * t->Mq : P,
-                                                pooled ? t->qprob + qi * t->Mq : Q, &mm, &tl, err);
-                        if (s == SFI_OK && pooled) {
-                            memcpy(tmp_pos, t->qpos + qi * t->Mq, sizeof(int32_t) * (size_t)mm);
-                            memcpy(tmp_prob, t->qprob + qi * t->Mq, sizeof(float) * (size_t)mm);
-                            sort_entries(t->qpos + qi * t->Mq, t->qprob + qi * t->Mq, mm);
-                            t->qn[qi] = mm;
-                            t->qtail[qi] = tl < 0.0f ? 0.0f : tl;
-                        }
-                        if (s == SFI_ENOTFOUND)
-                            s = sfi_error_set(err, SFI_EFORMAT, "%s: request %d step %lld "
-                                              "layer %d head %d: no top-M record (the analyzer "
-                                              "needs every step x layer x head)", path, r0 + r,
-                                              (long long)i, l, head);
-                        if (s)
-                            goto fail;
-                        for (int e = 0; e < mm; e++) {
-                            int32_t p = pooled ? tmp_pos[e] : P[e];
-                            if (p < 0 || p >= t->n_ctx[g]) {
-                                s = sfi_error_set(err, SFI_EFORMAT, "%s: request %d step %lld "
-                                                  "layer %d head %d: position %d outside the "
-                                                  "context of %d", path, r0 + r, (long long)i,
-                                                  l, head, (int)p, (int)t->n_ctx[g]);
-                                goto fail;
-                            }
-                        }
-                        if (!pooled) {
-                            n = mm;
-                            tail = tl;
-                            continue;
-                        }
-                        /* pool: mean over the group's query heads */
-                        if (qh == 0)
-                            stamp++;
-                        for (int e = 0; e < mm; e++) {
-                            int32_t p = tmp_pos[e];
-                            if (seen[p] != stamp) {
-                                seen[p] = stamp;
-                                acc[p] = 0.0f;
-                                P[n++] = p;
-                            }
-                            acc[p] += tmp_prob[e] / (float)G;
-                        }
-                        tail += tl / (float)G;
-                    }
-                    if (pooled)
-                        for (int e = 0; e < n; e++)
-                            Q[e] = acc[P[e]];
-                    sort_entries(P, Q, n);
-                    t->n[ri] = n;
-                    t->tail[ri] = tail < 0.0f ? 0.0f : tail;
-                }
+    c->stamp = 0;
+    return SFI_OK;
+}
+
+/* The record of step i of request r (sequence step g), layer l, KV head
+ * h: read as is, or pooled over the group's query-head records (their mean
+ * per position), which are kept sorted for the policies that read them.
+ * Positions must lie inside the step's context. */
+static sfi_status read_record(open_ctx *c, int r, int64_t i, int g, int l, int h,
+                              sfi_error *err)
+{
+    sfi_analyze_trace *t = c->t;
+    const sfi_trace_meta *m = c->m;
+    int pooled = c->pooled, G = c->G;
+    size_t ri = ((size_t)g * c->L + l) * c->H + h;
+    int32_t *P = t->pos + ri * c->M;
+    float *Q = t->prob + ri * c->M;
+    int n = 0;
+    float tail = 0.0f;
+    for (int qh = 0; qh < (pooled ? G : 1); qh++) {
+        int head = pooled ? h * G + qh : h;
+        int32_t mm = 0;
+        float tl = 0.0f;
+        size_t qi = ((size_t)g * c->L + l) * m->n_heads + head;
+        sfi_status s = sfi_trace_read_topm(c->tr, c->r0 + r, i, l, head,
+                                           pooled ? t->qpos + qi * t->Mq : P,
+                                           pooled ? t->qprob + qi * t->Mq : Q, &mm, &tl, err);
+        if (s == SFI_OK && pooled) {
+            memcpy(c->tmp_pos, t->qpos + qi * t->Mq, sizeof(int32_t) * (size_t)mm);
+            memcpy(c->tmp_prob, t->qprob + qi * t->Mq, sizeof(float) * (size_t)mm);
+            sort_entries(t->qpos + qi * t->Mq, t->qprob + qi * t->Mq, mm);
+            t->qn[qi] = mm;
+            t->qtail[qi] = tl < 0.0f ? 0.0f : tl;
         }
-    /* Sentence boundaries. */
-    if (vocab_dir) {
-        if ((s = sfi_vocab_load(vocab_dir, &voc, err)))
-            goto fail;
-        if (sfi_trace_tokenizer_matches(m->tokenizer, vocab_dir) == 0)
+        if (s == SFI_ENOTFOUND)
+            s = sfi_error_set(err, SFI_EFORMAT, "%s: request %d step %lld layer %d head %d: no "
+                              "top-M record (the analyzer needs every step x layer x head)",
+                              c->path, c->r0 + r, (long long)i, l, head);
+        if (s)
+            return s;
+        for (int e = 0; e < mm; e++) {
+            int32_t p = pooled ? c->tmp_pos[e] : P[e];
+            if (p < 0 || p >= t->n_ctx[g])
+                return sfi_error_set(err, SFI_EFORMAT, "%s: request %d step %lld layer %d head "
+                                     "%d: position %d outside the context of %d", c->path,
+                                     c->r0 + r, (long long)i, l, head, (int)p, (int)t->n_ctx[g]);
+        }
+        if (!pooled) {
+            n = mm;
+            tail = tl;
+            continue;
+        }
+        /* pool: mean over the group's query heads */
+        if (qh == 0)
+            c->stamp++;
+        for (int e = 0; e < mm; e++) {
+            int32_t p = c->tmp_pos[e];
+            if (c->seen[p] != c->stamp) {
+                c->seen[p] = c->stamp;
+                c->acc[p] = 0.0f;
+                P[n++] = p;
+            }
+            c->acc[p] += c->tmp_prob[e] / (float)G;
+        }
+        tail += tl / (float)G;
+    }
+    if (pooled)
+        for (int e = 0; e < n; e++)
+            Q[e] = c->acc[P[e]];
+    sort_entries(P, Q, n);
+    t->n[ri] = n;
+    t->tail[ri] = tail < 0.0f ? 0.0f : tail;
+    return SFI_OK;
+}
+
+static sfi_status read_records(open_ctx *c, sfi_error *err)
+{
+    sfi_status s;
+    for (int r = 0; r < c->nr; r++)
+        for (int64_t i = 0; i < c->steps[r].n; i++) {
+            int g = c->t->seq_begin[r] + (int)i;
+            for (int l = 0; l < c->L; l++)
+                for (int h = 0; h < c->H; h++)
+                    if ((s = read_record(c, r, i, g, l, h, err)))
+                        return s;
+        }
+    return SFI_OK;
+}
+
+/* Sentence boundaries: the trigger set of vocab_dir's vocabulary, else the
+ * recorded reasons of a policy whose reasons mark them. */
+static sfi_status mark_triggers(open_ctx *c, const char *vocab_dir, const char *trigger_chars,
+                                sfi_error *err)
+{
+    sfi_analyze_trace *t = c->t;
+    const char *path = c->path;
+    if (!vocab_dir) {
+        const char *pol = c->m->policy ? c->m->policy : "";
+        if (strcmp(pol, "sfi") && strcmp(pol, "boundary"))
+            return sfi_error_set(err, SFI_EINVAL, "%s: recorded under trigger policy '%s', "
+                                 "whose step reasons do not mark sentence ends; pass --vocab "
+                                 "DIR (the model's tokenizer directory)", path, pol);
+        for (int r = 0; r < c->nr; r++)
+            for (int g = t->seq_begin[r]; g + 1 < t->seq_begin[r + 1]; g++)
+                t->trigger[g] = c->reason[g + 1] == SFI_REASON_TRIGGER;
+        return SFI_OK;
+    }
+    sfi_vocab *voc = NULL;
+    sfi_trigger_set ts = {0};
+    sfi_status s = sfi_vocab_load(vocab_dir, &voc, err);
+    if (!s) {
+        if (sfi_trace_tokenizer_matches(c->m->tokenizer, vocab_dir) == 0)
             fprintf(stderr, "sfi-sim analyze: note: %s/vocab.json is not the vocabulary %s was "
                     "recorded with (meta tokenizer: %.160s); sentence ends are taken from %s "
-                    "all the same\n", vocab_dir, path, m->tokenizer, vocab_dir);
-        if ((s = sfi_trigger_set_build(voc, trigger_chars, &ts, err)))
-            goto fail;
-        for (int64_t g = 0; g < total; g++)
-            t->trigger[g] = token[g] >= 0 && token[g] < ts.n_vocab && ts.is_trigger[token[g]];
-    } else {
-        const char *pol = m->policy ? m->policy : "";
-        if (strcmp(pol, "sfi") && strcmp(pol, "boundary")) {
-            s = sfi_error_set(err, SFI_EINVAL, "%s: recorded under trigger policy '%s', whose "
-                              "step reasons do not mark sentence ends; pass --vocab DIR (the "
-                              "model's tokenizer directory)", path, pol);
-            goto fail;
-        }
-        for (int r = 0; r < nr; r++)
-            for (int g = t->seq_begin[r]; g + 1 < t->seq_begin[r + 1]; g++)
-                t->trigger[g] = reason[g + 1] == SFI_REASON_TRIGGER;
+                    "all the same\n", vocab_dir, path, c->m->tokenizer, vocab_dir);
+        s = sfi_trigger_set_build(voc, trigger_chars, &ts, err);
     }
-    /* Snapshots, when the trace has any. */
+    if (!s)
+        for (int64_t g = 0; g < c->total; g++)
+            t->trigger[g] =
+                c->token[g] >= 0 && c->token[g] < ts.n_vocab && ts.is_trigger[c->token[g]];
+    sfi_trigger_set_free(&ts);
+    sfi_vocab_free(voc);
+    return s;
+}
+
+/* Each step's request, and the q/K/V snapshots when the trace has any. */
+static sfi_status load_snapshots(open_ctx *c, sfi_error *err)
+{
+    sfi_analyze_trace *t = c->t;
+    const sfi_trace_meta *m = c->m;
+    int L = c->L, nr = c->nr;
     t->src.n_layers = L;
-    t->src.n_kv_heads = H;
-    t->src.n_steps = (int)total;
+    t->src.n_kv_heads = c->H;
+    t->src.n_steps = (int)c->total;
     t->src.n_seq = nr;
-    t->step_req = malloc(sizeof(int) * (size_t)total);
+    t->step_req = malloc(sizeof(int) * (size_t)c->total);
     t->rs = calloc((size_t)nr * L, sizeof *t->rs);
-    if (!t->step_req || !t->rs) {
-        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-        goto fail;
-    }
+    if (!t->step_req || !t->rs)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", c->path);
     for (int r = 0; r < nr; r++)
         for (int g = t->seq_begin[r]; g < t->seq_begin[r + 1]; g++)
             t->step_req[g] = r;
-    if (sfi_trace_n_snapshots(tr) > 0 && m->head_dim > 0) {
-        t->snap = calloc((size_t)total * L, sizeof(float *));
-        if (!t->snap) {
-            s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-            goto fail;
-        }
-        for (int r = 0; r < nr; r++)
-            for (int l = 0; l < L; l++) {
-                if ((s = load_kv(tr, path, r0 + r, &steps[r], l, m, &t->rs[(size_t)r * L + l],
-                                 err)) ||
-                    (s = load_queries(t, tr, path, r0 + r, r, &steps[r], l, m, err)))
-                    goto fail;
-            }
+    if (sfi_trace_n_snapshots(c->tr) <= 0 || m->head_dim <= 0)
+        return SFI_OK;
+    t->snap = calloc((size_t)c->total * L, sizeof(float *));
+    if (!t->snap)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", c->path);
+    sfi_status s;
+    for (int r = 0; r < nr; r++)
+        for (int l = 0; l < L; l++)
+            if ((s = load_kv(c->tr, c->path, c->r0 + r, &c->steps[r], l, m,
+                             &t->rs[(size_t)r * L + l], err)) ||
+                (s = load_queries(t, c->tr, c->path, c->r0 + r, r, &c->steps[r], l, m, err)))
+                return s;
+    return SFI_OK;
+}
+
+/* The Kascade/FASA calibration recorded with the trace, if any. */
+static sfi_status load_calib(open_ctx *c, sfi_error *err)
+{
+    sfi_analyze_trace *t = c->t;
+    char *cj = NULL;
+    sfi_status s = sfi_trace_get_meta_value(c->tr, "peer_calibration", &cj, err);
+    if (s == SFI_ENOTFOUND)
+        return SFI_OK;
+    if (s)
+        return s;
+    t->calib = calloc(1, sizeof *t->calib);
+    s = t->calib ? sfi_policy_calib_from_json(cj, c->path, t->calib, err)
+                 : sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", c->path);
+    free(cj);
+    if (s) {
+        sfi_error_prefix(err, "meta peer_calibration");
+        free(t->calib);
+        t->calib = NULL;
     }
-    /* Kascade/FASA calibration recorded with the trace. */
-    {
-        char *cj = NULL;
-        s = sfi_trace_get_meta_value(tr, "peer_calibration", &cj, err);
-        if (s == SFI_OK) {
-            t->calib = calloc(1, sizeof *t->calib);
-            s = t->calib ? sfi_policy_calib_from_json(cj, path, t->calib, err)
-                         : sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-            free(cj);
-            if (s) {
-                sfi_error_prefix(err, "meta peer_calibration");
-                free(t->calib);
-                t->calib = NULL;
-                goto fail;
-            }
-        } else if (s != SFI_ENOTFOUND) {
-            goto fail;
-        }
-        s = SFI_OK;
-    }
-    t->src.n_heads = m->n_heads;
-    t->src.head_dim = t->n_snap ? m->head_dim : 0;
+    return s;
+}
+
+/* The analyzer's view of it all (sfi_analyze_source). */
+static void fill_source(open_ctx *c)
+{
+    sfi_analyze_trace *t = c->t;
+    t->src.n_heads = c->m->n_heads;
+    t->src.head_dim = t->n_snap ? c->m->head_dim : 0;
     t->src.seq_begin = t->seq_begin;
     t->src.n_ctx = t->n_ctx;
     t->src.trigger = t->trigger;
-    t->src.max_ctx = max_ctx;
-    t->src.max_top = M;
+    t->src.max_ctx = c->max_ctx;
+    t->src.max_top = c->M;
     t->src.get = tr_get;
     t->src.snapshot = t->n_snap ? tr_snap : NULL;
-    for (size_t i = 0; i < (size_t)nr * L && t->rs; i++)
+    for (size_t i = 0; i < (size_t)c->nr * c->L && t->rs; i++)
         if (t->rs[i].n_tail > 1 && t->rs[i].k)
             t->src.prompt = tr_prompt;
-    if (pooled) {
+    if (c->pooled) {
         t->src.get_q = tr_get_q;
-        t->src.q_per_kv = G;
+        t->src.q_per_kv = c->G;
         t->src.max_top_q = t->Mq;
     }
     t->src.ctx = t;
-    s = SFI_OK;
-    *out = t;
-    t = NULL;
-fail:
-    if (steps)
-        for (int r = 0; r < (request >= 0 ? 1 : (int)sfi_trace_n_requests(tr)); r++)
-            sfi_trace_steps_free(&steps[r]);
-    free(steps);
-    free(tmp_pos);
-    free(tmp_prob);
-    free(acc);
-    free(seen);
-    free(reason);
-    free(token);
-    sfi_trigger_set_free(&ts);
-    sfi_vocab_free(voc);
-    sfi_analyze_trace_free(t);
-    sfi_trace_close(tr);
+}
+
+sfi_status sfi_analyze_trace_open(const char *path, const char *vocab_dir,
+                                  const char *trigger_chars, int request,
+                                  sfi_analyze_trace **out, sfi_error *err)
+{
+    *out = NULL;
+    open_ctx c = {.path = path};
+    sfi_status s = sfi_trace_open(path, &c.tr, err);
+    if (s)
+        return s;
+    /* The analyzer accepts exactly what `sfi-sim trace check` accepts: one
+     * validator, then only what analysis adds (level, every record). */
+    if ((s = sfi_trace_check(c.tr, err))) {
+        sfi_trace_close(c.tr);
+        return s;
+    }
+    c.m = sfi_trace_get_meta(c.tr);
+    if (!(c.t = calloc(1, sizeof *c.t)))
+        s = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    if (!s)
+        s = check_full(&c, err);
+    if (!s)
+        s = read_steps(&c, request, err);
+    if (!s)
+        s = alloc_records(&c, err);
+    if (!s)
+        s = gather_steps(&c, err);
+    if (!s)
+        s = read_records(&c, err);
+    if (!s)
+        s = mark_triggers(&c, vocab_dir, trigger_chars, err);
+    if (!s)
+        s = load_snapshots(&c, err);
+    if (!s)
+        s = load_calib(&c, err);
+    if (!s) {
+        fill_source(&c);
+        *out = c.t;
+        c.t = NULL;
+    }
+    open_free(&c);
     return s;
 }

@@ -81,7 +81,7 @@ int main(void)
 }
 EOC
 # shellcheck disable=SC2086 # flags are word lists
-$cc -std=c11 -Wall -Wextra -Werror ${SFI_SAN_CFLAGS:-} $cflags -o "$tmp/user" "$tmp/user.c" \
+$cc -std=c11 -Wall -Wextra -Wvla -Werror ${SFI_SAN_CFLAGS:-} $cflags -o "$tmp/user" "$tmp/user.c" \
     ${SFI_SAN_LDFLAGS:-} $libs 2>"$tmp/cc.log" || { cat "$tmp/cc.log"; fail "compile and link against <sfi.h> and $libs"; }
 out=$(LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/user") || fail "the program exited non-zero"
 want="28 ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad format"
