@@ -55,6 +55,7 @@ def entry(a, model, layers, batch, ctx, mode, out):
               "prefill_tokens": b["prefill_tokens"], "prefill_s": round(b["prefill_s"], 3),
               "copy_gb_per_s": round(b["copy_gb_per_s"], 1),
               "weight_bytes": b["weight_bytes"],
+              "weight_bytes_all": b.get("weight_bytes_all", b["weight_bytes"]),
               "kv_bytes_per_position": b["kv_bytes_per_position"], "steps": {}})
     for cls, c in b["classes"].items():
         e["steps"][cls] = {"n": c["steps"], "mean_ms": round(c["mean_ms"], 4),

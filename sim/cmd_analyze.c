@@ -79,196 +79,247 @@ static const char *arg_value(int argc, char **argv, int *i)
     return argv[++*i];
 }
 
-int sfi_sim_cmd_analyze(int argc, char **argv)
-{
-    const char *trace = NULL, *budget = "6%", *png = NULL, *vocab = NULL, *calib_path = NULL;
-    const char *policies = "all";
-    int layer = 0, head = 0, request = -1, threads = 2;
-    sfi_analyze_format fmt = SFI_ANALYZE_TABLE;
+/* The command line. */
+typedef struct {
+    const char *trace, *budget, *png, *vocab, *calib_path, *policies;
+    int layer, head, request, threads;
+    sfi_analyze_format fmt;
     sfi_analyze_opts opt;
-    sfi_analyze_opts_default(&opt);
+} analyze_args;
+
+/* The option argv[*i] (and its value, *i moved past it). Returns -1 to go
+ * on, else the exit status: 0 after --help, 2 on a usage error. */
+static int parse_option(int argc, char **argv, int *i, analyze_args *x, sfi_error *err)
+{
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        usage(stdout);
+        return 0;
+    } else if (!strcmp(a, "--policies")) {
+        if (!(v = arg_value(argc, argv, i)))
+            return 2;
+        x->policies = v;
+    } else if (!strcmp(a, "--budget")) {
+        if (!(v = arg_value(argc, argv, i)))
+            return 2;
+        x->budget = v;
+    } else if (!strcmp(a, "--records-only")) {
+        x->opt.records_only = 1;
+    } else if (!strcmp(a, "--calib")) {
+        if (!(v = arg_value(argc, argv, i)))
+            return 2;
+        x->calib_path = v;
+    } else if (!strcmp(a, "--layer") || !strcmp(a, "--head") || !strcmp(a, "--threads") ||
+               !strcmp(a, "--request")) {
+        if (!(v = arg_value(argc, argv, i)))
+            return 2;
+        int *dst = !strcmp(a, "--layer") ? &x->layer : !strcmp(a, "--head") ? &x->head
+                   : !strcmp(a, "--threads") ? &x->threads : &x->request;
+        if (parse_int(v, !strcmp(a, "--threads") ? 1 : 0, !strcmp(a, "--threads") ? 64
+                                                                                 : INT_MAX,
+                      dst)) {
+            fprintf(stderr, "sfi-sim analyze: %s: bad value '%s'\n", a, v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--format")) {
+        if (!(v = arg_value(argc, argv, i)))
+            return 2;
+        if (!strcmp(v, "table"))
+            x->fmt = SFI_ANALYZE_TABLE;
+        else if (!strcmp(v, "csv"))
+            x->fmt = SFI_ANALYZE_CSV;
+        else if (!strcmp(v, "json"))
+            x->fmt = SFI_ANALYZE_JSON;
+        else {
+            fprintf(stderr, "sfi-sim analyze: --format: '%s' is not table, csv or json\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--png-prefix")) {
+        if (!(v = arg_value(argc, argv, i)))
+            return 2;
+        x->png = v;
+    } else if (!strcmp(a, "--vocab")) {
+        if (!(v = arg_value(argc, argv, i)))
+            return 2;
+        x->vocab = v;
+    } else if (!strcmp(a, "--param")) {
+        if (!(v = arg_value(argc, argv, i)))
+            return 2;
+        if (sfi_policy_config_set(&x->opt.cfg, v, err)) {
+            fprintf(stderr, "sfi-sim analyze: %s\n", err->msg);
+            return 2;
+        }
+    } else if (a[0] == '-' && a[1]) {
+        fprintf(stderr, "sfi-sim analyze: unknown option '%s'\n", a);
+        usage(stderr);
+        return 2;
+    } else if (!x->trace) {
+        x->trace = a;
+    } else {
+        fprintf(stderr, "sfi-sim analyze: one trace at a time ('%s' and '%s')\n", x->trace, a);
+        return 2;
+    }
+    return -1;
+}
+
+/* The command line into x, its policies, parameters and budget checked, and
+ * the figures' path before the analysis rather than after it. Returns -1 to
+ * go on, else the exit status. */
+static int parse_args(int argc, char **argv, analyze_args *x)
+{
+    memset(x, 0, sizeof *x);
+    x->budget = "6%";
+    x->policies = "all";
+    x->request = -1;
+    x->threads = 2;
+    x->fmt = SFI_ANALYZE_TABLE;
+    sfi_analyze_opts_default(&x->opt);
     sfi_error err;
     sfi_error_clear(&err);
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--policies")) {
-            if (!(v = arg_value(argc, argv, &i)))
-                return 2;
-            policies = v;
-        } else if (!strcmp(a, "--budget")) {
-            if (!(v = arg_value(argc, argv, &i)))
-                return 2;
-            budget = v;
-        } else if (!strcmp(a, "--records-only")) {
-            opt.records_only = 1;
-        } else if (!strcmp(a, "--calib")) {
-            if (!(v = arg_value(argc, argv, &i)))
-                return 2;
-            calib_path = v;
-        } else if (!strcmp(a, "--layer") || !strcmp(a, "--head") || !strcmp(a, "--threads") ||
-                   !strcmp(a, "--request")) {
-            if (!(v = arg_value(argc, argv, &i)))
-                return 2;
-            int *dst = !strcmp(a, "--layer") ? &layer : !strcmp(a, "--head") ? &head
-                       : !strcmp(a, "--threads") ? &threads : &request;
-            if (parse_int(v, !strcmp(a, "--threads") ? 1 : 0, !strcmp(a, "--threads") ? 64
-                                                                                     : INT_MAX,
-                          dst)) {
-                fprintf(stderr, "sfi-sim analyze: %s: bad value '%s'\n", a, v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--format")) {
-            if (!(v = arg_value(argc, argv, &i)))
-                return 2;
-            if (!strcmp(v, "table"))
-                fmt = SFI_ANALYZE_TABLE;
-            else if (!strcmp(v, "csv"))
-                fmt = SFI_ANALYZE_CSV;
-            else if (!strcmp(v, "json"))
-                fmt = SFI_ANALYZE_JSON;
-            else {
-                fprintf(stderr, "sfi-sim analyze: --format: '%s' is not table, csv or json\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--png-prefix")) {
-            if (!(v = arg_value(argc, argv, &i)))
-                return 2;
-            png = v;
-        } else if (!strcmp(a, "--vocab")) {
-            if (!(v = arg_value(argc, argv, &i)))
-                return 2;
-            vocab = v;
-        } else if (!strcmp(a, "--param")) {
-            if (!(v = arg_value(argc, argv, &i)))
-                return 2;
-            if (sfi_policy_config_set(&opt.cfg, v, &err)) {
-                fprintf(stderr, "sfi-sim analyze: %s\n", err.msg);
-                return 2;
-            }
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "sfi-sim analyze: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        } else if (!trace) {
-            trace = a;
-        } else {
-            fprintf(stderr, "sfi-sim analyze: one trace at a time ('%s' and '%s')\n", trace, a);
-            return 2;
-        }
+        int rc = parse_option(argc, argv, &i, x, &err);
+        if (rc >= 0)
+            return rc;
     }
-    if (!trace) {
+    if (!x->trace) {
         fprintf(stderr, "sfi-sim analyze: no trace given\n");
         usage(stderr);
         return 2;
     }
-    if (sfi_policy_parse_list(policies, &opt.policies, &err)) {
+    if (sfi_policy_parse_list(x->policies, &x->opt.policies, &err)) {
         fprintf(stderr, "sfi-sim analyze: --policies: %s\n", err.msg);
         return 2;
     }
-    if (sfi_params_validate(&opt.cfg.prm, &err)) {
+    if (sfi_params_validate(&x->opt.cfg.prm, &err)) {
         fprintf(stderr, "sfi-sim analyze: %s\n", err.msg);
         return 2;
     }
-    if (sfi_budget_parse(budget, &opt.budget, &err)) {
+    if (sfi_budget_parse(x->budget, &x->opt.budget, &err)) {
         fprintf(stderr, "sfi-sim analyze: --budget: %s\n", err.msg);
         return 2;
     }
-    opt.n_threads = threads;
-    if (png) { /* before the analysis, not after it */
+    x->opt.n_threads = x->threads;
+    if (x->png) {
         char path[4200];
-        snprintf(path, sizeof path, "%s-support.png", png);
+        snprintf(path, sizeof path, "%s-support.png", x->png);
         if (sfi_out_check(path, &err)) {
             fprintf(stderr, "sfi-sim analyze: --png-prefix: %s\n", err.msg);
             return 1;
         }
     }
+    return -1;
+}
+
+/* --png-prefix's figures: recall against the budget (the analysis again
+ * at six budgets), the support heatmap of --layer/--head, the stability of
+ * res. Returns 0 or 1. */
+static int write_pngs(const analyze_args *x, const sfi_analyze_source *src,
+                      sfi_analyze_result *res)
+{
+    static const double ratios[] = {0.02, 0.04, 0.06, 0.12, 0.27, 0.5};
+    enum { NR = sizeof ratios / sizeof ratios[0] };
+    sfi_analyze_result sweep[NR];
+    sfi_error err;
+    sfi_error_clear(&err);
+    int ok = 1, done = 0;
+    sfi_analyze_opts o2 = x->opt;
+    o2.keep_jaccard = 0;
+    for (int i = 0; i < NR && ok; i++, done++) {
+        o2.budget.ratio = ratios[i];
+        o2.budget.positions = 0;
+        ok = sfi_analyze_run(src, &o2, &sweep[i], &err) == SFI_OK;
+    }
+    if (!ok)
+        done--;
+    char path[4096];
+    if (ok) {
+        snprintf(path, sizeof path, "%s-recall-budget.png", x->png);
+        ok = sfi_analyze_png_budget(path, ratios, sweep, NR, &err) == SFI_OK;
+    }
+    if (ok) {
+        snprintf(path, sizeof path, "%s-support.png", x->png);
+        ok = sfi_analyze_png_support(path, src, x->layer, x->head, &err) == SFI_OK;
+    }
+    if (ok) {
+        snprintf(path, sizeof path, "%s-stability.png", x->png);
+        ok = sfi_analyze_png_stability(path, res, &err) == SFI_OK;
+    }
+    for (int i = 0; i < done; i++)
+        sfi_analyze_result_free(&sweep[i]);
+    if (!ok) {
+        fprintf(stderr, "sfi-sim analyze: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* The report on standard output. Returns 0 or 1. */
+static int write_report(const analyze_args *x, const sfi_analyze_trace *t,
+                        const char *calib_from, sfi_analyze_result *res)
+{
+    const sfi_analyze_source *src = sfi_analyze_trace_source(t);
+    sfi_analyze_report_info info = {
+        .trace = x->trace, .budget = x->budget, .n_steps = src->n_steps,
+        .n_layers = src->n_layers, .n_kv_heads = src->n_kv_heads,
+        .n_snapshots = sfi_analyze_trace_n_snapshots(t),
+        .calib = calib_from,
+        .has_prompt = src->prompt != NULL,
+    };
+    if (sfi_analyze_report_write(stdout, x->fmt, &info, res) || fflush(stdout)) {
+        fprintf(stderr, "sfi-sim analyze: writing the report failed\n");
+        return 1;
+    }
+    return 0;
+}
+
+int sfi_sim_cmd_analyze(int argc, char **argv)
+{
+    analyze_args x;
+    int rc = parse_args(argc, argv, &x);
+    if (rc >= 0)
+        return rc;
+    sfi_error err;
+    sfi_error_clear(&err);
     sfi_policy_calib calib = {0};
     const char *calib_from = NULL;
-    if (calib_path) {
-        if (sfi_policy_calib_load(calib_path, &calib, &err)) {
+    if (x.calib_path) {
+        if (sfi_policy_calib_load(x.calib_path, &calib, &err)) {
             fprintf(stderr, "sfi-sim analyze: --calib: %s\n", err.msg);
             return 1;
         }
-        calib_from = calib_path;
+        calib_from = x.calib_path;
     }
     sfi_analyze_trace *t = NULL;
-    if (sfi_analyze_trace_open(trace, vocab, opt.cfg.prm.trigger_chars, request, &t, &err)) {
+    if (sfi_analyze_trace_open(x.trace, x.vocab, x.opt.cfg.prm.trigger_chars, x.request, &t,
+                               &err)) {
         fprintf(stderr, "sfi-sim analyze: %s\n", err.msg);
         sfi_policy_calib_free(&calib);
         return 1;
     }
-    if (!calib_path && sfi_analyze_trace_calib(t)) {
+    if (!x.calib_path && sfi_analyze_trace_calib(t)) {
         calib_from = "the trace's meta peer_calibration";
-        opt.calib = sfi_analyze_trace_calib(t);
-    } else if (calib_path) {
-        opt.calib = &calib;
+        x.opt.calib = sfi_analyze_trace_calib(t);
+    } else if (x.calib_path) {
+        x.opt.calib = &calib;
     }
     const sfi_analyze_source *src = sfi_analyze_trace_source(t);
-    if (layer >= src->n_layers || head >= src->n_kv_heads) {
+    if (x.layer >= src->n_layers || x.head >= src->n_kv_heads) {
         fprintf(stderr, "sfi-sim analyze: --layer %d --head %d: the trace has %d layers x %d KV "
-                        "heads\n", layer, head, src->n_layers, src->n_kv_heads);
+                        "heads\n", x.layer, x.head, src->n_layers, src->n_kv_heads);
         sfi_analyze_trace_free(t);
         sfi_policy_calib_free(&calib);
         return 2;
     }
     sfi_analyze_result res;
-    if (sfi_analyze_run(src, &opt, &res, &err)) {
-        fprintf(stderr, "sfi-sim analyze: %s: %s\n", trace, err.msg);
+    if (sfi_analyze_run(src, &x.opt, &res, &err)) {
+        fprintf(stderr, "sfi-sim analyze: %s: %s\n", x.trace, err.msg);
         sfi_analyze_trace_free(t);
         sfi_policy_calib_free(&calib);
         return 1;
     }
-    int rc = 0;
-    if (png) {
-        static const double ratios[] = {0.02, 0.04, 0.06, 0.12, 0.27, 0.5};
-        enum { NR = sizeof ratios / sizeof ratios[0] };
-        sfi_analyze_result sweep[NR];
-        int ok = 1, done = 0;
-        sfi_analyze_opts o2 = opt;
-        o2.keep_jaccard = 0;
-        for (int i = 0; i < NR && ok; i++, done++) {
-            o2.budget.ratio = ratios[i];
-            o2.budget.positions = 0;
-            ok = sfi_analyze_run(src, &o2, &sweep[i], &err) == SFI_OK;
-        }
-        if (!ok)
-            done--;
-        char path[4096];
-        if (ok) {
-            snprintf(path, sizeof path, "%s-recall-budget.png", png);
-            ok = sfi_analyze_png_budget(path, ratios, sweep, NR, &err) == SFI_OK;
-        }
-        if (ok) {
-            snprintf(path, sizeof path, "%s-support.png", png);
-            ok = sfi_analyze_png_support(path, src, layer, head, &err) == SFI_OK;
-        }
-        if (ok) {
-            snprintf(path, sizeof path, "%s-stability.png", png);
-            ok = sfi_analyze_png_stability(path, &res, &err) == SFI_OK;
-        }
-        for (int i = 0; i < done; i++)
-            sfi_analyze_result_free(&sweep[i]);
-        if (!ok) {
-            fprintf(stderr, "sfi-sim analyze: %s\n", err.msg);
-            rc = 1;
-        }
-    }
-    if (!rc) {
-        sfi_analyze_report_info info = {
-            .trace = trace, .budget = budget, .n_steps = src->n_steps,
-            .n_layers = src->n_layers, .n_kv_heads = src->n_kv_heads,
-            .n_snapshots = sfi_analyze_trace_n_snapshots(t),
-            .calib = calib_from,
-            .has_prompt = src->prompt != NULL,
-        };
-        if (sfi_analyze_report_write(stdout, fmt, &info, &res) || fflush(stdout)) {
-            fprintf(stderr, "sfi-sim analyze: writing the report failed\n");
-            rc = 1;
-        }
-    }
+    rc = x.png ? write_pngs(&x, src, &res) : 0;
+    if (!rc)
+        rc = write_report(&x, t, calib_from, &res);
     sfi_analyze_result_free(&res);
     sfi_analyze_trace_free(t);
     sfi_policy_calib_free(&calib);

@@ -372,10 +372,11 @@ static sfi_status check_step_measurement(json_t *m, const char *origin, size_t i
                                  origin, idx);
         json_object_foreach(steps, k, c)
         {
-            if (strcmp(k, "dense") && strcmp(k, "slow") && strcmp(k, "fast"))
+            if (strcmp(k, "dense") && strcmp(k, "slow") && strcmp(k, "fast") &&
+                strcmp(k, "fast+sel"))
                 return sfi_error_set(err, SFI_EFORMAT,
                                      "%s: step_measurements[%zu]: steps: "
-                                     "unknown class '%s' (dense, slow, fast)",
+                                     "unknown class '%s' (dense, slow, fast, fast+sel)",
                                      origin, idx, k);
             json_t *mean = json_object_get(c, "mean_ms");
             if (!json_is_number(mean) ||

@@ -52,6 +52,8 @@ typedef struct {
     int n_running;
     rq **wq;                 /* waiting queue, a ring of n */
     int wq_head, wq_len, n;
+    work *wk;                /* [n] the step being built */
+    sfi_cost_group *grp;     /* [n] its cost groups */
     sfi_serve_result *out;
 } engine;
 
@@ -347,21 +349,13 @@ static sfi_status push_step(sfi_serve_result *o, const sfi_serve_step *st, int64
     return SFI_OK;
 }
 
-sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req, int n,
-                         sfi_serve_result *out, sfi_error *err)
+/* The memory of one GPU: weights (from the memory model), activations of
+ * the largest step, the profile's reserve; the rest is the KV budget,
+ * refused when there is none. */
+static sfi_status size_memory(engine *e, const sfi_serve_request *req, int n, sfi_error *err)
 {
-    memset(out, 0, sizeof *out);
-    sfi_status st = validate(c, req, n, err);
-    if (st)
-        return st;
-    engine e;
-    memset(&e, 0, sizeof e);
-    e.c = c;
-    e.cs = c->cost;
-    e.n = n;
-    e.out = out;
-    e.pool_owner = -1;
-
+    const sfi_serve_config *c = e->c;
+    sfi_serve_result *out = e->out;
     /* Weights from the memory model (its context checks do not apply to
      * a workload: give it a context it accepts). */
     sfi_cost_setup ms = c->cost;
@@ -370,11 +364,12 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
         ms.context = 1;
     ms.batch = 1;
     sfi_cost_memory mem;
-    if ((st = sfi_cost_memory_of(&ms, &mem, err)))
+    sfi_status st = sfi_cost_memory_of(&ms, &mem, err);
+    if (st)
         return st;
     ms.kind = SFI_POLICY_FULL;
     ms.context = 1 << 20;
-    e.pos_all = sfi_cost_request_bytes(&ms) / (1 << 20);
+    e->pos_all = sfi_cost_request_bytes(&ms) / (1 << 20);
 
     /* Without chunking, a prefill step holds a whole prompt (a recompute:
      * prompt and generated tokens). */
@@ -391,8 +386,8 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
     out->reserved = c->cost.prof.reserved_bytes;
     out->kv_budget = c->gpu_mem_util * c->cost.gpu.hbm_capacity - out->weights -
                      out->activations - out->reserved;
-    e.budget = out->kv_budget;
-    if (!(e.budget > 0))
+    e->budget = out->kv_budget;
+    if (!(e->budget > 0))
         return sfi_error_set(err, SFI_ERANGE,
                              "%s on %s (TP %d): weights %.2f GB + activations %.2f GB + reserved "
                              "%.2f GB per GPU leave no room for KV in %.2f x %.1f GB (raise --tp "
@@ -400,21 +395,19 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
                              c->cost.model->name, c->cost.gpu.name, c->cost.tp, out->weights / 1e9,
                              out->activations / 1e9, out->reserved / 1e9, c->gpu_mem_util,
                              c->cost.gpu.hbm_capacity / 1e9);
+    return SFI_OK;
+}
 
-    e.rqs = calloc((size_t)n, sizeof *e.rqs);
-    e.running = calloc((size_t)n, sizeof *e.running);
-    e.wq = calloc((size_t)n, sizeof *e.wq);
-    work *wk = calloc((size_t)n, sizeof *wk);
-    sfi_cost_group *grp = calloc((size_t)n, sizeof *grp);
-    arrival *order = calloc((size_t)n, sizeof *order);
-    out->req = calloc((size_t)n, sizeof *out->req);
-    out->n = n;
-    if (!e.rqs || !e.running || !e.wq || !wk || !grp || !order || !out->req) {
-        st = sfi_error_set(err, SFI_ENOMEM, "serve: out of memory");
-        goto done;
-    }
+/* The requests' state and statistics, each refused when alone at its
+ * longest it would not fit the KV budget; order: their arrivals, sorted. */
+static sfi_status init_requests(engine *e, const sfi_serve_request *req, arrival *order,
+                                sfi_error *err)
+{
+    const sfi_serve_config *c = e->c;
+    sfi_serve_result *out = e->out;
+    int n = e->n;
     for (int i = 0; i < n; i++) {
-        rq *r = &e.rqs[i];
+        rq *r = &e->rqs[i];
         r->id = i;
         r->prompt = req[i].prompt;
         r->gen = req[i].gen;
@@ -426,24 +419,204 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
         out->req[i].prompt = req[i].prompt;
         out->req[i].gen = req[i].gen;
         /* Alone, at its longest, without the shared prefix. */
-        double alone = own_bytes(&e, r, req[i].prompt + req[i].gen);
+        double alone = own_bytes(e, r, req[i].prompt + req[i].gen);
         if (alone > out->request_bytes_max)
             out->request_bytes_max = alone;
-        if (alone > e.budget) {
-            st = sfi_error_set(err, SFI_ERANGE,
-                               "request %d: %d prompt + %d new tokens need %.2f GB per GPU (%s: KV "
-                               "cache and buffers), more than the KV budget of %.2f GB (%.2f x "
-                               "%.1f GB - weights %.2f - activations %.2f - reserved %.2f); raise "
-                               "--tp or --gpu-mem-util, or shorten the requests",
-                               i, req[i].prompt, req[i].gen, alone / 1e9,
-                               sfi_policy_kind_name(c->cost.kind), e.budget / 1e9,
-                               c->gpu_mem_util, c->cost.gpu.hbm_capacity / 1e9,
-                               out->weights / 1e9, out->activations / 1e9, out->reserved / 1e9);
-            goto done;
-        }
+        if (alone > e->budget)
+            return sfi_error_set(
+                err, SFI_ERANGE,
+                "request %d: %d prompt + %d new tokens need %.2f GB per GPU (%s: KV "
+                "cache and buffers), more than the KV budget of %.2f GB (%.2f x "
+                "%.1f GB - weights %.2f - activations %.2f - reserved %.2f); raise "
+                "--tp or --gpu-mem-util, or shorten the requests",
+                i, req[i].prompt, req[i].gen, alone / 1e9, sfi_policy_kind_name(c->cost.kind),
+                e->budget / 1e9, c->gpu_mem_util, c->cost.gpu.hbm_capacity / 1e9,
+                out->weights / 1e9, out->activations / 1e9, out->reserved / 1e9);
         order[i] = (arrival){req[i].arrival, i};
     }
     qsort(order, (size_t)n, sizeof *order, cmp_arrival);
+    return SFI_OK;
+}
+
+/* The work of the step starting at t into e->wk: without chunking, whole
+ * prefills in a step of their own when any can be admitted; else every
+ * running request's next chunk or token within the token budget (growing
+ * its blocks may preempt others), then, chunking, new admissions while no
+ * one was preempted. Returns the number of requests in the step. */
+static int build_step(engine *e, double t)
+{
+    const sfi_serve_config *c = e->c;
+    work *wk = e->wk;
+    int nw = 0, budget = c->max_batched_tokens, preempted = 0, prefill_step = 0;
+    int64_t before = e->out->preemptions;
+    if (!c->chunked_prefill && e->wq_len > 0) {
+        /* Prefills first, whole prompts, in a step of their own. */
+        int tok = 0;
+        rq *r;
+        while ((r = wq_front(e)) && e->n_running < c->max_num_seqs) {
+            int need = r->prompt + r->generated;
+            if (tok > 0 && tok + need > budget)
+                break;
+            if (!try_admit(e, r, t))
+                break;
+            wq_pop(e);
+            wk[nw++] = (work){r, r->target - r->computed, 1, 0};
+            tok += r->target - r->computed;
+        }
+        prefill_step = nw > 0;
+    }
+    if (prefill_step)
+        return nw;
+    for (int i = 0; i < e->n_running; i++) {
+        rq *r = e->running[i];
+        if (r->computed < r->target) {
+            int k = r->target - r->computed;
+            if (k > budget)
+                k = budget;
+            if (k <= 0)
+                continue;
+            wk[nw++] = (work){r, k, 1, 0};
+            budget -= k;
+        } else {
+            if (budget < 1)
+                continue;
+            if (!grow_to(e, i, r->computed + 1))
+                break;
+            wk[nw++] = (work){r, 1, 0, 0};
+            budget -= 1;
+        }
+    }
+    preempted = e->out->preemptions > before;
+    rq *r;
+    while (c->chunked_prefill && !preempted && budget > 0 && (r = wq_front(e)) &&
+           e->n_running < c->max_num_seqs) {
+        if (!try_admit(e, r, t))
+            break;
+        wq_pop(e);
+        int k = r->target - r->computed;
+        if (k > budget)
+            k = budget;
+        wk[nw++] = (work){r, k, 1, 0};
+        budget -= k;
+    }
+    return nw;
+}
+
+/* The step's cost: its requests as groups (consecutive equal ones merged),
+ * each decode step's kind decided here; pf_tok prefill tokens, n_slow
+ * slow steps. */
+static sfi_status price_step(engine *e, int nw, int *pf_tok, int *n_slow, sfi_step_cost *sc,
+                             sfi_error *err)
+{
+    work *wk = e->wk;
+    sfi_cost_group *grp = e->grp;
+    int ng = 0;
+    *pf_tok = *n_slow = 0;
+    for (int i = 0; i < nw; i++) {
+        rq *r = wk[i].r;
+        sfi_cost_group g;
+        memset(&g, 0, sizeof g);
+        g.count = 1;
+        g.n_new = wk[i].n;
+        g.context = r->computed + wk[i].n;
+        if (wk[i].prefill) {
+            g.prefill = 1;
+            g.last_chunk = r->computed + wk[i].n == r->target;
+            *pf_tok += wk[i].n;
+        } else {
+            wk[i].slow = decide_slow(e, r);
+            g.slow = wk[i].slow;
+            *n_slow += g.slow;
+        }
+        if (ng > 0 && same_group(&grp[ng - 1], &g))
+            grp[ng - 1].count++;
+        else
+            grp[ng++] = g;
+    }
+    return sfi_cost_step_mix(&e->c->cost, grp, ng, sc, err);
+}
+
+/* The step's effects at its end t_end: positions computed, tokens
+ * sampled, finished requests released and dropped from the running set.
+ * Returns the number that finished. */
+static int apply_step(engine *e, int nw, double t_end)
+{
+    const sfi_serve_config *c = e->c;
+    sfi_serve_result *out = e->out;
+    work *wk = e->wk;
+    int finished = 0;
+    for (int i = 0; i < nw; i++) {
+        rq *r = wk[i].r;
+        sfi_serve_req_stats *rs = &out->req[r->id];
+        r->computed += wk[i].n;
+        if (wk[i].prefill) {
+            out->prefill_tokens += wk[i].n;
+            if (e->pool_owner == r->id) {
+                int done_sh = r->computed < r->shared ? r->computed : r->shared;
+                done_sh = done_sh / c->block_size * c->block_size;
+                if (done_sh > e->pool_computed)
+                    e->pool_computed = done_sh;
+                if (r->computed >= r->shared)
+                    e->pool_owner = -1;
+            }
+            if (r->computed < r->target)
+                continue;
+            restart_trigger(e, r);
+        } else {
+            rs->decode_steps++;
+            rs->slow_steps += wk[i].slow;
+            out->request_steps++;
+            out->slow_request_steps += wk[i].slow;
+        }
+        r->generated++;
+        if (rs->first_token < 0)
+            rs->first_token = t_end;
+        if (r->generated >= r->gen) {
+            rs->finish = t_end;
+            release(e, r);
+            r->state = ST_DONE;
+            finished++;
+        }
+    }
+    int k = 0;
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i]->state == ST_RUNNING)
+            e->running[k++] = e->running[i];
+    e->n_running = k;
+    return finished;
+}
+
+sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req, int n,
+                         sfi_serve_result *out, sfi_error *err)
+{
+    memset(out, 0, sizeof *out);
+    sfi_status st = validate(c, req, n, err);
+    if (st)
+        return st;
+    engine e;
+    memset(&e, 0, sizeof e);
+    e.c = c;
+    e.cs = c->cost;
+    e.n = n;
+    e.out = out;
+    e.pool_owner = -1;
+    if ((st = size_memory(&e, req, n, err)))
+        return st;
+
+    e.rqs = calloc((size_t)n, sizeof *e.rqs);
+    e.running = calloc((size_t)n, sizeof *e.running);
+    e.wq = calloc((size_t)n, sizeof *e.wq);
+    e.wk = calloc((size_t)n, sizeof *e.wk);
+    e.grp = calloc((size_t)n, sizeof *e.grp);
+    arrival *order = calloc((size_t)n, sizeof *order);
+    out->req = calloc((size_t)n, sizeof *out->req);
+    out->n = n;
+    if (!e.rqs || !e.running || !e.wq || !e.wk || !e.grp || !order || !out->req) {
+        st = sfi_error_set(err, SFI_ENOMEM, "serve: out of memory");
+        goto done;
+    }
+    if ((st = init_requests(&e, req, order, err)))
+        goto done;
 
     int next = 0, done_n = 0;
     int64_t cap = 0;
@@ -456,59 +629,7 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
             t = order[next].t;
             continue;
         }
-        /* Build the step. */
-        int nw = 0, budget = c->max_batched_tokens, preempted = 0, prefill_step = 0;
-        int64_t before = out->preemptions;
-        if (!c->chunked_prefill && e.wq_len > 0) {
-            /* Prefills first, whole prompts, in a step of their own. */
-            int tok = 0;
-            rq *r;
-            while ((r = wq_front(&e)) && e.n_running < c->max_num_seqs) {
-                int need = r->prompt + r->generated;
-                if (tok > 0 && tok + need > budget)
-                    break;
-                if (!try_admit(&e, r, t))
-                    break;
-                wq_pop(&e);
-                wk[nw++] = (work){r, r->target - r->computed, 1, 0};
-                tok += r->target - r->computed;
-            }
-            prefill_step = nw > 0;
-        }
-        if (!prefill_step) {
-            for (int i = 0; i < e.n_running; i++) {
-                rq *r = e.running[i];
-                if (r->computed < r->target) {
-                    int k = r->target - r->computed;
-                    if (k > budget)
-                        k = budget;
-                    if (k <= 0)
-                        continue;
-                    wk[nw++] = (work){r, k, 1, 0};
-                    budget -= k;
-                } else {
-                    if (budget < 1)
-                        continue;
-                    if (!grow_to(&e, i, r->computed + 1))
-                        break;
-                    wk[nw++] = (work){r, 1, 0, 0};
-                    budget -= 1;
-                }
-            }
-            preempted = out->preemptions > before;
-            rq *r;
-            while (c->chunked_prefill && !preempted && budget > 0 && (r = wq_front(&e)) &&
-                   e.n_running < c->max_num_seqs) {
-                if (!try_admit(&e, r, t))
-                    break;
-                wq_pop(&e);
-                int k = r->target - r->computed;
-                if (k > budget)
-                    k = budget;
-                wk[nw++] = (work){r, k, 1, 0};
-                budget -= k;
-            }
-        }
+        int nw = build_step(&e, t);
         if (nw == 0) {
             if (next < n) {
                 t = order[next].t;
@@ -521,71 +642,12 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
         double in_use = e.used;
         if (in_use > out->peak_kv)
             out->peak_kv = in_use;
-        /* Price it. */
-        int ng = 0, n_slow = 0, pf_tok = 0;
-        for (int i = 0; i < nw; i++) {
-            rq *r = wk[i].r;
-            sfi_cost_group g;
-            memset(&g, 0, sizeof g);
-            g.count = 1;
-            g.n_new = wk[i].n;
-            g.context = r->computed + wk[i].n;
-            if (wk[i].prefill) {
-                g.prefill = 1;
-                g.last_chunk = r->computed + wk[i].n == r->target;
-                pf_tok += wk[i].n;
-            } else {
-                wk[i].slow = decide_slow(&e, r);
-                g.slow = wk[i].slow;
-                n_slow += g.slow;
-            }
-            if (ng > 0 && same_group(&grp[ng - 1], &g))
-                grp[ng - 1].count++;
-            else
-                grp[ng++] = g;
-        }
+        int pf_tok, n_slow;
         sfi_step_cost sc;
-        if ((st = sfi_cost_step_mix(&c->cost, grp, ng, &sc, err)))
+        if ((st = price_step(&e, nw, &pf_tok, &n_slow, &sc, err)))
             goto done;
         double t_end = t + sc.time_s;
-        /* Apply it. */
-        for (int i = 0; i < nw; i++) {
-            rq *r = wk[i].r;
-            sfi_serve_req_stats *rs = &out->req[r->id];
-            r->computed += wk[i].n;
-            if (wk[i].prefill) {
-                out->prefill_tokens += wk[i].n;
-                if (e.pool_owner == r->id) {
-                    int done_sh = r->computed < r->shared ? r->computed : r->shared;
-                    done_sh = done_sh / c->block_size * c->block_size;
-                    if (done_sh > e.pool_computed)
-                        e.pool_computed = done_sh;
-                    if (r->computed >= r->shared)
-                        e.pool_owner = -1;
-                }
-                if (r->computed < r->target)
-                    continue;
-                restart_trigger(&e, r);
-            } else {
-                rs->decode_steps++;
-                rs->slow_steps += wk[i].slow;
-                out->request_steps++;
-                out->slow_request_steps += wk[i].slow;
-            }
-            r->generated++;
-            if (rs->first_token < 0)
-                rs->first_token = t_end;
-            if (r->generated >= r->gen) {
-                rs->finish = t_end;
-                release(&e, r);
-                r->state = ST_DONE;
-                done_n++;
-            }
-        }
-        int k = 0;
-        for (int i = 0; i < e.n_running; i++)
-            if (e.running[i]->state == ST_RUNNING)
-                e.running[k++] = e.running[i];
+        done_n += apply_step(&e, nw, t_end);
         if (nw > out->peak_running)
             out->peak_running = nw;
         run_time += nw * sc.time_s;
@@ -596,7 +658,6 @@ sfi_status sfi_serve_run(const sfi_serve_config *c, const sfi_serve_request *req
                 goto done;
         }
         out->n_steps++;
-        e.n_running = k;
         t = t_end;
     }
     out->end = t;
@@ -606,8 +667,8 @@ done:
     free(e.rqs);
     free(e.running);
     free(e.wq);
-    free(wk);
-    free(grp);
+    free(e.wk);
+    free(e.grp);
     free(order);
     if (st)
         sfi_serve_result_free(out);

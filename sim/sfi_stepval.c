@@ -103,8 +103,15 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
             while (ci < SFI_SV_NCLASS && strcmp(k, class_names[ci]))
                 ci++;
             char msg[160];
+            if (!strcmp(k, "fast+sel") && m->sfi) {
+                /* deferred refresh (sfi-gpu's refresh_delay): a fast step
+                 * running a Selector behind it; not modelled */
+                m->deferred = 1;
+                continue;
+            }
             if (ci == SFI_SV_NCLASS) {
-                snprintf(msg, sizeof msg, "steps: unknown class '%.40s' (dense, slow, fast)", k);
+                snprintf(msg, sizeof msg,
+                         "steps: unknown class '%.40s' (dense, slow, fast, fast+sel)", k);
                 return bad(err, origin, i, msg);
             }
             if ((ci == SFI_SV_DENSE) == m->sfi) {
@@ -142,7 +149,9 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
     json_t *g = json_object_get(o, "gemm"), *pdl = json_object_get(o, "pdl"),
            *ov = json_object_get(o, "overlap"), *note = json_object_get(o, "note");
     const char *why = NULL;
-    if (g && (!json_is_string(g) || strcmp(json_string_value(g), "sfi")))
+    if (m->deferred)
+        why = "deferred refresh";
+    else if (g && (!json_is_string(g) || strcmp(json_string_value(g), "sfi")))
         why = "gemm cublas";
     else if (pdl && json_is_boolean(pdl) && json_is_true(pdl) != m->sfi)
         why = json_is_true(pdl) ? "pdl on" : "pdl off";

@@ -39,6 +39,7 @@ typedef struct {
     int sfi;         /* mode: 1 sfi, 0 dense */
     int dtype_bytes; /* 2 bf16, 4 f32 */
     int variant;     /* engine settings other than sfi-gpu run's defaults */
+    int deferred;    /* steps of class fast+sel (deferred refresh) were measured */
     char variant_why[64];
     char replay[512]; /* trace the run replayed ("" = none) */
     double tps;       /* decode tokens/s over the timed steps */

@@ -224,6 +224,18 @@ START_TEST(malformed_step_measurements_are_named)
         ck_assert_ptr_null(m);
         ck_assert_int_eq(n, 0);
     }
+    /* A deferred-refresh run (class fast+sel) is read and listed as a
+     * variant. */
+    const char *ok = "{\"step_measurements\":[{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\","
+                     "\"context\":8192,\"batch\":16,\"decode_tokens_per_s\":1,\"steps\":{"
+                     "\"fast+sel\":{\"mean_ms\":3},\"fast\":{\"mean_ms\":3}}}]}";
+    sfi_step_meas *okm = NULL;
+    size_t okn = 0;
+    sfi_error oke;
+    ck_assert_int_eq(sfi_step_meas_parse(ok, strlen(ok), "ok.json", &okm, &okn, &oke), SFI_OK);
+    ck_assert_int_eq(okn, 1);
+    ck_assert(okm[0].variant && okm[0].deferred && okm[0].cls[SFI_SV_FAST].have);
+    free(okm);
     /* The command names the file too and exits 1. */
     char *dir = sfi_test_tmpdir(), path[4096], cmd[8192];
     snprintf(path, sizeof path, "%s/bad.json", dir);
