@@ -40,7 +40,8 @@ static void usage(FILE *out)
             "tokens are prefilled once; then N tokens are fed one at a time, and at every\n"
             "step each layer's attention is restricted to the positions the policy chooses\n"
             "(real query, real keys). Reported per policy and budget: mean retained share,\n"
-            "NLL and perplexity of the N tokens, the NLL change against full KV with a\n"
+            "mean captured attention mass (the share of each query head's dense attention\n"
+            "on the positions it attended), NLL and perplexity of the N tokens, the NLL change against full KV with a\n"
             "bootstrap interval over tokens, top-1 agreement with full KV's argmax, KL from\n"
             "full KV's next-token distribution, and SFI's slow-step fraction.\n\n"
             "  -m, --model DIR        checkpoint directory (config.json + safetensors)\n"
@@ -164,8 +165,9 @@ static void print_table(const char *model, const char *src, const sfi_eval_opts 
             printf(" %d", r->kascade_anchors[i]);
         printf(" (plan of the last budget)\n");
     }
-    printf("\n%-9s %7s %6s %8s %8s %9s %9s %21s %6s %9s %6s %7s\n", "policy", "budget", "B",
-           "retained", "NLL", "PPL", "dNLL", "dNLL interval", "top-1", "KL", "slow", "sec");
+    printf("\n%-9s %7s %6s %8s %6s %8s %9s %9s %21s %6s %9s %6s %7s\n", "policy", "budget",
+           "B", "retained", "mass", "NLL", "PPL", "dNLL", "dNLL interval", "top-1", "KL", "slow",
+           "sec");
     for (int i = 0; i < r->n_rows; i++) {
         const sfi_eval_row *w = &r->rows[i];
         char ci[64], slow[16];
@@ -177,9 +179,9 @@ static void print_table(const char *model, const char *src, const sfi_eval_opts 
             snprintf(slow, sizeof slow, "%.3f", w->slow_fraction);
         else
             snprintf(slow, sizeof slow, "-");
-        printf("%-9s %6.1f%% %6d %7.2f%% %8.4f %9.3f %+9.4f %21s %6.3f %9.5f %6s %7.1f\n",
-               sfi_policy_kind_name(w->kind), pct(w->share), w->budget, pct(w->retained), w->nll,
-               w->ppl, w->dnll, ci, w->top1, w->kl, slow, w->seconds);
+        printf("%-9s %6.1f%% %6d %7.2f%% %6.4f %8.4f %9.3f %+9.4f %21s %6.3f %9.5f %6s %7.1f\n",
+               sfi_policy_kind_name(w->kind), pct(w->share), w->budget, pct(w->retained), w->mass,
+               w->nll, w->ppl, w->dnll, ci, w->top1, w->kl, slow, w->seconds);
     }
     /* Each proxy a peer had to use, once per policy. */
     int notes = 0;
@@ -198,12 +200,12 @@ static void print_table(const char *model, const char *src, const sfi_eval_opts 
 
 static void print_csv(const sfi_eval_result *r)
 {
-    printf("policy,share,budget,retained,nll,ppl,dnll,dnll_lo,dnll_hi,top1,kl,kl_max,"
+    printf("policy,share,budget,retained,mass,nll,ppl,dnll,dnll_lo,dnll_hi,top1,kl,kl_max,"
            "slow_fraction,seconds,full_nll,prefix,tokens\n");
     for (int i = 0; i < r->n_rows; i++) {
         const sfi_eval_row *w = &r->rows[i];
-        printf("%s,%.6g,%d,%.6f,%.6f,%.6f,%.6f,", sfi_policy_kind_name(w->kind), w->share,
-               w->budget, w->retained, w->nll, w->ppl, w->dnll);
+        printf("%s,%.6g,%d,%.6f,%.6f,%.6f,%.6f,%.6f,", sfi_policy_kind_name(w->kind), w->share,
+               w->budget, w->retained, w->mass, w->nll, w->ppl, w->dnll);
         if (isnan(w->dnll_lo))
             printf(",,");
         else
@@ -240,6 +242,7 @@ static int print_json(const char *model, const char *src, const sfi_eval_opts *o
         json_object_set_new(x, "share", json_real(w->share));
         json_object_set_new(x, "budget", json_integer(w->budget));
         json_object_set_new(x, "retained", json_real(w->retained));
+        json_object_set_new(x, "mass", json_real(w->mass));
         json_object_set_new(x, "nll", json_real(w->nll));
         json_object_set_new(x, "ppl", json_real(w->ppl));
         json_object_set_new(x, "dnll", json_real(w->dnll));

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sfi_attention.h"
 #include "sfi_decode.h"
 #include "sfi_math.h"
 #include "sfi_state.h"
@@ -150,6 +151,11 @@ typedef struct {
     double *nll, *kl;      /* [N] */
     uint8_t *agree;        /* [N] */
     int64_t attended, attend_den;
+    double mass, mass_den;  /* captured attention mass, sum and count */
+    float *att_lg;          /* [group][cap]: logits of the mass pass */
+    int32_t *sfi_sel;       /* [layers][kv heads][cap]: SFI's latest Selector sets */
+    int *sfi_nsel;          /* [layers][kv heads] */
+    int sfi_recent;         /* SFI's n_recent at this budget */
     int n_slow;
     sfi_error *err;
 } ectx;
@@ -254,6 +260,53 @@ static sfi_status run_full(ectx *e)
 }
 
 /* ---------------------------------------------------------------- */
+/* Captured attention mass                                            */
+
+/* Adds, for each query head, the share of its dense attention over the
+ * n_ctx positions that falls on its KV head's set ix[kvh][0..nn[kvh])
+ * (ascending, distinct); sets NULL: every position (mass 1). */
+static void mass_add(ectx *e, int layer, const float *q, const sfi_kv_cache *kv, int n_ctx,
+                     const int32_t *const *ix, const int *nn)
+{
+    if (!ix) {
+        e->mass += e->nh;
+        e->mass_den += e->nh;
+        return;
+    }
+    int G = e->nh / e->nkv, hd = e->hd, ld = e->nkv * hd;
+    const float *K = sfi_kv_k(kv, layer);
+    float scale = sfi_attn_scale(hd);
+    float *lg = e->att_lg;
+    for (int g = 0; g < e->nkv; g++) {
+#ifdef SFI_HAVE_OPENBLAS
+        if (e->o->backend == SFI_BACKEND_BLAS) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, n_ctx, hd, scale,
+                        q + (size_t)g * G * hd, hd, K + (size_t)g * hd, ld, 0.0f, lg, n_ctx);
+        } else
+#endif
+        {
+            for (int i = 0; i < G; i++)
+                for (int j = 0; j < n_ctx; j++)
+                    lg[(size_t)i * n_ctx + j] =
+                        sfi_dot(q + ((size_t)g * G + i) * hd, K + (size_t)j * ld + (size_t)g * hd,
+                                (size_t)hd) *
+                        scale;
+        }
+        for (int i = 0; i < G; i++) {
+            const float *l = lg + (size_t)i * n_ctx;
+            float mx = sfi_max(l, (size_t)n_ctx);
+            double all = 0.0, in = 0.0;
+            for (int j = 0; j < n_ctx; j++)
+                all += (double)sfi_expf(l[j] - mx);
+            for (int t = 0; t < nn[g]; t++)
+                in += (double)sfi_expf(l[ix[g][t]] - mx);
+            e->mass += in / all;
+        }
+    }
+    e->mass_den += e->nh;
+}
+
+/* ---------------------------------------------------------------- */
 /* SFI through the decode loop                                        */
 
 static sfi_status sfi_on_step(void *user, const sfi_decode_step_info *si, sfi_error *err)
@@ -267,6 +320,60 @@ static sfi_status sfi_on_step(void *user, const sfi_decode_step_info *si, sfi_er
     e->attend_den += (int64_t)si->n_ctx * e->nkv * e->nl;
     if (si->kind == SFI_STEP_SLOW)
         e->n_slow++;
+    return SFI_OK;
+}
+
+/* SFI's sets as the decode loop's fast steps read them
+ * (sfi_state_fast_set): sink, the latest Selector set, recent. */
+static sfi_status sfi_on_slow_layer(void *user, const sfi_decode_slow_layer_info *si,
+                                    sfi_error *err)
+{
+    (void)err;
+    ectx *e = user;
+    for (int h = 0; h < e->nkv; h++) {
+        size_t at = (size_t)si->layer * e->nkv + (size_t)h;
+        memcpy(e->sfi_sel + at * e->cap, si->selected + (size_t)h * si->K,
+               sizeof(int32_t) * (size_t)si->n_selected[h]);
+        e->sfi_nsel[at] = si->n_selected[h];
+    }
+    return SFI_OK;
+}
+
+static sfi_status sfi_on_attention(void *user, const sfi_decode_attention_info *ai,
+                                   sfi_error *err)
+{
+    (void)err;
+    ectx *e = user;
+    if (ai->step < 1)
+        return SFI_OK;
+    int n = ai->n_ctx, G = e->nh / e->nkv;
+    if (ai->kind == SFI_STEP_SLOW) {
+        e->mass += e->nh;
+        e->mass_den += e->nh;
+        return SFI_OK;
+    }
+    int a = e->o->cfg.prm.n_sink < n ? e->o->cfg.prm.n_sink : n;
+    int b = n - e->sfi_recent;
+    if (b < a)
+        b = a;
+    for (int h = 0; h < e->nh; h++) {
+        const float *p = ai->probs + (size_t)h * n;
+        size_t at = (size_t)ai->layer * e->nkv + (size_t)(h / G);
+        const int32_t *sel = e->sfi_sel + at * e->cap;
+        double s = 0.0;
+        for (int j = 0; j < a; j++)
+            s += p[j];
+        int32_t last = a - 1;
+        for (int i = 0; i < e->sfi_nsel[at]; i++)
+            if (sel[i] > last && sel[i] < b) {
+                s += p[sel[i]];
+                last = sel[i];
+            }
+        for (int j = b; j < n; j++)
+            s += p[j];
+        e->mass += s;
+    }
+    e->mass_den += e->nh;
     return SFI_OK;
 }
 
@@ -286,7 +393,13 @@ static sfi_status run_sfi(ectx *e, sfi_policy_kind kind, int B)
     o.backend = e->o->backend;
     o.forced = e->tok + e->L;
     o.n_forced = e->N;
-    sfi_decode_observer obs = {.user = e, .on_step = sfi_on_step};
+    e->sfi_recent = o.params.n_recent;
+    memset(e->sfi_nsel, 0, sizeof(int) * (size_t)e->nl * e->nkv);
+    sfi_decode_observer obs = {.user = e,
+                               .want_attention = 1,
+                               .on_step = sfi_on_step,
+                               .on_slow_layer = sfi_on_slow_layer,
+                               .on_attention = sfi_on_attention};
     sfi_decode_result res;
     sfi_status rc = sfi_decode_run_prefix(e->m, &o, &e->pre, &obs, &res, e->err);
     if (rc == SFI_OK)
@@ -445,6 +558,7 @@ static sfi_status peer_attend(void *user, int layer, const float *q, const sfi_k
         nn[h] = n_idx[h] ? n_idx[h] : 1;
     }
     e->attend_den += (int64_t)n_ctx * nkv;
+    mass_add(e, layer, q, kv, n_ctx, all ? NULL : ix, nn);
     if (all)
         return sfi_qwen3_attn_dense(e->m, e->o->backend, layer, q, kv, n_ctx, out, NULL, err);
     if ((rc = sfi_qwen3_attn_sparse(e->m, e->o->backend, layer, q, kv, n_ctx, ix, nn, out, err)))
@@ -590,8 +704,12 @@ static sfi_status worker_init(ectx *w, const ectx *parent, sfi_error *err)
     w->nll = malloc(sizeof(double) * N);
     w->kl = malloc(sizeof(double) * N);
     w->agree = malloc(N);
+    w->att_lg = malloc(sizeof(float) * (size_t)(w->nh / w->nkv) * (size_t)w->cap);
+    w->sfi_sel = malloc(sizeof(int32_t) * (size_t)w->nl * w->nkv * (size_t)w->cap);
+    w->sfi_nsel = calloc((size_t)w->nl * w->nkv, sizeof(int));
     w->err = err;
-    if (!w->logits || !w->lp || !w->nll || !w->kl || !w->agree)
+    if (!w->logits || !w->lp || !w->nll || !w->kl || !w->agree || !w->att_lg || !w->sfi_sel ||
+        !w->sfi_nsel)
         return sfi_error_set(err, SFI_ENOMEM, "eval: out of memory");
     return sfi_kv_cache_init(&w->work, w->c, w->cap, err);
 }
@@ -599,6 +717,9 @@ static sfi_status worker_init(ectx *w, const ectx *parent, sfi_error *err)
 static void worker_free(ectx *w)
 {
     sfi_kv_cache_free(&w->work);
+    free(w->att_lg);
+    free(w->sfi_sel);
+    free(w->sfi_nsel);
     free(w->logits);
     free(w->lp);
     free(w->nll);
@@ -623,6 +744,7 @@ static sfi_status run_job(ectx *w, const double *full_nll, double full_mean, sfi
 {
     const sfi_eval_opts *o = w->o;
     w->attended = w->attend_den = 0;
+    w->mass = w->mass_den = 0.0;
     w->n_slow = 0;
     double r0 = now_s(), rc0 = thread_cpu_s();
     sfi_status rc = sfi_policy_has_slow_steps(r->kind) ? run_sfi(w, r->kind, r->budget)
@@ -649,6 +771,7 @@ static sfi_status run_job(ectx *w, const double *full_nll, double full_mean, sfi
     r->kl_max = kmax;
     r->top1 = (double)agree / w->N;
     r->retained = w->attend_den ? (double)w->attended / (double)w->attend_den : 1.0;
+    r->mass = w->mass_den > 0.0 ? w->mass / w->mass_den : 1.0;
     r->slow_fraction = sfi_policy_has_slow_steps(r->kind) ? (double)w->n_slow / w->N : -1.0;
     return bootstrap(delta, w->N, o->n_boot, o->conf, o->seed, &r->dnll_lo, &r->dnll_hi,
                      w->err);
@@ -685,10 +808,10 @@ static void *worker(void *arg)
         if (!rc && w.o->progress) {
             pthread_mutex_lock(&J->mu);
             fprintf(w.o->progress,
-                    "eval: %-9s budget %5.1f%% (B %d): retained %.4f, NLL %.4f (%+.4f), "
-                    "KL %.5f, top-1 %.3f (%.1f s)\n",
+                    "eval: %-9s budget %5.1f%% (B %d): retained %.4f, mass %.4f, NLL %.4f "
+                    "(%+.4f), KL %.5f, top-1 %.3f (%.1f s)\n",
                     sfi_policy_kind_name(r->kind), 100.0 * r->share, r->budget, r->retained,
-                    r->nll, r->dnll, r->kl, r->top1, r->seconds);
+                    r->mass, r->nll, r->dnll, r->kl, r->top1, r->seconds);
             fflush(w.o->progress);
             pthread_mutex_unlock(&J->mu);
         }

@@ -27,6 +27,16 @@
  * sfi_eval_sfi_split's. A step that is dense (full KV, SFI's slow steps,
  * Kascade's layer 0) attends to every position: the mean retained share
  * reports what each policy really read.
+ *
+ * Captured mass: at every scored step and layer, each query head's dense
+ * softmax over the whole context (the step's real query and keys) summed
+ * over the positions its KV head attended; 1 where the step attended
+ * densely. It checks the selection (the oracle's top-B of the pooled
+ * attention captures the most of any set of B positions), but it is not
+ * the output error: renormalising over a high-scoring subset of a nearly
+ * flat attention (the small model's layer 0) biases the output towards
+ * those positions' values, so a policy with less mass can be closer to full
+ * KV (see sfi-ref-eval(1)).
  */
 #ifndef SFI_EVAL_H
 #define SFI_EVAL_H
@@ -87,6 +97,9 @@ typedef struct {
     double share;               /* requested */
     int budget;                 /* B */
     double retained;            /* mean over steps, layers, KV heads of |set| / n_ctx */
+    double mass;                /* captured attention: mean over steps, layers and query
+                                   heads of the step's dense attention mass that falls on
+                                   the positions the head attended (1 at a dense step) */
     double nll, ppl;            /* mean NLL (nats) of the N tokens, exp(nll) */
     double dnll;                /* nll - full KV's */
     double dnll_lo, dnll_hi;    /* bootstrap percentile interval of dnll over tokens */

@@ -77,6 +77,10 @@ START_TEST(full_budget_is_full_kv)
                               models[mi], be ? "blas" : "scalar", sfi_policy_kind_name(w->kind),
                               w->nll, r.full_nll, w->kl, w->top1, w->retained);
                 ck_assert_int_eq(w->budget, 210);
+                /* every position read: all of the attention captured (SFI's
+                 * sum of float probabilities within rounding) */
+                ck_assert_msg(fabs(w->mass - 1.0) < 1e-5, "%s: mass %.9f at 100%%",
+                              sfi_policy_kind_name(w->kind), w->mass);
             }
             /* the number of parallel runs changes nothing */
             sfi_eval_opts o1 = o;
@@ -127,7 +131,7 @@ START_TEST(oracle_kl_lowest)
         int32_t *ids = text_ids(241);
         sfi_eval_result r;
         ck_assert_msg(sfi_eval_run(m, &o, ids, 241, &r, &e) == SFI_OK, "%s", e.msg);
-        double prev = INFINITY;
+        double prev = INFINITY, prev_mass = 0.0;
         for (int b = 0; b < o.n_shares; b++) {
             const sfi_eval_row *orc = NULL;
             for (int i = 0; i < r.n_rows; i++)
@@ -136,6 +140,11 @@ START_TEST(oracle_kl_lowest)
             ck_assert_ptr_nonnull(orc);
             ck_assert(orc->kl > 0.0 && orc->kl < prev);
             prev = orc->kl;
+            /* the oracle's sets are the top-B of the pooled attention: more
+             * positions capture more of it */
+            ck_assert_msg(orc->mass > prev_mass && orc->mass < 1.0, "oracle mass %.6f after %.6f",
+                          orc->mass, prev_mass);
+            prev_mass = orc->mass;
             int compared = 0;
             for (int i = 0; i < r.n_rows; i++) {
                 const sfi_eval_row *w = &r.rows[i];
@@ -150,13 +159,19 @@ START_TEST(oracle_kl_lowest)
                     continue;
                 }
                 compared++;
+                /* no set of at most B positions per KV head captures more of
+                 * the pooled attention than its top-B (mean over the group's
+                 * query heads = the pooled mass) */
+                ck_assert_msg(orc->mass >= w->mass - 1e-6,
+                              "%s at %g: oracle mass %.6f < %s's %.6f", models[mi], o.shares[b],
+                              orc->mass, sfi_policy_kind_name(w->kind), w->mass);
                 ck_assert_msg(orc->kl < w->kl, "%s at %g: oracle KL %.6f >= %s's %.6f",
                               models[mi], o.shares[b], orc->kl, sfi_policy_kind_name(w->kind),
                               w->kl);
             }
             ck_assert_int_ge(compared, 4);
-            printf("%s %4.0f%%: oracle KL %.5f lowest of %d at its budget\n", models[mi],
-                   100 * o.shares[b], orc->kl, compared + 1);
+            printf("%s %4.0f%%: oracle KL %.5f lowest and mass %.4f highest of %d at its "
+                   "budget\n", models[mi], 100 * o.shares[b], orc->kl, orc->mass, compared + 1);
         }
         sfi_eval_result_free(&r);
         free(ids);
@@ -282,6 +297,122 @@ START_TEST(hand_made_sets)
 }
 END_TEST
 
+/* The oracle's and StreamingLLM's sets through the harness's interface on
+ * random GQA steps (2 layers, 2 KV heads of 3 query heads each, head_dim
+ * 8), checked against a brute force in double: per KV head, each set
+ * holds min(B, n) distinct ascending positions in [0, n); every oracle
+ * position has a pooled probability (mean of the group's softmaxes) at
+ * least that of every position left out; so the oracle's captured pooled
+ * mass is at least StreamingLLM's (sink + recent) at every budget, and
+ * grows with it. Layers take their own keys (no stale set of the other
+ * layer or KV head). A selection bug that mixes positions and indices,
+ * KV heads and query heads, or layers fails here. */
+static double pooled_prob(const float *q, const float *k, int n, int nkv, int G, int hd, int kvh,
+                          int j)
+{
+    double p = 0.0;
+    for (int g = 0; g < G; g++) {
+        const float *qh = q + (size_t)(kvh * G + g) * hd;
+        double lg[64], mx = -INFINITY, z = 0.0;
+        for (int i = 0; i < n; i++) {
+            double d = 0.0;
+            for (int c = 0; c < hd; c++)
+                d += (double)qh[c] * k[((size_t)i * nkv + kvh) * hd + c];
+            lg[i] = d / sqrt((double)hd);
+            if (lg[i] > mx)
+                mx = lg[i];
+        }
+        for (int i = 0; i < n; i++)
+            z += exp(lg[i] - mx);
+        p += exp(lg[j] - mx) / z / G;
+    }
+    return p;
+}
+
+START_TEST(oracle_sets_top_mass)
+{
+    enum { NL = 2, NKV = 2, G = 3, HD = 8, N = 40 };
+    sfi_policy_config cfg;
+    sfi_policy_config_default(&cfg);
+    sfi_error e;
+    ck_assert_int_eq(sfi_policy_config_set(&cfg, "n_sink=2", &e), SFI_OK);
+    sfi_eval_policy *orc, *str;
+    ck_assert_int_eq(
+        sfi_eval_policy_create(SFI_POLICY_ORACLE, &cfg, NL, NKV * G, NKV, HD, N, NULL, &orc, &e),
+        SFI_OK);
+    ck_assert_int_eq(sfi_eval_policy_create(SFI_POLICY_STREAMING, &cfg, NL, NKV * G, NKV, HD, N,
+                                            NULL, &str, &e),
+                     SFI_OK);
+    static float q[NL][NKV * G * HD], k[NL][N * NKV * HD];
+    uint32_t seed = 7;
+    int checked = 0;
+    for (int step = 1; step <= 3; step++) {
+        int n = N - 3 + step;
+        for (int l = 0; l < NL; l++) {
+            /* sharper keys in layer 1, a few strong positions in each */
+            for (int i = 0; i < NKV * G * HD; i++) {
+                seed = seed * 1103515245u + 12345u;
+                q[l][i] = (float)((seed >> 16) % 2001) / 1000.0f - 1.0f;
+            }
+            for (int i = 0; i < n * NKV * HD; i++) {
+                seed = seed * 1103515245u + 12345u;
+                k[l][i] = ((float)((seed >> 16) % 2001) / 1000.0f - 1.0f) * (l ? 3.0f : 1.0f);
+            }
+        }
+        double prev[NL][NKV] = {{0}};
+        for (int B = 1; B <= n; B++) {
+            for (int l = 0; l < NL; l++) {
+                const int32_t *io, *is;
+                const int *no, *ns;
+                sfi_eval_layer_step ls = {.layer = l, .step = step, .n_ctx = n, .budget = B,
+                                          .q = q[l], .k = k[l]};
+                ck_assert_msg(sfi_eval_policy_sets(orc, &ls, &io, &no, &e) == SFI_OK, "%s", e.msg);
+                ck_assert_msg(sfi_eval_policy_sets(str, &ls, &is, &ns, &e) == SFI_OK, "%s", e.msg);
+                for (int h = 0; h < NKV; h++) {
+                    const int32_t *so = io + (size_t)h * N, *ss = is + (size_t)h * N;
+                    ck_assert_int_eq(no[h], B);
+                    ck_assert_int_eq(ns[h], B);
+                    char in[N] = {0};
+                    double mo = 0.0, ms = 0.0, min_in = INFINITY, max_out = -INFINITY;
+                    for (int i = 0; i < B; i++) {
+                        ck_assert(so[i] >= 0 && so[i] < n && (i == 0 || so[i] > so[i - 1]));
+                        in[so[i]] = 1;
+                        double p = pooled_prob(q[l], k[l], n, NKV, G, HD, h, so[i]);
+                        mo += p;
+                        if (p < min_in)
+                            min_in = p;
+                        /* streaming: sink {0, 1} then the most recent */
+                        int want = i < (B < 2 ? B : 2) ? i : n - B + i;
+                        ck_assert_msg(ss[i] == want, "streaming B %d: [%d] = %d, want %d", B, i,
+                                      (int)ss[i], want);
+                        ms += pooled_prob(q[l], k[l], n, NKV, G, HD, h, ss[i]);
+                    }
+                    for (int j = 0; j < n; j++)
+                        if (!in[j]) {
+                            double p = pooled_prob(q[l], k[l], n, NKV, G, HD, h, j);
+                            if (p > max_out)
+                                max_out = p;
+                        }
+                    ck_assert_msg(B == n || min_in >= max_out - 1e-6,
+                                  "layer %d KV head %d B %d: a position left out has %.8f > "
+                                  "%.8f in the set", l, h, B, max_out, min_in);
+                    ck_assert_msg(mo >= ms - 1e-6, "layer %d KV head %d B %d: oracle mass %.6f "
+                                  "< streaming's %.6f", l, h, B, mo, ms);
+                    ck_assert_msg(mo >= prev[l][h] - 1e-9, "layer %d KV head %d: oracle mass "
+                                  "%.6f at B %d < %.6f at B - 1", l, h, mo, B, prev[l][h]);
+                    prev[l][h] = mo;
+                    checked++;
+                }
+            }
+        }
+    }
+    printf("oracle: top-B of the pooled attention, mass >= streaming's, on %d random GQA "
+           "sets\n", checked);
+    sfi_eval_policy_free(orc);
+    sfi_eval_policy_free(str);
+}
+END_TEST
+
 START_TEST(budgets_split_and_bootstrap)
 {
     sfi_eval_opts o;
@@ -380,11 +511,12 @@ START_TEST(cli_eval)
              ids_path, common);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 0);
     ck_assert_str_eq(err, "");
-    ck_assert_ptr_nonnull(strstr(out, "policy,share,budget,retained,nll"));
+    ck_assert_ptr_nonnull(strstr(out, "policy,share,budget,retained,mass,nll"));
     json_t *w0 = json_array_get(rows, 0);
     char line[256];
-    snprintf(line, sizeof line, "\noracle,0.1,16,%.6f,%.6f,",
+    snprintf(line, sizeof line, "\noracle,0.1,16,%.6f,%.6f,%.6f,",
              json_real_value(json_object_get(w0, "retained")),
+             json_real_value(json_object_get(w0, "mass")),
              json_real_value(json_object_get(w0, "nll")));
     ck_assert_msg(strstr(out, line) != NULL, "%s not in\n%s", line, out);
     free(out);
@@ -469,6 +601,7 @@ int main(void)
     tcase_add_test(tc, full_budget_is_full_kv);
     tcase_add_test(tc, oracle_kl_lowest);
     tcase_add_test(tc, hand_made_sets);
+    tcase_add_test(tc, oracle_sets_top_mass);
     tcase_add_test(tc, budgets_split_and_bootstrap);
     tcase_add_test(tc, cli_eval);
     suite_add_tcase(s, tc);
