@@ -61,24 +61,24 @@ typedef struct {
 void sfi_cost_setup_init(sfi_cost_setup *s);
 /* Checks the setup (positive sizes, K <= candidates, TP dividing the query
  * heads, ...). */
-sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err);
 
 typedef struct {
-    double time_s;        /* step latency */
-    double hbm_bytes;     /* HBM bytes moved on one GPU */
-    double kv_bytes;      /* of which KV (and logits/selector traffic) */
-    double weight_bytes;  /* of which weights */
-    double flops;         /* on one GPU */
-    double side_s;        /* Selector + Top-K + reorg stream time */
-    double exposed_s;     /* part of side_s (plus contention) not hidden */
-    double comm_s;        /* all-reduce time */
-    int launches;         /* kernels launched */
+    double time_s;       /* step latency */
+    double hbm_bytes;    /* HBM bytes moved on one GPU */
+    double kv_bytes;     /* of which KV (and logits/selector traffic) */
+    double weight_bytes; /* of which weights */
+    double flops;        /* on one GPU */
+    double side_s;       /* Selector + Top-K + reorg stream time */
+    double exposed_s;    /* part of side_s (plus contention) not hidden */
+    double comm_s;       /* all-reduce time */
+    int launches;        /* kernels launched */
 } sfi_step_cost;
 
 /* Cost of one batch step in which n_slow of the batch's requests take a
  * slow step (ignored by policies without slow steps). */
-sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out,
-                         sfi_error *err);
+SFI_NODISCARD sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out,
+                                       sfi_error *err);
 
 /* A group of requests alike in one step of a mixed batch (continuous
  * batching: every request at its own context, prefill chunks beside
@@ -102,8 +102,8 @@ typedef struct {
  * request_overhead is paid per request. sfi_cost_step is the uniform case
  * (one context, n_slow slow requests). The setup's context and batch are
  * ignored; its other fields are checked as sfi_cost_validate does. */
-sfi_status sfi_cost_step_mix(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
-                             sfi_step_cost *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_cost_step_mix(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
+                                           sfi_step_cost *out, sfi_error *err);
 
 /* ---- Terms, exposed for tests and the validate command ---- */
 
@@ -136,8 +136,8 @@ double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes);
  * "attn_sparse" (the setup's context = the positions read), "selector",
  * "topk", "reorg", "selector_reorg" (the three, serially). SFI_ENOTFOUND
  * for other names. */
-sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, double *time_s,
-                                   sfi_error *err);
+SFI_NODISCARD sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel,
+                                                 double *time_s, sfi_error *err);
 
 /* Predicted time of `layers` layers of a slow step with attention only on
  * the main stream (as the GPU benchmark's two-stream test runs it), the
@@ -145,16 +145,16 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
  * "slow_step_serial" (Selector + Top-K + reorg after each layer's attention
  * on one stream), "slow_step_overlap" (on a second stream, the model's
  * overlap with contention). SFI_ENOTFOUND for other names. */
-sfi_status sfi_cost_pipeline_predict(const sfi_cost_setup *s, const char *kind, int layers,
-                                     double *time_s, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_cost_pipeline_predict(const sfi_cost_setup *s, const char *kind,
+                                                   int layers, double *time_s, sfi_error *err);
 
 /* Memory on one GPU. */
 typedef struct {
-    double weights;       /* bytes of weights (/tp) */
-    double kv_per_request;/* KV cache + compact buffers + policy tables */
-    double scratch;       /* batch-independent scratch (Selector ring) */
-    double usable;        /* capacity * SFI_COST_USABLE_HBM */
-    int max_batch;        /* largest batch that fits (0: not even one) */
+    double weights;        /* bytes of weights (/tp) */
+    double kv_per_request; /* KV cache + compact buffers + policy tables */
+    double scratch;        /* batch-independent scratch (Selector ring) */
+    double usable;         /* capacity * SFI_COST_USABLE_HBM */
+    int max_batch;         /* largest batch that fits (0: not even one) */
 } sfi_cost_memory;
 
 /* Bytes one request holds on one GPU at the setup's context: KV cache
@@ -167,6 +167,7 @@ double sfi_cost_request_bytes(const sfi_cost_setup *s);
 /* Fraction of HBM the model lets weights + KV + buffers use (the rest is
  * the runtime, activations and fragmentation). */
 #define SFI_COST_USABLE_HBM 0.90
-sfi_status sfi_cost_memory_of(const sfi_cost_setup *s, sfi_cost_memory *m, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_cost_memory_of(const sfi_cost_setup *s, sfi_cost_memory *m,
+                                            sfi_error *err);
 
 #endif

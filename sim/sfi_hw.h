@@ -147,14 +147,14 @@ typedef struct {
 /* Built-in GPUs. Lookup is case-insensitive; "H100" also names H100-SXM. */
 size_t sfi_gpu_preset_count(void);
 const sfi_gpu *sfi_gpu_preset_at(size_t i);
-sfi_status sfi_gpu_preset(const char *name, sfi_gpu *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_gpu_preset(const char *name, sfi_gpu *out, sfi_error *err);
 /* Parses a GPU JSON text (origin names it in messages) / reads a file. */
-sfi_status sfi_gpu_parse(const char *json, size_t len, const char *origin, sfi_gpu *out,
-                         sfi_error *err);
-sfi_status sfi_gpu_load(const char *path, sfi_gpu *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_gpu_parse(const char *json, size_t len, const char *origin,
+                                       sfi_gpu *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_gpu_load(const char *path, sfi_gpu *out, sfi_error *err);
 /* A preset name, else a path to a GPU file. */
-sfi_status sfi_gpu_resolve(const char *name_or_path, sfi_gpu *out, sfi_error *err);
-sfi_status sfi_gpu_validate(const sfi_gpu *g, const char *origin, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_gpu_resolve(const char *name_or_path, sfi_gpu *out, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_gpu_validate(const sfi_gpu *g, const char *origin, sfi_error *err);
 
 /* The documented default profile (sim/profiles/default.json holds the same
  * numbers; a test keeps them equal). */
@@ -162,10 +162,11 @@ void sfi_hw_profile_default(sfi_hw_profile *p);
 /* Parses/reads a profile; starts from the default so missing keys keep
  * their defaults. With meas != NULL, the measurements are returned in a
  * malloc'd array (*meas, *n_meas; free() it). */
-sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin,
-                                sfi_hw_profile *out, sfi_hw_measurement **meas, size_t *n_meas,
-                                sfi_error *err);
-sfi_status sfi_hw_profile_load(const char *path, sfi_hw_profile *out, sfi_hw_measurement **meas,
-                               size_t *n_meas, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin,
+                                              sfi_hw_profile *out, sfi_hw_measurement **meas,
+                                              size_t *n_meas, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_hw_profile_load(const char *path, sfi_hw_profile *out,
+                                             sfi_hw_measurement **meas, size_t *n_meas,
+                                             sfi_error *err);
 
 #endif

@@ -41,14 +41,15 @@ void sfi_params_default(sfi_params *p);
 /* Applies one "key=value" (origin names where it came from, e.g. "--param"
  * or "file.conf:3", for the message). Unknown keys, unparsable or
  * out-of-range values are errors and leave *p unchanged. */
-sfi_status sfi_params_set(sfi_params *p, const char *key_value, const char *origin, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_params_set(sfi_params *p, const char *key_value, const char *origin,
+                                        sfi_error *err);
 
 /* Applies a file of "key=value" lines; '#' starts a comment, blank lines
  * are ignored. Errors name the file and line. */
-sfi_status sfi_params_load_file(sfi_params *p, const char *path, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_params_load_file(sfi_params *p, const char *path, sfi_error *err);
 
 /* Checks ranges and cross-field constraints (e.g. K >= 1). */
-sfi_status sfi_params_validate(const sfi_params *p, sfi_error *err);
+SFI_NODISCARD sfi_status sfi_params_validate(const sfi_params *p, sfi_error *err);
 
 /* A JSON object of every field (malloc'd; caller frees). NULL on ENOMEM. */
 char *sfi_params_to_json(const sfi_params *p);
@@ -57,8 +58,8 @@ char *sfi_params_to_json(const sfi_params *p);
  * form) with the ranges of sfi_params_set, then sfi_params_validate. Keys
  * that are not parameters are ignored (other producers may add theirs);
  * anything else wrong is an error naming origin and leaves *p unchanged. */
-sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *origin,
-                                sfi_error *err);
+SFI_NODISCARD sfi_status sfi_params_from_json(sfi_params *p, const char *json, const char *origin,
+                                              sfi_error *err);
 
 /* Number of keys and the i-th key's name and description, for --help. */
 size_t sfi_params_key_count(void);

@@ -150,15 +150,15 @@ START_TEST(slow_step_terms)
     s.prof.fixed_s[SFI_KC_ATTN_SPARSE] = 0;
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "step_fast", &t, &e), SFI_ENOTFOUND);
     double sel, topk, reorg, all;
-    sfi_cost_kernel_predict(&s, "selector", &sel, &e);
-    sfi_cost_kernel_predict(&s, "topk", &topk, &e);
-    sfi_cost_kernel_predict(&s, "reorg", &reorg, &e);
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "selector", &sel, &e), SFI_OK);
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "topk", &topk, &e), SFI_OK);
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "reorg", &reorg, &e), SFI_OK);
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "selector_reorg", &all, &e), SFI_OK);
     ck_assert(close_rel(all, sel + topk + reorg, 1e-12));
     /* Two-stream pipeline of 28 layers: serial = 28 (attn + side); with
      * overlap, between attention alone and serial. */
     double dense, al, ser, ov;
-    sfi_cost_kernel_predict(&s, "attn_dense", &dense, &e);
+    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense", &dense, &e), SFI_OK);
     ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "attn_layers", 28, &al, &e), SFI_OK);
     ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "slow_step_serial", 28, &ser, &e), SFI_OK);
     ck_assert_int_eq(sfi_cost_pipeline_predict(&s, "slow_step_overlap", 28, &ov, &e), SFI_OK);
