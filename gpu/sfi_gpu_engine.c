@@ -1439,11 +1439,27 @@ static sfi_status observe_selected(sfi_gpu_engine *e, const sfi_gpu_observer *ob
     return SFI_OK;
 }
 
-sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
-                              const sfi_gpu_observer *obs, int time_steps, sfi_gpu_run_result *res,
-                              sfi_error *err)
+/* sfi_gpu_engine_run's phases. Their CUDA errors read as the run's always
+ * have: "CUDA: call: reason", without CK's source line; RUN_TRY passes a
+ * failed call's status on. */
+#define RUN_CK(x)                                                                                  \
+    do {                                                                                           \
+        cudaError_t ce_ = (cudaError_t)(x);                                                        \
+        if (ce_ != cudaSuccess)                                                                    \
+            return sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));       \
+    } while (0)
+#define RUN_TRY(x)                                                                                 \
+    do {                                                                                           \
+        sfi_status rc_ = (x);                                                                      \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+/* Checks the batch against the engine; *forced: whether the requests are
+ * replayed (all or none may be). */
+static sfi_status check_requests(const sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
+                                 int *forced_out, sfi_error *err)
 {
-    memset(res, 0, sizeof *res);
     const int max_new = e->o.max_new;
     if (B < 1 || B > e->o.max_batch)
         return sfi_error_set(err, SFI_ERANGE, "batch %d: the engine was made for 1..%d", B,
@@ -1479,207 +1495,199 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
     for (int b = 1; b < B; b++)
         if ((rq[b].force != NULL) != forced)
             return sfi_error_set(err, SFI_EINVAL, "either every request is replayed or none");
-    res->batch = B;
-    res->max_new = max_new;
-    size_t nn = (size_t)B * max_new;
-    res->ids = calloc(nn, sizeof(int32_t));
-    res->kinds = calloc(nn, 1);
-    res->reasons = calloc(nn, 1);
-    res->n_generated = calloc((size_t)B, sizeof(int));
-    res->n_slow = calloc((size_t)B, sizeof(int));
-    res->step_ms = calloc((size_t)max_new, sizeof(float));
-    int32_t *hk = malloc(nn * 4), *ht = malloc(nn * 4);
-    float *lg = obs ? malloc((size_t)B * e->V * 4) : NULL;
-    int32_t *selbuf = obs ? malloc((size_t)e->nkv * e->o.params.K * 4) : NULL;
-    cudaEvent_t *ev = time_steps ? calloc((size_t)max_new, sizeof(cudaEvent_t)) : NULL;
-    sfi_status rc = SFI_OK;
-    if (!res->ids || !res->kinds || !res->reasons || !res->n_generated || !res->n_slow ||
-        !res->step_ms || !hk || !ht || (obs && (!lg || !selbuf)) || (time_steps && !ev)) {
-        rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
-        goto out;
+    *forced_out = forced;
+    return SFI_OK;
+}
+
+/* The run state on the device, the forced tokens, the plan and the
+ * grid-sizing descriptor. nn = B * max_new. */
+static sfi_status setup_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B, int forced,
+                            size_t nn, sfi_error *err)
+{
+    const int max_new = e->o.max_new;
+    sfi_gpu_run_state s0;
+    memset(&s0, 0, sizeof s0);
+    for (int b = 0; b < B; b++) {
+        s0.ctx[b] = rq[b].n_prompt;
+        s0.active[b] = max_new > 1;
+        s0.installed[b] = -1;
+        if (e->o.sfi) { /* the prefill's selection: |selected| = min(K, |J|) */
+            int jb, je;
+            sfi_state_candidates(&e->o.params, rq[b].n_prompt, &jb, &je);
+            s0.kout[b] = je > jb ? (e->o.params.K < je - jb ? e->o.params.K : je - jb) : 0;
+        }
     }
-#define RTRY(x)                                                                                    \
-    do {                                                                                           \
-        if ((rc = (x)))                                                                            \
-            goto out;                                                                              \
-    } while (0)
-#define RCK(x)                                                                                     \
-    do {                                                                                           \
-        cudaError_t ce_ = (cudaError_t)(x);                                                        \
-        if (ce_ != cudaSuccess) {                                                                  \
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));         \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
-    /* run state and plan */
-    {
-        sfi_gpu_run_state s0;
-        memset(&s0, 0, sizeof s0);
-        for (int b = 0; b < B; b++) {
-            s0.ctx[b] = rq[b].n_prompt;
-            s0.active[b] = max_new > 1;
-            s0.installed[b] = -1;
-            if (e->o.sfi) { /* the prefill's selection: |selected| = min(K, |J|) */
-                int jb, je;
-                sfi_state_candidates(&e->o.params, rq[b].n_prompt, &jb, &je);
-                s0.kout[b] = je > jb ? (e->o.params.K < je - jb ? e->o.params.K : je - jb) : 0;
-            }
-        }
-        RCK(cudaMemcpy(e->d_state, &s0, sizeof s0, cudaMemcpyHostToDevice));
-        if (forced) {
-            int32_t *f = calloc(nn, sizeof(int32_t));
-            if (!f) {
-                rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
-                goto out;
-            }
-            for (int b = 0; b < B; b++)
-                memcpy(f + (size_t)b * max_new, rq[b].force, (size_t)(max_new - 1) * 4);
-            cudaError_t ce = cudaMemcpy(e->d_force, f, nn * 4, cudaMemcpyHostToDevice);
-            free(f);
-            RCK(ce);
-        }
-        sfi_gpu_plan_cfg *pc = &e->plan;
-        memset(pc, 0, sizeof *pc);
-        pc->batch = B;
-        pc->sfi = e->o.sfi;
-        pc->policy = e->o.trigger;
-        pc->T_max = e->o.params.T_max;
-        pc->interval = e->o.interval;
-        pc->n_sink = e->o.params.n_sink;
-        pc->n_recent = e->o.params.n_recent;
-        pc->K = e->o.params.K;
-        pc->max_new = max_new;
-        pc->stop_token = e->o.stop_token;
-        pc->n_stop_more = e->o.n_stop_more < 16 ? e->o.n_stop_more : 16;
-        memcpy(pc->stop_more, e->o.stop_more, sizeof pc->stop_more);
-        pc->is_trigger = e->d_trig;
-        pc->n_vocab = e->d_trig ? e->o.n_trigger_vocab : 0;
-        pc->force = forced ? e->d_force : NULL;
-        pc->refresh_delay = e->defer ? e->o.params.refresh_delay : 0;
-        /* the grid-sizing descriptor: every request at the capacity */
-        desc_header(e, &e->h_cap, B, e->bt);
-        for (int b = 0; b < B; b++) {
-            e->h_cap.req[b].ctx_len = e->cap;
-            e->h_cap.req[b].recent_begin = e->cap;
-            e->h_cap.req[b].n_compact = e->ccap;
-            e->h_cap.req[b].j_begin = e->o.params.n_sink;
-            e->h_cap.req[b].j_end = e->o.params.n_sink + e->capJ;
-        }
-        RCK(cudaMemcpy(e->d_desc, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
-        if (e->defer) /* the header; the plan kernel writes req[] */
-            RCK(cudaMemcpy(e->d_dsel, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
+    RUN_CK(cudaMemcpy(e->d_state, &s0, sizeof s0, cudaMemcpyHostToDevice));
+    if (forced) {
+        int32_t *f = calloc(nn, sizeof(int32_t));
+        if (!f)
+            return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+        for (int b = 0; b < B; b++)
+            memcpy(f + (size_t)b * max_new, rq[b].force, (size_t)(max_new - 1) * 4);
+        cudaError_t ce = cudaMemcpy(e->d_force, f, nn * 4, cudaMemcpyHostToDevice);
+        free(f);
+        RUN_CK(ce);
     }
-    RCK(cudaMemset(e->hist_kind, 0, nn * 4));
-    RCK(cudaMemset(e->hist_tok, 0, nn * 4));
-    /* prefill, request by request (step 0) */
-    double t0 = sfi_clock_wall();
-    for (int b = 0; b < B; b++)
-        RTRY(prefill(e, b, rq[b].prompt, rq[b].n_prompt, err));
-    res->prefill_s = sfi_clock_wall() - t0;
+    sfi_gpu_plan_cfg *pc = &e->plan;
+    memset(pc, 0, sizeof *pc);
+    pc->batch = B;
+    pc->sfi = e->o.sfi;
+    pc->policy = e->o.trigger;
+    pc->T_max = e->o.params.T_max;
+    pc->interval = e->o.interval;
+    pc->n_sink = e->o.params.n_sink;
+    pc->n_recent = e->o.params.n_recent;
+    pc->K = e->o.params.K;
+    pc->max_new = max_new;
+    pc->stop_token = e->o.stop_token;
+    pc->n_stop_more = e->o.n_stop_more < 16 ? e->o.n_stop_more : 16;
+    memcpy(pc->stop_more, e->o.stop_more, sizeof pc->stop_more);
+    pc->is_trigger = e->d_trig;
+    pc->n_vocab = e->d_trig ? e->o.n_trigger_vocab : 0;
+    pc->force = forced ? e->d_force : NULL;
+    pc->refresh_delay = e->defer ? e->o.params.refresh_delay : 0;
+    /* the grid-sizing descriptor: every request at the capacity */
+    desc_header(e, &e->h_cap, B, e->bt);
+    for (int b = 0; b < B; b++) {
+        e->h_cap.req[b].ctx_len = e->cap;
+        e->h_cap.req[b].recent_begin = e->cap;
+        e->h_cap.req[b].n_compact = e->ccap;
+        e->h_cap.req[b].j_begin = e->o.params.n_sink;
+        e->h_cap.req[b].j_end = e->o.params.n_sink + e->capJ;
+    }
+    RUN_CK(cudaMemcpy(e->d_desc, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
+    if (e->defer) /* the header; the plan kernel writes req[] */
+        RUN_CK(cudaMemcpy(e->d_dsel, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
+    return SFI_OK;
+}
+
+/* Step 0 (the prefill's): its histories, and what the observer sees. hk, ht:
+ * B entries; lg: B rows of logits; selbuf: one request's sets. */
+static sfi_status first_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int B, int32_t *hk,
+                             int32_t *ht, float *lg, int32_t *selbuf, sfi_error *err)
+{
     {
         /* step 0's histories */
         for (int b = 0; b < B; b++)
             hk[b] = SFI_STEP_SLOW | (SFI_REASON_FIRST << 4);
-        RCK(cudaMemcpy(e->hist_kind, hk, (size_t)B * 4, cudaMemcpyHostToDevice));
-        RCK(cudaMemcpy(e->hist_tok, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToDevice));
+        RUN_CK(cudaMemcpy(e->hist_kind, hk, (size_t)B * 4, cudaMemcpyHostToDevice));
+        RUN_CK(cudaMemcpy(e->hist_tok, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToDevice));
     }
     if (obs) {
-        RCK(cudaMemcpy(ht, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToHost));
-        RCK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
+        RUN_CK(cudaMemcpy(ht, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToHost));
+        RUN_CK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
         for (int b = 0; b < B; b++) {
             if (e->o.sfi && obs->on_selected)
-                RTRY(observe_selected(e, obs, b, -1, selbuf, err));
+                RUN_TRY(observe_selected(e, obs, b, -1, selbuf, err));
             if (obs->on_step)
-                RTRY(obs->on_step(obs->user, b, 0, SFI_STEP_SLOW, SFI_REASON_FIRST, ht[b],
-                                  lg + (size_t)b * e->V, e->V, err));
+                RUN_TRY(obs->on_step(obs->user, b, 0, SFI_STEP_SLOW, SFI_REASON_FIRST, ht[b],
+                                     lg + (size_t)b * e->V, e->V, err));
         }
     }
-    /* decode steps 1.. */
-    double tb = sfi_clock_wall();
-    if (max_new > 1) {
-        int use_graph = e->o.graphs;
-        if (e->graph_exec) { /* a previous run's: its batch and plan are baked in */
-            cudaGraphExecDestroy(e->graph_exec);
-            e->graph_exec = NULL;
-        }
-        /* step 1 runs eagerly (one-time setup such as kernel attributes
-         * happens outside any capture); it is then captured once and
-         * replayed for every later step */
-        if (time_steps) {
-            for (int t = 0; t < max_new; t++)
-                RCK(cudaEventCreate(&ev[t]));
-            RCK(cudaEventRecord(ev[0], e->main_st));
-        }
-        /* SFI_GPU_PROFILE_STEP=t brackets step t with cudaProfilerStart/Stop
-         * (ncu --profile-from-start off); use with --no-graph */
-        const char *pe = getenv("SFI_GPU_PROFILE_STEP");
-        int prof_step = pe ? atoi(pe) : -1;
-        for (int t = 1; t < max_new; t++) {
-            if (t == prof_step)
-                RCK(cudaProfilerStart());
-            if (use_graph && t > 1) {
-                RCK(cudaGraphLaunch(e->graph_exec, e->main_st));
-            } else {
-                RTRY(enqueue_step(e, err));
-                if (use_graph) {
-                    double tg = sfi_clock_wall();
-                    cudaGraph_t g;
-                    RCK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
-                    rc = enqueue_step(e, err);
-                    cudaError_t ce = cudaStreamEndCapture(e->main_st, &g);
-                    if (rc)
-                        goto out;
-                    RCK(ce);
-                    ce = cudaGraphInstantiateWithFlags(&e->graph_exec, g,
-                                                       cudaGraphInstantiateFlagUseNodePriority);
-                    cudaGraphDestroy(g);
-                    RCK(ce);
-                    res->graph_build_s = sfi_clock_wall() - tg;
-                }
-            }
-            if (time_steps)
-                RCK(cudaEventRecord(ev[t], e->main_st));
-            if (t == prof_step) {
-                RCK(cudaStreamSynchronize(e->main_st));
-                RCK(cudaProfilerStop());
-            }
-            if (obs) {
-                RCK(cudaStreamSynchronize(e->main_st));
-                RCK(cudaMemcpy(hk, e->hist_kind + (size_t)t * B, (size_t)B * 4,
-                               cudaMemcpyDeviceToHost));
-                RCK(cudaMemcpy(ht, e->hist_tok + (size_t)t * B, (size_t)B * 4,
-                               cudaMemcpyDeviceToHost));
-                RCK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
-                sfi_gpu_run_state s;
-                RCK(cudaMemcpy(&s, e->d_state, sizeof s, cudaMemcpyDeviceToHost));
-                for (int b = 0; b < B; b++) {
-                    if (s.pos[b] < 0)
-                        continue; /* finished */
-                    int kind = hk[b] & 15, why = hk[b] >> 4;
-                    /* sets as they take effect (sfi-ref's digest order):
-                     * a slow step's at once; deferred ones at step t + d,
-                     * reported as those of the step that chose them */
-                    if (e->defer && s.installed[b] >= 0 && obs->on_selected)
-                        RTRY(observe_selected(e, obs, b, s.installed[b], selbuf, err));
-                    if (e->o.sfi && !e->defer && kind == SFI_STEP_SLOW && obs->on_selected)
-                        RTRY(observe_selected(e, obs, b, t, selbuf, err));
-                    if (obs->on_step)
-                        RTRY(obs->on_step(obs->user, b, t, kind, why, ht[b], lg + (size_t)b * e->V,
-                                          e->V, err));
-                }
-            }
-        }
+    return SFI_OK;
+}
+
+/* Captures one decode step into e->graph_exec (the step itself is not run). */
+static sfi_status capture_step(sfi_gpu_engine *e, sfi_gpu_run_result *res, sfi_error *err)
+{
+    double tg = sfi_clock_wall();
+    cudaGraph_t g;
+    RUN_CK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
+    sfi_status rc = enqueue_step(e, err);
+    cudaError_t ce = cudaStreamEndCapture(e->main_st, &g);
+    if (rc)
+        return rc;
+    RUN_CK(ce);
+    ce = cudaGraphInstantiateWithFlags(&e->graph_exec, g, cudaGraphInstantiateFlagUseNodePriority);
+    cudaGraphDestroy(g);
+    RUN_CK(ce);
+    res->graph_build_s = sfi_clock_wall() - tg;
+    return SFI_OK;
+}
+
+/* What the observer sees of decode step t, once it has run. */
+static sfi_status observe_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int B, int t,
+                               int32_t *hk, int32_t *ht, float *lg, int32_t *selbuf, sfi_error *err)
+{
+    RUN_CK(cudaStreamSynchronize(e->main_st));
+    RUN_CK(cudaMemcpy(hk, e->hist_kind + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
+    RUN_CK(cudaMemcpy(ht, e->hist_tok + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
+    RUN_CK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
+    sfi_gpu_run_state s;
+    RUN_CK(cudaMemcpy(&s, e->d_state, sizeof s, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < B; b++) {
+        if (s.pos[b] < 0)
+            continue; /* finished */
+        int kind = hk[b] & 15, why = hk[b] >> 4;
+        /* sets as they take effect (sfi-ref's digest order):
+         * a slow step's at once; deferred ones at step t + d,
+         * reported as those of the step that chose them */
+        if (e->defer && s.installed[b] >= 0 && obs->on_selected)
+            RUN_TRY(observe_selected(e, obs, b, s.installed[b], selbuf, err));
+        if (e->o.sfi && !e->defer && kind == SFI_STEP_SLOW && obs->on_selected)
+            RUN_TRY(observe_selected(e, obs, b, t, selbuf, err));
+        if (obs->on_step)
+            RUN_TRY(
+                obs->on_step(obs->user, b, t, kind, why, ht[b], lg + (size_t)b * e->V, e->V, err));
     }
-    RCK(cudaStreamSynchronize(e->main_st));
-    res->decode_s = sfi_clock_wall() - tb;
-    if (time_steps && max_new > 1) {
-        for (int t = 1; t < max_new; t++)
-            RCK(cudaEventElapsedTime(&res->step_ms[t], ev[t - 1], ev[t]));
-        res->n_timed = max_new - 1;
+    return SFI_OK;
+}
+
+/* Decode steps 1..max_new-1, enqueued on e->main_st (and, with timing,
+ * bracketed by the events ev[0..max_new-1]); with an observer, each is
+ * waited for and observed. */
+static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int B,
+                               int time_steps, cudaEvent_t *ev, int32_t *hk, int32_t *ht, float *lg,
+                               int32_t *selbuf, sfi_gpu_run_result *res, sfi_error *err)
+{
+    const int max_new = e->o.max_new;
+    int use_graph = e->o.graphs;
+    if (e->graph_exec) { /* a previous run's: its batch and plan are baked in */
+        cudaGraphExecDestroy(e->graph_exec);
+        e->graph_exec = NULL;
     }
-    /* histories */
-    RCK(cudaMemcpy(hk, e->hist_kind, nn * 4, cudaMemcpyDeviceToHost));
-    RCK(cudaMemcpy(ht, e->hist_tok, nn * 4, cudaMemcpyDeviceToHost));
+    /* step 1 runs eagerly (one-time setup such as kernel attributes
+     * happens outside any capture); it is then captured once and
+     * replayed for every later step */
+    if (time_steps) {
+        for (int t = 0; t < max_new; t++)
+            RUN_CK(cudaEventCreate(&ev[t]));
+        RUN_CK(cudaEventRecord(ev[0], e->main_st));
+    }
+    /* SFI_GPU_PROFILE_STEP=t brackets step t with cudaProfilerStart/Stop
+     * (ncu --profile-from-start off); use with --no-graph */
+    const char *pe = getenv("SFI_GPU_PROFILE_STEP");
+    int prof_step = pe ? atoi(pe) : -1;
+    for (int t = 1; t < max_new; t++) {
+        if (t == prof_step)
+            RUN_CK(cudaProfilerStart());
+        if (use_graph && t > 1) {
+            RUN_CK(cudaGraphLaunch(e->graph_exec, e->main_st));
+        } else {
+            RUN_TRY(enqueue_step(e, err));
+            if (use_graph)
+                RUN_TRY(capture_step(e, res, err));
+        }
+        if (time_steps)
+            RUN_CK(cudaEventRecord(ev[t], e->main_st));
+        if (t == prof_step) {
+            RUN_CK(cudaStreamSynchronize(e->main_st));
+            RUN_CK(cudaProfilerStop());
+        }
+        if (obs)
+            RUN_TRY(observe_step(e, obs, B, t, hk, ht, lg, selbuf, err));
+    }
+    return SFI_OK;
+}
+
+/* The histories into res: ids, kinds, reasons, slow steps and tokens
+ * generated (up to a stop token unless replayed). hk, ht: nn entries. */
+static sfi_status read_histories(sfi_gpu_engine *e, int B, int forced, size_t nn, int32_t *hk,
+                                 int32_t *ht, sfi_gpu_run_result *res, sfi_error *err)
+{
+    const int max_new = e->o.max_new;
+    RUN_CK(cudaMemcpy(hk, e->hist_kind, nn * 4, cudaMemcpyDeviceToHost));
+    RUN_CK(cudaMemcpy(ht, e->hist_tok, nn * 4, cudaMemcpyDeviceToHost));
     for (int b = 0; b < B; b++) {
         int n = 0;
         for (int t = 0; t < max_new; t++) {
@@ -1699,6 +1707,73 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         }
         res->n_generated[b] = n;
     }
+    return SFI_OK;
+}
+#undef RUN_CK
+#undef RUN_TRY
+
+sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
+                              const sfi_gpu_observer *obs, int time_steps, sfi_gpu_run_result *res,
+                              sfi_error *err)
+{
+    memset(res, 0, sizeof *res);
+    const int max_new = e->o.max_new;
+    int forced = 0;
+    sfi_status rc = check_requests(e, rq, B, &forced, err);
+    if (rc)
+        return rc;
+    res->batch = B;
+    res->max_new = max_new;
+    size_t nn = (size_t)B * max_new;
+    res->ids = calloc(nn, sizeof(int32_t));
+    res->kinds = calloc(nn, 1);
+    res->reasons = calloc(nn, 1);
+    res->n_generated = calloc((size_t)B, sizeof(int));
+    res->n_slow = calloc((size_t)B, sizeof(int));
+    res->step_ms = calloc((size_t)max_new, sizeof(float));
+    int32_t *hk = malloc(nn * 4), *ht = malloc(nn * 4);
+    float *lg = obs ? malloc((size_t)B * e->V * 4) : NULL;
+    int32_t *selbuf = obs ? malloc((size_t)e->nkv * e->o.params.K * 4) : NULL;
+    cudaEvent_t *ev = time_steps ? calloc((size_t)max_new, sizeof(cudaEvent_t)) : NULL;
+    if (!res->ids || !res->kinds || !res->reasons || !res->n_generated || !res->n_slow ||
+        !res->step_ms || !hk || !ht || (obs && (!lg || !selbuf)) || (time_steps && !ev)) {
+        rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
+        goto out;
+    }
+#define RTRY(x)                                                                                    \
+    do {                                                                                           \
+        if ((rc = (x)))                                                                            \
+            goto out;                                                                              \
+    } while (0)
+#define RCK(x)                                                                                     \
+    do {                                                                                           \
+        cudaError_t ce_ = (cudaError_t)(x);                                                        \
+        if (ce_ != cudaSuccess) {                                                                  \
+            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));         \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+    RTRY(setup_run(e, rq, B, forced, nn, err));
+    RCK(cudaMemset(e->hist_kind, 0, nn * 4));
+    RCK(cudaMemset(e->hist_tok, 0, nn * 4));
+    /* prefill, request by request (step 0) */
+    double t0 = sfi_clock_wall();
+    for (int b = 0; b < B; b++)
+        RTRY(prefill(e, b, rq[b].prompt, rq[b].n_prompt, err));
+    res->prefill_s = sfi_clock_wall() - t0;
+    RTRY(first_step(e, obs, B, hk, ht, lg, selbuf, err));
+    /* decode steps 1.. */
+    double tb = sfi_clock_wall();
+    if (max_new > 1)
+        RTRY(decode_steps(e, obs, B, time_steps, ev, hk, ht, lg, selbuf, res, err));
+    RCK(cudaStreamSynchronize(e->main_st));
+    res->decode_s = sfi_clock_wall() - tb;
+    if (time_steps && max_new > 1) {
+        for (int t = 1; t < max_new; t++)
+            RCK(cudaEventElapsedTime(&res->step_ms[t], ev[t - 1], ev[t]));
+        res->n_timed = max_new - 1;
+    }
+    RTRY(read_histories(e, B, forced, nn, hk, ht, res, err));
 out:
     if (ev) {
         for (int t = 0; t < max_new; t++)

@@ -97,7 +97,41 @@ static int file_exists(const char *dir, const char *name)
     return stat(p, &sb) == 0;
 }
 
-int sfi_ref_cmd_calibrate(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct {
+    const char *model, *text, *idsf, *outp, *tok_dir;
+    int n_prompts, plen, offset, quiet;
+    sfi_policy_config cfg;
+    sfi_backend be;
+} calib_opts;
+
+/* What a run holds; calib_run_free releases it. */
+typedef struct {
+    sfi_qwen3 *m;
+    sfi_tokenizer *tk;
+    int32_t *ids;
+    int n_ids;
+    char *s;
+    size_t len;
+    sfi_kv_cache kv;
+    sfi_policy_calibrator *cb;
+    sfi_policy_calib cal;
+} calib_run;
+
+static void calib_run_free(calib_run *r)
+{
+    sfi_policy_calib_free(&r->cal);
+    sfi_policy_calibrator_free(r->cb);
+    sfi_kv_cache_free(&r->kv);
+    sfi_tokenizer_free(r->tk);
+    sfi_qwen3_free(r->m);
+    free(r->ids);
+    free(r->s);
+}
+
+/* Parses the command line into *o. Returns -1 to go on, else the exit
+ * status (0 after --help, 2 for a usage error, reported). */
+static int parse_args(int argc, char **argv, calib_opts *o, sfi_error *e)
 {
     enum { O_TEXT = 256, O_IDS, O_OFFSET, O_TOKENIZER, O_BACKEND };
     static const struct option opts[] = {
@@ -115,49 +149,46 @@ int sfi_ref_cmd_calibrate(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *model = NULL, *text = NULL, *idsf = NULL, *outp = NULL, *tok_dir = NULL;
-    int n_prompts = 4, plen = 1024, offset = 0, quiet = 0;
-    sfi_policy_config cfg;
-    sfi_policy_config_default(&cfg);
-    sfi_backend be = sfi_backend_available(SFI_BACKEND_BLAS) ? SFI_BACKEND_BLAS
-                                                             : SFI_BACKEND_SCALAR;
-    sfi_error e;
-    sfi_error_clear(&e);
+    memset(o, 0, sizeof *o);
+    o->n_prompts = 4;
+    o->plen = 1024;
+    sfi_policy_config_default(&o->cfg);
+    o->be = sfi_backend_available(SFI_BACKEND_BLAS) ? SFI_BACKEND_BLAS : SFI_BACKEND_SCALAR;
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:o:n:L:P:qh", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model = optarg; break;
-        case O_TEXT: text = optarg; break;
-        case O_IDS: idsf = optarg; break;
-        case 'o': outp = optarg; break;
+        case 'm': o->model = optarg; break;
+        case O_TEXT: o->text = optarg; break;
+        case O_IDS: o->idsf = optarg; break;
+        case 'o': o->outp = optarg; break;
         case 'n':
-            if (parse_int(optarg, "--prompts", 1, &n_prompts))
+            if (parse_int(optarg, "--prompts", 1, &o->n_prompts))
                 return 2;
             break;
         case 'L':
-            if (parse_int(optarg, "--prompt-len", 2, &plen))
+            if (parse_int(optarg, "--prompt-len", 2, &o->plen))
                 return 2;
             break;
         case O_OFFSET:
-            if (parse_int(optarg, "--offset", 0, &offset))
+            if (parse_int(optarg, "--offset", 0, &o->offset))
                 return 2;
             break;
         case 'P':
-            if (sfi_policy_config_set(&cfg, optarg, &e)) {
-                fprintf(stderr, ME ": %s\n", e.msg);
+            if (sfi_policy_config_set(&o->cfg, optarg, e)) {
+                fprintf(stderr, ME ": %s\n", e->msg);
                 return 2;
             }
             break;
-        case O_TOKENIZER: tok_dir = optarg; break;
+        case O_TOKENIZER: o->tok_dir = optarg; break;
         case O_BACKEND:
-            if (sfi_backend_parse(optarg, &be, &e)) {
-                fprintf(stderr, ME ": --%s\n", e.msg);
+            if (sfi_backend_parse(optarg, &o->be, e)) {
+                fprintf(stderr, ME ": --%s\n", e->msg);
                 return 2;
             }
             break;
-        case 'q': quiet = 1; break;
+        case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, ME ": %s: unknown option or missing value\n", argv[optind - 1]);
@@ -169,130 +200,164 @@ int sfi_ref_cmd_calibrate(int argc, char **argv)
         fprintf(stderr, ME ": unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!model || !outp || (!!text + !!idsf) != 1) {
+    if (!o->model || !o->outp || (!!o->text + !!o->idsf) != 1) {
         fprintf(stderr, ME ": need --model, --output and exactly one of --text, --ids\n");
         usage(stderr);
         return 2;
     }
-    int rc = 1;
-    sfi_qwen3 *m = NULL;
-    sfi_tokenizer *tk = NULL;
-    int32_t *ids = NULL;
-    int n_ids = 0;
-    char *s = NULL;
-    size_t len = 0;
-    sfi_kv_cache kv;
-    memset(&kv, 0, sizeof kv);
-    sfi_policy_calibrator *cb = NULL;
-    sfi_policy_calib cal;
-    memset(&cal, 0, sizeof cal);
-    if (sfi_qwen3_load(model, &m, &e)) {
-        fprintf(stderr, ME ": %s\n", e.msg);
-        goto out;
+    return -1;
+}
+
+/* Reads src (--text or --ids) into r->ids, r->n_ids; 0 or -1 (reported). */
+static int read_ids(const calib_opts *o, const char *src, calib_run *r, sfi_error *e)
+{
+    if (sfi_io_read(src, CALIB_MAX_INPUT, o->text ? "text" : "list of ids", &r->s, &r->len, e)) {
+        fprintf(stderr, ME ": %s\n", e->msg);
+        return -1;
     }
-    const sfi_model_config *mc = sfi_qwen3_config(m);
-    const char *src = text ? text : idsf;
-    if (sfi_io_read(src, CALIB_MAX_INPUT, text ? "text" : "list of ids", &s, &len, &e)) {
-        fprintf(stderr, ME ": %s\n", e.msg);
-        goto out;
+    if (o->idsf) {
+        if (sfi_ref_parse_ids(o->idsf, r->s, r->len, &r->ids, &r->n_ids, e)) {
+            fprintf(stderr, ME ": %s\n", e->msg);
+            return -1;
+        }
+        return 0;
     }
-    if (idsf) {
-        if (sfi_ref_parse_ids(idsf, s, len, &ids, &n_ids, &e)) {
-            fprintf(stderr, ME ": %s\n", e.msg);
-            goto out;
-        }
-    } else {
-        if (!tok_dir)
-            tok_dir = model;
-        if (!file_exists(tok_dir, "vocab.json") || !file_exists(tok_dir, "merges.txt")) {
-            fprintf(stderr, ME ": %s: no vocab.json + merges.txt to encode the text (give "
-                            "--tokenizer DIR)\n", tok_dir);
-            goto out;
-        }
-        size_t n = 0;
-        if (sfi_tokenizer_load(tok_dir, &tk, &e) ||
-            sfi_tokenizer_encode(tk, s, len, &ids, &n, &e)) {
-            fprintf(stderr, ME ": %s: %s\n", text, e.msg);
-            goto out;
-        }
-        if (n > INT_MAX / 4) {
-            fprintf(stderr, ME ": %s: too long\n", text);
-            goto out;
-        }
-        n_ids = (int)n;
+    const char *tok_dir = o->tok_dir ? o->tok_dir : o->model;
+    if (!file_exists(tok_dir, "vocab.json") || !file_exists(tok_dir, "merges.txt")) {
+        fprintf(stderr, ME ": %s: no vocab.json + merges.txt to encode the text (give "
+                        "--tokenizer DIR)\n", tok_dir);
+        return -1;
     }
-    long need = (long)offset + (long)n_prompts * plen;
-    if (n_ids < need) {
+    size_t n = 0;
+    if (sfi_tokenizer_load(tok_dir, &r->tk, e) ||
+        sfi_tokenizer_encode(r->tk, r->s, r->len, &r->ids, &n, e)) {
+        fprintf(stderr, ME ": %s: %s\n", o->text, e->msg);
+        return -1;
+    }
+    if (n > INT_MAX / 4) {
+        fprintf(stderr, ME ": %s: too long\n", o->text);
+        return -1;
+    }
+    r->n_ids = (int)n;
+    return 0;
+}
+
+/* Checks that the ids hold the prompts asked for, in the model's vocabulary
+ * and position range; 0 or -1 (reported). */
+static int check_ids(const calib_opts *o, const char *src, const calib_run *r,
+                     const sfi_model_config *mc)
+{
+    long need = (long)o->offset + (long)o->n_prompts * o->plen;
+    if (r->n_ids < need) {
         fprintf(stderr, ME ": %s: %d tokens; --offset %d and %d prompts of %d tokens need %ld\n",
-                src, n_ids, offset, n_prompts, plen, need);
-        goto out;
+                src, r->n_ids, o->offset, o->n_prompts, o->plen, need);
+        return -1;
     }
-    if (plen > mc->max_position_embeddings) {
+    if (o->plen > mc->max_position_embeddings) {
         fprintf(stderr, ME ": --prompt-len %d exceeds the model's max_position_embeddings %d\n",
-                plen, mc->max_position_embeddings);
-        goto out;
+                o->plen, mc->max_position_embeddings);
+        return -1;
     }
-    for (long i = offset; i < need; i++)
-        if (ids[i] < 0 || ids[i] >= mc->vocab_size) {
+    for (long i = o->offset; i < need; i++)
+        if (r->ids[i] < 0 || r->ids[i] >= mc->vocab_size) {
             fprintf(stderr, ME ": %s: token %ld (id %d) is outside the model's vocabulary [0, "
-                            "%d)\n", src, i, (int)ids[i], mc->vocab_size);
-            goto out;
+                            "%d)\n", src, i, (int)r->ids[i], mc->vocab_size);
+            return -1;
         }
-    int tip = sfi_policy_fasa_tip(&cfg, mc->head_dim);
-    if (sfi_policy_calibrator_create(cfg.kascade_calib_k, cfg.fasa_calib_k, tip,
+    return 0;
+}
+
+/* The dense forward passes over the prompts, observed by the calibrator;
+ * 0 or -1 (reported). */
+static int run_prompts(const calib_opts *o, const sfi_model_config *mc, calib_run *r,
+                       sfi_error *e)
+{
+    int tip = sfi_policy_fasa_tip(&o->cfg, mc->head_dim);
+    if (sfi_policy_calibrator_create(o->cfg.kascade_calib_k, o->cfg.fasa_calib_k, tip,
                                      mc->num_hidden_layers, mc->num_attention_heads,
-                                     mc->num_key_value_heads, mc->head_dim, plen, &cb, &e) ||
-        sfi_kv_cache_init(&kv, mc, plen, &e)) {
-        fprintf(stderr, ME ": %s\n", e.msg);
-        goto out;
+                                     mc->num_key_value_heads, mc->head_dim, o->plen, &r->cb, e) ||
+        sfi_kv_cache_init(&r->kv, mc, o->plen, e)) {
+        fprintf(stderr, ME ": %s\n", e->msg);
+        return -1;
     }
-    cctx cx = {m, be, cb, mc->hidden_size};
-    for (int p = 0; p < n_prompts; p++) {
-        if (!quiet)
-            fprintf(stderr, ME ": prompt %d of %d (%d tokens)\n", p + 1, n_prompts, plen);
-        kv.n = 0;
-        sfi_policy_calibrator_begin(cb);
-        if (sfi_qwen3_prefill_observed(m, be, &kv, ids + offset + (size_t)p * plen, plen,
-                                       cal_attend, &cx, cal_layer, &cx, NULL, &e)) {
-            fprintf(stderr, ME ": %s: prompt %d: %s\n", model, p, e.msg);
-            goto out;
+    cctx cx = {r->m, o->be, r->cb, mc->hidden_size};
+    for (int p = 0; p < o->n_prompts; p++) {
+        if (!o->quiet)
+            fprintf(stderr, ME ": prompt %d of %d (%d tokens)\n", p + 1, o->n_prompts, o->plen);
+        r->kv.n = 0;
+        sfi_policy_calibrator_begin(r->cb);
+        if (sfi_qwen3_prefill_observed(r->m, o->be, &r->kv,
+                                       r->ids + o->offset + (size_t)p * o->plen, o->plen,
+                                       cal_attend, &cx, cal_layer, &cx, NULL, e)) {
+            fprintf(stderr, ME ": %s: prompt %d: %s\n", o->model, p, e->msg);
+            return -1;
         }
     }
+    return 0;
+}
+
+/* Finishes the calibration and writes it to --output; 0 or -1 (reported). */
+static int write_calib(const calib_opts *o, const char *src, calib_run *r, sfi_error *e)
+{
     char source[1024];
     const char *base = strrchr(src, '/');
     snprintf(source, sizeof source, "%s: %d prompts of %d tokens from token %d (kascade k %d, "
-             "fasa K %d)", base ? base + 1 : src, n_prompts, plen, offset, cfg.kascade_calib_k,
-             cfg.fasa_calib_k);
-    if (sfi_policy_calibrator_finish(cb, source, &cal, &e) ||
-        sfi_policy_calib_save(outp, &cal, &e)) {
+             "fasa K %d)", base ? base + 1 : src, o->n_prompts, o->plen, o->offset,
+             o->cfg.kascade_calib_k, o->cfg.fasa_calib_k);
+    if (sfi_policy_calibrator_finish(r->cb, source, &r->cal, e) ||
+        sfi_policy_calib_save(o->outp, &r->cal, e)) {
+        fprintf(stderr, ME ": %s\n", e->msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The closing lines on standard error: Kascade's anchors and what was
+ * written. */
+static void report(const calib_opts *o, const sfi_model_config *mc, const calib_run *r,
+                   sfi_error *e)
+{
+    sfi_policy_shape sh = {mc->num_hidden_layers, mc->num_attention_heads,
+                           mc->num_key_value_heads, mc->head_dim};
+    sfi_policy *kp = NULL;
+    if (r->cal.has_kascade &&
+        !sfi_policy_create(SFI_POLICY_KASCADE, &o->cfg, &sh, o->plen, &r->cal, &kp, e)) {
+        int an[64];
+        int na = sfi_policy_kascade_anchor_list(kp, an, 64);
+        fprintf(stderr, ME ": kascade anchors (layer 0 dense):");
+        for (int i = 0; i < na; i++)
+            fprintf(stderr, " %d", an[i]);
+        fprintf(stderr, "\n");
+        sfi_policy_free(kp);
+    }
+    fprintf(stderr, ME ": wrote %s (kascade %s, fasa %s)\n", o->outp,
+            r->cal.has_kascade ? "yes" : "no", r->cal.has_fasa ? "yes" : "no");
+}
+
+int sfi_ref_cmd_calibrate(int argc, char **argv)
+{
+    calib_opts o;
+    sfi_error e;
+    sfi_error_clear(&e);
+    int st = parse_args(argc, argv, &o, &e);
+    if (st >= 0)
+        return st;
+    int rc = 1;
+    calib_run r;
+    memset(&r, 0, sizeof r);
+    if (sfi_qwen3_load(o.model, &r.m, &e)) {
         fprintf(stderr, ME ": %s\n", e.msg);
         goto out;
     }
-    if (!quiet) {
-        sfi_policy_shape sh = {mc->num_hidden_layers, mc->num_attention_heads,
-                               mc->num_key_value_heads, mc->head_dim};
-        sfi_policy *kp = NULL;
-        if (cal.has_kascade &&
-            !sfi_policy_create(SFI_POLICY_KASCADE, &cfg, &sh, plen, &cal, &kp, &e)) {
-            int an[64];
-            int na = sfi_policy_kascade_anchor_list(kp, an, 64);
-            fprintf(stderr, ME ": kascade anchors (layer 0 dense):");
-            for (int i = 0; i < na; i++)
-                fprintf(stderr, " %d", an[i]);
-            fprintf(stderr, "\n");
-            sfi_policy_free(kp);
-        }
-        fprintf(stderr, ME ": wrote %s (kascade %s, fasa %s)\n", outp,
-                cal.has_kascade ? "yes" : "no", cal.has_fasa ? "yes" : "no");
-    }
+    const sfi_model_config *mc = sfi_qwen3_config(r.m);
+    const char *src = o.text ? o.text : o.idsf;
+    if (read_ids(&o, src, &r, &e) || check_ids(&o, src, &r, mc) || run_prompts(&o, mc, &r, &e) ||
+        write_calib(&o, src, &r, &e))
+        goto out;
+    if (!o.quiet)
+        report(&o, mc, &r, &e);
     rc = 0;
 out:
-    sfi_policy_calib_free(&cal);
-    sfi_policy_calibrator_free(cb);
-    sfi_kv_cache_free(&kv);
-    sfi_tokenizer_free(tk);
-    sfi_qwen3_free(m);
-    free(ids);
-    free(s);
+    calib_run_free(&r);
     return rc;
 }

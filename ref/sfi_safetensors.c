@@ -185,10 +185,12 @@ static int span_cmp(const void *a, const void *b)
     return x->e < y->e ? -1 : x->e > y->e ? 1 : 0;
 }
 
-/* Maps one file and appends its tensors to st (file index fi). */
-static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
+/* open_one's phases: map the file, find its header, read each header entry
+ * into a tensor, check that the tensors tile the data block. */
+
+/* Opens and maps f->path; *fsize is the file's size. */
+static sfi_status map_file(st_file *f, uint64_t *fsize, sfi_error *err)
 {
-    st_file *f = &st->files[fi];
     const char *path = f->path;
     /* O_NONBLOCK: a FIFO (which cannot be mapped anyway) must not hang us
      * waiting for a writer; it is refused below. */
@@ -206,21 +208,28 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
         close(fd);
         return sfi_error_set(err, SFI_EIO, "%s: not a regular file", path);
     }
-    uint64_t fsize = (uint64_t)sb.st_size;
-    if (fsize < 8) {
+    *fsize = (uint64_t)sb.st_size;
+    if (*fsize < 8) {
         close(fd);
         return sfi_error_set(err, SFI_EFORMAT,
                              "%s: truncated: %llu bytes, shorter than the 8-byte header length",
-                             path, (unsigned long long)fsize);
+                             path, (unsigned long long)*fsize);
     }
-    f->map_len = (size_t)fsize;
+    f->map_len = (size_t)*fsize;
     f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
         return sfi_error_set(err, SFI_EIO, "%s: cannot mmap: %s", path, strerror(errno));
     }
-    const unsigned char *base = f->map;
+    return SFI_OK;
+}
+
+/* The header's length from the file's first 8 bytes (little-endian), checked
+ * against the limit and against the bytes that follow. */
+static sfi_status header_length(const char *path, const unsigned char *base, uint64_t fsize,
+                                uint64_t *hlen_out, sfi_error *err)
+{
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | base[i];
@@ -231,6 +240,183 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
         return sfi_error_set(err, SFI_EFORMAT,
                              "%s: truncated: header of %llu bytes but only %llu bytes follow", path,
                              (unsigned long long)hlen, (unsigned long long)(fsize - 8));
+    *hlen_out = hlen;
+    return SFI_OK;
+}
+
+/* Reads a "shape" array into t->ndim, t->shape and t->numel. 0 on success,
+ * 1 for an entry that is not a non-negative integer, 2 for a product too
+ * large. */
+static int parse_shape(json_t *js, sfi_st_tensor *t)
+{
+    t->ndim = (int)json_array_size(js);
+    uint64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        json_t *x = json_array_get(js, (size_t)d);
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return 1;
+        uint64_t dim = (uint64_t)json_integer_value(x);
+        t->shape[d] = (int64_t)dim;
+        /* products past the file size are refused anyway; stop before
+         * overflowing */
+        if (dim != 0 && numel > (UINT64_C(1) << 62) / dim)
+            return 2;
+        numel *= dim;
+    }
+    t->numel = numel;
+    return 0;
+}
+
+/* Whether "data_offsets" is [begin, end] with 0 <= begin <= end. */
+static int offsets_ok(json_t *jo)
+{
+    return json_is_array(jo) && json_array_size(jo) == 2 &&
+           json_is_integer(json_array_get(jo, 0)) && json_is_integer(json_array_get(jo, 1)) &&
+           json_integer_value(json_array_get(jo, 0)) >= 0 &&
+           json_integer_value(json_array_get(jo, 1)) >= json_integer_value(json_array_get(jo, 0));
+}
+
+/* Reads the header entry key: val into *t (name and data left to the
+ * caller) and its byte span [*b, *e) of the data block (data_len bytes). */
+static sfi_status parse_entry(const char *path, const char *key, json_t *val, uint64_t data_len,
+                              sfi_st_tensor *t, uint64_t *b, uint64_t *e, sfi_error *err)
+{
+    if (!json_is_object(val))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: entry is not an object", path, key);
+    json_t *jd = json_object_get(val, "dtype");
+    json_t *js = json_object_get(val, "shape");
+    json_t *jo = json_object_get(val, "data_offsets");
+    memset(t, 0, sizeof *t);
+    if (!json_is_string(jd))
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: missing dtype", path, key);
+    if (parse_dtype(json_string_value(jd), &t->dtype))
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "%s: %s: dtype %s not supported (F32, F16, BF16 are)", path, key,
+                             json_string_value(jd));
+    if (!json_is_array(js) || json_array_size(js) > SFI_ST_MAX_DIMS)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: shape missing or over %d dims", path, key,
+                             SFI_ST_MAX_DIMS);
+    int bad = parse_shape(js, t);
+    if (bad)
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: %s", path, key,
+                             bad == 1 ? "shape entries must be non-negative integers"
+                                      : "shape too large");
+    if (!offsets_ok(jo))
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: %s: data_offsets must be [begin, end], "
+                             "0 <= begin <= end",
+                             path, key);
+    *b = (uint64_t)json_integer_value(json_array_get(jo, 0));
+    *e = (uint64_t)json_integer_value(json_array_get(jo, 1));
+    uint64_t want = t->numel * sfi_st_dtype_size(t->dtype);
+    if (t->numel > (UINT64_C(1) << 61) || *e - *b != want)
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: %s: data_offsets span %llu bytes but shape x %s needs %llu", path,
+                             key, (unsigned long long)(*e - *b), sfi_st_dtype_name(t->dtype),
+                             (unsigned long long)want);
+    if (*e > data_len)
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: %s: data_offsets [%llu, %llu] run past the data block "
+                             "(%llu bytes; file truncated?)",
+                             path, key, (unsigned long long)*b, (unsigned long long)*e,
+                             (unsigned long long)data_len);
+    t->nbytes = want;
+    return SFI_OK;
+}
+
+/* As the reference safetensors library checks: the tensors (spans sorted
+ * here) fill the data block back to back, from its first byte to its last. */
+static sfi_status check_tiling(const sfi_safetensors *st, const char *path, span *spans,
+                               size_t n_spans, uint64_t data_len, sfi_error *err)
+{
+    qsort(spans, n_spans, sizeof *spans, span_cmp);
+    uint64_t end = 0;
+    for (size_t i = 0; i < n_spans; i++) {
+        if (spans[i].b < end)
+            return sfi_error_set(err, SFI_EFORMAT, "%s: tensors %s and %s overlap", path,
+                                 st->tensors[spans[i - 1].idx].name,
+                                 st->tensors[spans[i].idx].name);
+        if (spans[i].b > end)
+            return sfi_error_set(err, SFI_EFORMAT,
+                                 "%s: %llu unused bytes before tensor %s "
+                                 "(the data block must hold the tensors back to back)",
+                                 path, (unsigned long long)(spans[i].b - end),
+                                 st->tensors[spans[i].idx].name);
+        end = spans[i].e;
+    }
+    if (end != data_len)
+        return sfi_error_set(err, SFI_EFORMAT,
+                             "%s: %llu bytes follow the last tensor's data "
+                             "(the data block is %llu bytes, its tensors end at %llu)",
+                             path, (unsigned long long)(data_len - end),
+                             (unsigned long long)data_len, (unsigned long long)end);
+    return SFI_OK;
+}
+
+/* Appends the tensors of a parsed header (root) to st, their data in data
+ * (data_len bytes) of file f. */
+static sfi_status add_entries(sfi_safetensors *st, st_file *f, json_t *root,
+                              const unsigned char *data, uint64_t data_len, sfi_error *err)
+{
+    const char *path = f->path;
+    size_t n_new = json_object_size(root);
+    sfi_st_tensor *nt = realloc(st->tensors, (st->n_tensors + n_new + 1) * sizeof *nt);
+    if (!nt)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    st->tensors = nt;
+    span *spans = calloc(n_new + 1, sizeof *spans);
+    if (!spans)
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+    size_t n_spans = 0;
+    sfi_status rc = SFI_OK;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        if (!strcmp(key, "__metadata__"))
+            continue;
+        sfi_st_tensor t;
+        uint64_t b = 0, e = 0;
+        rc = parse_entry(path, key, val, data_len, &t, &b, &e, err);
+        if (rc != SFI_OK)
+            break;
+        if (sfi_st_find(st, key)) {
+            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: tensor appears twice in the checkpoint",
+                               path, key);
+            break;
+        }
+        t.name = strdup(key);
+        if (!t.name) {
+            rc = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
+            break;
+        }
+        t.data = data + b;
+        t.file = f->path;
+        st->tensors[st->n_tensors++] = t;
+        spans[n_spans].b = b;
+        spans[n_spans].e = e;
+        spans[n_spans].idx = st->n_tensors - 1;
+        n_spans++;
+    }
+    if (rc == SFI_OK)
+        rc = check_tiling(st, path, spans, n_spans, data_len, err);
+    free(spans);
+    return rc;
+}
+
+/* Maps one file and appends its tensors to st (file index fi). */
+static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
+{
+    st_file *f = &st->files[fi];
+    const char *path = f->path;
+    uint64_t fsize = 0, hlen = 0;
+    sfi_status rc = map_file(f, &fsize, err);
+    if (rc != SFI_OK)
+        return rc;
+    const unsigned char *base = f->map;
+    rc = header_length(path, base, fsize, &hlen, err);
+    if (rc != SFI_OK)
+        return rc;
     uint64_t data_len = fsize - 8 - hlen;
     const unsigned char *data = base + 8 + hlen;
 
@@ -243,151 +429,7 @@ static sfi_status open_one(sfi_safetensors *st, size_t fi, sfi_error *err)
         json_decref(root);
         return sfi_error_set(err, SFI_EFORMAT, "%s: header is not a JSON object", path);
     }
-    size_t n_new = json_object_size(root);
-    sfi_st_tensor *nt = realloc(st->tensors, (st->n_tensors + n_new + 1) * sizeof *nt);
-    if (!nt) {
-        json_decref(root);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    }
-    st->tensors = nt;
-    size_t first = st->n_tensors;
-    span *spans = calloc(n_new + 1, sizeof *spans);
-    if (!spans) {
-        json_decref(root);
-        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-    }
-    size_t n_spans = 0;
-    sfi_status rc = SFI_OK;
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val)
-    {
-        if (!strcmp(key, "__metadata__"))
-            continue;
-        if (!json_is_object(val)) {
-            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: entry is not an object", path, key);
-            break;
-        }
-        json_t *jd = json_object_get(val, "dtype");
-        json_t *js = json_object_get(val, "shape");
-        json_t *jo = json_object_get(val, "data_offsets");
-        sfi_st_tensor t;
-        memset(&t, 0, sizeof t);
-        if (!json_is_string(jd)) {
-            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: missing dtype", path, key);
-            break;
-        }
-        if (parse_dtype(json_string_value(jd), &t.dtype)) {
-            rc = sfi_error_set(err, SFI_EUNSUPPORTED,
-                               "%s: %s: dtype %s not supported (F32, F16, BF16 are)", path, key,
-                               json_string_value(jd));
-            break;
-        }
-        if (!json_is_array(js) || json_array_size(js) > SFI_ST_MAX_DIMS) {
-            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: shape missing or over %d dims", path, key,
-                               SFI_ST_MAX_DIMS);
-            break;
-        }
-        t.ndim = (int)json_array_size(js);
-        uint64_t numel = 1;
-        int bad = 0;
-        for (int d = 0; d < t.ndim; d++) {
-            json_t *x = json_array_get(js, (size_t)d);
-            if (!json_is_integer(x) || json_integer_value(x) < 0) {
-                bad = 1;
-                break;
-            }
-            uint64_t dim = (uint64_t)json_integer_value(x);
-            t.shape[d] = (int64_t)dim;
-            /* products past the file size are refused anyway; stop before
-             * overflowing */
-            if (dim != 0 && numel > (UINT64_C(1) << 62) / dim) {
-                bad = 2;
-                break;
-            }
-            numel *= dim;
-        }
-        if (bad) {
-            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: %s", path, key,
-                               bad == 1 ? "shape entries must be non-negative integers"
-                                        : "shape too large");
-            break;
-        }
-        t.numel = numel;
-        if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-            !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1)) ||
-            json_integer_value(json_array_get(jo, 0)) < 0 ||
-            json_integer_value(json_array_get(jo, 1)) < json_integer_value(json_array_get(jo, 0))) {
-            rc = sfi_error_set(err, SFI_EFORMAT,
-                               "%s: %s: data_offsets must be [begin, end], "
-                               "0 <= begin <= end",
-                               path, key);
-            break;
-        }
-        uint64_t b = (uint64_t)json_integer_value(json_array_get(jo, 0));
-        uint64_t e = (uint64_t)json_integer_value(json_array_get(jo, 1));
-        uint64_t want = numel * sfi_st_dtype_size(t.dtype);
-        if (numel > (UINT64_C(1) << 61) || e - b != want) {
-            rc = sfi_error_set(err, SFI_EFORMAT,
-                               "%s: %s: data_offsets span %llu bytes but shape x %s needs %llu",
-                               path, key, (unsigned long long)(e - b), sfi_st_dtype_name(t.dtype),
-                               (unsigned long long)want);
-            break;
-        }
-        if (e > data_len) {
-            rc = sfi_error_set(err, SFI_EFORMAT,
-                               "%s: %s: data_offsets [%llu, %llu] run past the data block "
-                               "(%llu bytes; file truncated?)",
-                               path, key, (unsigned long long)b, (unsigned long long)e,
-                               (unsigned long long)data_len);
-            break;
-        }
-        if (sfi_st_find(st, key)) {
-            rc = sfi_error_set(err, SFI_EFORMAT, "%s: %s: tensor appears twice in the checkpoint",
-                               path, key);
-            break;
-        }
-        t.name = strdup(key);
-        if (!t.name) {
-            rc = sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", path);
-            break;
-        }
-        t.data = data + b;
-        t.nbytes = want;
-        t.file = f->path;
-        st->tensors[st->n_tensors++] = t;
-        spans[n_spans].b = b;
-        spans[n_spans].e = e;
-        spans[n_spans].idx = st->n_tensors - 1;
-        n_spans++;
-    }
-    if (rc == SFI_OK) {
-        qsort(spans, n_spans, sizeof *spans, span_cmp);
-        /* As the reference safetensors library checks: the tensors fill
-         * the data block back to back, from its first byte to its last. */
-        uint64_t end = 0;
-        for (size_t i = 0; rc == SFI_OK && i < n_spans; i++) {
-            if (spans[i].b < end)
-                rc = sfi_error_set(err, SFI_EFORMAT, "%s: tensors %s and %s overlap", path,
-                                   st->tensors[spans[i - 1].idx].name,
-                                   st->tensors[spans[i].idx].name);
-            else if (spans[i].b > end)
-                rc = sfi_error_set(err, SFI_EFORMAT,
-                                   "%s: %llu unused bytes before tensor %s "
-                                   "(the data block must hold the tensors back to back)",
-                                   path, (unsigned long long)(spans[i].b - end),
-                                   st->tensors[spans[i].idx].name);
-            end = spans[i].e;
-        }
-        if (rc == SFI_OK && end != data_len)
-            rc = sfi_error_set(err, SFI_EFORMAT,
-                               "%s: %llu bytes follow the last tensor's data "
-                               "(the data block is %llu bytes, its tensors end at %llu)",
-                               path, (unsigned long long)(data_len - end),
-                               (unsigned long long)data_len, (unsigned long long)end);
-    }
-    (void)first;
-    free(spans);
+    rc = add_entries(st, f, root, data, data_len, err);
     json_decref(root);
     return rc;
 }
