@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ q,
                  const T *__restrict__ kp, const T *__restrict__ vp,
                  const T *__restrict__ ck, const T *__restrict__ cv, int mode, int chunk,
-                 float *__restrict__ logits, float *__restrict__ part_ml,
+                 int dense_chunk, float *__restrict__ logits, float *__restrict__ part_ml,
                  float *__restrict__ part_acc, int *__restrict__ counters,
                  float *__restrict__ out, __nv_bfloat16 *__restrict__ out_b) {
     using C = BulkCfg<T, D, G, kStages>;
@@ -275,7 +275,13 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     if (chunk <= 0) {
         /* per request: its rows over the grid's splits, at least -chunk
          * (or kMinSplitRows) a split, whole tiles (launch_split's rule) */
-        chunk = max((n_rows + (int)gridDim.x - 1) / (int)gridDim.x, chunk < 0 ? -chunk : kMinSplitRows);
+        /* a dense request may have its own floor (dense_chunk > 0): the
+         * small splits that spread few fast pairs over the SMs would cut
+         * a long context into too many pieces */
+        const int floor_rows = (!sparse && dense_chunk > 0) ? dense_chunk
+                               : chunk < 0                  ? -chunk
+                                                            : kMinSplitRows;
+        chunk = max((n_rows + (int)gridDim.x - 1) / (int)gridDim.x, floor_rows);
         chunk = (chunk + C::ROWS - 1) / C::ROWS * C::ROWS;
     }
     const int ns = (n_rows + chunk - 1) / chunk;
@@ -656,8 +662,11 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     const long pairs = (long)h->batch * h->n_kv;
     long splits = (long)(ws->waves > 0 ? ws->waves : g_waves) * sms / pairs;
     if (splits > max_rows / kMinSplitRows) splits = max_rows / kMinSplitRows;
-    if (mode == kModeMixed && ws->min_split_rows > 0)
-        splits = (max_rows + ws->min_split_rows - 1) / ws->min_split_rows;
+    if (mode == kModeMixed && ws->min_split_rows > 0) {
+        const int dmin = ws->dense_min_rows > 0 ? ws->dense_min_rows : ws->min_split_rows;
+        splits = (max_rows + dmin - 1) / dmin;
+        if (splits < ws->fast_splits) splits = ws->fast_splits;
+    }
     if (splits > SFI_GPU_MAX_SPLITS) splits = SFI_GPU_MAX_SPLITS;
     if (splits < 1) splits = 1;
     long chunk = (max_rows + splits - 1) / splits;
@@ -678,7 +687,8 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     cfg.numAttrs = g_pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, d, q, (const T *)kp, (const T *)vp, (const T *)ck,
                               (const T *)cv, mode,
-                              mode == kModeMixed ? -ws->min_split_rows : (int)chunk, logits,
+                              mode == kModeMixed ? -ws->min_split_rows : (int)chunk,
+                              mode == kModeMixed ? ws->dense_min_rows : 0, logits,
                               ws->part_ml, ws->part_acc, ws->counters, out,
                               (__nv_bfloat16 *)ws->out_bf16);
 }
@@ -808,6 +818,8 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
     ws->n_counters = batch * n_heads;
     ws->waves = 0;
     ws->min_split_rows = 0;
+    ws->dense_min_rows = 0;
+    ws->fast_splits = 0;
     ws->out_bf16 = nullptr;
 }
 

@@ -737,8 +737,15 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
                     int r = round_up((int)((mr + per - 1) / per), 64);
                     if (r < 256)
                         r = 256;
-                    if (r < msr)
+                    if (r < msr) {
+                        /* slow requests keep the large splits (H100,
+                         * 0.6B batch 4 at 32K: slow steps 3.59 ms with
+                         * them, 4.27 with 256-row splits, 6.26 with one
+                         * split per SM share) */
+                        e->attn_ws.dense_min_rows = msr;
+                        e->attn_ws.fast_splits = (int)per;
                         msr = r;
+                    }
                 }
             }
             /* experiments: SFI_GPU_SPLIT_ROWS=N sets the rows per split */
