@@ -118,6 +118,21 @@ static sfi_status get_num(json_t *v, const char *origin, const char *key, double
     return SFI_OK;
 }
 
+/* A number in [0, hi] (range: how the message writes it), stored times
+ * scale; *out is left alone on error. */
+static sfi_status get_scaled(json_t *v, const char *origin, const char *key, double hi,
+                             const char *range, double scale, double *out, sfi_error *err)
+{
+    double d = 0;
+    sfi_status st = get_num(v, origin, key, &d, err);
+    if (st)
+        return st;
+    if (!(d >= 0 && d <= hi))
+        return sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in %s", origin, key, range);
+    *out = d * scale;
+    return SFI_OK;
+}
+
 static sfi_status get_str(json_t *v, const char *origin, const char *key, char *out, size_t cap,
                           sfi_error *err)
 {
@@ -521,77 +536,25 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
                 get_class_map(v, origin, key, 1, 1e6, "[0, 1e6]", 1e-6, p.fixed_s, &fixed_set, err);
         } else if (!strcmp(key, "launch_us") || !strcmp(key, "step_overhead_us") ||
                    !strcmp(key, "allreduce_latency_us") || !strcmp(key, "request_overhead_us")) {
-            double d = 0;
-            if ((st = get_num(v, origin, key, &d, err)))
-                break;
-            if (!(d >= 0 && d <= 1e6)) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e6]", origin, key);
-                break;
-            }
-            if (key[0] == 'l')
-                p.launch_s = d * 1e-6;
-            else if (key[0] == 's')
-                p.step_overhead_s = d * 1e-6;
-            else if (key[0] == 'r')
-                p.request_overhead_s = d * 1e-6;
-            else
-                p.allreduce_latency_s = d * 1e-6;
+            double *dst = key[0] == 'l'   ? &p.launch_s
+                          : key[0] == 's' ? &p.step_overhead_s
+                          : key[0] == 'r' ? &p.request_overhead_s
+                                          : &p.allreduce_latency_s;
+            st = get_scaled(v, origin, key, 1e6, "[0, 1e6]", 1e-6, dst, err);
         } else if (!strcmp(key, "reserved_GB")) {
-            double d = 0;
-            if ((st = get_num(v, origin, key, &d, err)))
-                break;
-            if (!(d >= 0 && d <= 1e5)) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e5]", origin, key);
-                break;
-            }
-            p.reserved_bytes = d * 1e9;
+            st = get_scaled(v, origin, key, 1e5, "[0, 1e5]", 1e9, &p.reserved_bytes, err);
         } else if (!strcmp(key, "attn_dense_by_context")) {
             st = parse_curve(v, origin, &p, err);
         } else if (!strcmp(key, "launch_pdl_us")) {
-            double d = 0;
-            if ((st = get_num(v, origin, key, &d, err)))
-                break;
-            if (!(d >= 0 && d <= 1e6)) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e6]", origin, key);
-                break;
-            }
-            p.launch_pdl_s = d * 1e-6;
+            st = get_scaled(v, origin, key, 1e6, "[0, 1e6]", 1e-6, &p.launch_pdl_s, err);
         } else if (!strcmp(key, "moe_efficiency")) {
-            double d = 0;
-            if ((st = get_num(v, origin, key, &d, err)))
-                break;
-            if (!(d >= 0 && d <= 1)) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1]", origin, key);
-                break;
-            }
-            p.moe_efficiency = d;
+            st = get_scaled(v, origin, key, 1, "[0, 1]", 1, &p.moe_efficiency, err);
         } else if (!strcmp(key, "moe_pair_GBps")) {
-            double d = 0;
-            if ((st = get_num(v, origin, key, &d, err)))
-                break;
-            if (!(d >= 0 && d <= 1e5)) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e5]", origin, key);
-                break;
-            }
-            p.moe_pair_bandwidth = d * 1e9;
+            st = get_scaled(v, origin, key, 1e5, "[0, 1e5]", 1e9, &p.moe_pair_bandwidth, err);
         } else if (!strcmp(key, "cta_GBps")) {
-            double d = 0;
-            if ((st = get_num(v, origin, key, &d, err)))
-                break;
-            if (!(d >= 0 && d <= 1e5)) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1e5]", origin, key);
-                break;
-            }
-            p.cta_bandwidth = d * 1e9;
+            st = get_scaled(v, origin, key, 1e5, "[0, 1e5]", 1e9, &p.cta_bandwidth, err);
         } else if (!strcmp(key, "overlap_contention")) {
-            double d = 0;
-            if ((st = get_num(v, origin, key, &d, err)))
-                break;
-            if (!(d >= 0 && d <= 1)) {
-                st = sfi_error_set(err, SFI_ERANGE, "%s: %s: must be in [0, 1]", origin, key);
-                break;
-            }
-            p.overlap_contention = d;
+            st = get_scaled(v, origin, key, 1, "[0, 1]", 1, &p.overlap_contention, err);
         } else if (!strcmp(key, "step_measurements")) {
             if (!json_is_array(v) || json_array_size(v) > 100000) {
                 st = sfi_error_set(err, SFI_EFORMAT,
