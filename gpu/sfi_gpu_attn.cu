@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include "sfi_gpu.h"
 #include "sfi_gpu_math.cuh"
+#include "sfi_gpu_tma.cuh"
 
 namespace {
 
@@ -141,42 +142,7 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
     if (threadIdx.x == 0) counters[b * n_kv + kvh] = 0;
 }
 
-/* ---- TMA bulk-copy pipeline (the default fast path) ----
- * mbarrier and cp.async.bulk wrappers (sm_90). A stage's "full" barrier
- * completes when its bytes have landed (one arrive.expect_tx by the issuing
- * thread + the copies' complete_tx); its "empty" barrier when every warp
- * has finished reading it (one arrive per warp). */
-__device__ __forceinline__ unsigned smem_u32(const void *p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
-    asm volatile("{\n\t.reg .pred P1;\n"
-                 "LAB_WAIT:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
-                 "@P1 bra DONE;\n\t"
-                 "bra LAB_WAIT;\n"
-                 "DONE:\n\t}\n" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
+/* ---- TMA bulk-copy pipeline (the default fast path; sfi_gpu_tma.cuh) ---- */
 /* Transposed reduction of N = 2*O partial sums over 2*O lanes (xor
  * offsets O, O/2, ..., 1): at offset o a lane keeps the half of its values
  * selected by its bit o and sends the other half, so after log2(2*O)
@@ -214,7 +180,7 @@ template <typename T, int D, int G, int kStages> struct BulkCfg {
 };
 
 /* Split kernel (flash-decoding partition) with a TMA bulk-copy pipeline.
- * Launch: grid (n_splits, n_kv, batch), block kWarps*32 = 256,
+ * Launch: grid (n_kv, batch, n_splits), block kWarps*32 = 256,
  * dynamic shared memory BulkCfg::SMEM: kStages stages, each a tile of K
  * and one of V of 2 KiB per warp (bf16, D 128: 64 rows, 16 KiB each; 3
  * stages = 96 KiB). A CTA owns about n_rows/n_splits rows of one
@@ -253,13 +219,21 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
                  float *__restrict__ part_acc, int *__restrict__ counters,
                  float *__restrict__ out, __nv_bfloat16 *__restrict__ out_b) {
     using C = BulkCfg<T, D, G, kStages>;
-    /* programmatic dependent launch (the engine's steps): the descriptor
-     * and q come from the kernels before; no-ops otherwise */
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    /* programmatic dependent launch (the engine's steps): this kernel may
+     * start while the one before it (q/k norm, RoPE, KV append) still
+     * runs. Everything it reads was written before that kernel started
+     * (the step's descriptor, the compact segment, every cached row but
+     * the current token's) except q and the current token's K/V row: the
+     * first tiles without that row are requested before waiting, so that
+     * their HBM round trip overlaps the previous kernel's tail; q and the
+     * rest come after griddepcontrol.wait (a no-op without PDL). */
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
     __shared__ float s_lg[kWarps][G][C::RW];
-    const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    /* split-major grid: every pair's split 0 is dispatched first, so the
+     * CTAs that have rows (a fast request has one split) start at once
+     * instead of behind the empty splits sized for dense requests */
+    const int kvh = blockIdx.x, b = blockIdx.y, split = blockIdx.z;
     const sfi_gpu_req rq = d->req[b];
     if (req_idle(mode, rq)) return;
     const int sparse = req_sparse(mode, rq);
@@ -281,7 +255,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
         const int floor_rows = (!sparse && dense_chunk > 0) ? dense_chunk
                                : chunk < 0                  ? -chunk
                                                             : kMinSplitRows;
-        chunk = max((n_rows + (int)gridDim.x - 1) / (int)gridDim.x, floor_rows);
+        chunk = max((n_rows + (int)gridDim.z - 1) / (int)gridDim.z, floor_rows);
         chunk = (chunk + C::ROWS - 1) / C::ROWS * C::ROWS;
     }
     const int ns = (n_rows + chunk - 1) / chunk;
@@ -330,7 +304,12 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     }
     __syncthreads();
     if (threadIdx.x == 0)
-        for (int s = 0; s < kStages && s < n_tiles; s++) issue(s, s);
+        for (int s = 0; s < kStages && s < n_tiles; s++)
+            if (tile_row0(s) + C::ROWS < n_rows) issue(s, s);
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (threadIdx.x == 0)
+        for (int s = 0; s < kStages && s < n_tiles; s++)
+            if (tile_row0(s) + C::ROWS >= n_rows) issue(s, s);
 
     float qr[G][C::VEC];
 #pragma unroll
@@ -673,7 +652,7 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     chunk = (chunk + C::ROWS - 1) / C::ROWS * C::ROWS;
     while ((max_rows + chunk - 1) / chunk > SFI_GPU_MAX_SPLITS) chunk += C::ROWS;
     const int ns = (int)((max_rows + chunk - 1) / chunk);
-    dim3 grid(ns, h->n_kv, h->batch);
+    dim3 grid(h->n_kv, h->batch, ns);
     /* mixed mode: each request sizes its own splits on the device */
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -706,14 +685,21 @@ cudaError_t dispatch_g(int G, const sfi_gpu_step_desc *h, const sfi_gpu_step_des
     } else {
     switch (G) {
     case 1: return SFI_LAUNCH(1, 3);
-    case 2: return SFI_LAUNCH(2, 3);
+    case 2:
+        if (sizeof(T) == 2 && D == 128 && g_stages == 4) return SFI_LAUNCH(2, 4);
+        if (sizeof(T) == 2 && D == 128 && g_stages == 6) return SFI_LAUNCH(2, 6);
+        return SFI_LAUNCH(2, 3);
     case 3: return SFI_LAUNCH(3, 3); /* sfi-small-qwen3: 6 heads over 2 */
     case 4:
         /* the benchmarked shape: the bench's sweep may pick another depth */
         if (sizeof(T) == 2 && D == 128 && g_stages == 2) return SFI_LAUNCH(4, 2);
         if (sizeof(T) == 2 && D == 128 && g_stages == 4) return SFI_LAUNCH(4, 4);
+        if (sizeof(T) == 2 && D == 128 && g_stages == 6) return SFI_LAUNCH(4, 6);
         return SFI_LAUNCH(4, 3);
-    case 8: return SFI_LAUNCH(8, 3);
+    case 8:
+        if (sizeof(T) == 2 && D == 128 && g_stages == 4) return SFI_LAUNCH(8, 4);
+        if (sizeof(T) == 2 && D == 128 && g_stages == 6) return SFI_LAUNCH(8, 6);
+        return SFI_LAUNCH(8, 3);
     default: return cudaErrorInvalidValue;
     }
     }
@@ -831,7 +817,9 @@ void sfi_gpu_set_pdl(int on) { g_pdl = on != 0; }
 int sfi_gpu_pdl(void) { return g_pdl; }
 
 void sfi_gpu_attn_set_waves(int waves) { g_waves = waves > 0 ? waves : 1; }
-void sfi_gpu_attn_set_stages(int stages) { g_stages = stages == 2 || stages == 4 ? stages : 3; }
+void sfi_gpu_attn_set_stages(int stages) {
+    g_stages = stages == 2 || stages == 4 || stages == 6 ? stages : 3;
+}
 
 int sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
                        const float *q, const void *k_pool, const void *v_pool, float *out,
