@@ -792,7 +792,16 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
     return rc;
 }
 
-int sfi_sim_cmd_validate(int argc, char **argv)
+/* sfi-sim validate's command line. */
+typedef struct {
+    const char *prof_path, *gpu_name, *fit_path, *steps_path, *tok_dir;
+    char *subsets[MAX_SUBSETS], *selects[MAX_SUBSETS];
+    int n_sub, n_sel;
+    double tol;
+} validate_args;
+
+/* Returns -1 to go on, else the exit code. */
+static int parse_validate_args(int argc, char **argv, validate_args *a)
 {
     static const struct option opts[] = {{"profile", required_argument, NULL, 'p'},
                                          {"gpu", required_argument, NULL, 'g'},
@@ -805,27 +814,26 @@ int sfi_sim_cmd_validate(int argc, char **argv)
                                          {"select", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE, *gpu_name = NULL, *fit_path = NULL;
-    const char *steps_path = NULL, *tok_dir = SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
-    char *subsets[MAX_SUBSETS], *selects[MAX_SUBSETS];
-    int n_sub = 0, n_sel = 0;
-    double tol = 10;
+    memset(a, 0, sizeof *a);
+    a->prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE;
+    a->tok_dir = SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
+    a->tol = 10;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'p': prof_path = optarg; break;
-        case 'g': gpu_name = optarg; break;
-        case 'f': fit_path = optarg; break;
-        case 'S': steps_path = optarg; break;
-        case 'T': tok_dir = optarg; break;
+        case 'p': a->prof_path = optarg; break;
+        case 'g': a->gpu_name = optarg; break;
+        case 'f': a->fit_path = optarg; break;
+        case 'S': a->steps_path = optarg; break;
+        case 'T': a->tok_dir = optarg; break;
         case 'L':
-            if (n_sel == MAX_SUBSETS) {
+            if (a->n_sel == MAX_SUBSETS) {
                 fprintf(stderr, "sfi-sim validate: more than %d --select\n", MAX_SUBSETS);
                 return 2;
             }
-            selects[n_sel++] = optarg;
+            a->selects[a->n_sel++] = optarg;
             break;
         case 'M':
             if (strcmp(optarg, "distinct") && strcmp(optarg, "pairs")) {
@@ -836,16 +844,16 @@ int sfi_sim_cmd_validate(int argc, char **argv)
             sfi_sv_moe_pair_reads = !strcmp(optarg, "pairs");
             break;
         case 's':
-            if (n_sub == MAX_SUBSETS) {
+            if (a->n_sub == MAX_SUBSETS) {
                 fprintf(stderr, "sfi-sim validate: more than %d --fit-subset\n", MAX_SUBSETS);
                 return 2;
             }
-            subsets[n_sub++] = optarg;
+            a->subsets[a->n_sub++] = optarg;
             break;
         case 't': {
             char *end;
-            tol = strtod(optarg, &end);
-            if (*end || !(tol > 0 && tol < 1000)) {
+            a->tol = strtod(optarg, &end);
+            if (*end || !(a->tol > 0 && a->tol < 1000)) {
                 fprintf(stderr, "sfi-sim validate: --tolerance: '%s' is not in (0, 1000)\n",
                         optarg);
                 return 2;
@@ -864,11 +872,138 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         fprintf(stderr, "sfi-sim validate: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    sfi_hw_profile prof, def;
+    return -1;
+}
+
+/* Kernel-level agreement counts of a profile and of the defaults. */
+typedef struct {
+    int n_ok_def, n_ok_prof, n_cmp;
+    double max_def, max_prof;
+    size_t worst_def, worst_prof;
+} kernel_tally;
+
+/* One measurement's row: predicted by the defaults (def) and by the
+ * profile, against the measured time. */
+static void validate_kernel(const sfi_hw_measurement *m, size_t i, const sfi_gpu *gpu,
+                            const sfi_hw_profile *prof, const sfi_hw_profile *def, double tol,
+                            kernel_tally *k)
+{
+    sfi_error err;
+    sfi_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    snprintf(mc.name, sizeof mc.name, "measurement %zu", i);
+    mc.arch = SFI_ARCH_QWEN3;
+    mc.num_attention_heads = m->q_heads ? m->q_heads : 32;
+    mc.num_key_value_heads = m->kv_heads ? m->kv_heads : 8;
+    mc.head_dim = m->head_dim ? m->head_dim : 128;
+    mc.hidden_size = mc.num_attention_heads * mc.head_dim;
+    mc.intermediate_size = 1;
+    mc.num_hidden_layers = 1;
+    mc.vocab_size = 1;
+    mc.weight_bytes = 2;
+    sfi_cost_setup s;
+    sfi_cost_setup_init(&s);
+    s.model = &mc;
+    s.gpu = *gpu;
+    s.batch = m->batch ? m->batch : 1;
+    s.context = m->context;
+    if (m->K)
+        s.pol.prm.K = m->K;
+    double layers = m->layers > 0 ? m->layers : 1;
+    double t_def, t_prof;
+    s.prof = *def;
+    /* Multi-layer pipelines are predicted whole; single kernels are
+     * per layer, times the measurement's layer count. */
+    int pipeline = !strcmp(m->kernel, "attn_layers") || !strcmp(m->kernel, "slow_step_serial") ||
+                   !strcmp(m->kernel, "slow_step_overlap");
+    sfi_status st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_def, &err)
+                             : sfi_cost_kernel_predict(&s, m->kernel, &t_def, &err);
+    if (!st) {
+        s.prof = *prof;
+        st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_prof, &err)
+                      : sfi_cost_kernel_predict(&s, m->kernel, &t_prof, &err);
+    }
+    if (pipeline)
+        layers = 1;
+    printf("%-18s %5d %7d %5d %4d %4d %5d %11.1f ", m->kernel, s.batch, m->context,
+           mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.pol.prm.K,
+           m->time_s * 1e6);
+    if (st) {
+        printf("%11s %8s %11s %8s  (%s)\n", "-", "-", "-", "-", err.msg);
+        return;
+    }
+    t_def *= layers;
+    t_prof *= layers;
+    double e_def = (t_def - m->time_s) / m->time_s * 100,
+           e_prof = (t_prof - m->time_s) / m->time_s * 100;
+    printf("%11.1f %+8.1f %11.1f %+8.1f\n", t_def * 1e6, e_def, t_prof * 1e6, e_prof);
+    k->n_cmp++;
+    k->n_ok_def += fabs(e_def) <= tol;
+    k->n_ok_prof += fabs(e_prof) <= tol;
+    if (fabs(e_def) > k->max_def) {
+        k->max_def = fabs(e_def);
+        k->worst_def = i;
+    }
+    if (fabs(e_prof) > k->max_prof) {
+        k->max_prof = fabs(e_prof);
+        k->worst_prof = i;
+    }
+}
+
+/* Kernel-level validation: every measurement of the profile predicted by
+ * the defaults and by the profile; then the fit when asked. */
+static int validate_kernels(const validate_args *a, const sfi_hw_profile *prof,
+                            const sfi_hw_measurement *ms, size_t nm)
+{
+    const char *prof_path = a->prof_path;
+    const double tol = a->tol;
+    sfi_error err;
+    if (nm == 0) {
+        fprintf(stderr, "sfi-sim validate: %s: no \"measurements\" to compare with\n", prof_path);
+        return 1;
+    }
+    sfi_hw_profile def;
+    sfi_hw_profile_default(&def);
+    sfi_gpu gpu;
+    const char *gname = a->gpu_name ? a->gpu_name : prof->gpu[0] ? prof->gpu : "H100-SXM";
+    if (sfi_gpu_resolve(gname, &gpu, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
+        return 1;
+    }
+    printf("# sfi-sim validate: %s (profile '%s') on %s; agreement = within %.0f%%\n", prof_path,
+           prof->name, gpu.name, tol);
+    printf("%-18s %5s %7s %5s %4s %4s %5s %11s %11s %8s %11s %8s\n", "kernel", "batch", "context",
+           "heads", "kv", "hd", "K", "measured_us", "default_us", "err%", "profile_us", "err%");
+    kernel_tally k;
+    memset(&k, 0, sizeof k);
+    for (size_t i = 0; i < nm; i++)
+        validate_kernel(&ms[i], i, &gpu, prof, &def, tol, &k);
+    printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max "
+           "|err| %.1f%%)\n",
+           k.n_cmp, nm, tol, k.n_ok_def, k.max_def, k.n_ok_prof, k.max_prof);
+    if (k.n_cmp > 0)
+        print_verdict(prof_path, prof, &def, ms, tol, k.n_cmp, k.n_ok_def, k.max_def, k.worst_def,
+                      k.n_ok_prof, k.max_prof, k.worst_prof);
+    if (prof->n_step_measurements)
+        printf("# %d whole-step measurements (sfi-gpu run --bench) too: compare them with "
+               "sfi-sim validate --steps %s\n",
+               prof->n_step_measurements, prof_path);
+    if (a->fit_path)
+        return fit_profile(prof, &gpu, ms, nm, a->fit_path);
+    return 0;
+}
+
+int sfi_sim_cmd_validate(int argc, char **argv)
+{
+    validate_args a;
+    int rc = parse_validate_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    sfi_hw_profile prof;
     sfi_hw_measurement *ms = NULL;
     size_t nm = 0;
     sfi_error err;
-    if (sfi_hw_profile_load(prof_path, &prof, &ms, &nm, &err) != SFI_OK) {
+    if (sfi_hw_profile_load(a.prof_path, &prof, &ms, &nm, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
         if (err.code == SFI_ENOTFOUND)
             fprintf(stderr,
@@ -876,108 +1011,13 @@ int sfi_sim_cmd_validate(int argc, char **argv)
                     "or pass --profile\n");
         return 1;
     }
-    sfi_hw_profile_default(&def);
-    if (steps_path || n_sub || n_sel || (nm == 0 && prof.n_step_measurements > 0)) {
+    if (a.steps_path || a.n_sub || a.n_sel || (nm == 0 && prof.n_step_measurements > 0)) {
         free(ms);
-        return validate_steps(prof_path, steps_path ? steps_path : prof_path, &prof, gpu_name,
-                              subsets, n_sub, selects, n_sel, fit_path, tok_dir, tol);
+        return validate_steps(a.prof_path, a.steps_path ? a.steps_path : a.prof_path, &prof,
+                              a.gpu_name, a.subsets, a.n_sub, a.selects, a.n_sel, a.fit_path,
+                              a.tok_dir, a.tol);
     }
-    if (nm == 0) {
-        fprintf(stderr, "sfi-sim validate: %s: no \"measurements\" to compare with\n", prof_path);
-        free(ms);
-        return 1;
-    }
-    sfi_gpu gpu;
-    const char *gname = gpu_name ? gpu_name : prof.gpu[0] ? prof.gpu : "H100-SXM";
-    if (sfi_gpu_resolve(gname, &gpu, &err) != SFI_OK) {
-        fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
-        free(ms);
-        return 1;
-    }
-    printf("# sfi-sim validate: %s (profile '%s') on %s; agreement = within %.0f%%\n", prof_path,
-           prof.name, gpu.name, tol);
-    printf("%-18s %5s %7s %5s %4s %4s %5s %11s %11s %8s %11s %8s\n", "kernel", "batch", "context",
-           "heads", "kv", "hd", "K", "measured_us", "default_us", "err%", "profile_us", "err%");
-    int n_ok_def = 0, n_ok_prof = 0, n_cmp = 0;
-    double max_def = 0, max_prof = 0;
-    size_t worst_def = 0, worst_prof = 0;
-    for (size_t i = 0; i < nm; i++) {
-        const sfi_hw_measurement *m = &ms[i];
-        sfi_model_config mc;
-        memset(&mc, 0, sizeof mc);
-        snprintf(mc.name, sizeof mc.name, "measurement %zu", i);
-        mc.arch = SFI_ARCH_QWEN3;
-        mc.num_attention_heads = m->q_heads ? m->q_heads : 32;
-        mc.num_key_value_heads = m->kv_heads ? m->kv_heads : 8;
-        mc.head_dim = m->head_dim ? m->head_dim : 128;
-        mc.hidden_size = mc.num_attention_heads * mc.head_dim;
-        mc.intermediate_size = 1;
-        mc.num_hidden_layers = 1;
-        mc.vocab_size = 1;
-        mc.weight_bytes = 2;
-        sfi_cost_setup s;
-        sfi_cost_setup_init(&s);
-        s.model = &mc;
-        s.gpu = gpu;
-        s.batch = m->batch ? m->batch : 1;
-        s.context = m->context;
-        if (m->K)
-            s.pol.prm.K = m->K;
-        double layers = m->layers > 0 ? m->layers : 1;
-        double t_def, t_prof;
-        s.prof = def;
-        /* Multi-layer pipelines are predicted whole; single kernels are
-         * per layer, times the measurement's layer count. */
-        int pipeline = !strcmp(m->kernel, "attn_layers") ||
-                       !strcmp(m->kernel, "slow_step_serial") ||
-                       !strcmp(m->kernel, "slow_step_overlap");
-        sfi_status st = pipeline
-                            ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_def, &err)
-                            : sfi_cost_kernel_predict(&s, m->kernel, &t_def, &err);
-        if (!st) {
-            s.prof = prof;
-            st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_prof, &err)
-                          : sfi_cost_kernel_predict(&s, m->kernel, &t_prof, &err);
-        }
-        if (pipeline)
-            layers = 1;
-        printf("%-18s %5d %7d %5d %4d %4d %5d %11.1f ", m->kernel, s.batch, m->context,
-               mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.pol.prm.K,
-               m->time_s * 1e6);
-        if (st) {
-            printf("%11s %8s %11s %8s  (%s)\n", "-", "-", "-", "-", err.msg);
-            continue;
-        }
-        t_def *= layers;
-        t_prof *= layers;
-        double e_def = (t_def - m->time_s) / m->time_s * 100,
-               e_prof = (t_prof - m->time_s) / m->time_s * 100;
-        printf("%11.1f %+8.1f %11.1f %+8.1f\n", t_def * 1e6, e_def, t_prof * 1e6, e_prof);
-        n_cmp++;
-        n_ok_def += fabs(e_def) <= tol;
-        n_ok_prof += fabs(e_prof) <= tol;
-        if (fabs(e_def) > max_def) {
-            max_def = fabs(e_def);
-            worst_def = i;
-        }
-        if (fabs(e_prof) > max_prof) {
-            max_prof = fabs(e_prof);
-            worst_prof = i;
-        }
-    }
-    printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max "
-           "|err| %.1f%%)\n",
-           n_cmp, nm, tol, n_ok_def, max_def, n_ok_prof, max_prof);
-    if (n_cmp > 0)
-        print_verdict(prof_path, &prof, &def, ms, tol, n_cmp, n_ok_def, max_def, worst_def,
-                      n_ok_prof, max_prof, worst_prof);
-    if (prof.n_step_measurements)
-        printf("# %d whole-step measurements (sfi-gpu run --bench) too: compare them with "
-               "sfi-sim validate --steps %s\n",
-               prof.n_step_measurements, prof_path);
-    int rc = 0;
-    if (fit_path)
-        rc = fit_profile(&prof, &gpu, ms, nm, fit_path);
+    rc = validate_kernels(&a, &prof, ms, nm);
     free(ms);
     return rc;
 }
