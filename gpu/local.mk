@@ -15,6 +15,7 @@ EXTRA_DIST += $(SFI_GPU_CU) $(SFI_GPU_HDRS) gpu/bench_torch.py gpu/calibrate_pro
 if HAVE_CUDA
 bin_PROGRAMS += sfi-gpu
 sfi_gpu_SOURCES = gpu/main.c gpu/cmd_check.c gpu/cmd_bench.c gpu/cmd_run.c gpu/sfi_gpu_engine.c \
+	gpu/cmd_allreduce.c \
 	gpu/sfi_gpu_verify.c gpu/sfi_gpu_verify.h gpu/sfi_gpu_nccl.c gpu/sfi_gpu_tprun.c \
 	gpu/sfi_gpu_tprun.h $(SFI_GPU_HDRS)
 # The .cu objects are built by the suffix rule below and linked as plain
