@@ -592,9 +592,10 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
                    fit.prior[j], fit.se[j] > 9.99 ? ">" : "",
                    fit.se[j] > 9.99 ? 999 : fit.se[j] * 100);
     }
-    printf("%-14s %3s %5s %7s %-5s %-4s %-5s %9s %9s %7s %-5s %9s %9s %7s %9s %9s %7s %9s\n",
-           "model", "L", "batch", "context", "mode", "set", "class", "meas_ms", "pred_ms", "err%",
-           "class", "meas_ms", "pred_ms", "err%", "meas_tps", "pred_tps", "err%", "slow_steps");
+    printf("%-14s %3s %2s %5s %7s %-5s %-4s %-5s %9s %9s %7s %-5s %9s %9s %7s %9s %9s %7s %9s\n",
+           "model", "L", "tp", "batch", "context", "mode", "set", "class", "meas_ms", "pred_ms",
+           "err%", "class", "meas_ms", "pred_ms", "err%", "meas_tps", "pred_tps", "err%",
+           "slow_steps");
     errstat st_t[2][2], st_tps[2][2], st_sp[2];
     memset(st_t, 0, sizeof st_t);
     memset(st_tps, 0, sizeof st_tps);
@@ -614,8 +615,8 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
         }
         const char *set = m->variant ? "var" : !fitted ? "-" : in_fit[i] ? "in" : "out";
         int oos = !fitted || !in_fit[i];
-        printf("%-14s %3d %5d %7d %-5s %-4s", m->model, mcs[i].num_hidden_layers, m->batch,
-               m->context, m->sfi ? "sfi" : "dense", set);
+        printf("%-14s %3d %2d %5d %7d %-5s %-4s", m->model, mcs[i].num_hidden_layers, m->tp,
+               m->batch, m->context, m->sfi ? "sfi" : "dense", set);
         static const int order[2][2] = {{SFI_SV_DENSE, -1}, {SFI_SV_FAST, SFI_SV_SLOW}};
         for (int k = 0; k < 2; k++) {
             int c = order[m->sfi][k];
@@ -647,7 +648,7 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
             printf("  (%s: not compared)", m->variant_why);
         printf("\n");
     }
-    /* SFI over dense at the same model, layers, batch, context, dtype. */
+    /* SFI over dense at the same model, layers, GPUs, batch, context, dtype. */
     printf("# speedup (SFI tokens/s over dense):\n");
     for (size_t i = 0; i < n; i++) {
         if (!ms[i].sfi || ms[i].variant)
@@ -655,13 +656,13 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
         for (size_t j = 0; j < n; j++) {
             const sfi_step_meas *a = &ms[i], *b = &ms[j];
             if (b->sfi || b->variant || strcmp(a->model, b->model) || a->layers != b->layers ||
-                a->batch != b->batch || a->context != b->context ||
+                a->tp != b->tp || a->batch != b->batch || a->context != b->context ||
                 a->dtype_bytes != b->dtype_bytes)
                 continue;
             double sm = a->tps / b->tps, sp = pr[i].tps / pr[j].tps, e = pct_err(sp, sm);
             int oos = !fitted || !in_fit[i] || !in_fit[j];
-            printf("#   %-14s %3d %5d %7d  %-4s measured %6.3f predicted %6.3f err %+6.1f%%\n",
-                   a->model, mcs[i].num_hidden_layers, a->batch, a->context,
+            printf("#   %-14s %3d %2d %5d %7d  %-4s measured %6.3f predicted %6.3f err %+6.1f%%\n",
+                   a->model, mcs[i].num_hidden_layers, a->tp, a->batch, a->context,
                    !fitted ? "-"
                    : oos   ? "out"
                            : "in",
