@@ -44,6 +44,7 @@
 #include "sfi_gpu.h"
 #include "sfi_gpu_model.h"
 #include "sfi_gpu_nccl.h"
+#include "sfi_gpu_status.h"
 #include "sfi_gpu_tp.h"
 #include "sfi_state.h"
 
@@ -135,10 +136,9 @@ struct sfi_gpu_engine {
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
-        cudaError_t e_ = (cudaError_t)(x);                                                         \
-        if (e_ != cudaSuccess)                                                                     \
-            return sfi_error_set(err, SFI_EIO, "CUDA: %s: %s (%s:%d)", #x, cudaGetErrorString(e_), \
-                                 __FILE__, __LINE__);                                              \
+        sfi_status ck_ = SFI_GPU_STATUS(err, x, #x);                                               \
+        if (ck_)                                                                                   \
+            return ck_;                                                                            \
     } while (0)
 #define CKB(x)                                                                                     \
     do {                                                                                           \
@@ -787,14 +787,7 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         if ((rc = (x)))                                                                            \
             goto fail;                                                                             \
     } while (0)
-#define TRYC(x)                                                                                    \
-    do {                                                                                           \
-        cudaError_t ce_ = (cudaError_t)(x);                                                        \
-        if (ce_ != cudaSuccess) {                                                                  \
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));         \
-            goto fail;                                                                             \
-        }                                                                                          \
-    } while (0)
+#define TRYC(x) TRY(SFI_GPU_STATUS(err, x, #x))
     {
         int lo = 0, hi = 0;
         TRYC(cudaDeviceGetStreamPriorityRange(&lo, &hi));
@@ -1438,7 +1431,7 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
     rc = SFI_OK;
     for (int p0 = 0; p0 < n && !rc; p0 += chunk) {
         int T = n - p0 < chunk ? n - p0 : chunk;
-        ce = (cudaError_t)sfi_gpu_embed(ids_dev + p0, T, e->embed, e->o.dtype, e->H, e->x, st);
+        ce = sfi_gpu_embed(ids_dev + p0, T, e->embed, e->o.dtype, e->H, e->x, st);
         if (ce != cudaSuccess)
             break;
         /* pseudo-batch descriptor for the decode attention kernels */
@@ -1479,7 +1472,7 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
                                    .key_norms = e->knorm[l],
                                    .ld_norms = e->ld,
                                    .q_out = e->q};
-            if ((ce = (cudaError_t)sfi_gpu_qkv_post(&qa, e->exact, st)) != cudaSuccess)
+            if ((ce = sfi_gpu_qkv_post(&qa, e->exact, st)) != cudaSuccess)
                 break;
             /* keep the window queries */
             if (nw > 0) {
@@ -1491,9 +1484,8 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
                     break;
             }
             if (use_mma) {
-                ce = (cudaError_t)sfi_gpu_prefill_attn(e->q, T, p0, b, e->nh, e->nkv, e->D, e->bt,
-                                                       e->max_blocks, e->o.page, e->kp[l], e->vp[l],
-                                                       e->o.dtype, e->att, st);
+                ce = sfi_gpu_prefill_attn(e->q, T, p0, b, e->nh, e->nkv, e->D, e->bt, e->max_blocks,
+                                          e->o.page, e->kp[l], e->vp[l], e->o.dtype, e->att, st);
             } else {
                 /* the decode kernels, one pseudo-request per token */
                 for (int t0 = 0; t0 < T && ce == cudaSuccess; t0 += PF_PSEUDO) {
@@ -1511,7 +1503,7 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
                     h->max_ctx = mx;
                     ce = cudaMemcpyAsync(e->d_desc1, h, sizeof *h, cudaMemcpyHostToDevice, st);
                     if (ce == cudaSuccess)
-                        ce = (cudaError_t)sfi_gpu_attn_dense(
+                        ce = sfi_gpu_attn_dense(
                             h, e->d_desc1, e->o.dtype, e->q + (size_t)t0 * e->nq, e->kp[l],
                             e->vp[l], e->att + (size_t)t0 * e->nq, NULL, &e->attn_ws, e->exact, st);
                 }
@@ -1774,15 +1766,7 @@ static sfi_status read_logits(sfi_gpu_engine *e, int B, float *lg, sfi_error *er
     return SFI_OK;
 }
 
-/* sfi_gpu_engine_run's phases. Their CUDA errors read as the run's always
- * have: "CUDA: call: reason", without CK's source line; RUN_TRY passes a
- * failed call's status on. */
-#define RUN_CK(x)                                                                                  \
-    do {                                                                                           \
-        cudaError_t ce_ = (cudaError_t)(x);                                                        \
-        if (ce_ != cudaSuccess)                                                                    \
-            return sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));       \
-    } while (0)
+/* sfi_gpu_engine_run's phases: RUN_TRY passes a failed call's status on. */
 #define RUN_TRY(x)                                                                                 \
     do {                                                                                           \
         sfi_status rc_ = (x);                                                                      \
@@ -1852,7 +1836,7 @@ static sfi_status setup_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
             s0.kout[b] = je > jb ? (e->o.params.K < je - jb ? e->o.params.K : je - jb) : 0;
         }
     }
-    RUN_CK(cudaMemcpy(e->d_state, &s0, sizeof s0, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(e->d_state, &s0, sizeof s0, cudaMemcpyHostToDevice));
     if (forced) {
         int32_t *f = calloc(nn, sizeof(int32_t));
         if (!f)
@@ -1861,7 +1845,7 @@ static sfi_status setup_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
             memcpy(f + (size_t)b * max_new, rq[b].force, (size_t)(max_new - 1) * 4);
         cudaError_t ce = cudaMemcpy(e->d_force, f, nn * 4, cudaMemcpyHostToDevice);
         free(f);
-        RUN_CK(ce);
+        CK(ce);
     }
     sfi_gpu_plan_cfg *pc = &e->plan;
     memset(pc, 0, sizeof *pc);
@@ -1890,9 +1874,9 @@ static sfi_status setup_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
         e->h_cap.req[b].j_begin = e->o.params.n_sink;
         e->h_cap.req[b].j_end = e->o.params.n_sink + e->capJ;
     }
-    RUN_CK(cudaMemcpy(e->d_desc, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(e->d_desc, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
     if (e->defer) /* the header; the plan kernel writes req[] */
-        RUN_CK(cudaMemcpy(e->d_dsel, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(e->d_dsel, &e->h_cap, sizeof e->h_cap, cudaMemcpyHostToDevice));
     return SFI_OK;
 }
 
@@ -1905,11 +1889,11 @@ static sfi_status first_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int
         /* step 0's histories */
         for (int b = 0; b < B; b++)
             hk[b] = SFI_STEP_SLOW | (SFI_REASON_FIRST << 4);
-        RUN_CK(cudaMemcpy(e->hist_kind, hk, (size_t)B * 4, cudaMemcpyHostToDevice));
-        RUN_CK(cudaMemcpy(e->hist_tok, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToDevice));
+        CK(cudaMemcpy(e->hist_kind, hk, (size_t)B * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(e->hist_tok, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToDevice));
     }
     if (obs) {
-        RUN_CK(cudaMemcpy(ht, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ht, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToHost));
         RUN_TRY(read_logits(e, B, lg, err));
         for (int b = 0; b < B; b++) {
             if (e->o.sfi && obs->on_selected)
@@ -1927,15 +1911,15 @@ static sfi_status capture_step(sfi_gpu_engine *e, sfi_gpu_run_result *res, sfi_e
 {
     double tg = sfi_clock_wall();
     cudaGraph_t g;
-    RUN_CK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
+    CK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
     sfi_status rc = enqueue_step(e, err);
     cudaError_t ce = cudaStreamEndCapture(e->main_st, &g);
     if (rc)
         return rc;
-    RUN_CK(ce);
+    CK(ce);
     ce = cudaGraphInstantiateWithFlags(&e->graph_exec, g, cudaGraphInstantiateFlagUseNodePriority);
     cudaGraphDestroy(g);
-    RUN_CK(ce);
+    CK(ce);
     res->graph_build_s = sfi_clock_wall() - tg;
     return SFI_OK;
 }
@@ -1944,12 +1928,12 @@ static sfi_status capture_step(sfi_gpu_engine *e, sfi_gpu_run_result *res, sfi_e
 static sfi_status observe_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int B, int t,
                                int32_t *hk, int32_t *ht, float *lg, int32_t *selbuf, sfi_error *err)
 {
-    RUN_CK(cudaStreamSynchronize(e->main_st));
-    RUN_CK(cudaMemcpy(hk, e->hist_kind + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
-    RUN_CK(cudaMemcpy(ht, e->hist_tok + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
+    CK(cudaStreamSynchronize(e->main_st));
+    CK(cudaMemcpy(hk, e->hist_kind + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ht, e->hist_tok + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
     RUN_TRY(read_logits(e, B, lg, err));
     sfi_gpu_run_state s;
-    RUN_CK(cudaMemcpy(&s, e->d_state, sizeof s, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&s, e->d_state, sizeof s, cudaMemcpyDeviceToHost));
     for (int b = 0; b < B; b++) {
         if (s.pos[b] < 0)
             continue; /* finished */
@@ -1986,8 +1970,8 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
      * replayed for every later step */
     if (time_steps) {
         for (int t = 0; t < max_new; t++)
-            RUN_CK(cudaEventCreate(&ev[t]));
-        RUN_CK(cudaEventRecord(ev[0], e->main_st));
+            CK(cudaEventCreate(&ev[t]));
+        CK(cudaEventRecord(ev[0], e->main_st));
     }
     /* SFI_GPU_PROFILE_STEP=t brackets step t with cudaProfilerStart/Stop
      * (ncu --profile-from-start off); use with --no-graph */
@@ -1995,19 +1979,19 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
     int prof_step = pe ? atoi(pe) : -1;
     for (int t = 1; t < max_new; t++) {
         if (t == prof_step)
-            RUN_CK(cudaProfilerStart());
+            CK(cudaProfilerStart());
         if (use_graph && t > 1) {
-            RUN_CK(cudaGraphLaunch(e->graph_exec, e->main_st));
+            CK(cudaGraphLaunch(e->graph_exec, e->main_st));
         } else {
             RUN_TRY(enqueue_step(e, err));
             if (use_graph)
                 RUN_TRY(capture_step(e, res, err));
         }
         if (time_steps)
-            RUN_CK(cudaEventRecord(ev[t], e->main_st));
+            CK(cudaEventRecord(ev[t], e->main_st));
         if (t == prof_step) {
-            RUN_CK(cudaStreamSynchronize(e->main_st));
-            RUN_CK(cudaProfilerStop());
+            CK(cudaStreamSynchronize(e->main_st));
+            CK(cudaProfilerStop());
         }
         if (obs)
             RUN_TRY(observe_step(e, obs, B, t, hk, ht, lg, selbuf, err));
@@ -2021,8 +2005,8 @@ static sfi_status read_histories(sfi_gpu_engine *e, int B, int forced, size_t nn
                                  int32_t *ht, sfi_gpu_run_result *res, sfi_error *err)
 {
     const int max_new = e->o.max_new;
-    RUN_CK(cudaMemcpy(hk, e->hist_kind, nn * 4, cudaMemcpyDeviceToHost));
-    RUN_CK(cudaMemcpy(ht, e->hist_tok, nn * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hk, e->hist_kind, nn * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ht, e->hist_tok, nn * 4, cudaMemcpyDeviceToHost));
     for (int b = 0; b < B; b++) {
         int n = 0;
         for (int t = 0; t < max_new; t++) {
@@ -2044,7 +2028,6 @@ static sfi_status read_histories(sfi_gpu_engine *e, int B, int forced, size_t nn
     }
     return SFI_OK;
 }
-#undef RUN_CK
 #undef RUN_TRY
 
 sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
@@ -2080,14 +2063,7 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
         if ((rc = (x)))                                                                            \
             goto out;                                                                              \
     } while (0)
-#define RCK(x)                                                                                     \
-    do {                                                                                           \
-        cudaError_t ce_ = (cudaError_t)(x);                                                        \
-        if (ce_ != cudaSuccess) {                                                                  \
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));         \
-            goto out;                                                                              \
-        }                                                                                          \
-    } while (0)
+#define RCK(x) RTRY(SFI_GPU_STATUS(err, x, #x))
     RTRY(setup_run(e, rq, B, forced, nn, err));
     RCK(cudaMemset(e->hist_kind, 0, nn * 4));
     RCK(cudaMemset(e->hist_tok, 0, nn * 4));

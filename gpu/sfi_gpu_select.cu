@@ -1248,9 +1248,9 @@ void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, i
     ws->lambda = ws->z2 + one;
 }
 
-int sfi_gpu_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const float *scores,
-                 int ld, int32_t *out, cudaStream_t st) {
-    return (int)launch_topk(h, d, scores, ld, out, st);
+cudaError_t sfi_gpu_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const float *scores,
+                         int ld, int32_t *out, cudaStream_t st) {
+    return launch_topk(h, d, scores, ld, out, st);
 }
 
 cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
@@ -1298,12 +1298,12 @@ cudaError_t sfi_gpu_selector_cross_tp(const sfi_gpu_step_desc *h, const sfi_gpu_
     return launch_topk(h, d, ws->z1, h->max_J, selected, st);
 }
 
-int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
-                     const sfi_gpu_sel_params *prm, const float *logits, const float *key_norms,
-                     const sfi_gpu_sel_ws *ws, float *s_out, int32_t *selected, int exact,
-                     cudaStream_t st) {
+cudaError_t sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                             const sfi_gpu_sel_params *prm, const float *logits, const float *key_norms,
+                             const sfi_gpu_sel_ws *ws, float *s_out, int32_t *selected, int exact,
+                             cudaStream_t st) {
     cudaError_t e = sfi_gpu_selector_local(h, d, prm, logits, key_norms, ws, s_out, exact, st);
-    if (e != cudaSuccess) return (int)e;
+    if (e != cudaSuccess) return e;
     if (exact)
         sel_cross_kernel<true><<<dim3((h->max_J + 255) / 256, h->batch), 256, 0, st>>>(d, *prm, *ws);
     else if (h->n_kv <= 8)
@@ -1311,13 +1311,13 @@ int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     else
         sel_cross_fast_kernel<16><<<dim3((h->max_J + 1023) / 1024, h->batch), 256, 0, st>>>(d, *prm, *ws);
     e = cudaGetLastError();
-    if (e != cudaSuccess) return (int)e;
-    return (int)launch_topk(h, d, ws->z1, h->max_J, selected, st);
+    if (e != cudaSuccess) return e;
+    return launch_topk(h, d, ws->z1, h->max_J, selected, st);
 }
 
-int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                  const void *k_pool, const void *v_pool, const int32_t *selected, void *ck,
-                  void *cv, int32_t *comp_pos, cudaStream_t st) {
+cudaError_t sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                          const void *k_pool, const void *v_pool, const int32_t *selected, void *ck,
+                          void *cv, int32_t *comp_pos, cudaStream_t st) {
     const int esz = dtype == SFI_GPU_BF16 ? 2 : 4;
     const int row_words = h->head_dim * esz / 16;
     const int rows = h->n_sink + h->K;
@@ -1326,7 +1326,7 @@ int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dt
     dim3 g(gx, h->n_kv, h->batch);
     reorg_kernel<<<g, 256, 0, st>>>(d, row_words, (const uint4 *)k_pool, (const uint4 *)v_pool,
                                     selected, (uint4 *)ck, (uint4 *)cv, comp_pos);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
 } // extern "C"
