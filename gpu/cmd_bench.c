@@ -154,28 +154,30 @@ static int run_torch(const char *cmd, const int *ctxs, int n, double *us_out)
 }
 
 /* Selector then reorg on one stream (the side stream's work for a layer). */
-static int sel_and_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dt,
-                         const sfi_gpu_sel_params *prm, const float *logits, const float *norms,
-                         const sfi_gpu_sel_ws *ws, int32_t *sel, const void *kp, const void *vp,
-                         void *ck, void *cv, cudaStream_t st)
+static cudaError_t sel_and_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dt,
+                                 const sfi_gpu_sel_params *prm, const float *logits,
+                                 const float *norms, const sfi_gpu_sel_ws *ws, int32_t *sel,
+                                 const void *kp, const void *vp, void *ck, void *cv,
+                                 cudaStream_t st)
 {
-    int e = sfi_gpu_selector(h, d, prm, logits, norms, ws, NULL, sel, 0, st);
+    cudaError_t e = sfi_gpu_selector(h, d, prm, logits, norms, ws, NULL, sel, 0, st);
     if (e)
         return e;
     return sfi_gpu_reorg(h, d, dt, kp, vp, sel, ck, cv, NULL, st);
 }
 
 /* The main stream's part of a slow step alone: every layer's attention. */
-static int attn_layers(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
-                       const sfi_gpu_step_desc *d, int dt)
+static cudaError_t attn_layers(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
+                               const sfi_gpu_step_desc *d, int dt)
 {
     for (int i = 0; i < pl->n_layers; i++) {
-        int e = sfi_gpu_attn_dense(h, d, dt, pl->q, pl->k_pool[i], pl->v_pool[i], pl->out,
-                                   pl->logits[i % SFI_GPU_RING], &pl->attn_ws, 0, pl->main_st);
+        cudaError_t e =
+            sfi_gpu_attn_dense(h, d, dt, pl->q, pl->k_pool[i], pl->v_pool[i], pl->out,
+                               pl->logits[i % SFI_GPU_RING], &pl->attn_ws, 0, pl->main_st);
         if (e)
             return e;
     }
-    return 0;
+    return cudaSuccess;
 }
 
 static void bench_usage(FILE *f)

@@ -22,7 +22,17 @@
  *
  * No function here allocates device memory: the caller sizes a workspace
  * once (sfi_gpu_ws_bytes) and every decode-path call only launches kernels
- * on the stream it is given. */
+ * on the stream it is given.
+ *
+ * Errors, one convention for gpu/: the kernel launchers (this header and
+ * sfi_gpu_model.h) return cudaError_t, as CUDA's own launch APIs do:
+ * cudaSuccess, the launch's error, or cudaErrorInvalidValue /
+ * cudaErrorNotSupported for arguments they cannot take. The C modules
+ * above them (engine, verify, the sfi-gpu commands) speak sfi_status with
+ * a message like the rest of sfi, and turn a cudaError_t into one through
+ * SFI_GPU_STATUS (sfi_gpu_status.h), which names the failed call; only a
+ * failure with a better message of its own (the engine's out-of-memory)
+ * is worded by hand. */
 #ifndef SFI_GPU_H
 #define SFI_GPU_H
 
@@ -137,13 +147,14 @@ typedef struct {
 
 size_t sfi_gpu_attn_ws_bytes(int batch, int n_heads, int head_dim);
 void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_heads, int head_dim);
-int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st);
+cudaError_t sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st);
 size_t sfi_gpu_sel_ws_bytes(int batch, int n_kv, int max_J);
 void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, int max_J);
 
 /* Grid size of the split attention kernels in waves of one CTA per SM
  * (default 1; see launch_split in sfi_gpu_attn.cu). For the benchmark's
- * sweep; not thread-safe. */
+ * sweep; a setting of the calling host thread (one thread per GPU under
+ * sfi-gpu run --tp). */
 void sfi_gpu_attn_set_waves(int waves);
 /* Pipeline depth of the bf16, D = 128, G = 4 instance: 2, 3 (default) or
  * 4 stages of 64-row tiles. Same purpose. */
@@ -156,32 +167,32 @@ void sfi_gpu_attn_set_stages(int stages);
  * largest rows a request can have (the run's capacity), and the same
  * launch stays valid for every later step (CUDA graph replay). logits
  * (may be NULL) are written for the dense requests. */
-int sfi_gpu_attn_mixed(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                       const float *q, const void *k_pool, const void *v_pool, const void *ck,
-                       const void *cv, float *out, float *logits, const sfi_gpu_attn_ws *ws,
-                       int exact, cudaStream_t st);
+cudaError_t sfi_gpu_attn_mixed(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                               const float *q, const void *k_pool, const void *v_pool,
+                               const void *ck, const void *cv, float *out, float *logits,
+                               const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st);
 
 /* Dense decode attention over the paged cache, positions 0..ctx_len-1 of
  * each request; writes out and, when logits != NULL, the scaled logits.
  * h: host copy of the descriptor, d: the same in device memory. exact = 1
  * selects the bit-exact f32 path (the reference's order of operations and
- * its exp, one thread per sequential sum; slow, for the checker). Returns
- * a cudaError_t value (0 = success). */
-int sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                       const float *q, const void *k_pool, const void *v_pool, float *out,
-                       float *logits, const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st);
+ * its exp, one thread per sequential sum; slow, for the checker). */
+cudaError_t sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                               const float *q, const void *k_pool, const void *v_pool, float *out,
+                               float *logits, const sfi_gpu_attn_ws *ws, int exact,
+                               cudaStream_t st);
 
 /* Fast-step attention on the two-segment layout: rows 0..n_compact-1 of the
  * compact buffer, then positions recent_begin..ctx_len-1 in place in the
  * paged cache. exact as above. */
-int sfi_gpu_attn_sparse(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                        const float *q, const void *k_pool, const void *v_pool, const void *ck,
-                        const void *cv, const int32_t *comp_pos, float *out,
-                        const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st);
+cudaError_t sfi_gpu_attn_sparse(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                                const float *q, const void *k_pool, const void *v_pool,
+                                const void *ck, const void *cv, const int32_t *comp_pos, float *out,
+                                const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st);
 
 /* Key norms ||k(j)||_2 for positions [0, ctx_len) (cached statistic). */
-int sfi_gpu_key_norms(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                      const void *k_pool, float *norms, cudaStream_t st);
+cudaError_t sfi_gpu_key_norms(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                              const void *k_pool, float *norms, cudaStream_t st);
 
 /* Selector steps 1-8 and Top-K for one layer: reads logits (n_win = G
  * window queries per KV head, decode W = 1) and key norms, writes
@@ -189,25 +200,42 @@ int sfi_gpu_key_norms(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, in
  * min(K, |J|) per request; the rest untouched). s_out (may be NULL):
  * [batch][n_kv][max_J] the fused distribution s; lambda lands in ws.
  * exact = 1: the reference's sequential sums (bit-exact). */
-int sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
-                     const sfi_gpu_sel_params *prm, const float *logits, const float *key_norms,
-                     const sfi_gpu_sel_ws *ws, float *s_out, int32_t *selected, int exact,
-                     cudaStream_t st);
+cudaError_t sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                             const sfi_gpu_sel_params *prm, const float *logits,
+                             const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
+                             int32_t *selected, int exact, cudaStream_t st);
+
+/* sfi_gpu_selector in two halves, for tensor parallelism (sfi-gpu run
+ * --tp), where step 8's softmax over a layer's KV heads needs every
+ * rank's scores: _local runs steps 1-7 for this rank's n_kv heads, z2 into
+ * ws->z2 (rows [batch][n_kv][max_J]); the caller all-gathers those rows of
+ * every rank into z_all [n_ranks][batch][n_kv][max_J]; _cross_tp runs step
+ * 8 over all n_ranks * n_kv heads (<= 16) in their global order and step 9
+ * (Top-K) for this rank's heads (global heads rank * n_kv ..). With one
+ * rank the pair computes what sfi_gpu_selector does, bit for bit. */
+cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                                   const sfi_gpu_sel_params *prm, const float *logits,
+                                   const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
+                                   int exact, cudaStream_t st);
+cudaError_t sfi_gpu_selector_cross_tp(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                                      const sfi_gpu_sel_params *prm, const float *z_all,
+                                      int n_ranks, int rank, const sfi_gpu_sel_ws *ws,
+                                      int32_t *selected, int exact, cudaStream_t st);
 
 /* Deterministic Top-K of rows of scores (radix select, ties to the smaller
  * index), one row per (request, KV head): row length n[b] = j_end - j_begin,
  * row stride ld; writes j_begin + index ascending into out [rows][K].
  * Exposed for the checker. */
-int sfi_gpu_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const float *scores,
-                 int ld, int32_t *out, cudaStream_t st);
+cudaError_t sfi_gpu_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                         const float *scores, int ld, int32_t *out, cudaStream_t st);
 
 /* Reorg: compact rows = sink 0..n_sink-1 then selected[b][kvh][0..K_out),
  * copied from the paged cache; sets nothing in the descriptor (the host
  * sets n_compact = n_sink + K_out for the next fast steps). comp_pos
  * (may be NULL) receives each row's position. */
-int sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                  const void *k_pool, const void *v_pool, const int32_t *selected, void *ck,
-                  void *cv, int32_t *comp_pos, cudaStream_t st);
+cudaError_t sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                          const void *k_pool, const void *v_pool, const int32_t *selected, void *ck,
+                          void *cv, int32_t *comp_pos, cudaStream_t st);
 
 /* Two-stream slow step over n_layers (sfi(7) GPU PATH): main stream
  * runs Attn_i; after it, the side (lower-priority) stream runs Sel_i then
@@ -232,20 +260,21 @@ typedef struct {
     cudaStream_t main_st, side_st;
 } sfi_gpu_slow_plan;
 
-int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
-                      const sfi_gpu_step_desc *d, int dtype, const sfi_gpu_sel_params *prm,
-                      int overlap);
+cudaError_t sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
+                              const sfi_gpu_step_desc *d, int dtype, const sfi_gpu_sel_params *prm,
+                              int overlap);
 
 /* Utilities for tests and benchmarks: uniform values in [-scale, scale)
  * from a counter hash of (seed, index) (n elements of dtype); an empty
  * kernel (launch-overhead measurement). */
-int sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale, cudaStream_t st);
-int sfi_gpu_noop(cudaStream_t st);
+cudaError_t sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale,
+                                cudaStream_t st);
+cudaError_t sfi_gpu_noop(cudaStream_t st);
 
 /* Programmatic dependent launch for the launches that follow (the
  * engine's decode steps): each kernel may start while the one before it
  * in the stream finishes, and waits (griddepcontrol.wait) before reading
- * its results. Default off; not thread-safe. */
+ * its results. Default off; per host thread, as the waves. */
 void sfi_gpu_set_pdl(int on);
 int sfi_gpu_pdl(void);
 

@@ -607,9 +607,12 @@ __global__ void key_norms_kernel(const sfi_gpu_step_desc *__restrict__ d,
     if (lane == 0) norms[((size_t)b * d->n_kv + kvh) * d->ld_logits + pos] = sqrtf(a);
 }
 
-int g_waves = 1;
-int g_stages = 3;
-int g_pdl = 0;
+/* Per host thread: `sfi-gpu run --tp N` drives each GPU from its own
+ * thread, and these settings (like the one-time state below, which is per
+ * device) belong to that thread's device. */
+thread_local int g_waves = 1;
+thread_local int g_stages = 3;
+thread_local int g_pdl = 0;
 
 /* Split size: one CTA per SM and wave (g_waves, default 1), the SMs shared
  * evenly by the (request, KV head) pairs. With batch 16 x 8 KV heads that
@@ -629,7 +632,7 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     auto kern = attn_bulk_kernel<T, D, G, S>;
     /* opt in to more than 48 KiB of dynamic shared memory and read the SM
      * count (once per instantiation; no allocation) */
-    static int sms = 0;
+    static thread_local int sms = 0; /* per thread = per device (--tp) */
     if (!sms) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e != cudaSuccess) return e;
@@ -706,10 +709,10 @@ cudaError_t dispatch_g(int G, const sfi_gpu_step_desc *h, const sfi_gpu_step_des
 }
 #undef SFI_LAUNCH
 
-int attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                const float *q, const void *kp, const void *vp, const void *ck,
-                const void *cv, int mode, float *out, float *logits,
-                const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st) {
+cudaError_t attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                        const float *q, const void *kp, const void *vp, const void *ck,
+                        const void *cv, int mode, float *out, float *logits,
+                        const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st) {
     const int D = h->head_dim, G = h->n_heads / h->n_kv;
     int max_rows = 0;
     for (int b = 0; b < h->batch; b++) {
@@ -718,13 +721,13 @@ int attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtyp
         const int n = mode == kModeSparse ? ns : mode == kModeMixed ? max(ns, r->ctx_len) : r->ctx_len;
         if (n > max_rows) max_rows = n;
     }
-    if (max_rows <= 0) return (int)cudaErrorInvalidValue;
+    if (max_rows <= 0) return cudaErrorInvalidValue;
     if (exact) {
-        if (dtype != SFI_GPU_F32) return (int)cudaErrorInvalidValue;
+        if (dtype != SFI_GPU_F32) return cudaErrorInvalidValue;
         /* row buffer: the partial-acc scratch holds MAX_SPLITS*D floats
          * per head, enough for rows up to that many positions */
         const int ld = SFI_GPU_MAX_SPLITS * D;
-        if (max_rows > ld) return (int)cudaErrorInvalidValue;
+        if (max_rows > ld) return cudaErrorInvalidValue;
         float *rowbuf = ws->part_acc;
         dim3 g1((max_rows + 127) / 128, h->n_heads, h->batch);
         exact_logits_kernel<<<g1, 128, 0, st>>>(d, q, (const float *)kp, (const float *)ck,
@@ -732,7 +735,7 @@ int attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtyp
         exact_softmax_kernel<<<dim3(h->n_heads, h->batch), 32, 0, st>>>(d, mode, rowbuf, ld);
         exact_out_kernel<<<dim3(h->n_heads, h->batch), D, 0, st>>>(
             d, (const float *)vp, (const float *)cv, mode, rowbuf, ld, out);
-        return (int)cudaGetLastError();
+        return cudaGetLastError();
     }
     cudaError_t e;
     if (dtype == SFI_GPU_BF16) {
@@ -743,7 +746,7 @@ int attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtyp
         else if (D == 16)
             e = dispatch_g<__nv_bfloat16, 16>(G, h, d, q, kp, vp, ck, cv, mode, max_rows, logits, out, ws, st);
         else
-            return (int)cudaErrorInvalidValue;
+            return cudaErrorInvalidValue;
     } else {
         if (D == 128)
             e = dispatch_g<float, 128>(G, h, d, q, kp, vp, ck, cv, mode, max_rows, logits, out, ws, st);
@@ -752,9 +755,9 @@ int attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtyp
         else if (D == 16)
             e = dispatch_g<float, 16>(G, h, d, q, kp, vp, ck, cv, mode, max_rows, logits, out, ws, st);
         else
-            return (int)cudaErrorInvalidValue;
+            return cudaErrorInvalidValue;
     }
-    return (int)e;
+    return e;
 }
 __device__ __forceinline__ uint32_t hash32(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
@@ -781,15 +784,15 @@ __global__ void noop_kernel() {}
 
 extern "C" {
 
-int sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale,
-                        cudaStream_t st) {
+cudaError_t sfi_gpu_fill_random(void *p, size_t n, int dtype, uint32_t seed, float scale,
+                                cudaStream_t st) {
     fill_kernel<<<132 * 16, 256, 0, st>>>(p, n, dtype, seed, scale);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_noop(cudaStream_t st) {
+cudaError_t sfi_gpu_noop(cudaStream_t st) {
     noop_kernel<<<1, 32, 0, st>>>();
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
 size_t sfi_gpu_attn_ws_bytes(int batch, int n_heads, int head_dim) {
@@ -809,8 +812,8 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
     ws->out_bf16 = nullptr;
 }
 
-int sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {
-    return (int)cudaMemsetAsync(ws->counters, 0, (size_t)ws->n_counters * sizeof(int), st);
+cudaError_t sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {
+    return cudaMemsetAsync(ws->counters, 0, (size_t)ws->n_counters * sizeof(int), st);
 }
 
 void sfi_gpu_set_pdl(int on) { g_pdl = on != 0; }
@@ -821,37 +824,37 @@ void sfi_gpu_attn_set_stages(int stages) {
     g_stages = stages == 2 || stages == 4 || stages == 6 ? stages : 3;
 }
 
-int sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                       const float *q, const void *k_pool, const void *v_pool, float *out,
-                       float *logits, const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st) {
+cudaError_t sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                               const float *q, const void *k_pool, const void *v_pool, float *out,
+                               float *logits, const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st) {
     return attn_common(h, d, dtype, q, k_pool, v_pool, nullptr, nullptr, 0, out, logits, ws,
                        exact, st);
 }
 
-int sfi_gpu_attn_mixed(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                       const float *q, const void *k_pool, const void *v_pool, const void *ck,
-                       const void *cv, float *out, float *logits, const sfi_gpu_attn_ws *ws,
-                       int exact, cudaStream_t st) {
+cudaError_t sfi_gpu_attn_mixed(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                               const float *q, const void *k_pool, const void *v_pool, const void *ck,
+                               const void *cv, float *out, float *logits, const sfi_gpu_attn_ws *ws,
+                               int exact, cudaStream_t st) {
     return attn_common(h, d, dtype, q, k_pool, v_pool, ck, cv, kModeMixed, out, logits, ws,
                        exact, st);
 }
 
-int sfi_gpu_attn_sparse(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                        const float *q, const void *k_pool, const void *v_pool, const void *ck,
-                        const void *cv, const int32_t *comp_pos, float *out,
-                        const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st) {
+cudaError_t sfi_gpu_attn_sparse(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                                const float *q, const void *k_pool, const void *v_pool, const void *ck,
+                                const void *cv, const int32_t *comp_pos, float *out,
+                                const sfi_gpu_attn_ws *ws, int exact, cudaStream_t st) {
     (void)comp_pos; /* rows are already in ascending position order */
     return attn_common(h, d, dtype, q, k_pool, v_pool, ck, cv, 1, out, nullptr, ws, exact, st);
 }
 
-int sfi_gpu_key_norms(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
-                      const void *k_pool, float *norms, cudaStream_t st) {
+cudaError_t sfi_gpu_key_norms(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,
+                              const void *k_pool, float *norms, cudaStream_t st) {
     dim3 grid((h->max_ctx + 7) / 8, h->n_kv, h->batch);
     if (dtype == SFI_GPU_BF16)
         key_norms_kernel<__nv_bfloat16><<<grid, 256, 0, st>>>(d, (const __nv_bfloat16 *)k_pool, norms);
     else
         key_norms_kernel<float><<<grid, 256, 0, st>>>(d, (const float *)k_pool, norms);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
 int sfi_gpu_device_ok(char *msg, size_t msg_len) {

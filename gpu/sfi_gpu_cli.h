@@ -2,19 +2,20 @@
 #ifndef SFI_GPU_CLI_H
 #define SFI_GPU_CLI_H
 
+#include "sfi_gpu_status.h"
+
 /* Exit status when no CUDA device is usable (automake's skip status, so a
  * test or CI job can tell "not run" from "failed"). */
 #define SFI_GPU_EXIT_NODEV 77
 
-/* A CUDA call that must succeed: on an error, print where and what
- * ("sfi-gpu CMD: file:line: TEXT: message", TEXT the call as written)
- * and exit 1. */
+/* A CUDA call a command cannot go on without: on an error, prints
+ * "sfi-gpu CMD: " and SFI_GPU_STATUS's message ("CUDA: TEXT: reason
+ * (file:line)", TEXT the call as written), and exits 1. */
 #define SFI_GPU_CK(cmd, x, text)                                                                   \
     do {                                                                                           \
-        int e_ = (int)(x);                                                                         \
-        if (e_) {                                                                                  \
-            fprintf(stderr, "sfi-gpu %s: %s:%d: %s: %s\n", cmd, __FILE__, __LINE__, text,          \
-                    cudaGetErrorString((cudaError_t)e_));                                          \
+        sfi_error ck_err_;                                                                         \
+        if (SFI_GPU_STATUS(&ck_err_, x, text)) {                                                   \
+            fprintf(stderr, "sfi-gpu %s: %s\n", cmd, ck_err_.msg);                                 \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -22,5 +23,6 @@
 int sfi_gpu_cmd_run(int argc, char **argv);
 int sfi_gpu_cmd_check(int argc, char **argv);
 int sfi_gpu_cmd_bench(int argc, char **argv);
+int sfi_gpu_cmd_allreduce(int argc, char **argv);
 
 #endif

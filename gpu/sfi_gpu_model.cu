@@ -890,7 +890,7 @@ __global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restric
 /* Launches k, with the programmatic-dependent-launch attribute when
  * sfi_gpu_set_pdl(1) is in force (the engine's decode steps). */
 template <typename... P, typename... A>
-int launch_k(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+cudaError_t launch_k(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -901,7 +901,7 @@ int launch_k(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = sfi_gpu_pdl() ? 1 : 0;
-    return (int)cudaLaunchKernelEx(&cfg, k, (P)args...);
+    return cudaLaunchKernelEx(&cfg, k, (P)args...);
 }
 
 /* slab_gemm_kernel's launch: RB 16 where there are rows enough for two
@@ -913,14 +913,16 @@ template <int MT, int RB, bool NORM>
 cudaError_t launch_slab_k(const __nv_bfloat16 *w, const __nv_bfloat16 *x, void *Y, int T, int M,
                           int N, int epi, const float *xf, const float *nw, float eps, size_t smem,
                           cudaStream_t st) {
-    static size_t granted; /* the opt-in size already set for this kernel */
+    /* the opt-in size already set for this kernel, per host thread: each
+     * GPU of sfi-gpu run --tp has its own thread, and the attribute is per device */
+    static thread_local size_t granted;
     if (smem > 48 * 1024 && smem > granted) {
         cudaError_t e = cudaFuncSetAttribute(slab_gemm_kernel<MT, RB, NORM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
         granted = smem;
     }
-    return (cudaError_t)launch_k(slab_gemm_kernel<MT, RB, NORM>, dim3((M + RB - 1) / RB), dim3(256),
+    return launch_k(slab_gemm_kernel<MT, RB, NORM>, dim3((M + RB - 1) / RB), dim3(256),
                                  smem, st, w, x, Y, T, M, N, epi, xf, nw, eps);
 }
 
@@ -943,8 +945,8 @@ int launch_slab(const __nv_bfloat16 *w, const __nv_bfloat16 *x, void *Y, int T, 
     return 1;
 }
 
-int g_gemm_kernel = SFI_GPU_GEMM_SLAB;
-int g_slab_max_mb = 16; /* MiB of weights up to which the slab kernel runs */
+thread_local int g_gemm_kernel = SFI_GPU_GEMM_SLAB;
+thread_local int g_slab_max_mb = 16; /* MiB of weights up to which the slab kernel runs */
 
 /* The slab kernel for T x M x N when it applies (selection, size); 0 if not. */
 int try_slab(const void *W, const void *X, void *Y, int T, int M, int N, int epi, const float *xf,
@@ -963,76 +965,76 @@ int try_slab(const void *W, const void *X, void *Y, int T, int M, int N, int epi
 
 extern "C" {
 
-int sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
-                  cudaStream_t st) {
-    if (T <= 0) return 0;
+cudaError_t sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
+                          cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
     launch_k(embed_kernel, dim3(T), dim3(256), 0, st, tok, E, dtype, H, x);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf, void *yb,
-                    int exact, cudaStream_t st) {
-    if (T <= 0) return 0;
+cudaError_t sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf, void *yb,
+                            int exact, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
     if (exact)
         launch_k(rmsnorm_kernel<true>, dim3(T), dim3(256), 0, st, x, w, n, eps, yf, (__nv_bfloat16 *)yb);
     else
         launch_k(rmsnorm_kernel<false>, dim3(T), dim3(256), 0, st, x, w, n, eps, yf, (__nv_bfloat16 *)yb);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_gemv_exact(const float *W, const float *X, const float *b, float *Y, int T, int M,
-                       int N, int accumulate, cudaStream_t st) {
-    if (T <= 0) return 0;
+cudaError_t sfi_gpu_gemv_exact(const float *W, const float *X, const float *b, float *Y, int T, int M,
+                               int N, int accumulate, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
     launch_k(gemv_exact_kernel, dim3((M + 127) / 128, T), dim3(128), 0, st, W, X, b, Y, M, N, accumulate);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_add_bias(float *y, const float *b, int T, int M, cudaStream_t st) {
-    if (T <= 0) return 0;
+cudaError_t sfi_gpu_add_bias(float *y, const float *b, int T, int M, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
     launch_k(add_bias_kernel, dim3((M + 255) / 256, T), dim3(256), 0, st, y, b, M);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st) {
-    if (a->T <= 0) return 0;
-    if (a->head_dim > 512 || a->head_dim % 2) return (int)cudaErrorInvalidValue;
+cudaError_t sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st) {
+    if (a->T <= 0) return cudaSuccess;
+    if (a->head_dim > 512 || a->head_dim % 2) return cudaErrorInvalidValue;
     const int threads = a->head_dim < 32 ? 32 : (a->head_dim + 31) / 32 * 32;
     dim3 g(a->T, a->n_heads + 2 * a->n_kv);
     if (exact)
         launch_k(qkv_post_kernel<true>, dim3(g), dim3(threads), 0, st, *a);
     else
         launch_k(qkv_post_kernel<false>, dim3(g), dim3(threads), 0, st, *a);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_silu_mul(const float *gu, int T, int I, int tiled, void *act, int adtype, int exact,
-                     cudaStream_t st) {
-    if (T <= 0) return 0;
+cudaError_t sfi_gpu_silu_mul(const float *gu, int T, int I, int tiled, void *act, int adtype, int exact,
+                             cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
     dim3 g((I + 255) / 256 < 1024 ? (I + 255) / 256 : 1024, T);
     if (exact)
         launch_k(silu_mul_kernel<true>, g, dim3(256), 0, st, gu, I, tiled, adtype, act);
     else
         launch_k(silu_mul_kernel<false>, g, dim3(256), 0, st, gu, I, tiled, adtype, act);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st) {
-    if (!n) return 0;
+cudaError_t sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st) {
+    if (!n) return cudaSuccess;
     size_t blocks = (n + 255) / 256;
     if (blocks > 4096) blocks = 4096;
     launch_k(to_bf16_kernel, dim3((unsigned)blocks), dim3(256), 0, st, x, n, (__nv_bfloat16 *)y);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
-                   unsigned long long *slots, cudaStream_t st) {
-    if (T <= 0) return 0;
-    if (T > 1024) return (int)cudaErrorInvalidValue;
+cudaError_t sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
+                           unsigned long long *slots, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (T > 1024) return cudaErrorInvalidValue;
     int bx = (V + 4095) / 4096;
     if (bx > 64) bx = 64;
     launch_k(argmax_kernel, dim3(bx, T), dim3(256), 0, st, logits, V, active, slots);
     launch_k(argmax_decode_kernel, dim3(1), dim3(((T + 31) / 32) * 32), 0, st, slots, T, active, out);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
 
@@ -1042,19 +1044,21 @@ void sfi_gpu_gemm_select(int kernel, int slab_max_mb) {
 }
 
 
-int sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps, void *Y, int T,
+cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps, void *Y, int T,
                       int M, int N, int epi, cudaStream_t st) {
-    if (T <= 0) return 0;
-    if (T > 64 || N % 32 || (epi == kEpiSwiGLU && M % 16)) return (int)cudaErrorInvalidValue;
+    if (T <= 0) return cudaSuccess;
+    if (T > 64 || N % 32 || (epi == kEpiSwiGLU && M % 16)) return cudaErrorInvalidValue;
     cudaError_t e = cudaSuccess;
-    if (!try_slab(W, NULL, Y, T, M, N, epi, x, norm_w, eps, st, &e)) return (int)cudaErrorNotSupported;
-    return (int)e;
+    if (!try_slab(W, NULL, Y, T, M, N, epi, x, norm_w, eps, st, &e)) return cudaErrorNotSupported;
+    return e;
 }
 
-static float *g_gemm_part;
-static int *g_gemm_counters;
-static size_t g_gemm_part_floats;
-static int g_gemm_max_tiles;
+/* per host thread: each GPU of `sfi-gpu run --tp` has its own thread and
+ * its own scratch */
+static thread_local float *g_gemm_part;
+static thread_local int *g_gemm_counters;
+static thread_local size_t g_gemm_part_floats;
+static thread_local int g_gemm_max_tiles;
 
 void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max_tiles) {
     g_gemm_part = part;
@@ -1063,13 +1067,13 @@ void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max
     g_gemm_max_tiles = max_tiles;
 }
 
-int sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
-                        cudaStream_t st) {
-    if (T <= 0) return 0;
-    if (T > 64 || N % 32 || (epi == kEpiSwiGLU && M % 16)) return (int)cudaErrorInvalidValue;
+cudaError_t sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
+                                cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (T > 64 || N % 32 || (epi == kEpiSwiGLU && M % 16)) return cudaErrorInvalidValue;
     {
         cudaError_t e = cudaSuccess;
-        if (try_slab(W, X, Y, T, M, N, epi, NULL, NULL, 0.f, st, &e)) return (int)e;
+        if (try_slab(W, X, Y, T, M, N, epi, NULL, NULL, 0.f, st, &e)) return e;
     }
     const int tiles = (M + 15) / 16, nkb = N / 32;
     /* Split-K over gridDim.y (partials + the last CTA of a row tile
@@ -1098,28 +1102,28 @@ int sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int
     return launch_k(skinny_gemm_kernel<8>, g, dim3(256), 0, st, w, x, Y, T, M, N, epi, p, c);
 }
 
-int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e,
-                      float *sel_w, int exact, cudaStream_t st) {
-    if (T <= 0) return 0;
-    if (top > 64 || top < 1 || top > E) return (int)cudaErrorInvalidValue;
+cudaError_t sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e,
+                              float *sel_w, int exact, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (top > 64 || top < 1 || top > E) return cudaErrorInvalidValue;
     if (exact)
         launch_k(moe_route_kernel<true>, dim3((T + 63) / 64), dim3(64), 0, st, rl, T, E, top, norm, sel_e, sel_w);
     else
         launch_k(moe_route_kernel<false>, dim3((T + 63) / 64), dim3(64), 0, st, rl, T, E, top, norm, sel_e, sel_w);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int top,
-                     const float *x, int x_per_pair, int M, int N, float *y, int exact,
-                     cudaStream_t st) {
-    if (T <= 0) return 0;
+cudaError_t sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int top,
+                             const float *x, int x_per_pair, int M, int N, float *y, int exact,
+                             cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
     const int pairs = T * top;
     if (exact) {
-        if (dtype != SFI_GPU_F32) return (int)cudaErrorInvalidValue;
+        if (dtype != SFI_GPU_F32) return cudaErrorInvalidValue;
         launch_k(moe_gemv_exact_kernel, dim3((M + 127) / 128, pairs), dim3(128), 0, st, (const float *const *)w, sel_e, top, x, x_per_pair, M, N, y);
-        return (int)cudaGetLastError();
+        return cudaGetLastError();
     }
-    if (N > 12288) return (int)cudaErrorInvalidValue;
+    if (N > 12288) return cudaErrorInvalidValue;
     const size_t smem = (size_t)N * sizeof(float);
     int gx = (M + 7) / 8;
     if (gx > 64) gx = 64;
@@ -1132,49 +1136,49 @@ int sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int
             cudaFuncSetAttribute(moe_gemv_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         launch_k(moe_gemv_kernel<float>, dim3(gx, pairs), dim3(256), smem, st, w, sel_e, top, x, x_per_pair, M, N, y);
     }
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int top, int H,
-                        int exact, cudaStream_t st) {
+cudaError_t sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int top, int H,
+                                int exact, cudaStream_t st) {
     (void)exact; /* one formula: the reference's order, which costs nothing here */
-    if (T <= 0) return 0;
+    if (T <= 0) return cudaSuccess;
     launch_k(moe_combine_kernel, dim3((H + 255) / 256, T), dim3(256), 0, st, h, y, sel_w, top, H);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row, int n_heads,
-                          int n_kv, int head_dim, const int32_t *block_table, int max_blocks,
-                          int page, const void *k_pool, int dtype, float *out, int ld,
-                          cudaStream_t st) {
-    if (nw <= 0 || n_ctx <= 0) return 0;
+cudaError_t sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row, int n_heads,
+                                  int n_kv, int head_dim, const int32_t *block_table, int max_blocks,
+                                  int page, const void *k_pool, int dtype, float *out, int ld,
+                                  cudaStream_t st) {
+    if (nw <= 0 || n_ctx <= 0) return cudaSuccess;
     dim3 g((n_ctx + 255) / 256, nw, n_heads);
     window_logits_kernel<<<g, 256, 0, st>>>(qwin, nw, first, n_ctx, row, n_heads, n_kv, head_dim,
                                             block_table, max_blocks, page, k_pool, dtype, out, ld);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale, float offset,
-                         cudaStream_t st) {
-    if (!n) return 0;
+cudaError_t sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale, float offset,
+                                 cudaStream_t st) {
+    if (!n) return cudaSuccess;
     size_t blocks = (n + 255) / 256;
     if (blocks > 8192) blocks = 8192;
     fill_kernel<<<(unsigned)blocks, 256, 0, st>>>(p, n, dtype, seed, scale, offset);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
-                      sfi_gpu_step_desc *dsel, int32_t *hist_kind, cudaStream_t st_) {
-    if (cfg->batch < 1 || cfg->batch > SFI_GPU_MAX_BATCH) return (int)cudaErrorInvalidValue;
-    if (cfg->sfi && cfg->refresh_delay >= 2 && !dsel) return (int)cudaErrorInvalidValue;
+cudaError_t sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
+                              sfi_gpu_step_desc *dsel, int32_t *hist_kind, cudaStream_t st_) {
+    if (cfg->batch < 1 || cfg->batch > SFI_GPU_MAX_BATCH) return cudaErrorInvalidValue;
+    if (cfg->sfi && cfg->refresh_delay >= 2 && !dsel) return cudaErrorInvalidValue;
     launch_k(plan_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, d, dsel, hist_kind);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
-int sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, const int32_t *next,
-                     int32_t *hist_tok, cudaStream_t st_) {
+cudaError_t sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, const int32_t *next,
+                             int32_t *hist_tok, cudaStream_t st_) {
     launch_k(end_step_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, next, hist_tok);
-    return (int)cudaGetLastError();
+    return cudaGetLastError();
 }
 
 } // extern "C"

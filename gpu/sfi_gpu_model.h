@@ -13,7 +13,7 @@
  * engine, not here.
  *
  * Every function launches on the stream it is given, allocates nothing
- * and returns a cudaError_t value (0 = success). */
+ * and returns a cudaError_t (the convention: sfi_gpu.h). */
 #ifndef SFI_GPU_MODEL_H
 #define SFI_GPU_MODEL_H
 
@@ -28,21 +28,21 @@ extern "C" {
 #endif
 
 /* x[t][0..H) = float(E[tok[t]][0..H)), E of dtype [V][H]. */
-int sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
-                  cudaStream_t st);
+cudaError_t sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
+                          cudaStream_t st);
 
 /* RMSNorm of T rows of n: y = w * (x * (1 / sqrt(mean(x^2) + eps))).
  * yf (f32) and yb (bf16) may each be NULL. */
-int sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf, void *yb,
-                    int exact, cudaStream_t st);
+cudaError_t sfi_gpu_rmsnorm(const float *x, const float *w, int T, int n, float eps, float *yf,
+                            void *yb, int exact, cudaStream_t st);
 
 /* Bit-exact Y[t][i] (= or +=) (sum_j W[i][j] X[t][j] ascending) + b[i];
  * accumulate: Y[t][i] = Y[t][i] + that (the reference's h += tmp). */
-int sfi_gpu_gemv_exact(const float *W, const float *X, const float *b, float *Y, int T, int M,
-                       int N, int accumulate, cudaStream_t st);
+cudaError_t sfi_gpu_gemv_exact(const float *W, const float *X, const float *b, float *Y, int T,
+                               int M, int N, int accumulate, cudaStream_t st);
 
 /* y[t][i] += b[i] */
-int sfi_gpu_add_bias(float *y, const float *b, int T, int M, cudaStream_t st);
+cudaError_t sfi_gpu_add_bias(float *y, const float *b, int T, int M, cudaStream_t st);
 
 /* After the QKV product: per token t, qkv[t] = [q heads | k heads | v
  * heads] (f32). Adds the biases (may be NULL), RMSNorms each q and k head
@@ -70,22 +70,22 @@ typedef struct {
     int ld_norms;
     float *q_out;
 } sfi_gpu_qkv_args;
-int sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st);
+cudaError_t sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t st);
 
 /* act[t][i] = silu(gate) * up from the fused product gu [T][2I]: the gate
  * rows first, then the up rows, or (tiled) in the gate/up tiles of
  * sfi_gpu_gemm_skinny's SwiGLU form; act is f32 or bf16 (adtype). */
-int sfi_gpu_silu_mul(const float *gu, int T, int I, int tiled, void *act, int adtype, int exact,
-                     cudaStream_t st);
+cudaError_t sfi_gpu_silu_mul(const float *gu, int T, int I, int tiled, void *act, int adtype,
+                             int exact, cudaStream_t st);
 
 /* bf16 copy of n floats. */
-int sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st);
+cudaError_t sfi_gpu_to_bf16(const float *x, size_t n, void *y, cudaStream_t st);
 
 /* out[t] = argmax of logits[t][0..V), ties to the smaller id. When
  * active is given, rows whose active[t] is 0 are left alone. slots: T
  * zeroed 64-bit words of scratch (left zeroed again). */
-int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
-                   unsigned long long *slots, cudaStream_t st);
+cudaError_t sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int32_t *out,
+                           unsigned long long *slots, cudaStream_t st);
 
 /* Decode GEMM on tensor cores over W bf16 [M][N] and X bf16 [T][N] (T <=
  * 64, N a multiple of 32), in a fixed summation order. epi 0: Y f32
@@ -95,16 +95,16 @@ int sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *active, int
 #define SFI_GPU_EPI_STORE 0
 #define SFI_GPU_EPI_ACCUMULATE 1
 #define SFI_GPU_EPI_SWIGLU 2
-int sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
-                        cudaStream_t st);
+cudaError_t sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
+                                cudaStream_t st);
 /* sfi_gpu_gemm_skinny of X = RMSNorm(x) * norm_w (x f32 [T][N], the
  * residual; rmsnorm_kernel's formula) without materialising X: the norm
  * is made inside the GEMM's CTAs, saving the norm's launch. Only the
  * shared-memory (slab) kernel does this: cudaErrorNotSupported, with
  * nothing launched, where it does not apply (the caller then runs
  * sfi_gpu_rmsnorm and sfi_gpu_gemm_skinny). */
-int sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps, void *Y, int T,
-                      int M, int N, int epi, cudaStream_t st);
+cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps, void *Y,
+                              int T, int M, int N, int epi, cudaStream_t st);
 /* Which kernel sfi_gpu_gemm_skinny runs: SFI_GPU_GEMM_SLAB (default:
  * weights staged through shared memory by bulk copies, for products of at
  * most slab_max_mb MiB of weights; larger ones stream through registers)
@@ -115,7 +115,8 @@ int sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float 
 void sfi_gpu_gemm_select(int kernel, int slab_max_mb);
 /* Split-K scratch of sfi_gpu_gemm_skinny (device): part_floats floats of
  * partial sums (64 * M per split) and max_tiles zeroed counters (M / 16
- * row tiles); without it every product runs unsplit. Not thread-safe. */
+ * row tiles); without it every product runs unsplit. Per host thread
+ * (each GPU of sfi-gpu run --tp has its own thread and scratch). */
 void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max_tiles);
 
 /* Qwen3-MoE routing of T tokens from router logits rl[t][E] (turned into
@@ -123,31 +124,31 @@ void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max
  * the top `top` experts by probability (ties to the smaller expert),
  * weights divided by their sum when norm; writes sel_e[t][k] in
  * ascending expert order and sel_w[t][k] their weights. */
-int sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e, float *sel_w,
-                      int exact, cudaStream_t st);
+cudaError_t sfi_gpu_moe_route(float *rl, int T, int E, int top, int norm, int32_t *sel_e,
+                              float *sel_w, int exact, cudaStream_t st);
 
 /* Expert products for the T*top (token, expert) pairs: y[p][0..M) =
  * W_e[M][N] x[t] with e = sel_e[p], t = p / top, W_e = w[e] (an array of
  * E device pointers of dtype). x is f32 [T][N] (x_stride floats per
  * token) or, for the down projection, per pair (x_per_pair: [T*top][N]). */
-int sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int top,
-                     const float *x, int x_per_pair, int M, int N, float *y, int exact,
-                     cudaStream_t st);
+cudaError_t sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, int T, int top,
+                             const float *x, int x_per_pair, int M, int N, float *y, int exact,
+                             cudaStream_t st);
 
 /* h[t][i] = h[t][i] + (sum over k ascending of y[t*top+k][i] * w[t][k]),
  * the sum from 0 (the reference's acc). */
-int sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int top, int H,
-                        int exact, cudaStream_t st);
+cudaError_t sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int top, int H,
+                                int exact, cudaStream_t st);
 
 /* Causal attention of a prefill chunk: queries q [T][n_heads][D] (f32) at
  * positions pos0..pos0+T-1 of request row `row`, over keys 0..pos of each
  * in the paged pools (already appended); out [T][n_heads][D] f32. bf16
  * pools with D 64 or 128 use tensor cores (mma.sync); other shapes return
  * cudaErrorNotSupported (the engine then uses the decode kernels). */
-int sfi_gpu_prefill_attn(const float *q, int T, int pos0, int row, int n_heads, int n_kv,
-                         int head_dim, const int32_t *block_table, int max_blocks, int page,
-                         const void *k_pool, const void *v_pool, int dtype, float *out,
-                         cudaStream_t st);
+cudaError_t sfi_gpu_prefill_attn(const float *q, int T, int pos0, int row, int n_heads, int n_kv,
+                                 int head_dim, const int32_t *block_table, int max_blocks, int page,
+                                 const void *k_pool, const void *v_pool, int dtype, float *out,
+                                 cudaStream_t st);
 
 /* Window logits for the Selector at prefill (method.md section 4, W > 1):
  * for the nw queries qwin [nw][n_heads][D] (f32, roped) at positions
@@ -155,15 +156,15 @@ int sfi_gpu_prefill_attn(const float *q, int T, int pos0, int row, int n_heads, 
  * positions 0..n_ctx-1 (-inf past a query's own position), written as
  * rows (kvh * nw * G + w * G + g) * ld of out: the reference's window
  * order. Sums as the reference's (sequential over D, then * scale). */
-int sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row, int n_heads,
-                          int n_kv, int head_dim, const int32_t *block_table, int max_blocks,
-                          int page, const void *k_pool, int dtype, float *out, int ld,
-                          cudaStream_t st);
+cudaError_t sfi_gpu_window_logits(const float *qwin, int nw, int first, int n_ctx, int row,
+                                  int n_heads, int n_kv, int head_dim, const int32_t *block_table,
+                                  int max_blocks, int page, const void *k_pool, int dtype,
+                                  float *out, int ld, cudaStream_t st);
 
 /* Random weights: p[i] = offset + uniform[-scale, scale) from a counter
  * hash of (seed, i). */
-int sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale, float offset,
-                         cudaStream_t st);
+cudaError_t sfi_gpu_fill_uniform(void *p, size_t n, int dtype, uint32_t seed, float scale,
+                                 float offset, cudaStream_t st);
 
 /* ---- the per-step plan (trigger decisions on the device) ---- */
 
@@ -219,13 +220,14 @@ typedef struct {
  * t + d the pending buffer becomes the active one (buf, kout; installed[b]
  * = t). A fast step reads the active buffer (SFI_GPU_REQ_ALT when it is
  * the second). dsel may be NULL when the delay is 0. */
-int sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, sfi_gpu_step_desc *d,
-                      sfi_gpu_step_desc *dsel, int32_t *hist_kind, cudaStream_t st_);
+cudaError_t sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st,
+                              sfi_gpu_step_desc *d, sfi_gpu_step_desc *dsel, int32_t *hist_kind,
+                              cudaStream_t st_);
 
 /* End of a step: tok[b] = next[b] for active requests, hist_tok[step][b]
  * = it; a request stops after max_new steps or its stop token. */
-int sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, const int32_t *next,
-                     int32_t *hist_tok, cudaStream_t st_);
+cudaError_t sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st,
+                             const int32_t *next, int32_t *hist_tok, cudaStream_t st_);
 
 #ifdef __cplusplus
 }

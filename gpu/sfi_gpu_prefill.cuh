@@ -217,7 +217,7 @@ cudaError_t launch_prefill(const float *q, int T, int pos0, int row, int nh, int
                            const int32_t *bt, int max_blocks, int page, const void *kp,
                            const void *vp, float *out, cudaStream_t st) {
     constexpr size_t smem = (size_t)4 * kPfK * (D + 8) * sizeof(__nv_bfloat16);
-    static bool opted = false;
+    static thread_local bool opted = false; /* per device = per thread (--tp) */
     if (!opted) {
         cudaError_t e = cudaFuncSetAttribute(prefill_attn_kernel<D>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -233,17 +233,17 @@ cudaError_t launch_prefill(const float *q, int T, int pos0, int row, int nh, int
 
 } // namespace
 
-extern "C" int sfi_gpu_prefill_attn(const float *q, int T, int pos0, int row, int n_heads,
-                                    int n_kv, int head_dim, const int32_t *block_table,
-                                    int max_blocks, int page, const void *k_pool,
-                                    const void *v_pool, int dtype, float *out, cudaStream_t st) {
-    if (T <= 0) return 0;
-    if (dtype != SFI_GPU_BF16) return (int)cudaErrorNotSupported;
+extern "C" cudaError_t sfi_gpu_prefill_attn(const float *q, int T, int pos0, int row, int n_heads,
+                                            int n_kv, int head_dim, const int32_t *block_table,
+                                            int max_blocks, int page, const void *k_pool,
+                                            const void *v_pool, int dtype, float *out, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (dtype != SFI_GPU_BF16) return cudaErrorNotSupported;
     if (head_dim == 128)
-        return (int)launch_prefill<128>(q, T, pos0, row, n_heads, n_kv, block_table, max_blocks,
+        return launch_prefill<128>(q, T, pos0, row, n_heads, n_kv, block_table, max_blocks,
                                         page, k_pool, v_pool, out, st);
     if (head_dim == 64)
-        return (int)launch_prefill<64>(q, T, pos0, row, n_heads, n_kv, block_table, max_blocks,
+        return launch_prefill<64>(q, T, pos0, row, n_heads, n_kv, block_table, max_blocks,
                                        page, k_pool, v_pool, out, st);
-    return (int)cudaErrorNotSupported;
+    return cudaErrorNotSupported;
 }

@@ -14,10 +14,10 @@
 #include <cuda_runtime.h>
 #include "sfi_gpu.h"
 
-extern "C" int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
-                                 const sfi_gpu_step_desc *d, int dtype,
-                                 const sfi_gpu_sel_params *prm, int overlap) {
-    int e;
+extern "C" cudaError_t sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step_desc *h,
+                                         const sfi_gpu_step_desc *d, int dtype,
+                                         const sfi_gpu_sel_params *prm, int overlap) {
+    cudaError_t e;
     /* overlapped: the attention grid at 2 waves unless the caller chose
      * (measured on the H100: one CTA per pair and SM lets Selector CTAs
      * push a pair onto a shared SM for the whole layer) */
@@ -26,14 +26,14 @@ extern "C" int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step
     for (int i = 0; i < pl->n_layers; i++) {
         const int slot = i % SFI_GPU_RING;
         cudaStream_t side = overlap ? pl->side_st : pl->main_st;
-        if (overlap && (e = (int)cudaStreamWaitEvent(pl->main_st, pl->ev_free[slot], 0)))
+        if (overlap && (e = cudaStreamWaitEvent(pl->main_st, pl->ev_free[slot], 0)))
             return e;
         e = sfi_gpu_attn_dense(h, d, dtype, pl->q, pl->k_pool[i], pl->v_pool[i], pl->out,
                                pl->logits[slot], &aws, 0, pl->main_st);
         if (e) return e;
         if (overlap) {
-            if ((e = (int)cudaEventRecord(pl->ev_attn[slot], pl->main_st))) return e;
-            if ((e = (int)cudaStreamWaitEvent(side, pl->ev_attn[slot], 0))) return e;
+            if ((e = cudaEventRecord(pl->ev_attn[slot], pl->main_st))) return e;
+            if ((e = cudaStreamWaitEvent(side, pl->ev_attn[slot], 0))) return e;
         }
         e = sfi_gpu_selector(h, d, prm, pl->logits[slot], pl->key_norms[i], &pl->sel_ws[slot],
                              nullptr, pl->selected[i], 0, side);
@@ -41,11 +41,11 @@ extern "C" int sfi_gpu_slow_step(const sfi_gpu_slow_plan *pl, const sfi_gpu_step
         e = sfi_gpu_reorg(h, d, dtype, pl->k_pool[i], pl->v_pool[i], pl->selected[i], pl->ck[i],
                           pl->cv[i], nullptr, side);
         if (e) return e;
-        if (overlap && (e = (int)cudaEventRecord(pl->ev_free[slot], side))) return e;
+        if (overlap && (e = cudaEventRecord(pl->ev_free[slot], side))) return e;
     }
     if (overlap) {
-        if ((e = (int)cudaEventRecord(pl->ev_done, pl->side_st))) return e;
-        if ((e = (int)cudaStreamWaitEvent(pl->main_st, pl->ev_done, 0))) return e;
+        if ((e = cudaEventRecord(pl->ev_done, pl->side_st))) return e;
+        if ((e = cudaStreamWaitEvent(pl->main_st, pl->ev_done, 0))) return e;
     }
-    return 0;
+    return cudaSuccess;
 }

@@ -329,10 +329,133 @@ static sfi_status write_png(const char *path, const char *title, const sfi_eval_
     return rc;
 }
 
-int sfi_ref_cmd_eval(int argc, char **argv)
+/* sfi-ref eval's command line. */
+typedef struct {
+    const char *model, *text, *idsf, *trace, *tok_dir, *png, *calib_path;
+    int request, offset, quiet;
+    int format; /* 0 table, 1 csv, 2 json */
+    sfi_eval_opts o;
+} eval_args;
+
+enum { O_TEXT = 256, O_IDS, O_TRACE, O_REQUEST, O_OFFSET, O_POLICIES, O_CALIB, O_PARAMS,
+       O_BACKEND, O_TOKENIZER, O_BOOT, O_SEED, O_THREADS, O_FORMAT, O_PNG };
+
+/* One option getopt_long returned (c, with optarg) into a. Returns -1 to
+ * go on, else the exit code. */
+static int eval_option(eval_args *a, int c, char **argv)
 {
-    enum { O_TEXT = 256, O_IDS, O_TRACE, O_REQUEST, O_OFFSET, O_POLICIES, O_CALIB, O_PARAMS,
-           O_BACKEND, O_TOKENIZER, O_BOOT, O_SEED, O_THREADS, O_FORMAT, O_PNG };
+    sfi_eval_opts *o = &a->o;
+    sfi_error e;
+    sfi_error_clear(&e);
+    switch (c) {
+    case 'm': a->model = optarg; break;
+    case O_TEXT: a->text = optarg; break;
+    case O_IDS: a->idsf = optarg; break;
+    case O_TRACE: a->trace = optarg; break;
+    case O_REQUEST:
+        if (parse_int(optarg, "--request", 0, &a->request))
+            return 2;
+        break;
+    case 'L':
+        if (parse_int(optarg, "--prefix", 1, &o->n_prefix))
+            return 2;
+        break;
+    case 'n':
+        if (parse_int(optarg, "--tokens", 1, &o->n_tokens))
+            return 2;
+        break;
+    case O_OFFSET:
+        if (parse_int(optarg, "--offset", 0, &a->offset))
+            return 2;
+        break;
+    case 'b':
+        if (sfi_eval_parse_shares(optarg, o, &e)) {
+            fprintf(stderr, "sfi-ref eval: --%s\n", e.msg);
+            return 2;
+        }
+        break;
+    case O_POLICIES:
+        if (sfi_policy_parse_list(optarg, &o->policies, &e)) {
+            fprintf(stderr, "sfi-ref eval: --policies: %s\n", e.msg);
+            return 2;
+        }
+        break;
+    case O_CALIB: a->calib_path = optarg; break;
+    case 'P':
+        if (sfi_policy_config_set(&o->cfg, optarg, &e)) {
+            fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
+            return 2;
+        }
+        break;
+    case O_PARAMS:
+        if (sfi_params_load_file(&o->cfg.prm, optarg, &e)) {
+            fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
+            return 1;
+        }
+        break;
+    case O_BACKEND:
+        if (sfi_backend_parse(optarg, &o->backend, &e)) {
+            fprintf(stderr, "sfi-ref eval: --%s\n", e.msg);
+            return 2;
+        }
+        break;
+    case O_TOKENIZER: a->tok_dir = optarg; break;
+    case O_BOOT:
+        if (parse_int(optarg, "--bootstrap", 0, &o->n_boot))
+            return 2;
+        break;
+    case O_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(optarg, &end, 10);
+        if (!*optarg || *end || errno || *optarg == '-') {
+            fprintf(stderr, "sfi-ref eval: --seed '%s': expected a non-negative integer\n",
+                    optarg);
+            return 2;
+        }
+        o->seed = s;
+        break;
+    }
+    case O_THREADS:
+        if (parse_int(optarg, "--threads", 1, &o->n_threads))
+            return 2;
+        if (o->n_threads > SFI_EVAL_MAX_THREADS) {
+            fprintf(stderr, "sfi-ref eval: --threads %d: at most %d\n", o->n_threads,
+                    SFI_EVAL_MAX_THREADS);
+            return 2;
+        }
+        break;
+    case O_FORMAT:
+        if (!strcmp(optarg, "table"))
+            a->format = 0;
+        else if (!strcmp(optarg, "csv"))
+            a->format = 1;
+        else if (!strcmp(optarg, "json"))
+            a->format = 2;
+        else {
+            fprintf(stderr, "sfi-ref eval: --format: '%s' is not table, csv or json\n", optarg);
+            return 2;
+        }
+        break;
+    case O_PNG: a->png = optarg; break;
+    case 'q': a->quiet = 1; break;
+    case 'h': usage(stdout); return 0;
+    default:
+        if (optopt && optopt < 256)
+            fprintf(stderr, "sfi-ref eval: option -%c: %s\n", optopt,
+                    strchr("mLnbP", optopt) ? "needs a value" : "unknown");
+        else
+            fprintf(stderr, "sfi-ref eval: %s: unknown option or missing value\n",
+                    argv[optind - 1]);
+        usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+/* The command line into a. Returns -1 to go on, else the exit code. */
+static int eval_parse(int argc, char **argv, eval_args *a)
+{
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"text", required_argument, NULL, O_TEXT},
@@ -358,273 +481,222 @@ int sfi_ref_cmd_eval(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *model = NULL, *text = NULL, *idsf = NULL, *trace = NULL, *tok_dir = NULL, *png = NULL;
-    const char *calib_path = NULL;
-    int request = 0, offset = 0, quiet = 0, format = 0; /* 0 table, 1 csv, 2 json */
-    sfi_eval_opts o;
-    sfi_eval_opts_default(&o);
-    sfi_error e;
-    sfi_error_clear(&e);
+    memset(a, 0, sizeof *a);
+    sfi_eval_opts_default(&a->o);
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "m:L:n:b:P:qh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case O_TEXT: text = optarg; break;
-        case O_IDS: idsf = optarg; break;
-        case O_TRACE: trace = optarg; break;
-        case O_REQUEST:
-            if (parse_int(optarg, "--request", 0, &request))
-                return 2;
-            break;
-        case 'L':
-            if (parse_int(optarg, "--prefix", 1, &o.n_prefix))
-                return 2;
-            break;
-        case 'n':
-            if (parse_int(optarg, "--tokens", 1, &o.n_tokens))
-                return 2;
-            break;
-        case O_OFFSET:
-            if (parse_int(optarg, "--offset", 0, &offset))
-                return 2;
-            break;
-        case 'b':
-            if (sfi_eval_parse_shares(optarg, &o, &e)) {
-                fprintf(stderr, "sfi-ref eval: --%s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_POLICIES:
-            if (sfi_policy_parse_list(optarg, &o.policies, &e)) {
-                fprintf(stderr, "sfi-ref eval: --policies: %s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_CALIB: calib_path = optarg; break;
-        case 'P':
-            if (sfi_policy_config_set(&o.cfg, optarg, &e)) {
-                fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_PARAMS:
-            if (sfi_params_load_file(&o.cfg.prm, optarg, &e)) {
-                fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
-                return 1;
-            }
-            break;
-        case O_BACKEND:
-            if (sfi_backend_parse(optarg, &o.backend, &e)) {
-                fprintf(stderr, "sfi-ref eval: --%s\n", e.msg);
-                return 2;
-            }
-            break;
-        case O_TOKENIZER: tok_dir = optarg; break;
-        case O_BOOT:
-            if (parse_int(optarg, "--bootstrap", 0, &o.n_boot))
-                return 2;
-            break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(optarg, &end, 10);
-            if (!*optarg || *end || errno || *optarg == '-') {
-                fprintf(stderr, "sfi-ref eval: --seed '%s': expected a non-negative integer\n",
-                        optarg);
-                return 2;
-            }
-            o.seed = s;
-            break;
-        }
-        case O_THREADS:
-            if (parse_int(optarg, "--threads", 1, &o.n_threads))
-                return 2;
-            if (o.n_threads > SFI_EVAL_MAX_THREADS) {
-                fprintf(stderr, "sfi-ref eval: --threads %d: at most %d\n", o.n_threads,
-                        SFI_EVAL_MAX_THREADS);
-                return 2;
-            }
-            break;
-        case O_FORMAT:
-            if (!strcmp(optarg, "table"))
-                format = 0;
-            else if (!strcmp(optarg, "csv"))
-                format = 1;
-            else if (!strcmp(optarg, "json"))
-                format = 2;
-            else {
-                fprintf(stderr, "sfi-ref eval: --format: '%s' is not table, csv or json\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case O_PNG: png = optarg; break;
-        case 'q': quiet = 1; break;
-        case 'h': usage(stdout); return 0;
-        default:
-            if (optopt && optopt < 256)
-                fprintf(stderr, "sfi-ref eval: option -%c: %s\n", optopt,
-                        strchr("mLnbP", optopt) ? "needs a value" : "unknown");
-            else
-                fprintf(stderr, "sfi-ref eval: %s: unknown option or missing value\n",
-                        argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        }
+        int rc = eval_option(a, c, argv);
+        if (rc >= 0)
+            return rc;
     }
     if (optind < argc) {
         fprintf(stderr, "sfi-ref eval: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!model || (!!text + !!idsf + !!trace) != 1) {
+    if (!a->model || (!!a->text + !!a->idsf + !!a->trace) != 1) {
         fprintf(stderr, "sfi-ref eval: need --model and exactly one of --text, --ids, --trace\n");
         usage(stderr);
         return 2;
     }
-    if (sfi_params_validate(&o.cfg.prm, &e)) {
+    sfi_error e;
+    if (sfi_params_validate(&a->o.cfg.prm, &e)) {
         fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
         return 2;
     }
-    if (!(o.policies & ~(1u << SFI_POLICY_FULL))) {
+    if (!(a->o.policies & ~(1u << SFI_POLICY_FULL))) {
         fprintf(stderr, "sfi-ref eval: --policies: nothing to compare with full KV\n");
         return 2;
     }
-    o.progress = quiet ? NULL : stderr;
+    a->o.progress = a->quiet ? NULL : stderr;
+    return -1;
+}
 
-    int rc = 1;
-    sfi_qwen3 *m = NULL;
-    sfi_tokenizer *tk = NULL;
+/* What a run holds (eval_free releases it). */
+typedef struct {
+    sfi_qwen3 *m;
+    sfi_tokenizer *tk;
     sfi_trigger_set ts;
-    int have_ts = 0;
-    int32_t *ids = NULL;
-    int n_ids = 0;
+    int have_ts;
+    int32_t *ids;
+    int n_ids;
     sfi_eval_result res;
-    memset(&res, 0, sizeof res);
     sfi_policy_calib calib;
-    memset(&calib, 0, sizeof calib);
+} eval_state;
 
-    if (sfi_qwen3_load(model, &m, &e)) {
+static void eval_free(eval_state *s)
+{
+    sfi_eval_result_free(&s->res);
+    sfi_policy_calib_free(&s->calib);
+    free(s->ids);
+    if (s->have_ts)
+        sfi_trigger_set_free(&s->ts);
+    sfi_tokenizer_free(s->tk);
+    sfi_qwen3_free(s->m);
+}
+
+/* The model, and the tokenizer with SFI's trigger set when its files are
+ * there (a text needs them). 0 or 1 (reported). */
+static int eval_load(eval_args *a, eval_state *s)
+{
+    sfi_error e;
+    if (sfi_qwen3_load(a->model, &s->m, &e)) {
         fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
-        goto out;
+        return 1;
     }
-    const sfi_model_config *cfg = sfi_qwen3_config(m);
-    if (!tok_dir)
-        tok_dir = model;
+    if (!a->tok_dir)
+        a->tok_dir = a->model;
+    const char *tok_dir = a->tok_dir;
     if (file_exists(tok_dir, "vocab.json") && file_exists(tok_dir, "merges.txt")) {
-        if (sfi_tokenizer_load(tok_dir, &tk, &e) ||
-            sfi_ref_tokenizer_fits(tk, tok_dir, sfi_qwen3_config(m), &e)) {
+        if (sfi_tokenizer_load(tok_dir, &s->tk, &e) ||
+            sfi_ref_tokenizer_fits(s->tk, tok_dir, sfi_qwen3_config(s->m), &e)) {
             fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
-            goto out;
+            return 1;
         }
-        if (sfi_trigger_set_build(sfi_tokenizer_vocab(tk), o.cfg.prm.trigger_chars, &ts, &e)) {
+        if (sfi_trigger_set_build(sfi_tokenizer_vocab(s->tk), a->o.cfg.prm.trigger_chars, &s->ts,
+                                  &e)) {
             fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
-            goto out;
+            return 1;
         }
-        have_ts = 1;
-        o.is_trigger = ts.is_trigger;
-        o.n_trigger_vocab = ts.n_vocab;
-    } else if (text) {
+        s->have_ts = 1;
+        a->o.is_trigger = s->ts.is_trigger;
+        a->o.n_trigger_vocab = s->ts.n_vocab;
+    } else if (a->text) {
         fprintf(stderr, "sfi-ref eval: %s: no vocab.json + merges.txt to encode the text "
                         "(give --tokenizer DIR)\n", tok_dir);
-        goto out;
-    } else if (!quiet) {
+        return 1;
+    } else if (!a->quiet) {
         fprintf(stderr, "sfi-ref eval: note: no tokenizer files in %s: SFI's trigger set is "
                         "empty, slow steps come from T_max only\n", tok_dir);
     }
-    if (text || idsf) {
-        const char *path = text ? text : idsf;
-        size_t len = 0;
-        char *s = NULL;
-        sfi_status st = strcmp(path, "-")
-                            ? sfi_io_read(path, EVAL_MAX_INPUT, text ? "text" : "list of ids",
-                                          &s, &len, &e)
-                            : sfi_io_read_stream(stdin, "standard input", EVAL_MAX_INPUT,
-                                                 "list of ids", &s, &len, &e);
+    return 0;
+}
+
+/* The token ids: the text encoded, the id list, or the trace request's
+ * prompt and generated tokens. 0 or 1 (reported). */
+static int eval_read_tokens(const eval_args *a, eval_state *s)
+{
+    const char *text = a->text, *idsf = a->idsf;
+    if (!text && !idsf)
+        return trace_ids(a->trace, a->request, &s->ids, &s->n_ids);
+    sfi_error e;
+    const char *path = text ? text : idsf;
+    size_t len = 0;
+    char *buf = NULL;
+    sfi_status st = strcmp(path, "-")
+                        ? sfi_io_read(path, EVAL_MAX_INPUT, text ? "text" : "list of ids", &buf,
+                                      &len, &e)
+                        : sfi_io_read_stream(stdin, "standard input", EVAL_MAX_INPUT,
+                                             "list of ids", &buf, &len, &e);
+    if (st) {
+        fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
+        return 1;
+    }
+    if (idsf) {
+        st = sfi_ref_parse_ids(path, buf, len, &s->ids, &s->n_ids, &e);
+        free(buf);
         if (st) {
             fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
-            goto out;
+            return 1;
         }
-        if (idsf) {
-            st = sfi_ref_parse_ids(path, s, len, &ids, &n_ids, &e);
-            free(s);
-            if (st) {
-                fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
-                goto out;
-            }
-        } else {
-            size_t n = 0;
-            st = sfi_tokenizer_encode(tk, s, len, &ids, &n, &e);
-            free(s);
-            if (st) {
-                fprintf(stderr, "sfi-ref eval: %s: %s\n", text, e.msg);
-                goto out;
-            }
-            if (n > INT_MAX / 4) {
-                fprintf(stderr, "sfi-ref eval: %s: too long\n", text);
-                goto out;
-            }
-            n_ids = (int)n;
-        }
-    } else if (trace_ids(trace, request, &ids, &n_ids)) {
-        goto out;
+        return 0;
     }
-    const char *src = text ? text : idsf ? idsf : trace;
-    long need = (long)offset + o.n_prefix + o.n_tokens + 1;
-    if (n_ids < need) {
+    size_t n = 0;
+    st = sfi_tokenizer_encode(s->tk, buf, len, &s->ids, &n, &e);
+    free(buf);
+    if (st) {
+        fprintf(stderr, "sfi-ref eval: %s: %s\n", text, e.msg);
+        return 1;
+    }
+    if (n > INT_MAX / 4) {
+        fprintf(stderr, "sfi-ref eval: %s: too long\n", text);
+        return 1;
+    }
+    s->n_ids = (int)n;
+    return 0;
+}
+
+/* Enough tokens from --offset, each in the model's vocabulary. */
+static int eval_check_tokens(const eval_args *a, const eval_state *s, const char *src)
+{
+    const sfi_model_config *cfg = sfi_qwen3_config(s->m);
+    const int32_t *ids = s->ids;
+    long need = (long)a->offset + a->o.n_prefix + a->o.n_tokens + 1;
+    if (s->n_ids < need) {
         fprintf(stderr, "sfi-ref eval: %s: %d tokens; --offset %d, --prefix %d and --tokens %d "
-                        "need %ld\n", src, n_ids, offset, o.n_prefix, o.n_tokens, need);
-        goto out;
+                        "need %ld\n", src, s->n_ids, a->offset, a->o.n_prefix, a->o.n_tokens,
+                need);
+        return 1;
     }
-    for (int i = offset; i < need; i++)
+    for (int i = a->offset; i < need; i++)
         if (ids[i] < 0 || ids[i] >= cfg->vocab_size) {
             fprintf(stderr, "sfi-ref eval: %s: token %d (id %d) is outside the model's "
                             "vocabulary [0, %d): another tokenizer's ids?\n",
                     src, i, (int)ids[i], cfg->vocab_size);
-            goto out;
+            return 1;
         }
-    if (calib_path) {
-        if (sfi_policy_calib_load(calib_path, &calib, &e)) {
-            fprintf(stderr, "sfi-ref eval: --calib: %s\n", e.msg);
-            goto out;
-        }
-        o.calib = &calib;
-    }
-    if (sfi_eval_run(m, &o, ids + offset, n_ids - offset, &res, &e)) {
-        fprintf(stderr, "sfi-ref eval: %s: %s\n", model, e.msg);
-        goto out;
-    }
-    if (png) {
+    return 0;
+}
+
+/* The PNG when asked, then the table, CSV or JSON on standard output. */
+static int eval_report(const eval_args *a, const eval_state *s, const char *src)
+{
+    const char *model = a->model;
+    sfi_error e;
+    if (a->png) {
         const char *base = strrchr(model, '/');
         char title[200];
         snprintf(title, sizeof title, "%s, %d+%d tokens",
-                 base && base[1] ? base + 1 : model, res.n_prefix, res.n_tokens);
-        if (write_png(png, title, &o, &res, &e)) {
+                 base && base[1] ? base + 1 : model, s->res.n_prefix, s->res.n_tokens);
+        if (write_png(a->png, title, &a->o, &s->res, &e)) {
             fprintf(stderr, "sfi-ref eval: %s\n", e.msg);
-            goto out;
+            return 1;
         }
     }
-    if (format == 0)
-        print_table(model, src, &o, &res);
-    else if (format == 1)
-        print_csv(&res);
-    else if (print_json(model, src, &o, &res))
-        goto out;
+    if (a->format == 0)
+        print_table(model, src, &a->o, &s->res);
+    else if (a->format == 1)
+        print_csv(&s->res);
+    else if (print_json(model, src, &a->o, &s->res))
+        return 1;
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "sfi-ref eval: writing standard output failed\n");
+        return 1;
+    }
+    return 0;
+}
+
+int sfi_ref_cmd_eval(int argc, char **argv)
+{
+    eval_args a;
+    int rc = eval_parse(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    eval_state s;
+    memset(&s, 0, sizeof s);
+    rc = 1;
+    const char *src = a.text ? a.text : a.idsf ? a.idsf : a.trace;
+    if (eval_load(&a, &s) || eval_read_tokens(&a, &s) || eval_check_tokens(&a, &s, src))
+        goto out;
+    sfi_error e;
+    if (a.calib_path) {
+        if (sfi_policy_calib_load(a.calib_path, &s.calib, &e)) {
+            fprintf(stderr, "sfi-ref eval: --calib: %s\n", e.msg);
+            goto out;
+        }
+        a.o.calib = &s.calib;
+    }
+    if (sfi_eval_run(s.m, &a.o, s.ids + a.offset, s.n_ids - a.offset, &s.res, &e)) {
+        fprintf(stderr, "sfi-ref eval: %s: %s\n", a.model, e.msg);
         goto out;
     }
+    if (eval_report(&a, &s, src))
+        goto out;
     rc = 0;
 out:
-    if (png)
+    if (a.png)
         sfi_plot_release_fonts();
-    sfi_eval_result_free(&res);
-    sfi_policy_calib_free(&calib);
-    free(ids);
-    if (have_ts)
-        sfi_trigger_set_free(&ts);
-    sfi_tokenizer_free(tk);
-    sfi_qwen3_free(m);
+    eval_free(&s);
     return rc;
 }

@@ -821,11 +821,10 @@ static void *worker(void *arg)
     return NULL;
 }
 
-sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_t *tokens,
-                        int n_text, sfi_eval_result *res, sfi_error *err)
+/* The options, the model and the text agree with each other. */
+static sfi_status eval_check(const sfi_model_config *c, const sfi_eval_opts *o,
+                             const int32_t *tokens, int n_text, sfi_error *err)
 {
-    memset(res, 0, sizeof *res);
-    const sfi_model_config *c = sfi_qwen3_config(m);
     if (o->n_prefix < 1 || o->n_tokens < 1)
         return sfi_error_set(err, SFI_EINVAL, "eval: prefix %d and tokens %d must be >= 1",
                              o->n_prefix, o->n_tokens);
@@ -864,67 +863,157 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
             return sfi_error_set(err, SFI_ERANGE,
                                  "eval: token %d (id %d) outside the vocabulary [0, %d)", i,
                                  (int)tokens[i], c->vocab_size);
+    return SFI_OK;
+}
+
+/* The run's context and buffers, and res's rows (one per budget and
+ * policy of mask). e is zeroed first, so ectx_free may follow a failure. */
+static sfi_status eval_setup(ectx *e, const sfi_qwen3 *m, const sfi_eval_opts *o,
+                             const int32_t *tokens, unsigned mask, sfi_eval_result *res,
+                             sfi_error *err)
+{
+    const sfi_model_config *c = sfi_qwen3_config(m);
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    e->c = c;
+    e->o = o;
+    e->tok = tokens;
+    e->L = o->n_prefix;
+    e->N = o->n_tokens;
+    e->V = c->vocab_size;
+    e->nl = c->num_hidden_layers;
+    e->nh = c->num_attention_heads;
+    e->nkv = c->num_key_value_heads;
+    e->hd = c->head_dim;
+    e->cap = e->L + e->N;
+    e->err = err;
+    size_t N = (size_t)e->N, V = (size_t)e->V;
+    e->full_lp = malloc(sizeof(float) * N * V);
+    e->full_arg = malloc(sizeof(int32_t) * N);
+    e->full_nll = malloc(sizeof(double) * N);
+    e->logits = malloc(sizeof(float) * V);
+    e->lp = malloc(sizeof(float) * V);
+    e->nll = malloc(sizeof(double) * N);
+    e->kl = malloc(sizeof(double) * N);
+    e->agree = malloc(N);
+    int n_kinds = 0;
+    for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+        n_kinds += (mask >> k) & 1u;
+    res->rows = calloc((size_t)o->n_shares * (n_kinds ? n_kinds : 1), sizeof *res->rows);
+    if (!e->full_lp || !e->full_arg || !e->full_nll || !e->logits || !e->lp || !e->nll ||
+        !e->kl || !e->agree || !res->rows)
+        return sfi_error_set(err, SFI_ENOMEM, "eval: out of memory (%d tokens x vocabulary %d)",
+                             e->N, e->V);
+    res->n_prefix = e->L;
+    res->n_tokens = e->N;
+    return sfi_kv_cache_init(&e->work, c, e->cap, err);
+}
+
+/* The prefix, prefilled once, with the prompt's last queries the
+ * policies observe: SFI's W_prefill, SnapKV's window, LFPS's s, the
+ * Kascade stand-in's. */
+static sfi_status eval_prefill(ectx *e, sfi_eval_result *res, sfi_error *err)
+{
+    const sfi_eval_opts *o = e->o;
+    int nq = o->cfg.prm.W_prefill > o->cfg.prm.W_decode ? o->cfg.prm.W_prefill
+                                                        : o->cfg.prm.W_decode;
+    if (nq < KASCADE_CALIB)
+        nq = KASCADE_CALIB;
+    if (nq < o->cfg.snapkv_window)
+        nq = o->cfg.snapkv_window;
+    if (nq < o->cfg.lfps_s)
+        nq = o->cfg.lfps_s;
+    if (o->progress)
+        fprintf(o->progress, "eval: prefilling %d tokens (%s backend)\n", e->L,
+                sfi_backend_name(o->backend));
+    sfi_status rc = sfi_decode_prefix_build(e->m, o->backend, e->tok, e->L, e->L, nq, &e->pre, err);
+    if (rc)
+        return rc;
+    res->prefill_seconds = e->pre.seconds;
+    res->prefill_cpu_seconds = e->pre.cpu_seconds;
+    return SFI_OK;
+}
+
+/* The reference run (full KV) and its mean NLL and perplexity. */
+static sfi_status eval_full(ectx *e, sfi_eval_result *res)
+{
+    const sfi_eval_opts *o = e->o;
+    double ts = now_s();
+    sfi_status rc = run_full(e);
+    res->full_seconds = now_s() - ts;
+    if (rc)
+        return rc;
+    double fs = 0.0;
+    for (int t = 0; t < e->N; t++)
+        fs += e->full_nll[t];
+    res->full_nll = fs / e->N;
+    res->full_ppl = (double)sfi_expf((float)res->full_nll);
+    if (o->progress)
+        fprintf(o->progress, "eval: prefill %.1f s; full KV: NLL %.4f, perplexity %.3f (%.1f s)\n",
+                res->prefill_seconds, res->full_nll, res->full_ppl, res->full_seconds);
+    return SFI_OK;
+}
+
+/* Every (budget, policy) row of mask, on up to *nt threads (lowered to
+ * the rows' count). */
+static sfi_status eval_rows(ectx *e, unsigned mask, int *nt, sfi_eval_result *res,
+                            sfi_error *err)
+{
+    const sfi_eval_opts *o = e->o;
+    jobs J;
+    memset(&J, 0, sizeof J);
+    J.e = e;
+    J.full_nll = e->full_nll;
+    J.rows = res->rows;
+    for (int b = 0; b < o->n_shares; b++)
+        for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
+            if ((mask >> k) & 1u) {
+                sfi_eval_row *r = &res->rows[J.n_jobs++];
+                r->kind = (sfi_policy_kind)k;
+                r->share = o->shares[b];
+                r->budget = sfi_eval_budget(o->shares[b], e->L, e->N);
+            }
+    if (*nt > J.n_jobs)
+        *nt = J.n_jobs;
+    pthread_mutex_init(&J.mu, NULL);
+    worker_arg wa = {.J = &J, .full_mean = res->full_nll};
+    pthread_t th[SFI_EVAL_MAX_THREADS];
+    int started = 0;
+    for (int i = 1; i < *nt; i++)
+        if (!pthread_create(&th[started], NULL, worker, &wa))
+            started++;
+    worker(&wa);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&J.mu);
+    if (J.failed) {
+        if (err)
+            *err = J.err;
+        return J.err.code ? J.err.code : SFI_EINVAL;
+    }
+    res->n_rows = J.n_jobs;
+    for (int i = 0; i < res->n_rows; i++)
+        if (res->rows[i].kind == SFI_POLICY_KASCADE) {
+            res->n_kascade_anchors = res->rows[i].n_anchors;
+            memcpy(res->kascade_anchors, res->rows[i].anchors, sizeof res->kascade_anchors);
+        }
+    return SFI_OK;
+}
+
+sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_t *tokens,
+                        int n_text, sfi_eval_result *res, sfi_error *err)
+{
+    memset(res, 0, sizeof *res);
+    sfi_status rc = eval_check(sfi_qwen3_config(m), o, tokens, n_text, err);
+    if (rc)
+        return rc;
     /* full KV is the reference every row is compared with, not a row */
     unsigned mask = o->policies & SFI_POLICY_ALL & ~(1u << SFI_POLICY_FULL);
 
     double t0 = now_s(), c0 = cpu_s();
     ectx e;
-    memset(&e, 0, sizeof e);
-    e.m = m;
-    e.c = c;
-    e.o = o;
-    e.tok = tokens;
-    e.L = o->n_prefix;
-    e.N = o->n_tokens;
-    e.V = c->vocab_size;
-    e.nl = c->num_hidden_layers;
-    e.nh = c->num_attention_heads;
-    e.nkv = c->num_key_value_heads;
-    e.hd = c->head_dim;
-    e.cap = e.L + e.N;
-    e.err = err;
-    size_t N = (size_t)e.N, V = (size_t)e.V;
-    e.full_lp = malloc(sizeof(float) * N * V);
-    e.full_arg = malloc(sizeof(int32_t) * N);
-    e.full_nll = malloc(sizeof(double) * N);
-    e.logits = malloc(sizeof(float) * V);
-    e.lp = malloc(sizeof(float) * V);
-    e.nll = malloc(sizeof(double) * N);
-    e.kl = malloc(sizeof(double) * N);
-    e.agree = malloc(N);
-    int n_kinds = 0;
-    for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
-        n_kinds += (mask >> k) & 1u;
-    res->rows = calloc((size_t)o->n_shares * (n_kinds ? n_kinds : 1), sizeof *res->rows);
-    if (!e.full_lp || !e.full_arg || !e.full_nll || !e.logits || !e.lp || !e.nll || !e.kl ||
-        !e.agree || !res->rows) {
-        rc = sfi_error_set(err, SFI_ENOMEM, "eval: out of memory (%d tokens x vocabulary %d)",
-                           e.N, e.V);
+    if ((rc = eval_setup(&e, m, o, tokens, mask, res, err)) || (rc = eval_prefill(&e, res, err)))
         goto fail;
-    }
-    res->n_prefix = e.L;
-    res->n_tokens = e.N;
-    if ((rc = sfi_kv_cache_init(&e.work, c, e.cap, err)))
-        goto fail;
-    {
-        /* The prompt's last queries the policies observe: SFI's W_prefill,
-         * SnapKV's window, LFPS's s, the Kascade stand-in's. */
-        int nq = o->cfg.prm.W_prefill > o->cfg.prm.W_decode ? o->cfg.prm.W_prefill
-                                                            : o->cfg.prm.W_decode;
-        if (nq < KASCADE_CALIB)
-            nq = KASCADE_CALIB;
-        if (nq < o->cfg.snapkv_window)
-            nq = o->cfg.snapkv_window;
-        if (nq < o->cfg.lfps_s)
-            nq = o->cfg.lfps_s;
-        if (o->progress)
-            fprintf(o->progress, "eval: prefilling %d tokens (%s backend)\n", e.L,
-                    sfi_backend_name(o->backend));
-        if ((rc = sfi_decode_prefix_build(m, o->backend, tokens, e.L, e.L, nq, &e.pre, err)))
-            goto fail;
-    }
-    res->prefill_seconds = e.pre.seconds;
-    res->prefill_cpu_seconds = e.pre.cpu_seconds;
     /* Decode steps multiply single vectors: BLAS threads only wait on
      * each other there, so they run on one thread each and the runs
      * themselves go in parallel (sfi_eval_opts.n_threads). */
@@ -938,70 +1027,19 @@ sfi_status sfi_eval_run(const sfi_qwen3 *m, const sfi_eval_opts *o, const int32_
     if (o->backend == SFI_BACKEND_BLAS)
         openblas_set_num_threads(1);
 #endif
-    double ts = now_s();
-    rc = run_full(&e);
-    res->full_seconds = now_s() - ts;
-    if (rc)
-        goto fail_blas;
-    double fs = 0.0;
-    for (int t = 0; t < e.N; t++)
-        fs += e.full_nll[t];
-    res->full_nll = fs / e.N;
-    res->full_ppl = (double)sfi_expf((float)res->full_nll);
-    if (o->progress)
-        fprintf(o->progress, "eval: prefill %.1f s; full KV: NLL %.4f, perplexity %.3f (%.1f s)\n",
-                res->prefill_seconds, res->full_nll, res->full_ppl, res->full_seconds);
-
-    jobs J;
-    memset(&J, 0, sizeof J);
-    J.e = &e;
-    J.full_nll = e.full_nll;
-    J.rows = res->rows;
-    for (int b = 0; b < o->n_shares; b++)
-        for (int k = 0; k < SFI_POLICY_N_KINDS; k++)
-            if ((mask >> k) & 1u) {
-                sfi_eval_row *r = &res->rows[J.n_jobs++];
-                r->kind = (sfi_policy_kind)k;
-                r->share = o->shares[b];
-                r->budget = sfi_eval_budget(o->shares[b], e.L, e.N);
-            }
-    if (nt > J.n_jobs)
-        nt = J.n_jobs;
-    pthread_mutex_init(&J.mu, NULL);
-    worker_arg wa = {.J = &J, .full_mean = res->full_nll};
-    pthread_t th[SFI_EVAL_MAX_THREADS];
-    int started = 0;
-    for (int i = 1; i < nt; i++)
-        if (!pthread_create(&th[started], NULL, worker, &wa))
-            started++;
-    worker(&wa);
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&J.mu);
-    if (J.failed) {
-        if (err)
-            *err = J.err;
-        rc = J.err.code ? J.err.code : SFI_EINVAL;
-        goto fail_blas;
-    }
-    res->n_rows = J.n_jobs;
-    for (int i = 0; i < res->n_rows; i++)
-        if (res->rows[i].kind == SFI_POLICY_KASCADE) {
-            res->n_kascade_anchors = res->rows[i].n_anchors;
-            memcpy(res->kascade_anchors, res->rows[i].anchors, sizeof res->kascade_anchors);
-        }
+    rc = eval_full(&e, res);
+    if (!rc)
+        rc = eval_rows(&e, mask, &nt, res, err);
 #ifdef SFI_HAVE_OPENBLAS
     openblas_set_num_threads(blas_threads);
 #endif
+    if (rc)
+        goto fail;
     res->seconds = now_s() - t0;
     res->cpu_seconds = cpu_s() - c0;
     res->n_threads = nt;
     ectx_free(&e);
     return SFI_OK;
-fail_blas:
-#ifdef SFI_HAVE_OPENBLAS
-    openblas_set_num_threads(blas_threads);
-#endif
 fail:
     ectx_free(&e);
     sfi_eval_result_free(res);

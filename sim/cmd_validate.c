@@ -443,267 +443,366 @@ static double pct_err(double pred, double meas)
     return (pred / meas - 1) * 100;
 }
 
-/* Step-level validation: predicted vs measured whole decode steps, after a
- * fit on the declared subsets when there are any. Returns the exit code. */
-static int validate_steps(const char *prof_path, const char *steps_path, const sfi_hw_profile *prof,
-                          const char *gpu_name, char **subsets, int n_sub, char **selects,
-                          int n_sel, const char *fit_path, const char *tok_dir, double tol)
+/* A step-level validation: the measurements, what each is predicted
+ * with, and the error statistics (validate_steps' phases share it). */
+typedef struct {
+    const char *prof_path, *steps_path;
+    const sfi_hw_profile *prof;
+    sfi_step_meas *ms;
+    size_t n;
+    sfi_gpu gpu;
+    sfi_model_config *mcs; /* [n] */
+    sfi_sv_mix *mixes;     /* [n] */
+    int *in_fit;           /* [n] */
+    sfi_trigger_set ts;
+    int n_replayed, n_sfi;
+    sfi_hw_profile p; /* the profile predicted with: prof, fitted when fitted */
+    sfi_sv_fit fit;
+    int fitted;
+    sfi_sv_pred *pr; /* [n] */
+    errstat st_t[2][2], st_tps[2][2], st_sp[2];
+} step_val;
+
+/* The measurements of steps_path (at least one). Returns 0 or the exit
+ * code, as every phase below does. */
+static int load_steps(step_val *sv)
 {
     sfi_step_meas *ms = NULL;
     size_t n = 0;
     sfi_error err;
-    if (fit_path && !n_sub) {
-        fprintf(stderr, "sfi-sim validate: --fit with whole-step measurements needs "
-                        "--fit-subset (the configurations to fit on)\n");
-        return 2;
-    }
-    if (sfi_step_meas_load(steps_path, &ms, &n, &err)) {
+    if (sfi_step_meas_load(sv->steps_path, &ms, &n, &err)) {
         fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
         return 1;
     }
+    sv->ms = ms;
+    sv->n = n;
     if (!n) {
         fprintf(stderr, "sfi-sim validate: %s: no \"step_measurements\" to compare with\n",
-                steps_path);
-        free(ms);
+                sv->steps_path);
         return 1;
     }
-    /* the GPU the steps ran on: --gpu, else the steps file's, else the
-     * profile's */
-    sfi_gpu gpu;
+    return 0;
+}
+
+/* The GPU the steps ran on: --gpu, else the steps file's, else the
+ * profile's. */
+static int steps_gpu(step_val *sv, const char *gpu_name)
+{
+    sfi_error err;
     sfi_hw_profile sp;
     const char *gname = gpu_name;
-    if (!gname && sfi_hw_profile_load(steps_path, &sp, NULL, NULL, &err) == SFI_OK && sp.gpu[0])
+    if (!gname && sfi_hw_profile_load(sv->steps_path, &sp, NULL, NULL, &err) == SFI_OK && sp.gpu[0])
         gname = sp.gpu;
     if (!gname)
-        gname = prof->gpu[0] ? prof->gpu : "H100-SXM";
-    if (sfi_gpu_resolve(gname, &gpu, &err)) {
+        gname = sv->prof->gpu[0] ? sv->prof->gpu : "H100-SXM";
+    if (sfi_gpu_resolve(gname, &sv->gpu, &err)) {
         fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
-        free(ms);
         return 1;
     }
-    /* --select: only the configurations it selects are read */
-    if (n_sel) {
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            int keep = 0;
-            for (int q = 0; q < n_sel; q++) {
-                int h = sfi_sv_subset_match(selects[q], &ms[i], &err);
-                if (h < 0) {
-                    fprintf(stderr, "sfi-sim validate: --select: %s\n", err.msg);
-                    free(ms);
-                    return 2;
-                }
-                keep |= h;
+    return 0;
+}
+
+/* --select: only the configurations it selects are read. */
+static int select_steps(step_val *sv, char **selects, int n_sel)
+{
+    if (!n_sel)
+        return 0;
+    sfi_error err;
+    size_t k = 0;
+    for (size_t i = 0; i < sv->n; i++) {
+        int keep = 0;
+        for (int q = 0; q < n_sel; q++) {
+            int h = sfi_sv_subset_match(selects[q], &sv->ms[i], &err);
+            if (h < 0) {
+                fprintf(stderr, "sfi-sim validate: --select: %s\n", err.msg);
+                return 2;
             }
-            if (keep)
-                ms[k++] = ms[i];
+            keep |= h;
         }
-        n = k;
-        if (!n) {
-            fprintf(stderr, "sfi-sim validate: --select leaves no configuration of %s\n",
-                    steps_path);
-            free(ms);
-            return 1;
-        }
+        if (keep)
+            sv->ms[k++] = sv->ms[i];
     }
-    sfi_model_config *mcs = calloc(n, sizeof *mcs);
-    sfi_sv_mix *mixes = calloc(n, sizeof *mixes);
-    int *in_fit = calloc(n, sizeof *in_fit);
-    int rc = 1;
-    if (!mcs || !mixes || !in_fit) {
+    sv->n = k;
+    if (!sv->n) {
+        fprintf(stderr, "sfi-sim validate: --select leaves no configuration of %s\n",
+                sv->steps_path);
+        return 1;
+    }
+    return 0;
+}
+
+/* Per configuration: its model, whether it is in the fit subset, and the
+ * SFI step mix (the trace replayed, else the measured counts). */
+static int plan_steps(step_val *sv, char **subsets, int n_sub, const char *tok_dir)
+{
+    const size_t n = sv->n;
+    sfi_step_meas *ms = sv->ms;
+    sfi_error err;
+    sv->mcs = calloc(n, sizeof *sv->mcs);
+    sv->mixes = calloc(n, sizeof *sv->mixes);
+    sv->in_fit = calloc(n, sizeof *sv->in_fit);
+    if (!sv->mcs || !sv->mixes || !sv->in_fit) {
         fprintf(stderr, "sfi-sim validate: out of memory\n");
-        goto out;
+        return 1;
     }
-    int n_replayed = 0, n_sfi = 0, have_ts = 0;
-    sfi_trigger_set ts;
-    memset(&ts, 0, sizeof ts);
+    int have_ts = 0;
     for (size_t i = 0; i < n; i++) {
-        if (sfi_sv_model(&ms[i], &mcs[i], &err)) {
-            fprintf(stderr, "sfi-sim validate: %s: step_measurements[%zu]: %s\n", steps_path, i,
+        if (sfi_sv_model(&ms[i], &sv->mcs[i], &err)) {
+            fprintf(stderr, "sfi-sim validate: %s: step_measurements[%zu]: %s\n", sv->steps_path, i,
                     err.msg);
-            goto out;
+            return 1;
         }
         for (int s = 0; s < n_sub; s++) {
             int h = sfi_sv_subset_match(subsets[s], &ms[i], &err);
             if (h < 0) {
                 fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
-                rc = 2;
-                goto out;
+                return 2;
             }
-            in_fit[i] |= h;
+            sv->in_fit[i] |= h;
         }
         if (!ms[i].sfi)
             continue;
-        n_sfi++;
+        sv->n_sfi++;
         char buf[1024];
         const char *tp = trace_path(&ms[i], buf, sizeof buf);
         if (tp && !have_ts) {
-            if (sfi_sv_trigger_set(tok_dir, &ts, &err)) {
+            if (sfi_sv_trigger_set(tok_dir, &sv->ts, &err)) {
                 fprintf(stderr, "sfi-sim validate: trigger set (--tokenizer): %s\n", err.msg);
-                goto out;
+                return 1;
             }
             have_ts = 1;
         }
-        if (tp && sfi_sv_replay(&ms[i], tp, &ts, &mixes[i], &err) == SFI_OK) {
-            n_replayed++;
+        if (tp && sfi_sv_replay(&ms[i], tp, &sv->ts, &sv->mixes[i], &err) == SFI_OK) {
+            sv->n_replayed++;
             continue;
         }
         if (tp)
             fprintf(stderr, "sfi-sim validate: note: step_measurements[%zu]: replay: %s\n", i,
                     err.msg);
         /* the measured counts, one slow request per slow step */
-        mixes[i].batch = ms[i].batch;
-        mixes[i].hist[0] = ms[i].cls[SFI_SV_FAST].n;
-        mixes[i].hist[1] = ms[i].cls[SFI_SV_SLOW].n;
-        if (!mixes[i].hist[0] && !mixes[i].hist[1])
-            mixes[i].hist[0] = 1;
+        sfi_sv_mix *mx = &sv->mixes[i];
+        mx->batch = ms[i].batch;
+        mx->hist[0] = ms[i].cls[SFI_SV_FAST].n;
+        mx->hist[1] = ms[i].cls[SFI_SV_SLOW].n;
+        if (!mx->hist[0] && !mx->hist[1])
+            mx->hist[0] = 1;
     }
-    sfi_hw_profile p = *prof;
-    sfi_sv_fit fit;
-    int fitted = 0, n_in = 0;
-    for (size_t i = 0; i < n; i++)
-        n_in += in_fit[i] && !ms[i].variant;
+    return 0;
+}
+
+/* The report's header, then the fit on the subset when there is one. */
+static int fit_steps(step_val *sv, char **subsets, int n_sub)
+{
+    sfi_error err;
+    int n_in = 0;
+    for (size_t i = 0; i < sv->n; i++)
+        n_in += sv->in_fit[i] && !sv->ms[i].variant;
+    sv->p = *sv->prof;
     printf("# sfi-sim validate: whole decode steps of %s (%zu configurations) against profile "
            "%s ('%s') on %s\n",
-           steps_path, n, prof_path, prof->name, gpu.name);
+           sv->steps_path, sv->n, sv->prof_path, sv->prof->name, sv->gpu.name);
     printf("# SFI step mix: %s (%d of %d SFI configurations)\n",
-           n_replayed ? "sfi-sim's trigger replay of the trace each run replayed (sfi policy, "
-                        "default parameters, Qwen3 trigger set), timed steps 3..new_tokens-1"
-                      : "the measured step counts",
-           n_replayed, n_sfi);
+           sv->n_replayed ? "sfi-sim's trigger replay of the trace each run replayed (sfi policy, "
+                            "default parameters, Qwen3 trigger set), timed steps 3..new_tokens-1"
+                          : "the measured step counts",
+           sv->n_replayed, sv->n_sfi);
     printf("# engine (sfi-gpu): one attention launch per layer for slow and fast requests "
            "together; an MoE layer: 11 launches, expert weights read once per %s\n",
            sfi_sv_moe_pair_reads ? "(token, expert) pair" : "distinct expert the batch touches");
-    if (n_sub) {
-        if (sfi_sv_fit_run(ms, mcs, mixes, in_fit, n, &gpu, &p, &fit, &err)) {
-            fprintf(stderr, "sfi-sim validate: fit: %s\n", err.msg);
-            goto out;
-        }
-        fitted = 1;
-        printf("# fit subset:");
-        for (int s = 0; s < n_sub; s++)
-            printf("%s %s", s ? " or" : "", subsets[s]);
-        printf(" (%d configurations, %d measured values; RMS error %.2f%%)\n", n_in, fit.n_resid,
-               fit.rms * 100);
-        for (int j = 0; j < SFI_SV_NPARAM; j++)
-            printf("#   %-24s %9.4g %s (prior %.4g; standard error %s%.0f%%)\n",
-                   sfi_sv_param_name(j), fit.value[j],
-                   fit.identified[j] ? "fitted" : "held: the subset cannot determine it",
-                   fit.prior[j], fit.se[j] > 9.99 ? ">" : "",
-                   fit.se[j] > 9.99 ? 999 : fit.se[j] * 100);
+    if (!n_sub)
+        return 0;
+    const sfi_sv_fit *fit = &sv->fit;
+    if (sfi_sv_fit_run(sv->ms, sv->mcs, sv->mixes, sv->in_fit, sv->n, &sv->gpu, &sv->p, &sv->fit,
+                       &err)) {
+        fprintf(stderr, "sfi-sim validate: fit: %s\n", err.msg);
+        return 1;
     }
-    printf("%-14s %3s %5s %7s %-5s %-4s %-5s %9s %9s %7s %-5s %9s %9s %7s %9s %9s %7s %9s\n",
-           "model", "L", "batch", "context", "mode", "set", "class", "meas_ms", "pred_ms", "err%",
-           "class", "meas_ms", "pred_ms", "err%", "meas_tps", "pred_tps", "err%", "slow_steps");
-    errstat st_t[2][2], st_tps[2][2], st_sp[2];
-    memset(st_t, 0, sizeof st_t);
-    memset(st_tps, 0, sizeof st_tps);
-    memset(st_sp, 0, sizeof st_sp);
-    sfi_sv_pred *pr = calloc(n, sizeof *pr);
-    if (!pr) {
-        fprintf(stderr, "sfi-sim validate: out of memory\n");
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const sfi_step_meas *m = &ms[i];
-        if (sfi_sv_predict(m, &mcs[i], &p, &gpu, &mixes[i], &pr[i], &err)) {
-            fprintf(stderr, "sfi-sim validate: %s: step_measurements[%zu]: %s\n", steps_path, i,
-                    err.msg);
-            free(pr);
-            goto out;
+    sv->fitted = 1;
+    printf("# fit subset:");
+    for (int s = 0; s < n_sub; s++)
+        printf("%s %s", s ? " or" : "", subsets[s]);
+    printf(" (%d configurations, %d measured values; RMS error %.2f%%)\n", n_in, fit->n_resid,
+           fit->rms * 100);
+    for (int j = 0; j < SFI_SV_NPARAM; j++)
+        printf("#   %-24s %9.4g %s (prior %.4g; standard error %s%.0f%%)\n", sfi_sv_param_name(j),
+               fit->value[j],
+               fit->identified[j] ? "fitted" : "held: the subset cannot determine it",
+               fit->prior[j], fit->se[j] > 9.99 ? ">" : "",
+               fit->se[j] > 9.99 ? 999 : fit->se[j] * 100);
+    return 0;
+}
+
+/* One row: predicted vs measured step times per class and tokens/s. */
+static void report_step(step_val *sv, size_t i)
+{
+    const sfi_step_meas *m = &sv->ms[i];
+    const sfi_sv_pred *pr = &sv->pr[i];
+    const char *set = m->variant ? "var" : !sv->fitted ? "-" : sv->in_fit[i] ? "in" : "out";
+    int oos = !sv->fitted || !sv->in_fit[i];
+    printf("%-14s %3d %2d %5d %7d %-5s %-4s", m->model, sv->mcs[i].num_hidden_layers, m->tp,
+           m->batch, m->context, m->sfi ? "sfi" : "dense", set);
+    static const int order[2][2] = {{SFI_SV_DENSE, -1}, {SFI_SV_FAST, SFI_SV_SLOW}};
+    for (int k = 0; k < 2; k++) {
+        int c = order[m->sfi][k];
+        if (c < 0) {
+            printf(" %-5s %9s %9s %7s", "", "", "", "");
+            continue;
         }
-        const char *set = m->variant ? "var" : !fitted ? "-" : in_fit[i] ? "in" : "out";
-        int oos = !fitted || !in_fit[i];
-        printf("%-14s %3d %5d %7d %-5s %-4s", m->model, mcs[i].num_hidden_layers, m->batch,
-               m->context, m->sfi ? "sfi" : "dense", set);
-        static const int order[2][2] = {{SFI_SV_DENSE, -1}, {SFI_SV_FAST, SFI_SV_SLOW}};
-        for (int k = 0; k < 2; k++) {
-            int c = order[m->sfi][k];
-            if (c < 0) {
-                printf(" %-5s %9s %9s %7s", "", "", "", "");
-                continue;
-            }
-            const char *cn = c == SFI_SV_DENSE ? "dense" : c == SFI_SV_FAST ? "fast" : "slow";
-            if (!m->cls[c].have) {
-                printf(" %-5s %9s %9.3f %7s", cn, "-", pr[i].t[c] * 1e3, "-");
-                continue;
-            }
-            double e = pct_err(pr[i].t[c], m->cls[c].mean_s);
-            printf(" %-5s %9.3f %9.3f %+7.1f", cn, m->cls[c].mean_s * 1e3, pr[i].t[c] * 1e3, e);
-            if (!m->variant)
-                es_add(&st_t[oos][m->sfi], e);
+        const char *cn = c == SFI_SV_DENSE ? "dense" : c == SFI_SV_FAST ? "fast" : "slow";
+        if (!m->cls[c].have) {
+            printf(" %-5s %9s %9.3f %7s", cn, "-", pr->t[c] * 1e3, "-");
+            continue;
         }
-        double et = pct_err(pr[i].tps, m->tps);
-        printf(" %9.1f %9.1f %+7.1f", m->tps, pr[i].tps, et);
+        double e = pct_err(pr->t[c], m->cls[c].mean_s);
+        printf(" %-5s %9.3f %9.3f %+7.1f", cn, m->cls[c].mean_s * 1e3, pr->t[c] * 1e3, e);
         if (!m->variant)
-            es_add(&st_tps[oos][m->sfi], et);
-        if (m->sfi) {
-            int64_t sl = 0;
-            for (int k = 1; k <= m->batch; k++)
-                sl += mixes[i].hist[k];
-            printf(" %4d/%-4lld", m->cls[SFI_SV_SLOW].n, (long long)sl);
-        }
-        if (m->variant)
-            printf("  (%s: not compared)", m->variant_why);
-        printf("\n");
+            es_add(&sv->st_t[oos][m->sfi], e);
     }
-    /* SFI over dense at the same model, layers, batch, context, dtype. */
+    double et = pct_err(pr->tps, m->tps);
+    printf(" %9.1f %9.1f %+7.1f", m->tps, pr->tps, et);
+    if (!m->variant)
+        es_add(&sv->st_tps[oos][m->sfi], et);
+    if (m->sfi) {
+        int64_t sl = 0;
+        for (int k = 1; k <= m->batch; k++)
+            sl += sv->mixes[i].hist[k];
+        printf(" %4d/%-4lld", m->cls[SFI_SV_SLOW].n, (long long)sl);
+    }
+    if (m->variant)
+        printf("  (%s: not compared)", m->variant_why);
+    printf("\n");
+}
+
+/* The table: every configuration predicted with the profile (or fit). */
+static int report_steps(step_val *sv)
+{
+    sfi_error err;
+    printf("%-14s %3s %2s %5s %7s %-5s %-4s %-5s %9s %9s %7s %-5s %9s %9s %7s %9s %9s %7s %9s\n",
+           "model", "L", "tp", "batch", "context", "mode", "set", "class", "meas_ms", "pred_ms",
+           "err%", "class", "meas_ms", "pred_ms", "err%", "meas_tps", "pred_tps", "err%",
+           "slow_steps");
+    sv->pr = calloc(sv->n, sizeof *sv->pr);
+    if (!sv->pr) {
+        fprintf(stderr, "sfi-sim validate: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < sv->n; i++) {
+        if (sfi_sv_predict(&sv->ms[i], &sv->mcs[i], &sv->p, &sv->gpu, &sv->mixes[i], &sv->pr[i],
+                           &err)) {
+            fprintf(stderr, "sfi-sim validate: %s: step_measurements[%zu]: %s\n", sv->steps_path, i,
+                    err.msg);
+            return 1;
+        }
+        report_step(sv, i);
+    }
+    return 0;
+}
+
+/* SFI over dense at the same model, layers, GPUs, batch, context, dtype. */
+static void report_speedups(step_val *sv)
+{
+    const sfi_step_meas *ms = sv->ms;
     printf("# speedup (SFI tokens/s over dense):\n");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < sv->n; i++) {
         if (!ms[i].sfi || ms[i].variant)
             continue;
-        for (size_t j = 0; j < n; j++) {
+        for (size_t j = 0; j < sv->n; j++) {
             const sfi_step_meas *a = &ms[i], *b = &ms[j];
             if (b->sfi || b->variant || strcmp(a->model, b->model) || a->layers != b->layers ||
-                a->batch != b->batch || a->context != b->context ||
+                a->tp != b->tp || a->batch != b->batch || a->context != b->context ||
                 a->dtype_bytes != b->dtype_bytes)
                 continue;
-            double sm = a->tps / b->tps, sp = pr[i].tps / pr[j].tps, e = pct_err(sp, sm);
-            int oos = !fitted || !in_fit[i] || !in_fit[j];
-            printf("#   %-14s %3d %5d %7d  %-4s measured %6.3f predicted %6.3f err %+6.1f%%\n",
-                   a->model, mcs[i].num_hidden_layers, a->batch, a->context,
-                   !fitted ? "-"
-                   : oos   ? "out"
-                           : "in",
+            double sm = a->tps / b->tps, sp = sv->pr[i].tps / sv->pr[j].tps, e = pct_err(sp, sm);
+            int oos = !sv->fitted || !sv->in_fit[i] || !sv->in_fit[j];
+            printf("#   %-14s %3d %2d %5d %7d  %-4s measured %6.3f predicted %6.3f err %+6.1f%%\n",
+                   a->model, sv->mcs[i].num_hidden_layers, a->tp, a->batch, a->context,
+                   !sv->fitted ? "-"
+                   : oos       ? "out"
+                               : "in",
                    sm, sp, e);
-            es_add(&st_sp[oos], e);
+            es_add(&sv->st_sp[oos], e);
             break;
         }
     }
-    free(pr);
+}
+
+/* The error summary, in and out of sample apart when fitted. */
+static void report_summary(const step_val *sv)
+{
     printf("# |error| %%: mean, max, count (variants left out); targets out-of-sample: step "
            "time and tokens/s within 5%% mean, 10%% max; speedup within 5%%\n");
-    for (int o = fitted ? 0 : 1; o < 2; o++) {
-        const char *w = !fitted ? "all" : o ? "out-of-sample" : "in-sample";
+    for (int o = sv->fitted ? 0 : 1; o < 2; o++) {
+        const char *w = !sv->fitted ? "all" : o ? "out-of-sample" : "in-sample";
         char lab[64];
         printf("# %-14s", w);
         snprintf(lab, sizeof lab, "dense step time");
-        es_print(lab, &st_t[o][0]);
+        es_print(lab, &sv->st_t[o][0]);
         snprintf(lab, sizeof lab, "dense tok/s");
-        es_print(lab, &st_tps[o][0]);
+        es_print(lab, &sv->st_tps[o][0]);
         printf("\n# %-14s", "");
         snprintf(lab, sizeof lab, "SFI step time (fast+slow)");
-        es_print(lab, &st_t[o][1]);
+        es_print(lab, &sv->st_t[o][1]);
         snprintf(lab, sizeof lab, "SFI tok/s");
-        es_print(lab, &st_tps[o][1]);
+        es_print(lab, &sv->st_tps[o][1]);
         printf("\n# %-14s", "");
-        es_print("speedup", &st_sp[o]);
+        es_print("speedup", &sv->st_sp[o]);
         printf("\n");
     }
+}
+
+/* Step-level validation: predicted vs measured whole decode steps, after a
+ * fit on the declared subsets when there are any. Returns the exit code. */
+static int validate_steps(const char *prof_path, const char *steps_path, const sfi_hw_profile *prof,
+                          const char *gpu_name, char **subsets, int n_sub, char **selects,
+                          int n_sel, const char *fit_path, const char *tok_dir, double tol)
+{
+    if (fit_path && !n_sub) {
+        fprintf(stderr, "sfi-sim validate: --fit with whole-step measurements needs "
+                        "--fit-subset (the configurations to fit on)\n");
+        return 2;
+    }
+    step_val sv;
+    memset(&sv, 0, sizeof sv);
+    sv.prof_path = prof_path;
+    sv.steps_path = steps_path;
+    sv.prof = prof;
+    int rc = load_steps(&sv);
+    if (!rc)
+        rc = steps_gpu(&sv, gpu_name);
+    if (!rc)
+        rc = select_steps(&sv, selects, n_sel);
+    if (!rc)
+        rc = plan_steps(&sv, subsets, n_sub, tok_dir);
+    if (!rc)
+        rc = fit_steps(&sv, subsets, n_sub);
+    if (!rc)
+        rc = report_steps(&sv);
+    if (!rc) {
+        report_speedups(&sv);
+        report_summary(&sv);
+    }
     (void)tol;
-    rc = 0;
-    if (fitted && fit_path)
-        rc = write_step_fit(fit_path, &p, &gpu, steps_path, subsets, n_sub, &fit);
-out:
-    sfi_trigger_set_free(&ts);
-    free(ms);
-    free(mcs);
-    free(mixes);
-    free(in_fit);
+    if (!rc && sv.fitted && fit_path)
+        rc = write_step_fit(fit_path, &sv.p, &sv.gpu, steps_path, subsets, n_sub, &sv.fit);
+    sfi_trigger_set_free(&sv.ts);
+    free(sv.pr);
+    free(sv.ms);
+    free(sv.mcs);
+    free(sv.mixes);
+    free(sv.in_fit);
     return rc;
 }
 
-int sfi_sim_cmd_validate(int argc, char **argv)
+/* sfi-sim validate's command line. */
+typedef struct {
+    const char *prof_path, *gpu_name, *fit_path, *steps_path, *tok_dir;
+    char *subsets[MAX_SUBSETS], *selects[MAX_SUBSETS];
+    int n_sub, n_sel;
+    double tol;
+} validate_args;
+
+/* Returns -1 to go on, else the exit code. */
+static int parse_validate_args(int argc, char **argv, validate_args *a)
 {
     static const struct option opts[] = {{"profile", required_argument, NULL, 'p'},
                                          {"gpu", required_argument, NULL, 'g'},
@@ -716,27 +815,26 @@ int sfi_sim_cmd_validate(int argc, char **argv)
                                          {"select", required_argument, NULL, 'L'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE, *gpu_name = NULL, *fit_path = NULL;
-    const char *steps_path = NULL, *tok_dir = SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
-    char *subsets[MAX_SUBSETS], *selects[MAX_SUBSETS];
-    int n_sub = 0, n_sel = 0;
-    double tol = 10;
+    memset(a, 0, sizeof *a);
+    a->prof_path = SFI_SIM_SRCDIR "/" DEFAULT_PROFILE;
+    a->tok_dir = SFI_SIM_SRCDIR "/tests/fixtures/qwen3-tokenizer";
+    a->tol = 10;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'p': prof_path = optarg; break;
-        case 'g': gpu_name = optarg; break;
-        case 'f': fit_path = optarg; break;
-        case 'S': steps_path = optarg; break;
-        case 'T': tok_dir = optarg; break;
+        case 'p': a->prof_path = optarg; break;
+        case 'g': a->gpu_name = optarg; break;
+        case 'f': a->fit_path = optarg; break;
+        case 'S': a->steps_path = optarg; break;
+        case 'T': a->tok_dir = optarg; break;
         case 'L':
-            if (n_sel == MAX_SUBSETS) {
+            if (a->n_sel == MAX_SUBSETS) {
                 fprintf(stderr, "sfi-sim validate: more than %d --select\n", MAX_SUBSETS);
                 return 2;
             }
-            selects[n_sel++] = optarg;
+            a->selects[a->n_sel++] = optarg;
             break;
         case 'M':
             if (strcmp(optarg, "distinct") && strcmp(optarg, "pairs")) {
@@ -747,16 +845,16 @@ int sfi_sim_cmd_validate(int argc, char **argv)
             sfi_sv_moe_pair_reads = !strcmp(optarg, "pairs");
             break;
         case 's':
-            if (n_sub == MAX_SUBSETS) {
+            if (a->n_sub == MAX_SUBSETS) {
                 fprintf(stderr, "sfi-sim validate: more than %d --fit-subset\n", MAX_SUBSETS);
                 return 2;
             }
-            subsets[n_sub++] = optarg;
+            a->subsets[a->n_sub++] = optarg;
             break;
         case 't': {
             char *end;
-            tol = strtod(optarg, &end);
-            if (*end || !(tol > 0 && tol < 1000)) {
+            a->tol = strtod(optarg, &end);
+            if (*end || !(a->tol > 0 && a->tol < 1000)) {
                 fprintf(stderr, "sfi-sim validate: --tolerance: '%s' is not in (0, 1000)\n",
                         optarg);
                 return 2;
@@ -775,11 +873,138 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         fprintf(stderr, "sfi-sim validate: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    sfi_hw_profile prof, def;
+    return -1;
+}
+
+/* Kernel-level agreement counts of a profile and of the defaults. */
+typedef struct {
+    int n_ok_def, n_ok_prof, n_cmp;
+    double max_def, max_prof;
+    size_t worst_def, worst_prof;
+} kernel_tally;
+
+/* One measurement's row: predicted by the defaults (def) and by the
+ * profile, against the measured time. */
+static void validate_kernel(const sfi_hw_measurement *m, size_t i, const sfi_gpu *gpu,
+                            const sfi_hw_profile *prof, const sfi_hw_profile *def, double tol,
+                            kernel_tally *k)
+{
+    sfi_error err;
+    sfi_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    snprintf(mc.name, sizeof mc.name, "measurement %zu", i);
+    mc.arch = SFI_ARCH_QWEN3;
+    mc.num_attention_heads = m->q_heads ? m->q_heads : 32;
+    mc.num_key_value_heads = m->kv_heads ? m->kv_heads : 8;
+    mc.head_dim = m->head_dim ? m->head_dim : 128;
+    mc.hidden_size = mc.num_attention_heads * mc.head_dim;
+    mc.intermediate_size = 1;
+    mc.num_hidden_layers = 1;
+    mc.vocab_size = 1;
+    mc.weight_bytes = 2;
+    sfi_cost_setup s;
+    sfi_cost_setup_init(&s);
+    s.model = &mc;
+    s.gpu = *gpu;
+    s.batch = m->batch ? m->batch : 1;
+    s.context = m->context;
+    if (m->K)
+        s.pol.prm.K = m->K;
+    double layers = m->layers > 0 ? m->layers : 1;
+    double t_def, t_prof;
+    s.prof = *def;
+    /* Multi-layer pipelines are predicted whole; single kernels are
+     * per layer, times the measurement's layer count. */
+    int pipeline = !strcmp(m->kernel, "attn_layers") || !strcmp(m->kernel, "slow_step_serial") ||
+                   !strcmp(m->kernel, "slow_step_overlap");
+    sfi_status st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_def, &err)
+                             : sfi_cost_kernel_predict(&s, m->kernel, &t_def, &err);
+    if (!st) {
+        s.prof = *prof;
+        st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_prof, &err)
+                      : sfi_cost_kernel_predict(&s, m->kernel, &t_prof, &err);
+    }
+    if (pipeline)
+        layers = 1;
+    printf("%-18s %5d %7d %5d %4d %4d %5d %11.1f ", m->kernel, s.batch, m->context,
+           mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.pol.prm.K,
+           m->time_s * 1e6);
+    if (st) {
+        printf("%11s %8s %11s %8s  (%s)\n", "-", "-", "-", "-", err.msg);
+        return;
+    }
+    t_def *= layers;
+    t_prof *= layers;
+    double e_def = (t_def - m->time_s) / m->time_s * 100,
+           e_prof = (t_prof - m->time_s) / m->time_s * 100;
+    printf("%11.1f %+8.1f %11.1f %+8.1f\n", t_def * 1e6, e_def, t_prof * 1e6, e_prof);
+    k->n_cmp++;
+    k->n_ok_def += fabs(e_def) <= tol;
+    k->n_ok_prof += fabs(e_prof) <= tol;
+    if (fabs(e_def) > k->max_def) {
+        k->max_def = fabs(e_def);
+        k->worst_def = i;
+    }
+    if (fabs(e_prof) > k->max_prof) {
+        k->max_prof = fabs(e_prof);
+        k->worst_prof = i;
+    }
+}
+
+/* Kernel-level validation: every measurement of the profile predicted by
+ * the defaults and by the profile; then the fit when asked. */
+static int validate_kernels(const validate_args *a, const sfi_hw_profile *prof,
+                            const sfi_hw_measurement *ms, size_t nm)
+{
+    const char *prof_path = a->prof_path;
+    const double tol = a->tol;
+    sfi_error err;
+    if (nm == 0) {
+        fprintf(stderr, "sfi-sim validate: %s: no \"measurements\" to compare with\n", prof_path);
+        return 1;
+    }
+    sfi_hw_profile def;
+    sfi_hw_profile_default(&def);
+    sfi_gpu gpu;
+    const char *gname = a->gpu_name ? a->gpu_name : prof->gpu[0] ? prof->gpu : "H100-SXM";
+    if (sfi_gpu_resolve(gname, &gpu, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
+        return 1;
+    }
+    printf("# sfi-sim validate: %s (profile '%s') on %s; agreement = within %.0f%%\n", prof_path,
+           prof->name, gpu.name, tol);
+    printf("%-18s %5s %7s %5s %4s %4s %5s %11s %11s %8s %11s %8s\n", "kernel", "batch", "context",
+           "heads", "kv", "hd", "K", "measured_us", "default_us", "err%", "profile_us", "err%");
+    kernel_tally k;
+    memset(&k, 0, sizeof k);
+    for (size_t i = 0; i < nm; i++)
+        validate_kernel(&ms[i], i, &gpu, prof, &def, tol, &k);
+    printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max "
+           "|err| %.1f%%)\n",
+           k.n_cmp, nm, tol, k.n_ok_def, k.max_def, k.n_ok_prof, k.max_prof);
+    if (k.n_cmp > 0)
+        print_verdict(prof_path, prof, &def, ms, tol, k.n_cmp, k.n_ok_def, k.max_def, k.worst_def,
+                      k.n_ok_prof, k.max_prof, k.worst_prof);
+    if (prof->n_step_measurements)
+        printf("# %d whole-step measurements (sfi-gpu run --bench) too: compare them with "
+               "sfi-sim validate --steps %s\n",
+               prof->n_step_measurements, prof_path);
+    if (a->fit_path)
+        return fit_profile(prof, &gpu, ms, nm, a->fit_path);
+    return 0;
+}
+
+int sfi_sim_cmd_validate(int argc, char **argv)
+{
+    validate_args a;
+    int rc = parse_validate_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    sfi_hw_profile prof;
     sfi_hw_measurement *ms = NULL;
     size_t nm = 0;
     sfi_error err;
-    if (sfi_hw_profile_load(prof_path, &prof, &ms, &nm, &err) != SFI_OK) {
+    if (sfi_hw_profile_load(a.prof_path, &prof, &ms, &nm, &err) != SFI_OK) {
         fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
         if (err.code == SFI_ENOTFOUND)
             fprintf(stderr,
@@ -787,108 +1012,13 @@ int sfi_sim_cmd_validate(int argc, char **argv)
                     "or pass --profile\n");
         return 1;
     }
-    sfi_hw_profile_default(&def);
-    if (steps_path || n_sub || n_sel || (nm == 0 && prof.n_step_measurements > 0)) {
+    if (a.steps_path || a.n_sub || a.n_sel || (nm == 0 && prof.n_step_measurements > 0)) {
         free(ms);
-        return validate_steps(prof_path, steps_path ? steps_path : prof_path, &prof, gpu_name,
-                              subsets, n_sub, selects, n_sel, fit_path, tok_dir, tol);
+        return validate_steps(a.prof_path, a.steps_path ? a.steps_path : a.prof_path, &prof,
+                              a.gpu_name, a.subsets, a.n_sub, a.selects, a.n_sel, a.fit_path,
+                              a.tok_dir, a.tol);
     }
-    if (nm == 0) {
-        fprintf(stderr, "sfi-sim validate: %s: no \"measurements\" to compare with\n", prof_path);
-        free(ms);
-        return 1;
-    }
-    sfi_gpu gpu;
-    const char *gname = gpu_name ? gpu_name : prof.gpu[0] ? prof.gpu : "H100-SXM";
-    if (sfi_gpu_resolve(gname, &gpu, &err) != SFI_OK) {
-        fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
-        free(ms);
-        return 1;
-    }
-    printf("# sfi-sim validate: %s (profile '%s') on %s; agreement = within %.0f%%\n", prof_path,
-           prof.name, gpu.name, tol);
-    printf("%-18s %5s %7s %5s %4s %4s %5s %11s %11s %8s %11s %8s\n", "kernel", "batch", "context",
-           "heads", "kv", "hd", "K", "measured_us", "default_us", "err%", "profile_us", "err%");
-    int n_ok_def = 0, n_ok_prof = 0, n_cmp = 0;
-    double max_def = 0, max_prof = 0;
-    size_t worst_def = 0, worst_prof = 0;
-    for (size_t i = 0; i < nm; i++) {
-        const sfi_hw_measurement *m = &ms[i];
-        sfi_model_config mc;
-        memset(&mc, 0, sizeof mc);
-        snprintf(mc.name, sizeof mc.name, "measurement %zu", i);
-        mc.arch = SFI_ARCH_QWEN3;
-        mc.num_attention_heads = m->q_heads ? m->q_heads : 32;
-        mc.num_key_value_heads = m->kv_heads ? m->kv_heads : 8;
-        mc.head_dim = m->head_dim ? m->head_dim : 128;
-        mc.hidden_size = mc.num_attention_heads * mc.head_dim;
-        mc.intermediate_size = 1;
-        mc.num_hidden_layers = 1;
-        mc.vocab_size = 1;
-        mc.weight_bytes = 2;
-        sfi_cost_setup s;
-        sfi_cost_setup_init(&s);
-        s.model = &mc;
-        s.gpu = gpu;
-        s.batch = m->batch ? m->batch : 1;
-        s.context = m->context;
-        if (m->K)
-            s.pol.prm.K = m->K;
-        double layers = m->layers > 0 ? m->layers : 1;
-        double t_def, t_prof;
-        s.prof = def;
-        /* Multi-layer pipelines are predicted whole; single kernels are
-         * per layer, times the measurement's layer count. */
-        int pipeline = !strcmp(m->kernel, "attn_layers") ||
-                       !strcmp(m->kernel, "slow_step_serial") ||
-                       !strcmp(m->kernel, "slow_step_overlap");
-        sfi_status st = pipeline
-                            ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_def, &err)
-                            : sfi_cost_kernel_predict(&s, m->kernel, &t_def, &err);
-        if (!st) {
-            s.prof = prof;
-            st = pipeline ? sfi_cost_pipeline_predict(&s, m->kernel, (int)layers, &t_prof, &err)
-                          : sfi_cost_kernel_predict(&s, m->kernel, &t_prof, &err);
-        }
-        if (pipeline)
-            layers = 1;
-        printf("%-18s %5d %7d %5d %4d %4d %5d %11.1f ", m->kernel, s.batch, m->context,
-               mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, s.pol.prm.K,
-               m->time_s * 1e6);
-        if (st) {
-            printf("%11s %8s %11s %8s  (%s)\n", "-", "-", "-", "-", err.msg);
-            continue;
-        }
-        t_def *= layers;
-        t_prof *= layers;
-        double e_def = (t_def - m->time_s) / m->time_s * 100,
-               e_prof = (t_prof - m->time_s) / m->time_s * 100;
-        printf("%11.1f %+8.1f %11.1f %+8.1f\n", t_def * 1e6, e_def, t_prof * 1e6, e_prof);
-        n_cmp++;
-        n_ok_def += fabs(e_def) <= tol;
-        n_ok_prof += fabs(e_prof) <= tol;
-        if (fabs(e_def) > max_def) {
-            max_def = fabs(e_def);
-            worst_def = i;
-        }
-        if (fabs(e_prof) > max_prof) {
-            max_prof = fabs(e_prof);
-            worst_prof = i;
-        }
-    }
-    printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max "
-           "|err| %.1f%%)\n",
-           n_cmp, nm, tol, n_ok_def, max_def, n_ok_prof, max_prof);
-    if (n_cmp > 0)
-        print_verdict(prof_path, &prof, &def, ms, tol, n_cmp, n_ok_def, max_def, worst_def,
-                      n_ok_prof, max_prof, worst_prof);
-    if (prof.n_step_measurements)
-        printf("# %d whole-step measurements (sfi-gpu run --bench) too: compare them with "
-               "sfi-sim validate --steps %s\n",
-               prof.n_step_measurements, prof_path);
-    int rc = 0;
-    if (fit_path)
-        rc = fit_profile(&prof, &gpu, ms, nm, fit_path);
+    rc = validate_kernels(&a, &prof, ms, nm);
     free(ms);
     return rc;
 }

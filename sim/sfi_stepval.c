@@ -71,6 +71,8 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
         return bad(err, origin, i, "new_tokens: needs an integer in 4..2^20");
     if (!get_int(o, "layers", 1, 100000, 0, &m->layers))
         return bad(err, origin, i, "layers: needs an integer >= 1");
+    if (!get_int(o, "tp", 1, 64, 1, &m->tp))
+        return bad(err, origin, i, "tp: needs an integer in 1..64");
     json_t *dt = json_object_get(o, "dtype");
     m->dtype_bytes = 2;
     if (dt) {
@@ -344,6 +346,11 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
     s.mixed_attention = 1;
     s.moe_launches = 11;
     s.moe_pair_reads = sfi_sv_moe_pair_reads;
+    /* sfi-gpu run --tp N: the run's GPUs (heads, MLP columns, experts'
+     * columns and LM head split; two all-reduces of the f32 residual per
+     * layer) */
+    s.tp = m->tp > 0 ? m->tp : 1;
+    s.allreduce_bytes = 4;
     /* SFI mode splits every request's rows into pieces of about a fast
      * step's rows (gpu/sfi_gpu_engine.c: min_split_rows) */
     if (m->sfi) {
@@ -511,15 +518,39 @@ static int solve(double *A, double *b, int n)
 #define CTA_START 50.0
 #define SE_MAX 0.25
 
-sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
-                          const sfi_sv_mix *mixes, const int *in_fit, size_t n, const sfi_gpu *gpu,
-                          sfi_hw_profile *p, sfi_sv_fit *out, sfi_error *err)
+/* What a fit runs over, and its scratch: the residuals at the current
+ * point (r0), at a trial point (r1), and their Jacobian. */
+typedef struct {
+    const sfi_step_meas *ms;
+    const sfi_model_config *mcs;
+    const sfi_sv_mix *mixes;
+    const int *in_fit;
+    size_t n;
+    const sfi_gpu *gpu;
+    int m;               /* residuals */
+    double *r0, *r1, *J; /* [m], [m], [m][SFI_SV_NPARAM] */
+} fit_data;
+
+/* The residuals of profile p into r, and their sum of squares into *ss
+ * (may be NULL). */
+static sfi_status fit_resid(const fit_data *d, const sfi_hw_profile *p, double *r, double *ss,
+                            sfi_error *err)
 {
-    memset(out, 0, sizeof *out);
-    int m = residuals(ms, mcs, mixes, in_fit, n, gpu, p, NULL, err);
-    if (m < 1)
-        return sfi_error_set(err, SFI_EINVAL,
-                             "the fit subset holds no measurement (variants are not fitted)");
+    if (residuals(d->ms, d->mcs, d->mixes, d->in_fit, d->n, d->gpu, p, r, err) < 0)
+        return err->code ? err->code : SFI_EINVAL;
+    if (ss) {
+        double s = 0;
+        for (int k = 0; k < d->m; k++)
+            s += r[k] * r[k];
+        *ss = s;
+    }
+    return SFI_OK;
+}
+
+/* The starting point: priors recorded (*prior_p: the profile they come
+ * from), and a start for the parameters that have none. */
+static void fit_start(sfi_hw_profile *p, sfi_sv_fit *out, sfi_hw_profile *prior_p)
+{
     /* The fitted classes' fixed costs are the launch cost's: one cost per
      * kernel, fitted or held. */
     p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = p->fixed_s[SFI_KC_GEMM] = 0;
@@ -527,7 +558,7 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
         out->prior[j] = out->value[j] = sfi_sv_param_get(p, j);
     /* no per-CTA limit in the prior: the fit starts from one (CTA_START),
      * dropped again when the subset cannot determine it */
-    const sfi_hw_profile prior_p = *p;
+    *prior_p = *p;
     if (!(out->prior[SFI_SV_P_CTA] > 0)) {
         out->value[SFI_SV_P_CTA] = CTA_START;
         sfi_sv_param_set(p, SFI_SV_P_CTA, CTA_START);
@@ -546,11 +577,152 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
         out->value[SFI_SV_P_LAUNCH_PDL] = out->value[SFI_SV_P_LAUNCH];
         sfi_sv_param_set(p, SFI_SV_P_LAUNCH_PDL, out->value[SFI_SV_P_LAUNCH]);
     }
-    double *r0 = malloc(sizeof(double) * m), *r1 = malloc(sizeof(double) * m);
-    double *J = malloc(sizeof(double) * m * SFI_SV_NPARAM);
-    double *Q = malloc(sizeof(double) * m * SFI_SV_NPARAM);
+}
+
+/* The Jacobian J of the residuals r0 (at p, parameters x) by forward
+ * differences. */
+static sfi_status fit_jacobian(const fit_data *d, const sfi_hw_profile *p, const double *x,
+                               sfi_error *err)
+{
+    for (int j = 0; j < SFI_SV_NPARAM; j++) {
+        sfi_hw_profile q = *p;
+        double h = j == SFI_SV_P_CONTENTION ? 1e-3 : 1e-4;
+        double xj = x[j] + (j == SFI_SV_P_CONTENTION && x[j] + h > 1 ? -h : h);
+        sfi_sv_param_set(&q, j, from_x(j, xj));
+        sfi_status st = fit_resid(d, &q, d->r1, NULL, err);
+        if (st)
+            return st;
+        for (int k = 0; k < d->m; k++)
+            d->J[k * SFI_SV_NPARAM + j] = (d->r1[k] - d->r0[k]) / (xj - x[j]);
+    }
+    return SFI_OK;
+}
+
+/* Identification: the standard errors of the parameters at the
+ * measurement noise SIGMA_NOISE, from (J'J)^-1 over the parameters still
+ * in; while one exceeds SE_MAX, the worst is held at its prior and the
+ * rest are tried again. */
+static void fit_identify(const fit_data *d, sfi_sv_fit *out)
+{
+    const double *J = d->J;
+    const int m = d->m;
+    for (int j = 0; j < SFI_SV_NPARAM; j++)
+        out->identified[j] = 1;
+    for (;;) {
+        int idx[SFI_SV_NPARAM], np = 0, worst = -1;
+        double worst_se = 0;
+        for (int j = 0; j < SFI_SV_NPARAM; j++)
+            if (out->identified[j])
+                idx[np++] = j;
+        for (int a = 0; a < np; a++) {
+            double A[SFI_SV_NPARAM * SFI_SV_NPARAM], e[SFI_SV_NPARAM];
+            for (int u = 0; u < np; u++) {
+                e[u] = u == a;
+                for (int v = 0; v < np; v++) {
+                    double sum = 0;
+                    for (int k = 0; k < m; k++)
+                        sum += J[k * SFI_SV_NPARAM + idx[u]] * J[k * SFI_SV_NPARAM + idx[v]];
+                    A[u * np + v] = sum;
+                }
+            }
+            double se = solve(A, e, np) || !(e[a] > 0) ? INFINITY : SIGMA_NOISE * sqrt(e[a]);
+            out->se[idx[a]] = se;
+            if (se > SE_MAX && se >= worst_se) {
+                worst_se = se;
+                worst = idx[a];
+            }
+        }
+        if (worst < 0)
+            break;
+        out->identified[worst] = 0;
+    }
+}
+
+/* The parameters without a prior of their own that the subset cannot
+ * determine go back to none (no per-CTA limit; PDL launches cost what
+ * others do). */
+static void fit_hold(sfi_hw_profile *p, const sfi_hw_profile *prior_p, const sfi_sv_fit *out,
+                     double *x)
+{
+    static const int own[] = {SFI_SV_P_CTA, SFI_SV_P_LAUNCH_PDL, SFI_SV_P_MOE, SFI_SV_P_MOE_PAIR};
+    for (size_t q = 0; q < sizeof own / sizeof own[0]; q++)
+        if (!out->identified[own[q]]) {
+            sfi_sv_param_set(p, own[q], sfi_sv_param_get(prior_p, own[q]));
+            x[own[q]] = to_x(own[q], sfi_sv_param_get(p, own[q]));
+        }
+}
+
+/* One Levenberg-Marquardt step over the identified parameters from p
+ * (parameters x, residuals r0 with sum of squares s0), damping *lambda
+ * adapted. Returns 1 when it improved, 2 when by too little to go on, 0
+ * when it did not (or nothing is identified); *st an error. */
+static int fit_lm_step(const fit_data *d, const sfi_sv_fit *out, sfi_hw_profile *p, double *x,
+                       double *lambda, double s0, sfi_status *st, sfi_error *err)
+{
+    const double *J = d->J, *r0 = d->r0;
+    const int m = d->m;
+    int idx[SFI_SV_NPARAM], np = 0;
+    for (int j = 0; j < SFI_SV_NPARAM; j++)
+        if (out->identified[j])
+            idx[np++] = j;
+    if (!np)
+        return 0;
+    int improved = 0;
+    for (int tries = 0; tries < 12 && !improved; tries++) {
+        double A[SFI_SV_NPARAM * SFI_SV_NPARAM], g[SFI_SV_NPARAM];
+        for (int a = 0; a < np; a++) {
+            g[a] = 0;
+            for (int k = 0; k < m; k++)
+                g[a] -= J[k * SFI_SV_NPARAM + idx[a]] * r0[k];
+            for (int b = 0; b < np; b++) {
+                double s = 0;
+                for (int k = 0; k < m; k++)
+                    s += J[k * SFI_SV_NPARAM + idx[a]] * J[k * SFI_SV_NPARAM + idx[b]];
+                A[a * np + b] = s * (a == b ? 1 + *lambda : 1);
+            }
+        }
+        if (solve(A, g, np))
+            break;
+        sfi_hw_profile q = *p;
+        double xn[SFI_SV_NPARAM];
+        memcpy(xn, x, sizeof xn);
+        for (int a = 0; a < np; a++) {
+            xn[idx[a]] += g[a];
+            sfi_sv_param_set(&q, idx[a], from_x(idx[a], xn[idx[a]]));
+            xn[idx[a]] = to_x(idx[a], sfi_sv_param_get(&q, idx[a])); /* clamped */
+        }
+        double s1;
+        if ((*st = fit_resid(d, &q, d->r1, &s1, err)))
+            return 0;
+        if (s1 < s0) {
+            *p = q;
+            memcpy(x, xn, sizeof xn);
+            *lambda = *lambda / 10 > 1e-9 ? *lambda / 10 : 1e-9;
+            improved = s0 - s1 > 1e-12 * s0 ? 1 : 2;
+        } else {
+            *lambda *= 10;
+        }
+    }
+    return improved;
+}
+
+sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
+                          const sfi_sv_mix *mixes, const int *in_fit, size_t n, const sfi_gpu *gpu,
+                          sfi_hw_profile *p, sfi_sv_fit *out, sfi_error *err)
+{
+    memset(out, 0, sizeof *out);
+    fit_data d = {ms, mcs, mixes, in_fit, n, gpu, 0, NULL, NULL, NULL};
+    d.m = residuals(ms, mcs, mixes, in_fit, n, gpu, p, NULL, err);
+    if (d.m < 1)
+        return sfi_error_set(err, SFI_EINVAL,
+                             "the fit subset holds no measurement (variants are not fitted)");
+    sfi_hw_profile prior_p;
+    fit_start(p, out, &prior_p);
+    d.r0 = malloc(sizeof(double) * d.m);
+    d.r1 = malloc(sizeof(double) * d.m);
+    d.J = malloc(sizeof(double) * d.m * SFI_SV_NPARAM);
     sfi_status st = SFI_OK;
-    if (!r0 || !r1 || !J || !Q) {
+    if (!d.r0 || !d.r1 || !d.J) {
         st = sfi_error_set(err, SFI_ENOMEM, "out of memory");
         goto done;
     }
@@ -559,146 +731,32 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
         x[j] = to_x(j, out->value[j]);
     double lambda = 1e-3;
     for (int it = 0; it < 200; it++) {
-        if (residuals(ms, mcs, mixes, in_fit, n, gpu, p, r0, err) < 0) {
-            st = err->code ? err->code : SFI_EINVAL;
+        double s0;
+        if ((st = fit_resid(&d, p, d.r0, &s0, err)) || (st = fit_jacobian(&d, p, x, err)))
             goto done;
-        }
-        double s0 = 0;
-        for (int k = 0; k < m; k++)
-            s0 += r0[k] * r0[k];
-        /* Jacobian by forward differences */
-        for (int j = 0; j < SFI_SV_NPARAM; j++) {
-            sfi_hw_profile q = *p;
-            double h = j == SFI_SV_P_CONTENTION ? 1e-3 : 1e-4;
-            double xj = x[j] + (j == SFI_SV_P_CONTENTION && x[j] + h > 1 ? -h : h);
-            sfi_sv_param_set(&q, j, from_x(j, xj));
-            if (residuals(ms, mcs, mixes, in_fit, n, gpu, &q, r1, err) < 0) {
-                st = err->code ? err->code : SFI_EINVAL;
-                goto done;
-            }
-            for (int k = 0; k < m; k++)
-                J[k * SFI_SV_NPARAM + j] = (r1[k] - r0[k]) / (xj - x[j]);
-        }
-        /* Identification (first iteration): the standard errors of the
-         * parameters at the measurement noise SIGMA_NOISE, from (J'J)^-1
-         * over the parameters still in; while one exceeds SE_MAX, the
-         * worst is held at its prior and the rest are tried again. */
         if (it == 0) {
-            for (int j = 0; j < SFI_SV_NPARAM; j++)
-                out->identified[j] = 1;
-            for (;;) {
-                int idx[SFI_SV_NPARAM], np = 0, worst = -1;
-                double worst_se = 0;
-                for (int j = 0; j < SFI_SV_NPARAM; j++)
-                    if (out->identified[j])
-                        idx[np++] = j;
-                for (int a = 0; a < np; a++) {
-                    double A[SFI_SV_NPARAM * SFI_SV_NPARAM], e[SFI_SV_NPARAM];
-                    for (int u = 0; u < np; u++) {
-                        e[u] = u == a;
-                        for (int v = 0; v < np; v++) {
-                            double sum = 0;
-                            for (int k = 0; k < m; k++)
-                                sum +=
-                                    J[k * SFI_SV_NPARAM + idx[u]] * J[k * SFI_SV_NPARAM + idx[v]];
-                            A[u * np + v] = sum;
-                        }
-                    }
-                    double se =
-                        solve(A, e, np) || !(e[a] > 0) ? INFINITY : SIGMA_NOISE * sqrt(e[a]);
-                    out->se[idx[a]] = se;
-                    if (se > SE_MAX && se >= worst_se) {
-                        worst_se = se;
-                        worst = idx[a];
-                    }
-                }
-                if (worst < 0)
-                    break;
-                out->identified[worst] = 0;
-            }
-            /* the parameters without a prior of their own go back to none
-             * (no per-CTA limit; PDL launches cost what others do) */
-            static const int own[] = {SFI_SV_P_CTA, SFI_SV_P_LAUNCH_PDL, SFI_SV_P_MOE,
-                                      SFI_SV_P_MOE_PAIR};
-            for (size_t q = 0; q < sizeof own / sizeof own[0]; q++)
-                if (!out->identified[own[q]]) {
-                    sfi_sv_param_set(p, own[q], sfi_sv_param_get(&prior_p, own[q]));
-                    x[own[q]] = to_x(own[q], sfi_sv_param_get(p, own[q]));
-                }
-            if (residuals(ms, mcs, mixes, in_fit, n, gpu, p, r0, err) < 0) {
-                st = err->code ? err->code : SFI_EINVAL;
+            fit_identify(&d, out);
+            fit_hold(p, &prior_p, out, x);
+            if ((st = fit_resid(&d, p, d.r0, &s0, err)))
                 goto done;
-            }
-            s0 = 0;
-            for (int k = 0; k < m; k++)
-                s0 += r0[k] * r0[k];
         }
-        /* Levenberg-Marquardt step over the identified parameters */
-        int idx[SFI_SV_NPARAM], np = 0;
-        for (int j = 0; j < SFI_SV_NPARAM; j++)
-            if (out->identified[j])
-                idx[np++] = j;
-        if (!np)
-            break;
-        int improved = 0;
-        for (int tries = 0; tries < 12 && !improved; tries++) {
-            double A[SFI_SV_NPARAM * SFI_SV_NPARAM], g[SFI_SV_NPARAM];
-            for (int a = 0; a < np; a++) {
-                g[a] = 0;
-                for (int k = 0; k < m; k++)
-                    g[a] -= J[k * SFI_SV_NPARAM + idx[a]] * r0[k];
-                for (int b = 0; b < np; b++) {
-                    double s = 0;
-                    for (int k = 0; k < m; k++)
-                        s += J[k * SFI_SV_NPARAM + idx[a]] * J[k * SFI_SV_NPARAM + idx[b]];
-                    A[a * np + b] = s * (a == b ? 1 + lambda : 1);
-                }
-            }
-            if (solve(A, g, np))
-                break;
-            sfi_hw_profile q = *p;
-            double xn[SFI_SV_NPARAM];
-            memcpy(xn, x, sizeof xn);
-            for (int a = 0; a < np; a++) {
-                xn[idx[a]] += g[a];
-                sfi_sv_param_set(&q, idx[a], from_x(idx[a], xn[idx[a]]));
-                xn[idx[a]] = to_x(idx[a], sfi_sv_param_get(&q, idx[a])); /* clamped */
-            }
-            if (residuals(ms, mcs, mixes, in_fit, n, gpu, &q, r1, err) < 0) {
-                st = err->code ? err->code : SFI_EINVAL;
-                goto done;
-            }
-            double s1 = 0;
-            for (int k = 0; k < m; k++)
-                s1 += r1[k] * r1[k];
-            if (s1 < s0) {
-                *p = q;
-                memcpy(x, xn, sizeof x);
-                lambda = lambda / 10 > 1e-9 ? lambda / 10 : 1e-9;
-                improved = s0 - s1 > 1e-12 * s0 ? 1 : 2;
-            } else {
-                lambda *= 10;
-            }
-        }
+        int improved = fit_lm_step(&d, out, p, x, &lambda, s0, &st, err);
+        if (st)
+            goto done;
         if (improved != 1)
             break;
     }
-    if (residuals(ms, mcs, mixes, in_fit, n, gpu, p, r0, err) < 0) {
-        st = err->code ? err->code : SFI_EINVAL;
+    double s;
+    if ((st = fit_resid(&d, p, d.r0, &s, err)))
         goto done;
-    }
-    double s = 0;
-    for (int k = 0; k < m; k++)
-        s += r0[k] * r0[k];
-    out->rms = sqrt(s / m);
-    out->n_resid = m;
+    out->rms = sqrt(s / d.m);
+    out->n_resid = d.m;
     for (int j = 0; j < SFI_SV_NPARAM; j++)
         out->value[j] = sfi_sv_param_get(p, j);
 done:
-    free(r0);
-    free(r1);
-    free(J);
-    free(Q);
+    free(d.r0);
+    free(d.r1);
+    free(d.J);
     return st;
 }
 

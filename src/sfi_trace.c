@@ -1971,8 +1971,10 @@ sfi_status sfi_trace_read_snapshot(sfi_trace *t, int64_t req, int64_t step, int 
     return SFI_OK;
 }
 
-/* Full validation: integrity, then every row of every table. */
-sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
+/* sfi_trace_check's phases, each a class of the file's promises. */
+
+/* SQLite's own integrity check. */
+static sfi_status check_integrity(sfi_trace *t, sfi_error *err)
 {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(t->db, "PRAGMA integrity_check(1)", -1, &s, NULL) != SQLITE_OK)
@@ -1987,8 +1989,14 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
                                r ? r : "failed");
     }
     sqlite3_finalize(s);
-    if (st)
-        return st;
+    return st;
+}
+
+/* Every request's steps read back, their contexts growing one per step,
+ * and no step outside a request. */
+static sfi_status check_requests(sfi_trace *t, sfi_error *err)
+{
+    sfi_status st;
     int64_t total = 0;
     for (int64_t r = 0; r < t->n_requests; r++) {
         sfi_trace_request rq;
@@ -2018,7 +2026,12 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
     if (total != t->n_steps)
         return sfi_error_set(err, SFI_EFORMAT, "%s: %lld steps belong to no request", t->path,
                              (long long)(t->n_steps - total));
-    /* Every record must refer to a stored step and lie inside the shape. */
+    return SFI_OK;
+}
+
+/* Every record refers to a stored step. */
+static sfi_status check_orphans(sfi_trace *t, sfi_error *err)
+{
     static const char *const orphans[] = {"selections", "fast_mass", "topm", "snapshots"};
     for (size_t i = 0; i < 4; i++) {
         char sql[256];
@@ -2027,12 +2040,19 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
                  "SELECT count(*) FROM %s x WHERE NOT EXISTS (SELECT 1 FROM steps s WHERE "
                  "s.request = x.request AND s.step = x.step)",
                  orphans[i]);
-        if ((st = query_int64(t, sql, &n, err)))
+        sfi_status st = query_int64(t, sql, &n, err);
+        if (st)
             return st;
         if (n)
             return sfi_error_set(err, SFI_EFORMAT, "%s: %lld %s records refer to no stored step",
                                  t->path, (long long)n, orphans[i]);
     }
+    return SFI_OK;
+}
+
+/* Every record lies inside the model shape of meta. */
+static sfi_status check_shapes(sfi_trace *t, sfi_error *err)
+{
     const sfi_trace_meta *m = &t->meta;
     int nh_topm = m->topm_heads == SFI_TRACE_HEADS_KV ? m->n_kv_heads : m->n_heads;
     struct {
@@ -2065,7 +2085,8 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
     shape[3].what = "snapshots";
     for (int i = 0; i < 4; i++) {
         int64_t n = 0;
-        if ((st = query_int64(t, shape[i].sql, &n, err)))
+        sfi_status st = query_int64(t, shape[i].sql, &n, err);
+        if (st)
             return st;
         if (n && i == 2)
             return sfi_error_set(err, SFI_EFORMAT,
@@ -2079,11 +2100,17 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
                                  "in meta",
                                  t->path, (long long)n, shape[i].what);
     }
-    /* Read each record through the validating readers. */
+    return SFI_OK;
+}
+
+/* The records below are read through the validating readers. */
+static sfi_status check_selections(sfi_trace *t, sfi_error *err)
+{
     sqlite3_stmt *it;
     if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, kv_head FROM selections", -1, &it,
                            NULL) != SQLITE_OK)
         return rsql(t, err, "selections");
+    sfi_status st = SFI_OK;
     int rc;
     while (!st && (rc = sqlite3_step(it)) == SQLITE_ROW) {
         int32_t *sel, n;
@@ -2097,11 +2124,17 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
     if (!st && rc != SQLITE_DONE)
         st = rsql(t, err, "selections");
     sqlite3_finalize(it);
-    if (st)
-        return st;
+    return st;
+}
+
+static sfi_status check_fast_mass(sfi_trace *t, sfi_error *err)
+{
+    sqlite3_stmt *it;
     if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, kv_head FROM fast_mass", -1, &it,
                            NULL) != SQLITE_OK)
         return rsql(t, err, "fast_mass");
+    sfi_status st = SFI_OK;
+    int rc;
     while (!st && (rc = sqlite3_step(it)) == SQLITE_ROW) {
         float mass;
         st = sfi_trace_read_fast_mass(t, sqlite3_column_int64(it, 0), sqlite3_column_int64(it, 1),
@@ -2111,40 +2144,53 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
     if (!st && rc != SQLITE_DONE)
         st = rsql(t, err, "fast_mass");
     sqlite3_finalize(it);
-    if (st)
-        return st;
-    if (t->n_topm) {
-        int32_t *pos = malloc((size_t)m->top_m * 4);
-        float *prob = malloc((size_t)m->top_m * 4);
-        if (!pos || !prob) {
-            free(pos);
-            free(prob);
-            return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", t->path);
-        }
-        if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, head FROM topm", -1, &it,
-                               NULL) != SQLITE_OK) {
-            free(pos);
-            free(prob);
-            return rsql(t, err, "topm");
-        }
-        while (!st && (rc = sqlite3_step(it)) == SQLITE_ROW) {
-            int32_t n;
-            float tail;
-            st = sfi_trace_read_topm(t, sqlite3_column_int64(it, 0), sqlite3_column_int64(it, 1),
-                                     sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), pos,
-                                     prob, &n, &tail, err);
-        }
-        if (!st && rc != SQLITE_DONE)
-            st = rsql(t, err, "topm");
-        sqlite3_finalize(it);
+    return st;
+}
+
+static sfi_status check_topm(sfi_trace *t, sfi_error *err)
+{
+    if (!t->n_topm)
+        return SFI_OK;
+    const sfi_trace_meta *m = &t->meta;
+    int32_t *pos = malloc((size_t)m->top_m * 4);
+    float *prob = malloc((size_t)m->top_m * 4);
+    if (!pos || !prob) {
         free(pos);
         free(prob);
-        if (st)
-            return st;
+        return sfi_error_set(err, SFI_ENOMEM, "%s: out of memory", t->path);
     }
+    sqlite3_stmt *it;
+    if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, head FROM topm", -1, &it, NULL) !=
+        SQLITE_OK) {
+        free(pos);
+        free(prob);
+        return rsql(t, err, "topm");
+    }
+    sfi_status st = SFI_OK;
+    int rc;
+    while (!st && (rc = sqlite3_step(it)) == SQLITE_ROW) {
+        int32_t n;
+        float tail;
+        st = sfi_trace_read_topm(t, sqlite3_column_int64(it, 0), sqlite3_column_int64(it, 1),
+                                 sqlite3_column_int(it, 2), sqlite3_column_int(it, 3), pos, prob,
+                                 &n, &tail, err);
+    }
+    if (!st && rc != SQLITE_DONE)
+        st = rsql(t, err, "topm");
+    sqlite3_finalize(it);
+    free(pos);
+    free(prob);
+    return st;
+}
+
+static sfi_status check_snapshots(sfi_trace *t, sfi_error *err)
+{
+    sqlite3_stmt *it;
     if (sqlite3_prepare_v2(t->db, "SELECT request, step, layer, kind FROM snapshots", -1, &it,
                            NULL) != SQLITE_OK)
         return rsql(t, err, "snapshots");
+    sfi_status st = SFI_OK;
+    int rc;
     while (!st && (rc = sqlite3_step(it)) == SQLITE_ROW) {
         const char *k = (const char *)sqlite3_column_text(it, 3);
         float *d;
@@ -2158,6 +2204,18 @@ sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
         st = rsql(t, err, "snapshots");
     sqlite3_finalize(it);
     return st;
+}
+
+/* Full validation: integrity, then every row of every table. */
+sfi_status sfi_trace_check(sfi_trace *t, sfi_error *err)
+{
+    sfi_status st;
+    if ((st = check_integrity(t, err)) || (st = check_requests(t, err)) ||
+        (st = check_orphans(t, err)) || (st = check_shapes(t, err)) ||
+        (st = check_selections(t, err)) || (st = check_fast_mass(t, err)) ||
+        (st = check_topm(t, err)) || (st = check_snapshots(t, err)))
+        return st;
+    return SFI_OK;
 }
 
 int sfi_trace_tokenizer_matches(const char *meta_tokenizer, const char *dir)
