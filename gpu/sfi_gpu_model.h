@@ -106,10 +106,12 @@ cudaError_t sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, in
 cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps, void *Y,
                               int T, int M, int N, int epi, cudaStream_t st);
 /* Which kernel sfi_gpu_gemm_skinny runs: SFI_GPU_GEMM_SLAB (default:
- * weights staged through shared memory by bulk copies, for products of at
- * most slab_max_mb MiB of weights; larger ones stream through registers)
- * or SFI_GPU_GEMM_REGS (always streaming through registers). slab_max_mb
- * < 0 keeps the current limit. Process-wide; for checks and experiments. */
+ * weights staged through shared memory by bulk copies for the products
+ * where that measured faster -- at most 13 MiB of weights and a side of
+ * at most 1024, or with slab_max_mb >= 0 every product of at most that
+ * many MiB; the others stream through registers) or SFI_GPU_GEMM_REGS
+ * (always through registers). Per host thread; for checks and
+ * experiments. */
 #define SFI_GPU_GEMM_SLAB 0
 #define SFI_GPU_GEMM_REGS 1
 void sfi_gpu_gemm_select(int kernel, int slab_max_mb);
