@@ -139,6 +139,21 @@ int sfi_test_run(const char *cmd, char **out, char **err)
     return rc;
 }
 
+char *sfi_test_dir;
+
+void sfi_test_dir_setup(void)
+{
+    sfi_test_dir = sfi_test_tmpdir();
+    ck_assert_ptr_nonnull(sfi_test_dir);
+}
+
+void sfi_test_dir_teardown(void)
+{
+    sfi_test_rmtree(sfi_test_dir);
+    free(sfi_test_dir);
+    sfi_test_dir = NULL;
+}
+
 int sfi_test_run_in(const char *dir, const char *prog, const char *args, char **out, char **err)
 {
     size_t n = strlen(dir) + strlen(prog) + strlen(args) + 64;

@@ -30,6 +30,12 @@ int sfi_test_run_in(const char *dir, const char *prog, const char *args, char **
 /* 1 when path holds a PNG of more than 1000 bytes (a drawn figure). */
 int sfi_test_is_png(const char *path);
 
+/* A Check fixture: a fresh temporary directory sfi_test_dir for each
+ * test, made by sfi_test_dir_setup and removed by sfi_test_dir_teardown. */
+extern char *sfi_test_dir;
+void sfi_test_dir_setup(void);
+void sfi_test_dir_teardown(void);
+
 /* Reads a whole file (malloc'd, NUL-terminated); NULL on error. */
 char *sfi_test_read_file(const char *path, size_t *len);
 int sfi_test_write_file(const char *path, const void *data, size_t len);
