@@ -15,6 +15,11 @@ measured.
     gpu/bench_e2e_matrix.py --sfi-gpu ./sfi-gpu --out h100-steps.json \\
         --models Qwen3-0.6B,Qwen3-1.7B,Qwen3-4B --batches 1,4,16 \\
         --contexts 8192,16384,32768 --modes dense,sfi
+
+--tp N runs every configuration with `sfi-gpu run --tp N` (tensor
+parallelism over GPUs 0..N-1) and records "tp": N in its entries (sfi-sim
+validate prices an entry at its tp; entries without the key are tp 1), with
+the bytes each GPU sends into all-reduces and all-gathers per step.
 """
 import argparse
 import datetime
@@ -29,6 +34,8 @@ def run_one(a, model, layers, batch, ctx, mode):
     cmd = [a.sfi_gpu, "run", "--synthetic", model, "--replay", a.trace, "--replay-ctx",
            str(ctx), "--batch", str(batch), "--max-new", str(a.new_tokens), "--mode", mode,
            "--bench", "--json", "--no-digest", "--tokenizer", a.tokenizer]
+    if a.tp > 1:
+        cmd += ["--tp", str(a.tp)]
     if layers:
         cmd += ["--layers", str(layers)]
     cmd += a.extra
@@ -47,7 +54,7 @@ def run_one(a, model, layers, batch, ctx, mode):
 def entry(a, model, layers, batch, ctx, mode, out):
     b = out["bench"]
     e = {"model": model, "context": ctx, "batch": batch, "new_tokens": a.new_tokens,
-         "mode": mode, "dtype": "bf16"}
+         "mode": mode, "dtype": "bf16", "tp": a.tp}
     if layers:
         e["layers"] = layers
     e.update({"replay": a.trace, "tokenizer": a.tokenizer,
@@ -57,6 +64,9 @@ def entry(a, model, layers, batch, ctx, mode, out):
               "weight_bytes": b["weight_bytes"],
               "weight_bytes_all": b.get("weight_bytes_all", b["weight_bytes"]),
               "kv_bytes_per_position": b["kv_bytes_per_position"], "steps": {}})
+    if a.tp > 1:
+        e["allreduce_bytes_per_step"] = b.get("allreduce_bytes_per_step", 0)
+        e["gather_bytes_per_step"] = b.get("gather_bytes_per_step", 0)
     for cls, c in b["classes"].items():
         e["steps"][cls] = {"n": c["steps"], "mean_ms": round(c["mean_ms"], 4),
                            "p50_ms": round(c["p50_ms"], 4), "p99_ms": round(c["p99_ms"], 4),
@@ -82,6 +92,8 @@ def main():
     ap.add_argument("--contexts", default="8192,16384,32768")
     ap.add_argument("--modes", default="dense,sfi")
     ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--tp", type=int, default=1,
+                    help="tensor parallelism: sfi-gpu run --tp N over GPUs 0..N-1 (1)")
     ap.add_argument("--max-batch-tokens", type=int, default=0,
                     help="skip configurations with batch * context above this (0: none)")
     ap.add_argument("--append", action="store_true",
@@ -97,14 +109,16 @@ def main():
                          capture_output=True, text=True).stdout.strip()
     prof["source"] = (
         "gpu/bench_e2e_matrix.py: sfi-gpu run --synthetic PRESET --replay %s --replay-ctx CTX "
-        "--batch B --max-new %d --mode MODE --bench --tokenizer %s on one %s, %s; random bf16 weights of the "
+        "--batch B --max-new %d --mode MODE --bench --tokenizer %s%s on %s, %s; random bf16 weights of the "
         "preset (made on the GPU), teacher-forced on the trace; steps 3..%d timed with CUDA "
         "events; copy bandwidth per entry (1 GiB device-to-device copies, bytes read + "
-        "written)" % (a.trace, a.new_tokens, a.tokenizer, dev or "GPU", datetime.date.today().isoformat(),
-                      a.new_tokens - 1))
+        "written)" % (a.trace, a.new_tokens, a.tokenizer, " --tp %d" % a.tp if a.tp > 1 else "",
+                      ("%d x " % a.tp if a.tp > 1 else "one ") + (dev.splitlines()[0] if dev else "GPU"),
+                      datetime.date.today().isoformat(), a.new_tokens - 1))
     prof["note"] = ("Whole decode steps of the GPU engine. Step classes: dense = dense mode; "
                     "slow = a step where at least one request is slow; fast = every request "
-                    "fast. bytes_per_step: weights + every request's K/V rows.")
+                    "fast. bytes_per_step: weights + every request's K/V rows" +
+                    (" (per GPU: its share of the heads, MLP and LM head)." if a.tp > 1 else "."))
 
     note = prof["note"]
     skipped = []
@@ -131,8 +145,9 @@ def main():
                     continue
                 for mode in a.modes.split(","):
                     out, err, wall, cmd = run_one(a, model, layers, batch, ctx, mode)
-                    tag = "%s%s ctx %d batch %d %s" % (model, ":%d" % layers if layers else "",
-                                                       ctx, batch, mode)
+                    tag = "%s%s%s ctx %d batch %d %s" % (
+                        model, ":%d" % layers if layers else "",
+                        " tp %d" % a.tp if a.tp > 1 else "", ctx, batch, mode)
                     if err:
                         print("%-40s skipped (%.0f s): %s" % (tag, wall, err), flush=True)
                         skipped.append(tag)

@@ -22,6 +22,8 @@
 #include "sfi_gpu.h"
 #include "sfi_gpu_cli.h"
 #include "sfi_gpu_engine.h"
+#include "sfi_gpu_nccl.h"
+#include "sfi_gpu_tprun.h"
 #include "sfi_gpu_verify.h"
 #include "sfi_io.h"
 #include "sfi_params.h"
@@ -45,7 +47,8 @@ static void usage(FILE *out)
             "                   [--exact] [--param KEY=VALUE ...] [--params FILE]\n"
             "                   [--trigger POLICY] [--interval N] [--tokenizer DIR]\n"
             "                   [--stop-at-eos] [--json] [--check] [--bench] [--no-digest]\n"
-            "                   [--no-graph] [--no-overlap] [--page N] [--prefill-chunk N]\n\n"
+            "                   [--no-graph] [--no-overlap] [--page N] [--prefill-chunk N]\n"
+            "                   [--tp N [--check-tp]]\n\n"
             "Greedy decoding on the GPU: prefill, then every step slow (dense attention,\n"
             "Selector refresh) or fast (sink + selected + recent) per request, decided on\n"
             "the device (--mode sfi), or dense every step (--mode dense). Output as\n"
@@ -94,6 +97,11 @@ static void usage(FILE *out)
             "                         cuBLAS\n"
             "      --bench-no-selector  timing experiment: slow steps skip the Selector\n"
             "                         and reorg (what the Selector costs; wrong results)\n"
+            "      --tp N             tensor parallelism over GPUs 0..N-1 through NCCL, one\n"
+            "                         thread per GPU (N must divide the KV heads; 1 default)\n"
+            "      --check-tp         with --tp N and --model: decode again on one GPU and\n"
+            "                         compare ids, step kinds (equal) and logits (1e-4\n"
+            "                         relative); exit 1 on a mismatch\n"
             "  -h, --help             print this help\n\n"
             "Exit status: 0 ok, 1 bad input, failure or check mismatch, 2 usage error,\n"
             "77 no CUDA device. See sfi-gpu(1).\n",
@@ -435,6 +443,16 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
     printf("bench: copy bandwidth %.1f GB/s; weights %.3f GB read per step; KV %.0f bytes per "
            "position (all layers)\n",
            bw / 1e9, wb / 1e9, (double)rowb);
+    uint64_t ar_bytes = 0, ga_bytes = 0;
+    int tp_rank = 0, tp_n = 1, nkv_l = 0;
+    sfi_gpu_engine_comm_bytes(eng, B, &ar_bytes, &ga_bytes);
+    sfi_gpu_engine_tp(eng, &tp_rank, &tp_n, &nkv_l);
+    if (tp_n > 1)
+        printf("bench: tensor parallel over %d GPUs (bytes and GB/s per GPU: rank 0's weights and "
+               "%d KV heads); per step each GPU sends %.3f MB into all-reduces (2 per layer) and "
+               "%.3f MB into all-gathers (%sargmax)\n",
+               tp_n, nkv_l, ar_bytes / 1e6, ga_bytes / 1e6,
+               eo->sfi && !eo->skip_select ? "Selector scores of every layer, " : "");
     json_t *jc = json_object();
     for (int c = 0; c < N_CLS; c++) {
         if (!cls[c].n)
@@ -480,6 +498,9 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
         json_object_set_new(jb, "prefill_tokens_per_s",
                             json_real(res->prefill_s > 0 ? ptok / res->prefill_s : 0));
         json_object_set_new(jb, "graph_build_s", json_real(res->graph_build_s));
+        json_object_set_new(jb, "tp", json_integer(tp_n));
+        json_object_set_new(jb, "allreduce_bytes_per_step", json_integer((json_int_t)ar_bytes));
+        json_object_set_new(jb, "gather_bytes_per_step", json_integer((json_int_t)ga_bytes));
     } else {
         json_decref(jc);
     }
@@ -521,7 +542,9 @@ enum {
     O_NOSEL,
     O_NOPDL,
     O_GEMM,
-    O_PDL
+    O_PDL,
+    O_TP,
+    O_CHECK_TP
 };
 
 /* The command line. */
@@ -529,7 +552,8 @@ typedef struct {
     const char *model, *synthetic, *prompt, *prompt_file, *prompt_ids, *replay, *tok_dir,
         *force_ids;
     int layers, seed, replay_ctx, max_new, batch, json, stop, check, bench, no_digest;
-    int digest; /* a per-step readback for the digest: neither --bench nor --no-digest */
+    int tp, check_tp; /* --tp N (1: one GPU, no NCCL), --check-tp */
+    int digest;       /* a per-step readback for the digest: neither --bench nor --no-digest */
     sfi_backend check_backend;
     sfi_gpu_engine_opts eo;
     sfi_decode_mode mode;
@@ -559,6 +583,7 @@ static int parse_simple(int c, run_args *a)
     case O_NOSEL: a->eo.skip_select = 1; return 1;
     case O_NOPDL: a->eo.pdl = 0; return 1;
     case O_PDL: a->eo.pdl = 1; return 1;
+    case O_CHECK_TP: a->check_tp = 1; return 1;
     }
     return 0;
 }
@@ -577,6 +602,7 @@ static int parse_number(int c, run_args *a)
     case 'b': return parse_int(optarg, "--batch", 1, SFI_GPU_MAX_BATCH, &a->batch) ? 2 : 0;
     case O_INTERVAL: return parse_int(optarg, "--interval", 1, INT_MAX, &a->eo.interval) ? 2 : 0;
     case O_PAGE: return parse_int(optarg, "--page", 1, 4096, &a->eo.page) ? 2 : 0;
+    case O_TP: return parse_int(optarg, "--tp", 1, 64, &a->tp) ? 2 : 0;
     case O_CHUNK:
         return parse_int(optarg, "--prefill-chunk", 1, 1 << 20, &a->eo.prefill_chunk) ? 2 : 0;
     }
@@ -651,6 +677,9 @@ static int check_combinations(const run_args *a)
               "--replay)";
     else if (a->check && a->bench)
         why = "--check and --bench exclude each other";
+    else if (a->check_tp && (a->tp < 2 || !a->model || a->replay || a->force_ids || a->bench))
+        why = "--check-tp compares --tp N (N >= 2) with one GPU on a checkpoint (--model), greedy "
+              "decoding, without --bench";
     if (why) {
         fprintf(stderr, CMD ": %s\n", why);
         return 2;
@@ -697,12 +726,15 @@ static int parse_args(int argc, char **argv, run_args *a)
         {"no-pdl", no_argument, NULL, O_NOPDL},
         {"pdl", no_argument, NULL, O_PDL},
         {"gemm", required_argument, NULL, O_GEMM},
+        {"tp", required_argument, NULL, O_TP},
+        {"check-tp", no_argument, NULL, O_CHECK_TP},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
     a->seed = 1;
     a->max_new = -1;
+    a->tp = 1;
     a->check_backend = SFI_BACKEND_SCALAR;
     sfi_gpu_engine_opts_default(&a->eo);
     a->mode = SFI_DECODE_SFI;
@@ -742,6 +774,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     a->eo.sfi = a->mode == SFI_DECODE_SFI;
     a->eo.trigger = a->trig;
     a->eo.max_new = a->max_new;
+    a->eo.tp_size = a->tp; /* rank and communicator: per GPU (sfi_gpu_tprun.h) */
     a->digest = !a->bench && !a->no_digest;
     return -1;
 }
@@ -755,7 +788,8 @@ typedef struct {
     int have_ts;
     prompt_t *pr; /* B of them once the batch is filled */
     int n_pr, B;
-    sfi_gpu_engine *eng;
+    sfi_gpu_engine *eng; /* --tp N: rank 0's, owned by tpg */
+    sfi_gpu_tp_group *tpg;
     sfi_gpu_run_result res;
     sfi_gpu_verify *ver; /* with the digest */
     sfi_gpu_verify_report *rep;
@@ -775,7 +809,10 @@ static void run_free(run_state *r)
     free(r->pn);
     free(r->req);
     sfi_gpu_run_result_free(&r->res);
-    sfi_gpu_engine_free(r->eng);
+    if (r->tpg)
+        sfi_gpu_tp_free(r->tpg);
+    else
+        sfi_gpu_engine_free(r->eng);
     if (r->pr)
         prompts_free(r->pr, r->n_pr);
     if (r->have_ts)
@@ -1021,9 +1058,10 @@ static int plan_memory(const run_args *a, const run_state *r)
     }
     if (!a->json)
         fprintf(stderr,
-                CMD ": memory: %.3f GiB (weights %.3f, KV %.3f, compact + key norms %.3f, "
+                CMD ": memory%s: %.3f GiB (weights %.3f, KV %.3f, compact + key norms %.3f, "
                     "Selector + logits %.3f, activations %.3f, other %.3f)\n",
-                mp.total / 1073741824.0, mp.weights / 1073741824.0, mp.kv / 1073741824.0,
+                a->tp > 1 ? " per GPU (rank 0's share)" : "", mp.total / 1073741824.0,
+                mp.weights / 1073741824.0, mp.kv / 1073741824.0,
                 (mp.compact + mp.key_norms) / 1073741824.0,
                 (mp.selector + mp.logits) / 1073741824.0, mp.activations / 1073741824.0,
                 (mp.prefill + mp.other) / 1073741824.0);
@@ -1036,7 +1074,8 @@ static int run_engine(const run_args *a, run_state *r)
 {
     sfi_error e;
     const int B = r->B;
-    if (sfi_gpu_engine_create(&r->cfg, r->m, (uint64_t)a->seed, &a->eo, &r->eng, &e)) {
+    if (a->tp == 1 &&
+        sfi_gpu_engine_create(&r->cfg, r->m, (uint64_t)a->seed, &a->eo, &r->eng, &e)) {
         fprintf(stderr, CMD ": %s: %s\n", a->model ? a->model : a->synthetic, e.msg);
         return 1;
     }
@@ -1053,9 +1092,26 @@ static int run_engine(const run_args *a, run_state *r)
         r->req[b].n_force = r->pr[b].n_force;
     }
     if (a->digest && sfi_gpu_verify_new(B, a->max_new, r->cfg.vocab_size, r->pp, r->pn, a->mode,
-                                        a->check, &r->ver, &e)) {
+                                        a->check || a->check_tp, &r->ver, &e)) {
         fprintf(stderr, CMD ": %s\n", e.msg);
         return 1;
+    }
+    if (a->tp > 1) {
+        sfi_gpu_tp_job job = {.n = a->tp,
+                              .cfg = &r->cfg,
+                              .m = r->m,
+                              .seed = (uint64_t)a->seed,
+                              .eo = &a->eo,
+                              .rq = r->req,
+                              .B = B,
+                              .obs = r->ver ? sfi_gpu_verify_observer(r->ver) : NULL,
+                              .time_steps = a->bench};
+        if (sfi_gpu_tp_run(&job, &r->tpg, &r->res, &e)) {
+            fprintf(stderr, CMD ": %s: %s\n", a->model ? a->model : a->synthetic, e.msg);
+            return 1;
+        }
+        r->eng = sfi_gpu_tp_engine(r->tpg, 0);
+        return 0;
     }
     if (sfi_gpu_engine_run(r->eng, r->req, B, r->ver ? sfi_gpu_verify_observer(r->ver) : NULL,
                            a->bench, &r->res, &e)) {
@@ -1082,8 +1138,80 @@ static int run_reference(const run_args *a, run_state *r)
     ro.stop_tokens = a->stop ? r->cfg.eos_token_ids : NULL;
     ro.n_stop_tokens = a->stop ? r->cfg.n_eos : 0;
     ro.backend = a->check_backend;
-    return sfi_gpu_verify_reference(r->ver, r->m, &ro, &r->res, a->eo.exact, 1e-4, stderr, r->rep) >
-           0;
+    /* --tp N sums in another order: the bits are not the reference's */
+    return sfi_gpu_verify_reference(r->ver, r->m, &ro, &r->res, a->eo.exact && a->tp == 1, 1e-4,
+                                    stderr, r->rep) > 0;
+}
+
+/* --check-tp: the same requests decoded again on GPU 0 alone (the --tp
+ * engines are freed first: GPU 0 held rank 0's share), compared with the
+ * tensor-parallel run. Returns 1 when they differ. */
+static int run_check_tp(const run_args *a, run_state *r)
+{
+    sfi_error e;
+    sfi_gpu_tp_free(r->tpg);
+    r->tpg = NULL;
+    r->eng = NULL;
+    if (cudaSetDevice(0) != cudaSuccess) {
+        fprintf(stderr, CMD ": --check-tp: cannot select GPU 0\n");
+        return 1;
+    }
+    sfi_gpu_engine_opts o = a->eo;
+    o.tp_size = 1;
+    o.tp_rank = 0;
+    o.tp_comm = NULL;
+    sfi_gpu_engine *eng = NULL;
+    sfi_gpu_verify *v1 = NULL;
+    sfi_gpu_run_result res1;
+    memset(&res1, 0, sizeof res1);
+    int fail = 1;
+    sfi_gpu_verify_report *rep = calloc((size_t)r->B, sizeof *rep);
+    if (!rep || !r->ver) {
+        fprintf(stderr, CMD ": --check-tp: %s\n",
+                rep ? "no readback (--no-digest?)" : "out of memory");
+    } else if (sfi_gpu_engine_create(&r->cfg, r->m, (uint64_t)a->seed, &o, &eng, &e) ||
+               sfi_gpu_verify_new(r->B, a->max_new, r->cfg.vocab_size, r->pp, r->pn, a->mode, 1,
+                                  &v1, &e) ||
+               sfi_gpu_engine_run(eng, r->req, r->B, sfi_gpu_verify_observer(v1), 0, &res1, &e)) {
+        fprintf(stderr, CMD ": --check-tp: the run on one GPU: %s\n", e.msg);
+    } else {
+        char nb[32];
+        snprintf(nb, sizeof nb, "tp %d", a->tp);
+        fail =
+            sfi_gpu_verify_compare(v1, &res1, r->ver, &r->res, 1e-4, "tp 1", nb, stderr, rep) > 0;
+        fprintf(stderr, CMD ": check-tp (--tp %d against one GPU) %s\n", a->tp,
+                fail ? "FAILED" : "passed");
+    }
+    sfi_gpu_run_result_free(&res1);
+    sfi_gpu_verify_free(v1);
+    sfi_gpu_engine_free(eng);
+    free(rep);
+    return fail;
+}
+
+/* --tp N: N GPUs and NCCL, said before anything is loaded onto a device.
+ * Returns 0 to go on, or SFI_GPU_EXIT_NODEV (skipped: message printed). */
+static int tp_available(const run_args *a)
+{
+    if (a->tp < 2)
+        return 0;
+    sfi_error e;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < a->tp) {
+        fprintf(stderr, CMD ": skipped: --tp %d needs %d GPUs; this machine has %d\n", a->tp, a->tp,
+                n);
+        return SFI_GPU_EXIT_NODEV;
+    }
+    if (sfi_gpu_nccl_load(&e)) {
+        fprintf(stderr, CMD ": skipped: --tp %d: %s\n", a->tp, e.msg);
+        return SFI_GPU_EXIT_NODEV;
+    }
+    if (!a->json) {
+        char v[32];
+        sfi_gpu_nccl_version(v, sizeof v);
+        fprintf(stderr, CMD ": tensor parallelism over GPUs 0..%d, NCCL %s\n", a->tp - 1, v);
+    }
+    return 0;
 }
 
 /* One request's report as the JSON object of sfi-ref run --json (plus
@@ -1209,6 +1337,7 @@ static void finish_json(const run_args *a, const run_state *r, json_t *jreqs)
     json_object_set_new(jout, "dtype", json_string(a->eo.dtype == SFI_GPU_BF16 ? "bf16" : "f32"));
     json_object_set_new(jout, "exact", json_boolean(a->eo.exact));
     json_object_set_new(jout, "max_new", json_integer(a->max_new));
+    json_object_set_new(jout, "tp", json_integer(a->tp));
     json_object_set_new(jout, "graph_build_seconds", json_real(r->res.graph_build_s));
     char *pj = sfi_params_to_json(&a->eo.params);
     json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
@@ -1275,6 +1404,14 @@ int sfi_gpu_cmd_run(int argc, char **argv)
     if (load_model(&a, &r) || load_tokenizer(&a, &r) || read_prompts(&a, &r) ||
         (a.force_ids && read_force_ids(&a, &r)) || fill_batch(&a, &r) || check_prompts(&a, &r))
         goto out;
+    if (a.tp > 1) { /* a --tp that does not split the model: said before the device */
+        sfi_error e;
+        sfi_gpu_engine_mem mp;
+        if (sfi_gpu_engine_mem_plan(&r.cfg, &a.eo, &mp, &e)) {
+            fprintf(stderr, CMD ": %s\n", e.msg);
+            goto out;
+        }
+    }
     /* inputs are checked; now the device */
     char msg[256];
     if (!sfi_gpu_device_ok(msg, sizeof msg)) {
@@ -1282,14 +1419,19 @@ int sfi_gpu_cmd_run(int argc, char **argv)
         rc = SFI_GPU_EXIT_NODEV;
         goto out;
     }
+    if ((rc = tp_available(&a)))
+        goto out;
+    rc = 1;
     double bw = a.bench ? copy_bandwidth() : 0;
     if (plan_memory(&a, &r) || run_engine(&a, &r))
         goto out;
     int check_fail = a.check ? run_reference(&a, &r) : 0;
+    if (a.check_tp)
+        check_fail |= run_check_tp(&a, &r);
     if (report(&a, &r, bw))
         goto out;
     rc = check_fail ? 1 : 0;
-    if (a.check)
+    if (a.check || a.check_tp)
         fprintf(stderr, CMD ": check %s\n", check_fail ? "FAILED" : "passed");
 out:
     run_free(&r);

@@ -4,21 +4,28 @@
 # machine without a GPU it still compiles and links, and `sfi-gpu check`
 # exits 77 ("no CUDA device").
 
-SFI_GPU_CU = gpu/sfi_gpu_attn.cu gpu/sfi_gpu_select.cu gpu/sfi_gpu_sched.cu gpu/sfi_gpu_model.cu
+SFI_GPU_CU = gpu/sfi_gpu_attn.cu gpu/sfi_gpu_select.cu gpu/sfi_gpu_sched.cu gpu/sfi_gpu_model.cu \
+	gpu/sfi_gpu_tp.cu
 SFI_GPU_HDRS = gpu/sfi_gpu.h gpu/sfi_gpu_cli.h gpu/sfi_gpu_math.cuh gpu/sfi_gpu_model.h \
-	gpu/sfi_gpu_prefill.cuh gpu/sfi_gpu_engine.h gpu/sfi_gpu_status.h
+	gpu/sfi_gpu_prefill.cuh gpu/sfi_gpu_engine.h gpu/sfi_gpu_status.h gpu/sfi_gpu_nccl.h \
+	gpu/sfi_gpu_tp.h
 EXTRA_DIST += $(SFI_GPU_CU) $(SFI_GPU_HDRS) gpu/bench_torch.py gpu/calibrate_profile.py \
 	gpu/profiles/h100.json gpu/profiles/h100-bench.txt gpu/profiles/h100-e2e.json gpu/bench_e2e_torch.py \
-	gpu/bench_e2e_matrix.py gpu/profiles/h100-steps.json gpu/profiles/h200-steps.json
+	gpu/bench_e2e_matrix.py gpu/profiles/h100-steps.json gpu/profiles/h200-steps.json gpu/tp_device.sh
 
 if HAVE_CUDA
 bin_PROGRAMS += sfi-gpu
 sfi_gpu_SOURCES = gpu/main.c gpu/cmd_check.c gpu/cmd_bench.c gpu/cmd_run.c gpu/sfi_gpu_engine.c \
-	gpu/sfi_gpu_verify.c gpu/sfi_gpu_verify.h $(SFI_GPU_HDRS)
+	gpu/cmd_allreduce.c \
+	gpu/sfi_gpu_verify.c gpu/sfi_gpu_verify.h gpu/sfi_gpu_nccl.c gpu/sfi_gpu_tprun.c \
+	gpu/sfi_gpu_tprun.h $(SFI_GPU_HDRS)
 # The .cu objects are built by the suffix rule below and linked as plain
 # objects (automake does not know CUDA as a language).
 SFI_GPU_CU_OBJS = $(SFI_GPU_CU:.cu=.o)
-sfi_gpu_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/gpu -I$(CUDA_HOME_DIR)/include
+# NCCL_CPPFLAGS: nccl.h (configure's --with-nccl; empty without NCCL). The
+# library itself is opened at run time (gpu/sfi_gpu_nccl.h says why), so
+# nothing NCCL is linked.
+sfi_gpu_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/gpu -I$(CUDA_HOME_DIR)/include $(NCCL_CPPFLAGS)
 # Static CUDA runtime (nvcc's own default) and static libsfi: the binary
 # then runs on a GPU machine that has the driver but none of our build's
 # shared libraries (the device runs carry just this file).

@@ -23,10 +23,14 @@ static void usage(FILE *f)
           "        to end); exit 1 on any mismatch\n"
           "  bench [--quick] [--profile FILE] [--name NAME] [--torch CMD]\n"
           "        measure the kernels; write a calibration profile for sfi-sim\n"
+          "  bench-allreduce [--gpus N] [--hidden H,...] [--batch B,...] [--json]\n"
+          "        ncclAllReduce latency and bus bandwidth over N GPUs for the\n"
+          "        messages of a tensor-parallel decode step (run --tp N)\n"
           "  --help, --version\n"
           "\n"
           "Exit status: 0 success, 1 mismatch or CUDA error, 2 usage error,\n"
-          "77 no CUDA device.\n",
+          "77 no CUDA device (or, for --tp and bench-allreduce, too few GPUs or no\n"
+          "NCCL).\n",
           f);
 }
 
@@ -52,6 +56,8 @@ int main(int argc, char **argv)
         return sfi_gpu_cmd_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return sfi_gpu_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench-allreduce"))
+        return sfi_gpu_cmd_allreduce(argc - 1, argv + 1);
     fprintf(stderr, "sfi-gpu: unknown command '%s' (try --help)\n", argv[1]);
     return 2;
 }

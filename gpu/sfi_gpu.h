@@ -146,7 +146,8 @@ void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, i
 
 /* Grid size of the split attention kernels in waves of one CTA per SM
  * (default 1; see launch_split in sfi_gpu_attn.cu). For the benchmark's
- * sweep; not thread-safe. */
+ * sweep; a setting of the calling host thread (one thread per GPU under
+ * sfi-gpu run --tp). */
 void sfi_gpu_attn_set_waves(int waves);
 /* Pipeline depth of the bf16, D = 128, G = 4 instance: 2, 3 (default) or
  * 4 stages of 64-row tiles. Same purpose. */
@@ -196,6 +197,23 @@ cudaError_t sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc
                              const sfi_gpu_sel_params *prm, const float *logits,
                              const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
                              int32_t *selected, int exact, cudaStream_t st);
+
+/* sfi_gpu_selector in two halves, for tensor parallelism (sfi-gpu run
+ * --tp), where step 8's softmax over a layer's KV heads needs every
+ * rank's scores: _local runs steps 1-7 for this rank's n_kv heads, z2 into
+ * ws->z2 (rows [batch][n_kv][max_J]); the caller all-gathers those rows of
+ * every rank into z_all [n_ranks][batch][n_kv][max_J]; _cross_tp runs step
+ * 8 over all n_ranks * n_kv heads (<= 16) in their global order and step 9
+ * (Top-K) for this rank's heads (global heads rank * n_kv ..). With one
+ * rank the pair computes what sfi_gpu_selector does, bit for bit. */
+cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                                   const sfi_gpu_sel_params *prm, const float *logits,
+                                   const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
+                                   int exact, cudaStream_t st);
+cudaError_t sfi_gpu_selector_cross_tp(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                                      const sfi_gpu_sel_params *prm, const float *z_all,
+                                      int n_ranks, int rank, const sfi_gpu_sel_ws *ws,
+                                      int32_t *selected, int exact, cudaStream_t st);
 
 /* Deterministic Top-K of rows of scores (radix select, ties to the smaller
  * index), one row per (request, KV head): row length n[b] = j_end - j_begin,
@@ -249,7 +267,7 @@ cudaError_t sfi_gpu_noop(cudaStream_t st);
 /* Programmatic dependent launch for the launches that follow (the
  * engine's decode steps): each kernel may start while the one before it
  * in the stream finishes, and waits (griddepcontrol.wait) before reading
- * its results. Default off; not thread-safe. */
+ * its results. Default off; per host thread, as the waves. */
 void sfi_gpu_set_pdl(int on);
 int sfi_gpu_pdl(void);
 

@@ -622,9 +622,12 @@ __global__ void key_norms_kernel(const sfi_gpu_step_desc *__restrict__ d,
     if (lane == 0) norms[((size_t)b * d->n_kv + kvh) * d->ld_logits + pos] = sqrtf(a);
 }
 
-int g_waves = 1;
-int g_stages = 3;
-int g_pdl = 0;
+/* Per host thread: `sfi-gpu run --tp N` drives each GPU from its own
+ * thread, and these settings (like the one-time state below, which is per
+ * device) belong to that thread's device. */
+thread_local int g_waves = 1;
+thread_local int g_stages = 3;
+thread_local int g_pdl = 0;
 
 /* Split size: one CTA per SM and wave (g_waves, default 1), the SMs shared
  * evenly by the (request, KV head) pairs. With batch 16 x 8 KV heads that
@@ -644,7 +647,7 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     auto kern = attn_bulk_kernel<T, D, G, S>;
     /* opt in to more than 48 KiB of dynamic shared memory and read the SM
      * count (once per instantiation; no allocation) */
-    static int sms = 0;
+    static thread_local int sms = 0; /* per thread = per device (--tp) */
     if (!sms) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e != cudaSuccess) return e;

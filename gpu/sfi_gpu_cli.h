@@ -23,5 +23,6 @@
 int sfi_gpu_cmd_run(int argc, char **argv);
 int sfi_gpu_cmd_check(int argc, char **argv);
 int sfi_gpu_cmd_bench(int argc, char **argv);
+int sfi_gpu_cmd_allreduce(int argc, char **argv);
 
 #endif

@@ -43,7 +43,9 @@
 #include "sfi_digest.h"
 #include "sfi_gpu.h"
 #include "sfi_gpu_model.h"
+#include "sfi_gpu_nccl.h"
 #include "sfi_gpu_status.h"
+#include "sfi_gpu_tp.h"
 #include "sfi_state.h"
 
 #define R_SLOTS SFI_GPU_RING
@@ -70,7 +72,16 @@ struct sfi_gpu_engine {
     sfi_gpu_engine_mem mem;
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
     int gu_tiled; /* gate/up rows in SwiGLU tiles (bf16 fast path) */
-    int cap;      /* positions per request */
+    /* tensor parallelism (sfi_gpu_engine_opts): nh, nkv, nq, nkvd, I, Im
+     * above are this rank's share, V the whole vocabulary of which this
+     * rank's LM head has rows [v0, v0 + Vl) (Vc per rank but the last) */
+    int tp, rank, Vl, v0, Vc, nkv_g, nq_g, I_g, Im_g;
+    void *comm;
+    unsigned long long *amax_keys, *amax_all; /* argmax keys [64], gathered [tp][64] */
+    float *z_all;                             /* Selector scores gathered [tp][B][nkv][capJ] */
+    float *lg_all;                            /* observed logits gathered [B][tp][Vc] */
+    int32_t *sel_all;                         /* observed sets gathered [tp][nkv][K] */
+    int cap;                                  /* positions per request */
     int max_blocks, ld, capJ, ccap, rows_act;
     float eps;
     /* weights */
@@ -153,13 +164,17 @@ void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o)
     o->graphs = 1;
     o->overlap = 1;
     o->pdl = -1;
+    o->tp_size = 1;
 }
 
 /* ---- shape, options, memory plan ---- */
 
+/* Head, intermediate and vocabulary counts are this rank's share under
+ * tensor parallelism (tp > 1); the _g fields keep the model's. */
 typedef struct {
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, cap, max_blocks, ld, capJ, ccap,
         rows_act, Wmax, B, any_moe, any_dense;
+    int tp, rank, Vl, v0, Vc, nkv_g, nq_g, I_g, Im_g;
 } shape;
 
 static int round_up(int x, int m)
@@ -167,9 +182,55 @@ static int round_up(int x, int m)
     return (x + m - 1) / m * m;
 }
 
+/* This rank's share of the heads, MLP columns and vocabulary (tp > 1):
+ * whole GQA groups (a KV head and its query heads), so every kernel runs
+ * unchanged on fewer heads. */
+static sfi_status tp_shape(shape *s, const sfi_gpu_engine_opts *o, sfi_error *err)
+{
+    const int N = o->tp_size;
+    s->tp = N;
+    s->rank = o->tp_rank;
+    s->nkv_g = s->nkv;
+    s->nq_g = s->nq;
+    s->I_g = s->I;
+    s->Im_g = s->Im;
+    s->Vl = s->Vc = s->V;
+    s->v0 = 0;
+    if (N < 1 || N > 64 || o->tp_rank < 0 || o->tp_rank >= N)
+        return sfi_error_set(err, SFI_ERANGE, "tensor parallelism: rank %d of %d", o->tp_rank, N);
+    if (N == 1)
+        return SFI_OK;
+    if (s->nkv % N)
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "--tp %d: the model's %d KV heads do not split over %d GPUs (each "
+                             "GPU takes whole GQA groups: --tp must divide %d)",
+                             N, s->nkv, N, s->nkv);
+    if ((s->any_dense && s->I % N) || (s->E && s->Im % N))
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "--tp %d: the MLP width %d%s does not split over %d GPUs", N, s->I,
+                             s->E ? " or the expert width" : "", N);
+    s->nkv /= N;
+    s->nh /= N;
+    s->nq = s->nh * s->D;
+    s->nkvd = s->nkv * s->D;
+    if (s->any_dense)
+        s->I /= N;
+    s->Im /= N;
+    /* vocabulary rows: ceil(V / N) per rank, the last takes the rest */
+    s->Vc = (s->V + N - 1) / N;
+    s->v0 = s->Vc * o->tp_rank;
+    s->Vl = s->V - s->v0 < s->Vc ? s->V - s->v0 : s->Vc;
+    if ((long)s->Vc * (N - 1) >= s->V)
+        return sfi_error_set(err, SFI_EUNSUPPORTED,
+                             "--tp %d: a vocabulary of %d ids leaves a GPU without LM head rows", N,
+                             s->V);
+    return SFI_OK;
+}
+
 static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts *o, shape *s,
                             sfi_error *err)
 {
+    sfi_status rc_tp;
     memset(s, 0, sizeof *s);
     const sfi_params *p = &o->params;
     s->L = c->num_hidden_layers;
@@ -228,6 +289,8 @@ static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts
         return sfi_error_set(err, SFI_ERANGE, "page %d: expected 1..4096", o->page);
     if (o->prefill_chunk < 1)
         return sfi_error_set(err, SFI_ERANGE, "prefill chunk %d: must be >= 1", o->prefill_chunk);
+    if ((rc_tp = tp_shape(s, o, err)))
+        return rc_tp;
     if (o->max_ctx < 2 || o->max_ctx > c->max_position_embeddings)
         return sfi_error_set(err, SFI_ERANGE,
                              "context %d positions: must be in 2..%d (the model's "
@@ -270,7 +333,10 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
         return rc;
     uint64_t es = (uint64_t)s.esz;
     uint64_t w = 0;
-    w += (uint64_t)s.V * s.H * es * (c->tie_word_embeddings ? 1 : 2) + (uint64_t)s.H * 4;
+    /* the embedding whole; the LM head's rows of this rank (tied: a view
+     * of the embedding) */
+    w += (uint64_t)s.V * s.H * es + (c->tie_word_embeddings ? 0 : (uint64_t)s.Vl * s.H * es) +
+         (uint64_t)s.H * 4;
     for (int l = 0; l < s.L; l++) {
         w += (uint64_t)(2 * s.H + 2 * s.D) * 4;
         w += (uint64_t)(s.nq + 2 * s.nkvd) * s.H * es + (uint64_t)s.H * s.nq * es;
@@ -301,7 +367,8 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
     uint64_t rows = (uint64_t)s.rows_act;
     int Iw = s.I > s.Im ? s.I : s.Im;
     uint64_t act = rows * (s.H * 3ull + (s.nq + 2ull * s.nkvd) + 2ull * s.nq + 2ull * Iw + Iw) * 4 +
-                   rows * (s.H + s.nq + Iw) * 2 + B * s.V * 4ull + 64 * 4;
+                   rows * (s.H + s.nq + Iw) * 2 + (B * s.Vc + (s.tp > 1 ? s.Vc : 0)) * 4ull +
+                   64 * 4;
     if (s.E) {
         uint64_t pairs = rows * s.top;
         act += rows * s.E * 4 + pairs * (4 + 4) + pairs * (2ull * s.Im + s.Im + s.H) * 4;
@@ -315,6 +382,14 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
         (o->sfi && o->params.refresh_delay >= 2 ? 3 : 2) * sizeof(sfi_gpu_step_desc) +
         sizeof(sfi_gpu_run_state) + (uint64_t)s.V + ((uint64_t)32 << 20) /* cuBLAS workspace */ +
         (o->dtype == SFI_GPU_BF16 && !o->exact ? ((uint64_t)8 * 64 * 4224 + 64) * 4 + 1056 : 0);
+    if (s.tp > 1) {
+        /* the argmax's keys, gathered; the observers' gathered logits and
+         * sets; the Selector's gathered scores */
+        m->other += (uint64_t)64 * 8 * (1 + s.tp) + B * s.tp * s.Vc * 4ull +
+                    (uint64_t)s.nkv_g * o->params.K * 4;
+        if (o->sfi)
+            m->selector += B * s.nkv_g * (uint64_t)s.capJ * 4;
+    }
     m->total = m->weights + m->kv + m->compact + m->key_norms + m->selector + m->logits +
                m->activations + m->prefill + m->other;
     return SFI_OK;
@@ -395,25 +470,101 @@ static sfi_status wtensor(sfi_gpu_engine *e, void **p, int dtype, const float *c
     return SFI_OK;
 }
 
-static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t seed64,
-                               sfi_error *err)
+/* A tensor's host sources as pieces (wtensor's src/n lists): this rank's
+ * rows and columns of the model's matrices under tensor parallelism, the
+ * whole matrix otherwise. Without a checkpoint (w == NULL: random weights)
+ * only the element count is kept. */
+typedef struct {
+    const float **src;
+    size_t *n;
+    int k, cap, oom, have;
+} pieces;
+
+static void piece(pieces *g, const float *p, size_t n)
+{
+    if (!g->have && g->k == 1) { /* random weights: one count */
+        g->n[0] += n;
+        return;
+    }
+    if (g->k == g->cap) {
+        int nc = g->cap ? 2 * g->cap : 8;
+        const float **ns = realloc(g->src, (size_t)nc * sizeof *ns);
+        if (ns)
+            g->src = ns;
+        size_t *nn = realloc(g->n, (size_t)nc * sizeof *nn);
+        if (nn)
+            g->n = nn;
+        if (!ns || !nn) {
+            g->oom = 1;
+            return;
+        }
+        g->cap = nc;
+    }
+    g->src[g->k] = p;
+    g->n[g->k++] = n;
+}
+
+/* Columns [c0, c0 + nc) of rows [r0, r0 + nr) of w (ld columns). */
+static void piece_block(pieces *g, const float *w, int r0, int nr, int ld, int c0, int nc)
+{
+    if (!w) {
+        piece(g, NULL, (size_t)nr * nc);
+        return;
+    }
+    if (nc == ld) {
+        piece(g, w + (size_t)r0 * ld, (size_t)nr * ld);
+        return;
+    }
+    for (int i = 0; i < nr; i++)
+        piece(g, w + (size_t)(r0 + i) * ld + c0, (size_t)nc);
+}
+
+static void pieces_reset(pieces *g, int have)
+{
+    g->k = 0;
+    g->oom = 0;
+    g->have = have;
+}
+
+static void pieces_free(pieces *g)
+{
+    free(g->src);
+    free(g->n);
+}
+
+/* wtensor from pieces */
+static sfi_status wpieces(sfi_gpu_engine *e, void **p, int dtype, pieces *g, float scale,
+                          float offset, uint32_t *seed, sfi_error *err)
+{
+    if (g->oom)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    return wtensor(e, p, dtype, g->have ? g->src : NULL, g->n, g->k, scale, offset, seed, err);
+}
+
+static sfi_status load_weights_pieces(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t seed64,
+                                      pieces *g, sfi_error *err)
 {
     const sfi_model_config *c = &e->c;
     int dt = e->o.dtype, H = e->H;
     uint32_t seed = (uint32_t)(seed64 ^ (seed64 >> 32)) * 2654435761u + 1;
     sfi_status rc;
     float s_mat_h = sqrtf(3.0f / (float)H);
+    const int r = e->rank, D = e->D;
 #define SRC1(id, l, x) (m ? (const float *[]){sfi_qwen3_weight(m, id, l, x)} : NULL)
+#define W(id, l, x) (m ? sfi_qwen3_weight(m, id, l, x) : NULL)
     {
         size_t n = (size_t)e->V * H;
         float se = c->tie_word_embeddings ? s_mat_h : sqrtf(3.0f);
         if ((rc = wtensor(e, &e->embed, dt, SRC1(SFI_W_EMBED, 0, 0), &n, 1, se, 0, &seed, err)))
             return rc;
         if (c->tie_word_embeddings) {
-            e->lm_head = e->embed;
-        } else if ((rc = wtensor(e, &e->lm_head, dt, SRC1(SFI_W_LM_HEAD, 0, 0), &n, 1, s_mat_h, 0,
-                                 &seed, err))) {
-            return rc;
+            /* this rank's rows of the embedding */
+            e->lm_head = (char *)e->embed + (size_t)e->v0 * H * e->esz;
+        } else {
+            pieces_reset(g, m != NULL);
+            piece_block(g, W(SFI_W_LM_HEAD, 0, 0), e->v0, e->Vl, H, 0, H);
+            if ((rc = wpieces(e, &e->lm_head, dt, g, s_mat_h, 0, &seed, err)))
+                return rc;
         }
         size_t nh = (size_t)H;
         if ((rc = wtensor(e, (void **)&e->final_norm, SFI_GPU_F32, SRC1(SFI_W_FINAL_NORM, 0, 0),
@@ -422,7 +573,7 @@ static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t s
     }
     for (int l = 0; l < e->L; l++) {
         dlayer *Ly = &e->lay[l];
-        size_t nH = (size_t)H, nD = (size_t)e->D;
+        size_t nH = (size_t)H, nD = (size_t)D;
         if ((rc = wtensor(e, (void **)&Ly->in_norm, SFI_GPU_F32, SRC1(SFI_W_IN_NORM, l, 0), &nH, 1,
                           0.2f, 1.0f, &seed, err)) ||
             (rc = wtensor(e, (void **)&Ly->post_norm, SFI_GPU_F32, SRC1(SFI_W_POST_NORM, l, 0), &nH,
@@ -432,59 +583,52 @@ static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t s
             (rc = wtensor(e, (void **)&Ly->k_norm, SFI_GPU_F32, SRC1(SFI_W_K_NORM, l, 0), &nD, 1,
                           0.2f, 1.0f, &seed, err)))
             return rc;
-        size_t nqkv[3] = {(size_t)e->nq * H, (size_t)e->nkvd * H, (size_t)e->nkvd * H};
-        const float *sq[3] = {NULL, NULL, NULL};
-        if (m) {
-            sq[0] = sfi_qwen3_weight(m, SFI_W_Q, l, 0);
-            sq[1] = sfi_qwen3_weight(m, SFI_W_K, l, 0);
-            sq[2] = sfi_qwen3_weight(m, SFI_W_V, l, 0);
-        }
-        if ((rc = wtensor(e, &Ly->wqkv, dt, m ? sq : NULL, nqkv, 3, s_mat_h, 0, &seed, err)))
+        /* Q rows of this rank's query heads, then K and V rows of its KV
+         * heads (column-parallel) */
+        pieces_reset(g, m != NULL);
+        piece_block(g, W(SFI_W_Q, l, 0), r * e->nq, e->nq, H, 0, H);
+        piece_block(g, W(SFI_W_K, l, 0), r * e->nkvd, e->nkvd, H, 0, H);
+        piece_block(g, W(SFI_W_V, l, 0), r * e->nkvd, e->nkvd, H, 0, H);
+        if ((rc = wpieces(e, &Ly->wqkv, dt, g, s_mat_h, 0, &seed, err)))
             return rc;
-        size_t no = (size_t)H * e->nq;
-        if ((rc = wtensor(e, &Ly->wo, dt, SRC1(SFI_W_O, l, 0), &no, 1, sqrtf(3.0f / e->nq), 0,
-                          &seed, err)))
+        /* O: the columns of those query heads (row-parallel) */
+        pieces_reset(g, m != NULL);
+        piece_block(g, W(SFI_W_O, l, 0), 0, H, e->nq_g, r * e->nq, e->nq);
+        if ((rc = wpieces(e, &Ly->wo, dt, g, sqrtf(3.0f / e->nq_g), 0, &seed, err)))
             return rc;
         if (c->attention_bias) {
-            size_t nb[3] = {(size_t)e->nq, (size_t)e->nkvd, (size_t)e->nkvd};
-            const float *sb[3] = {NULL, NULL, NULL};
-            if (m) {
-                sb[0] = sfi_qwen3_weight(m, SFI_W_BQ, l, 0);
-                sb[1] = sfi_qwen3_weight(m, SFI_W_BK, l, 0);
-                sb[2] = sfi_qwen3_weight(m, SFI_W_BV, l, 0);
-            }
-            if ((rc = wtensor(e, (void **)&Ly->bqkv, SFI_GPU_F32, m ? sb : NULL, nb, 3, 0.02f, 0,
-                              &seed, err)) ||
+            pieces_reset(g, m != NULL);
+            piece_block(g, W(SFI_W_BQ, l, 0), 0, 1, e->nq_g, r * e->nq, e->nq);
+            piece_block(g, W(SFI_W_BK, l, 0), 0, 1, e->nkv_g * D, r * e->nkvd, e->nkvd);
+            piece_block(g, W(SFI_W_BV, l, 0), 0, 1, e->nkv_g * D, r * e->nkvd, e->nkvd);
+            /* bo whole: only rank 0 adds it (to its partial sum) */
+            if ((rc = wpieces(e, (void **)&Ly->bqkv, SFI_GPU_F32, g, 0.02f, 0, &seed, err)) ||
                 (rc = wtensor(e, (void **)&Ly->bo, SFI_GPU_F32, SRC1(SFI_W_BO, l, 0), &nH, 1, 0.02f,
                               0, &seed, err)))
                 return rc;
         }
         Ly->moe = c->arch == SFI_ARCH_QWEN3_MOE && sfi_model_layer_is_moe(c, l);
         if (!Ly->moe) {
-            size_t nd = (size_t)H * e->I;
-            /* gate and up stacked: [gate; up], or in tiles of 8 gate rows
-             * then the same 8 up rows (the decode GEMM's SwiGLU epilogue) */
-            int nt = e->gu_tiled ? 2 * (e->I / 8) : 2;
-            size_t *ngu = malloc((size_t)nt * sizeof *ngu);
-            const float **sg = malloc((size_t)nt * sizeof *sg);
-            if (!ngu || !sg) {
-                free(ngu);
-                free(sg);
-                return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            /* gate and up rows of this rank's share, stacked: [gate; up],
+             * or in tiles of 8 gate rows then the same 8 up rows (the
+             * decode GEMM's SwiGLU epilogue); down: those columns */
+            const float *wg = W(SFI_W_GATE, l, 0), *wu = W(SFI_W_UP, l, 0);
+            const int I = e->I, i0 = r * I;
+            pieces_reset(g, m != NULL);
+            if (e->gu_tiled) {
+                for (int j = 0; j < I / 8; j++) {
+                    piece_block(g, wg, i0 + 8 * j, 8, H, 0, H);
+                    piece_block(g, wu, i0 + 8 * j, 8, H, 0, H);
+                }
+            } else {
+                piece_block(g, wg, i0, I, H, 0, H);
+                piece_block(g, wu, i0, I, H, 0, H);
             }
-            const float *wg = m ? sfi_qwen3_weight(m, SFI_W_GATE, l, 0) : NULL;
-            const float *wu = m ? sfi_qwen3_weight(m, SFI_W_UP, l, 0) : NULL;
-            for (int i = 0; i < nt; i++) {
-                size_t rows = e->gu_tiled ? 8 : (size_t)e->I;
-                ngu[i] = rows * H;
-                if (m)
-                    sg[i] = (i % 2 ? wu : wg) + (size_t)(i / 2) * rows * H;
-            }
-            rc = wtensor(e, &Ly->wgu, dt, m ? sg : NULL, ngu, nt, s_mat_h, 0, &seed, err);
-            free(ngu);
-            free(sg);
-            if (rc || (rc = wtensor(e, &Ly->wd, dt, SRC1(SFI_W_DOWN, l, 0), &nd, 1,
-                                    sqrtf(3.0f / e->I), 0, &seed, err)))
+            if ((rc = wpieces(e, &Ly->wgu, dt, g, s_mat_h, 0, &seed, err)))
+                return rc;
+            pieces_reset(g, m != NULL);
+            piece_block(g, W(SFI_W_DOWN, l, 0), 0, H, e->I_g, i0, I);
+            if ((rc = wpieces(e, &Ly->wd, dt, g, sqrtf(3.0f / e->I_g), 0, &seed, err)))
                 return rc;
         } else {
             size_t nr = (size_t)e->E * H;
@@ -495,17 +639,18 @@ static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t s
             Ly->h_e_d = calloc((size_t)e->E, sizeof(void *));
             if (!Ly->h_e_gu || !Ly->h_e_d)
                 return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+            const int Im = e->Im, i0 = r * Im;
             for (int x = 0; x < e->E; x++) {
-                size_t ngu[2] = {(size_t)e->Im * H, (size_t)e->Im * H}, nd = (size_t)H * e->Im;
-                const float *sg[2] = {NULL, NULL};
-                if (m) {
-                    sg[0] = sfi_qwen3_weight(m, SFI_W_E_GATE, l, x);
-                    sg[1] = sfi_qwen3_weight(m, SFI_W_E_UP, l, x);
-                }
-                if ((rc = wtensor(e, &Ly->h_e_gu[x], dt, m ? sg : NULL, ngu, 2, s_mat_h, 0, &seed,
-                                  err)) ||
-                    (rc = wtensor(e, &Ly->h_e_d[x], dt, SRC1(SFI_W_E_DOWN, l, x), &nd, 1,
-                                  sqrtf(3.0f / e->Im), 0, &seed, err)))
+                /* every expert split the same way: the router (whole)
+                 * picks the same experts on every rank */
+                pieces_reset(g, m != NULL);
+                piece_block(g, W(SFI_W_E_GATE, l, x), i0, Im, H, 0, H);
+                piece_block(g, W(SFI_W_E_UP, l, x), i0, Im, H, 0, H);
+                if ((rc = wpieces(e, &Ly->h_e_gu[x], dt, g, s_mat_h, 0, &seed, err)))
+                    return rc;
+                pieces_reset(g, m != NULL);
+                piece_block(g, W(SFI_W_E_DOWN, l, x), 0, H, e->Im_g, i0, Im);
+                if ((rc = wpieces(e, &Ly->h_e_d[x], dt, g, sqrtf(3.0f / e->Im_g), 0, &seed, err)))
                     return rc;
             }
             if ((rc = dalloc((void **)&Ly->e_gu, (size_t)e->E * sizeof(void *), err)) ||
@@ -518,8 +663,25 @@ static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t s
         }
     }
 #undef SRC1
+#undef W
     CK(cudaStreamSynchronize(e->main_st));
     return SFI_OK;
+}
+
+/* The weights of this rank (tensor parallelism: see sfi_gpu_engine_opts;
+ * rank 0 of 1 holds everything): Q, K, V rows of its heads, O columns of
+ * its query heads, gate/up rows and down columns of its share of the MLP
+ * width (of every expert's), LM head rows of its vocabulary share. The
+ * random weights' scales are the whole model's, so that every rank's
+ * partial sums add up to activations of the usual size. */
+static sfi_status load_weights(sfi_gpu_engine *e, const sfi_qwen3 *m, uint64_t seed64,
+                               sfi_error *err)
+{
+    pieces g;
+    memset(&g, 0, sizeof g);
+    sfi_status rc = load_weights_pieces(e, m, seed64, &g, err);
+    pieces_free(&g);
+    return rc;
 }
 
 /* ---- create / free ---- */
@@ -539,6 +701,9 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         return rc;
     if ((rc = sfi_params_validate(&o->params, err)))
         return rc;
+    if (o->tp_size > 1 && !o->tp_comm)
+        return sfi_error_set(err, SFI_EINVAL,
+                             "tensor parallelism over %d GPUs needs a communicator", o->tp_size);
     sfi_gpu_engine_mem mp;
     if ((rc = sfi_gpu_engine_mem_plan(cfg, o, &mp, err)))
         return rc;
@@ -594,6 +759,24 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
     e->ccap = s.ccap;
     e->rows_act = s.rows_act;
     e->Wmax = s.Wmax;
+    e->tp = s.tp;
+    e->rank = s.rank;
+    e->Vl = s.Vl;
+    e->v0 = s.v0;
+    e->Vc = s.Vc;
+    e->nkv_g = s.nkv_g;
+    e->nq_g = s.nq_g;
+    e->I_g = s.I_g;
+    e->Im_g = s.Im_g;
+    e->comm = o->tp_comm;
+    /* tp > 1: the Selector and reorg on the main stream, so that every
+     * collective is on one stream in one order on every rank (NCCL
+     * collectives of one communicator on two streams can deadlock, and a
+     * second communicator for the side stream is not worth its risk here:
+     * the scores' all-gather already serialises the Selector with the
+     * layer) */
+    if (e->tp > 1)
+        e->o.overlap = 0;
     e->eps = (float)cfg->rms_norm_eps;
     e->gu_tiled = o->dtype == SFI_GPU_BF16 && !o->exact && e->I % 8 == 0;
     e->defer = o->sfi && o->params.refresh_delay >= 2;
@@ -754,7 +937,19 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         TRY(dalloc(&e->xn_b, R * e->H * 2, err));
         TRY(dalloc(&e->att_b, R * e->nq * 2, err));
         TRY(dalloc(&e->act_b, R * Iw * 2, err));
-        TRY(dalloc((void **)&e->logits, (size_t)B * e->V * 4, err));
+        /* tp > 1: a row's Vc floats are gathered from row b * Vl, so the
+         * last rank (Vl <= Vc) reads up to Vc - Vl floats past its last row */
+        TRY(dalloc((void **)&e->logits, ((size_t)B * e->Vc + (e->tp > 1 ? e->Vc : 0)) * 4, err));
+        if (e->tp > 1) {
+            TRYC(cudaMemset(e->logits, 0, ((size_t)B * e->Vc + e->Vc) * 4));
+            TRY(dalloc((void **)&e->amax_keys, 64 * 8, err));
+            TRY(dalloc((void **)&e->amax_all, (size_t)64 * 8 * e->tp, err));
+            TRYC(cudaMemset(e->amax_keys, 0, 64 * 8));
+            TRY(dalloc((void **)&e->lg_all, (size_t)B * e->tp * e->Vc * 4, err));
+            TRY(dalloc((void **)&e->sel_all, (size_t)e->nkv_g * o->params.K * 4, err));
+            if (o->sfi)
+                TRY(dalloc((void **)&e->z_all, (size_t)B * e->nkv_g * e->capJ * 4, err));
+        }
         TRY(dalloc((void **)&e->next, 64 * 4, err));
         TRY(dalloc((void **)&e->slots, 64 * 8, err));
         if (o->dtype == SFI_GPU_BF16 && !o->exact) {
@@ -859,7 +1054,7 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     free(e->knorm);
     free(e->sel);
     cudaFree(e->embed);
-    if (e->lm_head != e->embed)
+    if (!e->c.tie_word_embeddings) /* else a view of the embedding */
         cudaFree(e->lm_head);
     cudaFree(e->final_norm);
     cudaFree(e->bt);
@@ -886,6 +1081,11 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     cudaFree(e->att_b);
     cudaFree(e->act_b);
     cudaFree(e->logits);
+    cudaFree(e->amax_keys);
+    cudaFree(e->amax_all);
+    cudaFree(e->lg_all);
+    cudaFree(e->sel_all);
+    cudaFree(e->z_all);
     cudaFree(e->next);
     cudaFree(e->d_prompt);
     cudaFree(e->slots);
@@ -940,12 +1140,33 @@ double sfi_gpu_engine_step_weight_bytes(const sfi_gpu_engine *e, int batch)
     for (int l = 0; l < e->L; l++)
         if (e->lay[l].moe)
             experts += (uint64_t)e->E * 3 * e->Im * e->H * e->esz;
+    /* a tied LM head split over the ranks reads this rank's rows of the
+     * embedding only */
+    const double unread =
+        e->tp > 1 && e->c.tie_word_embeddings ? (double)(e->V - e->Vl) * e->H * e->esz : 0.0;
     if (!experts || batch < 1)
-        return (double)e->weight_bytes;
+        return (double)e->weight_bytes - unread;
     /* batch * top picks among E experts, independent and uniform: the
      * expected share of experts touched at least once */
     double miss = pow(1.0 - (double)e->top / e->E, batch);
-    return (double)(e->weight_bytes - experts) + (double)experts * (1.0 - miss);
+    return (double)(e->weight_bytes - experts) + (double)experts * (1.0 - miss) - unread;
+}
+void sfi_gpu_engine_comm_bytes(const sfi_gpu_engine *e, int batch, uint64_t *allreduce,
+                               uint64_t *gather)
+{
+    *allreduce = *gather = 0;
+    if (e->tp == 1)
+        return;
+    *allreduce = (uint64_t)e->L * 2 * batch * e->H * 4;
+    *gather = (uint64_t)batch * 8; /* the argmax's keys */
+    if (e->o.sfi && !e->o.skip_select)
+        *gather += (uint64_t)e->L * batch * e->nkv * e->capJ * 4;
+}
+void sfi_gpu_engine_tp(const sfi_gpu_engine *e, int *rank, int *size, int *n_kv_local)
+{
+    *rank = e->rank;
+    *size = e->tp;
+    *n_kv_local = e->nkv;
 }
 uint64_t sfi_gpu_engine_kv_row_bytes(const sfi_gpu_engine *e)
 {
@@ -1017,6 +1238,17 @@ static const void *gemm_in(const sfi_gpu_engine *e, const float *f, const void *
     return e->o.dtype == SFI_GPU_BF16 ? b : (const void *)f;
 }
 
+/* Tensor parallelism: every rank's e->x holds its partial residual (rank
+ * 0's with the residual itself, the others' their share of the product
+ * alone); the all-reduce sums them in place, f32, so that every rank goes
+ * on with the same e->x. Nothing at tp 1. */
+static sfi_status tp_reduce(sfi_gpu_engine *e, int T, cudaStream_t st, sfi_error *err)
+{
+    if (e->tp == 1 || T <= 0)
+        return SFI_OK;
+    return sfi_gpu_nccl_allreduce(e->comm, e->x, e->x, (size_t)T * e->H, SFI_GPU_F32, st, err);
+}
+
 /* The MLP half of layer l for T rows of e->x (post-attention). */
 static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_error *err)
 {
@@ -1037,8 +1269,11 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
             CK(sfi_gpu_silu_mul(e->gu, T, e->I, e->gu_tiled, bf ? e->act_b : (void *)e->act_f,
                                 bf ? SFI_GPU_BF16 : SFI_GPU_F32, e->exact, st));
         }
-        return gemm(e, Ly->wd, bf ? e->act_b : (const void *)e->act_f, NULL, e->x, T, e->H, e->I, 1,
-                    st, err);
+        /* ranks other than 0 store their partial sum (see tp_reduce) */
+        if ((rc = gemm(e, Ly->wd, bf ? e->act_b : (const void *)e->act_f, NULL, e->x, T, e->H, e->I,
+                       e->rank == 0, st, err)))
+            return rc;
+        return tp_reduce(e, T, st, err);
     }
     /* router in f32 (small, and routing is sensitive to rounding) */
     if (e->exact) {
@@ -1057,8 +1292,10 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     CK(sfi_gpu_silu_mul(e->y1, T * e->top, e->Im, 0, e->act2, SFI_GPU_F32, e->exact, st));
     CK(sfi_gpu_moe_gemv(Ly->e_d, e->o.dtype, e->sel_e, T, e->top, e->act2, 1, e->H, e->Im, e->y2,
                         e->exact, st));
+    if (e->rank > 0) /* the combine adds: start this rank's partial sum at 0 */
+        CK(cudaMemsetAsync(e->x, 0, (size_t)T * e->H * 4, st));
     CK(sfi_gpu_moe_combine(e->x, e->y2, e->sel_w, T, e->top, e->H, e->exact, st));
-    return SFI_OK;
+    return tp_reduce(e, T, st, err);
 }
 
 /* Output projection of T rows of e->att into the residual. */
@@ -1067,7 +1304,14 @@ static sfi_status oproj(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_er
     const dlayer *Ly = &e->lay[l];
     if (e->o.dtype == SFI_GPU_BF16 && !e->attn_ws.out_bf16) /* else the attention wrote it */
         CK(sfi_gpu_to_bf16(e->att, (size_t)T * e->nq, e->att_b, st));
-    return gemm(e, Ly->wo, gemm_in(e, e->att, e->att_b), Ly->bo, e->x, T, e->H, e->nq, 1, st, err);
+    /* tp > 1: rank 0 adds its heads' share and the bias to the residual,
+     * the others store their share (see tp_reduce) */
+    const int r0 = e->rank == 0;
+    sfi_status rc = gemm(e, Ly->wo, gemm_in(e, e->att, e->att_b), r0 ? Ly->bo : NULL, e->x, T, e->H,
+                         e->nq, r0, st, err);
+    if (rc)
+        return rc;
+    return tp_reduce(e, T, st, err);
 }
 
 static void desc_header(const sfi_gpu_engine *e, sfi_gpu_step_desc *d, int batch, const int32_t *bt)
@@ -1095,6 +1339,51 @@ static sfi_gpu_sel_params sel_params(const sfi_params *p)
                             p->eta,         p->lambda_clip, p->alpha_soft, p->T,
                             p->alpha_cross, p->eps,         p->nms_radius};
     return s;
+}
+
+/* The Selector of one layer (method.md section 4, steps 1-9) for the
+ * requests of h / d: sfi_gpu_selector at tp 1. Under tensor parallelism
+ * step 8 (cross-head exclusivity) is a softmax over all the layer's KV
+ * heads at each position, so it needs the other ranks' scores: steps 1-7
+ * for this rank's heads, an all-gather of every rank's z2 rows, step 8
+ * over every head in the global order (the single-GPU kernel's formulas)
+ * and the Top-K of this rank's heads. */
+static sfi_status selector(sfi_gpu_engine *e, const sfi_gpu_step_desc *h,
+                           const sfi_gpu_step_desc *d, const sfi_gpu_sel_params *sp,
+                           const float *logits, const float *kn, const sfi_gpu_sel_ws *ws,
+                           int32_t *sel, cudaStream_t st, sfi_error *err)
+{
+    if (e->tp == 1) {
+        CK(sfi_gpu_selector(h, d, sp, logits, kn, ws, NULL, sel, e->exact, st));
+        return SFI_OK;
+    }
+    CK(sfi_gpu_selector_local(h, d, sp, logits, kn, ws, NULL, e->exact, st));
+    sfi_status rc = sfi_gpu_nccl_allgather(e->comm, ws->z2, e->z_all,
+                                           (size_t)h->batch * e->nkv * h->max_J * 4, st, err);
+    if (rc)
+        return rc;
+    CK(sfi_gpu_selector_cross_tp(h, d, sp, e->z_all, e->tp, e->rank, ws, sel, e->exact, st));
+    return SFI_OK;
+}
+
+/* Greedy argmax (ties to the smaller id) of T rows of this rank's logits
+ * into out (device): sfi_gpu_argmax at tp 1; under tensor parallelism
+ * (the LM head split over the vocabulary) each rank's best of its rows,
+ * all-gathered, and the best of those (sfi_gpu_tp.h). */
+static sfi_status argmax(sfi_gpu_engine *e, const float *logits, int T, int32_t *out,
+                         cudaStream_t st, sfi_error *err)
+{
+    if (e->tp == 1) {
+        CK(sfi_gpu_argmax(logits, T, e->V, NULL, out, e->slots, st));
+        return SFI_OK;
+    }
+    CK(sfi_gpu_argmax_keys(logits, T, e->Vl, e->v0, e->amax_keys, st));
+    sfi_status rc =
+        sfi_gpu_nccl_allgather(e->comm, e->amax_keys, e->amax_all, (size_t)T * 8, st, err);
+    if (rc)
+        return rc;
+    CK(sfi_gpu_argmax_merge(e->amax_all, e->tp, T, e->amax_keys, out, st));
+    return SFI_OK;
 }
 
 /* ---- prefill ---- */
@@ -1232,10 +1521,10 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
             if ((rc = norm_rows(e, xl, e->final_norm, 1, 0, st, err)))
                 break;
             if ((rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL,
-                           e->logits + (size_t)b * e->V, 1, e->V, e->H, 0, st, err)))
+                           e->logits + (size_t)b * e->Vl, 1, e->Vl, e->H, 0, st, err)))
                 break;
-            ce = sfi_gpu_argmax(e->logits + (size_t)b * e->V, 1, e->V, NULL, &e->d_state->tok[b],
-                                e->slots, st);
+            if ((rc = argmax(e, e->logits + (size_t)b * e->Vl, 1, &e->d_state->tok[b], st, err)))
+                break;
         }
     }
     cudaError_t ce2 = cudaStreamSynchronize(st);
@@ -1266,8 +1555,8 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
             CK(sfi_gpu_window_logits(e->qwin + (size_t)l * e->Wmax * e->nq, nw, first, n, b, e->nh,
                                      e->nkv, e->D, e->bt, e->max_blocks, e->o.page, e->kp[l],
                                      e->o.dtype, e->win, e->ld, st));
-            CK(sfi_gpu_selector(h1, e->d_desc1, &sp, e->win, kn, &e->sel_ws[0], NULL, sl, e->exact,
-                                st));
+            if ((rc = selector(e, h1, e->d_desc1, &sp, e->win, kn, &e->sel_ws[0], sl, st, err)))
+                return rc;
         }
         CK(sfi_gpu_reorg(h1, e->d_desc1, e->o.dtype, e->kp[l], e->vp[l], sl, (char *)e->ck[l] + co,
                          (char *)e->cv[l] + co, NULL, st));
@@ -1322,8 +1611,9 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         int pdl = sfi_gpu_pdl();
         sfi_gpu_set_pdl(0);
         for (int l = 0; l < e->L && !e->o.skip_select; l++) {
-            CK(sfi_gpu_selector(&e->h_cap, e->d_dsel, &sp, e->lg_keep + l * lg_layer, e->knorm[l],
-                                &e->sel_ws[0], NULL, e->sel[l], e->exact, ss));
+            if ((rc = selector(e, &e->h_cap, e->d_dsel, &sp, e->lg_keep + l * lg_layer, e->knorm[l],
+                               &e->sel_ws[0], e->sel[l], ss, err)))
+                return rc;
             CK(sfi_gpu_reorg(&e->h_cap, e->d_dsel, e->o.dtype, e->kp[l], e->vp[l], e->sel[l],
                              e->ck[l], e->cv[l], NULL, ss));
         }
@@ -1379,9 +1669,10 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
             }
             int pdl = sfi_gpu_pdl();
             sfi_gpu_set_pdl(0); /* the side stream's kernels wait on events */
-            if (!e->o.skip_select)
-                CK(sfi_gpu_selector(&e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
-                                    &e->sel_ws[slot], NULL, e->sel[l], e->exact, ss));
+            if (!e->o.skip_select &&
+                (rc = selector(e, &e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
+                               &e->sel_ws[slot], e->sel[l], ss, err)))
+                return rc;
             if (overlap)
                 CK(cudaEventRecord(e->ev_free[slot], side));
             if (!e->o.skip_select)
@@ -1398,10 +1689,11 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     }
     if ((rc = norm_rows(e, e->x, e->final_norm, B, 0, st, err)))
         return rc;
-    if ((rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL, e->logits, B, e->V, e->H, 0, st,
-                   err)))
+    if ((rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL, e->logits, B, e->Vl, e->H, 0,
+                   st, err)))
         return rc;
-    CK(sfi_gpu_argmax(e->logits, B, e->V, NULL, e->next, e->slots, st));
+    if ((rc = argmax(e, e->logits, B, e->next, st, err)))
+        return rc;
     CK(sfi_gpu_end_step(&e->plan, e->d_state, e->next, e->hist_tok, st));
     if (overlap && e->defer) /* the deferred Selector's join (graph capture needs it) */
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
@@ -1422,12 +1714,55 @@ static sfi_status observe_selected(sfi_gpu_engine *e, const sfi_gpu_observer *ob
         CK(cudaMemcpy(&which, &e->d_state->buf[b], 4, cudaMemcpyDeviceToHost));
     const size_t row = (size_t)b + (which ? (size_t)e->o.max_batch : 0);
     for (int l = 0; l < e->L; l++) {
-        CK(cudaMemcpy(buf, e->sel[l] + row * e->nkv * K, (size_t)e->nkv * K * 4,
-                      cudaMemcpyDeviceToHost));
-        sfi_status rc = obs->on_selected(obs->user, b, step, l, buf, e->nkv, K, kout, err);
+        if (e->tp > 1) { /* every rank's heads, rank 0's first: the layer's order */
+            sfi_status rc =
+                sfi_gpu_nccl_allgather(e->comm, e->sel[l] + row * e->nkv * K, e->sel_all,
+                                       (size_t)e->nkv * K * 4, e->main_st, err);
+            if (rc)
+                return rc;
+            CK(cudaStreamSynchronize(e->main_st));
+            CK(cudaMemcpy(buf, e->sel_all, (size_t)e->nkv_g * K * 4, cudaMemcpyDeviceToHost));
+        } else {
+            CK(cudaMemcpy(buf, e->sel[l] + row * e->nkv * K, (size_t)e->nkv * K * 4,
+                          cudaMemcpyDeviceToHost));
+        }
+        sfi_status rc = obs->on_selected(obs->user, b, step, l, buf, e->nkv_g, K, kout, err);
         if (rc)
             return rc;
     }
+    return SFI_OK;
+}
+
+/* The B rows of the last step's logits, the whole vocabulary, into lg
+ * [B][V] (host); under tensor parallelism gathered from every rank's rows
+ * (a collective: every rank calls it). */
+static sfi_status read_logits(sfi_gpu_engine *e, int B, float *lg, sfi_error *err)
+{
+    if (e->tp == 1) {
+        CK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
+        return SFI_OK;
+    }
+    const size_t Vc = (size_t)e->Vc;
+    sfi_status rc = sfi_gpu_nccl_group(1, err);
+    for (int b = 0; b < B && !rc; b++)
+        rc = sfi_gpu_nccl_allgather(e->comm, e->logits + (size_t)b * e->Vl,
+                                    e->lg_all + (size_t)b * e->tp * Vc, Vc * 4, e->main_st, err);
+    sfi_status rc2 = sfi_gpu_nccl_group(0, err);
+    if (rc || rc2)
+        return rc ? rc : rc2;
+    CK(cudaStreamSynchronize(e->main_st));
+    float *tmp = malloc((size_t)B * e->tp * Vc * 4);
+    if (!tmp)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    cudaError_t ce = cudaMemcpy(tmp, e->lg_all, (size_t)B * e->tp * Vc * 4, cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess)
+        for (int b = 0; b < B; b++)
+            for (int r = 0; r < e->tp; r++) {
+                size_t v0 = (size_t)r * Vc, n = v0 + Vc <= (size_t)e->V ? Vc : (size_t)e->V - v0;
+                memcpy(lg + (size_t)b * e->V + v0, tmp + ((size_t)b * e->tp + r) * Vc, n * 4);
+            }
+    free(tmp);
+    CK(ce);
     return SFI_OK;
 }
 
@@ -1559,7 +1894,7 @@ static sfi_status first_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int
     }
     if (obs) {
         CK(cudaMemcpy(ht, e->d_state->tok, (size_t)B * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
+        RUN_TRY(read_logits(e, B, lg, err));
         for (int b = 0; b < B; b++) {
             if (e->o.sfi && obs->on_selected)
                 RUN_TRY(observe_selected(e, obs, b, -1, selbuf, err));
@@ -1596,7 +1931,7 @@ static sfi_status observe_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
     CK(cudaStreamSynchronize(e->main_st));
     CK(cudaMemcpy(hk, e->hist_kind + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(ht, e->hist_tok + (size_t)t * B, (size_t)B * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(lg, e->logits, (size_t)B * e->V * 4, cudaMemcpyDeviceToHost));
+    RUN_TRY(read_logits(e, B, lg, err));
     sfi_gpu_run_state s;
     CK(cudaMemcpy(&s, e->d_state, sizeof s, cudaMemcpyDeviceToHost));
     for (int b = 0; b < B; b++) {
@@ -1716,7 +2051,7 @@ sfi_status sfi_gpu_engine_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int 
     res->step_ms = calloc((size_t)max_new, sizeof(float));
     int32_t *hk = malloc(nn * 4), *ht = malloc(nn * 4);
     float *lg = obs ? malloc((size_t)B * e->V * 4) : NULL;
-    int32_t *selbuf = obs ? malloc((size_t)e->nkv * e->o.params.K * 4) : NULL;
+    int32_t *selbuf = obs ? malloc((size_t)e->nkv_g * e->o.params.K * 4) : NULL;
     cudaEvent_t *ev = time_steps ? calloc((size_t)max_new, sizeof(cudaEvent_t)) : NULL;
     if (!res->ids || !res->kinds || !res->reasons || !res->n_generated || !res->n_slow ||
         !res->step_ms || !hk || !ht || (obs && (!lg || !selbuf)) || (time_steps && !ev)) {

@@ -58,6 +58,22 @@ typedef struct {
     int gemm_cublas;   /* decode GEMMs through cuBLAS instead of ours (0) */
     int skip_select;   /* timing only: slow steps run their dense attention
                                but no Selector or reorg (results are wrong) */
+    /* Tensor parallelism (sfi-gpu run --tp N): this engine is rank tp_rank
+     * of tp_size, on the calling thread's current device, with tp_comm its
+     * NCCL communicator (sfi_gpu_nccl.h). Rank r holds KV heads [r nkv/N,
+     * (r+1) nkv/N) with their query heads, their KV cache, key norms,
+     * selected sets, compact segments and Selector state; the columns
+     * [r I/N, (r+1) I/N) of every MLP and expert; the vocabulary rows
+     * [r ceil(V/N), ...) of the LM head; embedding, norms and the MoE
+     * router whole. Per layer the O projection and the MLP (or experts)
+     * give partial residuals summed by an all-reduce (f32); the Selector's
+     * cross-head step all-gathers the scores; the argmax combines the
+     * ranks' best. Every rank makes the same calls in the same order (the
+     * same requests, and at tp > 1 the Selector and reorg on the main
+     * stream: no second stream, so no collective on it). tp_size 1 (the
+     * default) never calls NCCL. */
+    int tp_size, tp_rank;
+    void *tp_comm;
 } sfi_gpu_engine_opts;
 
 void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o);
@@ -95,7 +111,11 @@ typedef struct {
 } sfi_gpu_request;
 
 /* Per-step observation (reads the step's results back every step, so
- * not for timing runs). Callbacks may be NULL. */
+ * not for timing runs). Callbacks may be NULL. At tp_size > 1 the
+ * readback gathers the ranks' logits and sets (collective calls): give
+ * every rank an observer with the same callbacks set (no-ops on ranks
+ * other than 0) or none; rank 0's sees the whole vocabulary and every KV
+ * head. */
 typedef struct {
     void *user;
     /* step t of request b: kind (sfi_step_kind), reason, generated token,
@@ -139,6 +159,15 @@ uint64_t sfi_gpu_engine_kv_row_bytes(const sfi_gpu_engine *e); /* K+V of one pos
  * expected number of distinct experts among batch * top uniform picks (the
  * routing is not read back in timed runs). */
 double sfi_gpu_engine_step_weight_bytes(const sfi_gpu_engine *e, int batch);
+/* Bytes this rank sends into collectives per decode step of `batch`
+ * requests (0 at tp_size 1): the two all-reduces of every layer (batch x
+ * hidden f32 each), and in SFI mode the Selector's all-gathers of the
+ * scores (every layer, every step: the step's graph holds them whether or
+ * not a request is slow) and the argmax's. */
+void sfi_gpu_engine_comm_bytes(const sfi_gpu_engine *e, int batch, uint64_t *allreduce,
+                               uint64_t *gather);
+/* This engine's share: rank, ranks, its KV heads (nkv / ranks). */
+void sfi_gpu_engine_tp(const sfi_gpu_engine *e, int *rank, int *size, int *n_kv_local);
 
 #ifdef __cplusplus
 }

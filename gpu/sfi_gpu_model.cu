@@ -829,10 +829,12 @@ cudaError_t sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *act
     return cudaGetLastError();
 }
 
-static float *g_gemm_part;
-static int *g_gemm_counters;
-static size_t g_gemm_part_floats;
-static int g_gemm_max_tiles;
+/* per host thread: each GPU of `sfi-gpu run --tp` has its own thread and
+ * its own scratch */
+static thread_local float *g_gemm_part;
+static thread_local int *g_gemm_counters;
+static thread_local size_t g_gemm_part_floats;
+static thread_local int g_gemm_max_tiles;
 
 void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max_tiles) {
     g_gemm_part = part;

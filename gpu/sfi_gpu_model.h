@@ -99,7 +99,8 @@ cudaError_t sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, in
                                 cudaStream_t st);
 /* Split-K scratch of sfi_gpu_gemm_skinny (device): part_floats floats of
  * partial sums (64 * M per split) and max_tiles zeroed counters (M / 16
- * row tiles); without it every product runs unsplit. Not thread-safe. */
+ * row tiles); without it every product runs unsplit. Per host thread
+ * (each GPU of sfi-gpu run --tp has its own thread and scratch). */
 void sfi_gpu_gemm_set_ws(float *part, size_t part_floats, int *counters, int max_tiles);
 
 /* Qwen3-MoE routing of T tokens from router logits rl[t][E] (turned into

@@ -217,7 +217,7 @@ cudaError_t launch_prefill(const float *q, int T, int pos0, int row, int nh, int
                            const int32_t *bt, int max_blocks, int page, const void *kp,
                            const void *vp, float *out, cudaStream_t st) {
     constexpr size_t smem = (size_t)4 * kPfK * (D + 8) * sizeof(__nv_bfloat16);
-    static bool opted = false;
+    static thread_local bool opted = false; /* per device = per thread (--tp) */
     if (!opted) {
         cudaError_t e = cudaFuncSetAttribute(prefill_attn_kernel<D>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

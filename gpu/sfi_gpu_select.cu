@@ -1167,7 +1167,8 @@ cudaError_t launch_cluster(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *
                            const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
                            cudaStream_t st) {
     if (kClC > 8) {
-        static bool opted = false; /* benign race: both writers store true */
+        /* per device, hence per host thread (--tp: one thread per GPU) */
+        static thread_local bool opted = false;
         if (!opted) {
             cudaError_t e = cudaFuncSetAttribute(sel_cluster_kernel<NW>,
                                                  cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -1187,6 +1188,47 @@ cudaError_t launch_cluster(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *
     cfg.attrs = at;
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, sel_cluster_kernel<NW>, d, *prm, logits, key_norms, *ws, s_out);
+}
+
+/* Step 8 under tensor parallelism (sfi-gpu run --tp): this rank's heads
+ * are KV heads rank*n_kv .. rank*n_kv + n_kv - 1 of the layer (n_kv =
+ * d->n_kv, the rank's share), and the softmax over heads at position j
+ * takes every rank's z2, all-gathered into z_all [n_ranks][batch][n_kv]
+ * [max_J] (rank 0 first). The heads are combined in the global order with
+ * the formulas of sel_cross_kernel (EXACT) or sel_cross_fast_kernel, so
+ * given the same z2 the result has the bits of the single-GPU Selector.
+ * Launch: grid (ceil(max_J/256), batch), block 256, one position per
+ * thread; writes z3 of this rank's heads into ws.z1. */
+template <bool EXACT>
+__global__ void sel_cross_tp_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
+                                    const float *__restrict__ z_all, int n_ranks, int rank,
+                                    sfi_gpu_sel_ws ws) {
+    const int b = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    const sfi_gpu_req rq = d->req[b];
+    const int n = rq.j_end - rq.j_begin;
+    if (i >= n) return;
+    const int Hl = d->n_kv, H = Hl * n_ranks, B = d->batch;
+    const size_t ld = d->max_J;
+    float t[16];
+    float mx = -INFINITY;
+    for (int h = 0; h < H; h++) {
+        const int r = h / Hl, hl = h % Hl;
+        const float z = z_all[(((size_t)r * B + b) * Hl + hl) * ld + i];
+        t[h] = EXACT ? __fdiv_rn(z, prm.T) : (prm.T == 1.0f ? z : __fdiv_rn(z, prm.T));
+        mx = (h == 0 || t[h] > mx) ? t[h] : mx;
+    }
+    float sum = 0.f;
+    for (int h = 0; h < H; h++) {
+        t[h] = EXACT ? sfi_dev_expf(__fsub_rn(t[h], mx)) : fexp_s(t[h] - mx, 1.0f);
+        sum = __fadd_rn(sum, t[h]);
+    }
+    for (int hl = 0; hl < Hl; hl++) {
+        const int h = rank * Hl + hl;
+        const size_t o = ((size_t)b * Hl + hl) * ld + i;
+        float rh = __fdiv_rn(t[h], sum);
+        rh = rh > prm.eps ? rh : prm.eps;
+        ws.z1[o] = __fadd_rn(ws.z2[o], __fmul_rn(prm.alpha_cross, EXACT ? sfi_dev_logf(rh) : flog(rh)));
+    }
 }
 
 } // namespace
@@ -1211,10 +1253,10 @@ cudaError_t sfi_gpu_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     return launch_topk(h, d, scores, ld, out, st);
 }
 
-cudaError_t sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
-                             const sfi_gpu_sel_params *prm, const float *logits, const float *key_norms,
-                             const sfi_gpu_sel_ws *ws, float *s_out, int32_t *selected, int exact,
-                             cudaStream_t st) {
+cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                                   const sfi_gpu_sel_params *prm, const float *logits,
+                                   const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
+                                   int exact, cudaStream_t st) {
     if (h->n_kv > 16 || h->n_heads / h->n_kv > 8 || h->n_win > kMaxWin)
         return cudaErrorInvalidValue;
     dim3 g(h->n_kv, h->batch);
@@ -1236,6 +1278,31 @@ cudaError_t sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc
         e = launch_cluster<8>(h, d, prm, logits, key_norms, ws, s_out, st);
     else
         sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
+    if (e != cudaSuccess) return e;
+    return cudaGetLastError();
+}
+
+cudaError_t sfi_gpu_selector_cross_tp(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                                      const sfi_gpu_sel_params *prm, const float *z_all,
+                                      int n_ranks, int rank, const sfi_gpu_sel_ws *ws,
+                                      int32_t *selected, int exact, cudaStream_t st) {
+    if (n_ranks < 1 || rank < 0 || rank >= n_ranks || h->n_kv * n_ranks > 16)
+        return cudaErrorInvalidValue;
+    const dim3 g((h->max_J + 255) / 256, h->batch);
+    if (exact)
+        sel_cross_tp_kernel<true><<<g, 256, 0, st>>>(d, *prm, z_all, n_ranks, rank, *ws);
+    else
+        sel_cross_tp_kernel<false><<<g, 256, 0, st>>>(d, *prm, z_all, n_ranks, rank, *ws);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    return launch_topk(h, d, ws->z1, h->max_J, selected, st);
+}
+
+cudaError_t sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                             const sfi_gpu_sel_params *prm, const float *logits, const float *key_norms,
+                             const sfi_gpu_sel_ws *ws, float *s_out, int32_t *selected, int exact,
+                             cudaStream_t st) {
+    cudaError_t e = sfi_gpu_selector_local(h, d, prm, logits, key_norms, ws, s_out, exact, st);
     if (e != cudaSuccess) return e;
     if (exact)
         sel_cross_kernel<true><<<dim3((h->max_J + 255) / 256, h->batch), 256, 0, st>>>(d, *prm, *ws);

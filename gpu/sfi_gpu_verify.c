@@ -25,7 +25,7 @@
 #include "sfi_digest.h"
 
 typedef struct {
-    int32_t step, layer, n;
+    int32_t step, layer, n, n_kv;
     int32_t *sel; /* [n_kv][n] */
 } selrec;
 
@@ -74,6 +74,7 @@ static sfi_status obs_selected(void *user, int b, int step, int layer, const int
     s->step = step;
     s->layer = layer;
     s->n = n_sel;
+    s->n_kv = n_kv;
     s->sel = malloc((size_t)n_kv * (n_sel > 0 ? n_sel : 1) * 4);
     if (!s->sel)
         return sfi_error_set(err, SFI_ENOMEM, "out of memory");
@@ -387,5 +388,104 @@ int sfi_gpu_verify_reference(sfi_gpu_verify *v, const sfi_qwen3 *m, const sfi_de
     free(jobs);
     free(th);
     free(started);
+    return failed;
+}
+
+/* ---- two engine runs ---- */
+
+/* Request q's sets of a against b's, matched by (step, layer). */
+static void compare_sets(const reqobs *a, const reqobs *b, sfi_gpu_verify_report *rp)
+{
+    for (int i = 0; i < a->n_sel; i++) {
+        const selrec *x = &a->sel[i], *y = NULL;
+        for (int k = 0; k < b->n_sel && !y; k++)
+            if (b->sel[k].step == x->step && b->sel[k].layer == x->layer)
+                y = &b->sel[k];
+        rp->sel_sets++;
+        if (!y) {
+            rp->sel_missing++;
+            continue;
+        }
+        long n = (long)x->n_kv * x->n, differ = 0;
+        if (y->n != x->n || y->n_kv != x->n_kv) {
+            differ = n;
+        } else {
+            for (long j = 0; j < n; j++)
+                differ += x->sel[j] != y->sel[j];
+        }
+        rp->sel_positions += n;
+        rp->sel_positions_differ += differ;
+        rp->sel_sets_equal += differ == 0;
+    }
+}
+
+int sfi_gpu_verify_compare(sfi_gpu_verify *a, const sfi_gpu_run_result *ra, sfi_gpu_verify *b,
+                           const sfi_gpu_run_result *rb, double tol, const char *name_a,
+                           const char *name_b, FILE *log, sfi_gpu_verify_report *rep)
+{
+    const int B = a->B;
+    int failed = 0;
+    for (int q = 0; q < B; q++) {
+        sfi_gpu_verify_report *rp = &rep[q];
+        memset(rp, 0, sizeof *rp);
+        rp->first_diff = rp->first_over_tol = -1;
+        if (!a->keep || !b->keep || b->B != B || b->V != a->V || ra->max_new != rb->max_new) {
+            snprintf(rp->err, sizeof rp->err, "the runs kept no logits or differ in shape");
+            fprintf(log, "check request %d: %s\n", q, rp->err);
+            failed++;
+            continue;
+        }
+        rp->ran = 1;
+        const int mn = ra->max_new, na = ra->n_generated[q], nb = rb->n_generated[q];
+        const int n = na < nb ? na : nb;
+        for (int t = 0; t < n && rp->first_diff < 0; t++) {
+            const size_t i = (size_t)q * mn + t;
+            if (ra->ids[i] != rb->ids[i] || ra->kinds[i] != rb->kinds[i] ||
+                ra->reasons[i] != rb->reasons[i])
+                rp->first_diff = t;
+        }
+        if (na != nb && rp->first_diff < 0)
+            rp->first_diff = n;
+        /* logits of the steps both ran with the same inputs: up to the
+         * first difference (inclusive: its logits explain it) */
+        const int nl = rp->first_diff >= 0 ? rp->first_diff + 1 : n;
+        for (int t = 0; t < nl && t < a->max_new; t++) {
+            const float *x = a->r[q].logits + (size_t)t * a->V,
+                        *y = b->r[q].logits + (size_t)t * a->V;
+            float mx = 0.f, d = 0.f;
+            for (int i = 0; i < a->V; i++) {
+                float ax = fabsf(x[i]), e = fabsf(y[i] - x[i]);
+                mx = ax > mx ? ax : mx;
+                d = e > d || isnan(e) ? e : d;
+            }
+            double rel = mx > 0 ? d / mx : d;
+            if (isnan(rel))
+                rel = INFINITY;
+            if (rel > rp->max_rel)
+                rp->max_rel = rel;
+            if (rel > tol && rp->first_over_tol < 0)
+                rp->first_over_tol = t;
+        }
+        compare_sets(&a->r[q], &b->r[q], rp);
+        char ha[65] = "", hb[65] = "";
+        sfi_error e;
+        if (sfi_gpu_verify_digest(b, q, hb, &e) == SFI_OK)
+            memcpy(rp->ref_digest, hb, sizeof hb);
+        rp->digest_equal =
+            sfi_gpu_verify_digest(a, q, ha, &e) == SFI_OK && hb[0] && !strcmp(ha, hb);
+        const int bad = rp->first_diff >= 0 || rp->first_over_tol >= 0;
+        failed += bad;
+        char fd[32] = "";
+        if (rp->first_diff >= 0)
+            snprintf(fd, sizeof fd, " from step %d", rp->first_diff);
+        fprintf(log,
+                "check request %d (%d steps): %s vs %s: ids/kinds/reasons %s%s; logits max rel "
+                "err %.3g (tolerance %.0e%s); selected sets %d of %d equal (%ld of %ld positions "
+                "differ, %d missing); digest %s: %s\n",
+                q, na, name_b, name_a, rp->first_diff < 0 ? "equal" : "DIFFER", fd, rp->max_rel,
+                tol, rp->first_over_tol >= 0 ? ", EXCEEDED" : "", rp->sel_sets_equal, rp->sel_sets,
+                rp->sel_positions_differ, rp->sel_positions, rp->sel_missing,
+                rp->digest_equal ? "equal" : "differs", bad ? "FAIL" : "ok");
+    }
     return failed;
 }

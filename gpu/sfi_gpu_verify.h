@@ -56,6 +56,18 @@ int sfi_gpu_verify_reference(sfi_gpu_verify *v, const sfi_qwen3 *m, const sfi_de
                              const sfi_gpu_run_result *res, int exact, double tol, FILE *log,
                              sfi_gpu_verify_report *rep);
 
+/* Two engine runs of the same requests against each other (sfi-gpu run
+ * --check-tp: --tp N against --tp 1), both verifiers made with keep: ids,
+ * step kinds and reasons must be equal, every step's logits within tol
+ * (max |b - a| over the step's max |a|); the selected sets of slow steps
+ * are compared and counted (reduction order differs across GPUs, so a
+ * near-tie may fall the other way: reported, not failed). One line per
+ * request to log, rep[B] filled (ref_digest: b's digest); returns the
+ * number of requests that fail. */
+int sfi_gpu_verify_compare(sfi_gpu_verify *a, const sfi_gpu_run_result *ra, sfi_gpu_verify *b,
+                           const sfi_gpu_run_result *rb, double tol, const char *name_a,
+                           const char *name_b, FILE *log, sfi_gpu_verify_report *rep);
+
 #ifdef __cplusplus
 }
 #endif

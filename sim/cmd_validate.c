@@ -639,8 +639,8 @@ static void report_step(step_val *sv, size_t i)
     const sfi_sv_pred *pr = &sv->pr[i];
     const char *set = m->variant ? "var" : !sv->fitted ? "-" : sv->in_fit[i] ? "in" : "out";
     int oos = !sv->fitted || !sv->in_fit[i];
-    printf("%-14s %3d %5d %7d %-5s %-4s", m->model, sv->mcs[i].num_hidden_layers, m->batch,
-           m->context, m->sfi ? "sfi" : "dense", set);
+    printf("%-14s %3d %2d %5d %7d %-5s %-4s", m->model, sv->mcs[i].num_hidden_layers, m->tp,
+           m->batch, m->context, m->sfi ? "sfi" : "dense", set);
     static const int order[2][2] = {{SFI_SV_DENSE, -1}, {SFI_SV_FAST, SFI_SV_SLOW}};
     for (int k = 0; k < 2; k++) {
         int c = order[m->sfi][k];
@@ -677,9 +677,10 @@ static void report_step(step_val *sv, size_t i)
 static int report_steps(step_val *sv)
 {
     sfi_error err;
-    printf("%-14s %3s %5s %7s %-5s %-4s %-5s %9s %9s %7s %-5s %9s %9s %7s %9s %9s %7s %9s\n",
-           "model", "L", "batch", "context", "mode", "set", "class", "meas_ms", "pred_ms", "err%",
-           "class", "meas_ms", "pred_ms", "err%", "meas_tps", "pred_tps", "err%", "slow_steps");
+    printf("%-14s %3s %2s %5s %7s %-5s %-4s %-5s %9s %9s %7s %-5s %9s %9s %7s %9s %9s %7s %9s\n",
+           "model", "L", "tp", "batch", "context", "mode", "set", "class", "meas_ms", "pred_ms",
+           "err%", "class", "meas_ms", "pred_ms", "err%", "meas_tps", "pred_tps", "err%",
+           "slow_steps");
     sv->pr = calloc(sv->n, sizeof *sv->pr);
     if (!sv->pr) {
         fprintf(stderr, "sfi-sim validate: out of memory\n");
@@ -697,7 +698,7 @@ static int report_steps(step_val *sv)
     return 0;
 }
 
-/* SFI over dense at the same model, layers, batch, context, dtype. */
+/* SFI over dense at the same model, layers, GPUs, batch, context, dtype. */
 static void report_speedups(step_val *sv)
 {
     const sfi_step_meas *ms = sv->ms;
@@ -708,13 +709,13 @@ static void report_speedups(step_val *sv)
         for (size_t j = 0; j < sv->n; j++) {
             const sfi_step_meas *a = &ms[i], *b = &ms[j];
             if (b->sfi || b->variant || strcmp(a->model, b->model) || a->layers != b->layers ||
-                a->batch != b->batch || a->context != b->context ||
+                a->tp != b->tp || a->batch != b->batch || a->context != b->context ||
                 a->dtype_bytes != b->dtype_bytes)
                 continue;
             double sm = a->tps / b->tps, sp = sv->pr[i].tps / sv->pr[j].tps, e = pct_err(sp, sm);
             int oos = !sv->fitted || !sv->in_fit[i] || !sv->in_fit[j];
-            printf("#   %-14s %3d %5d %7d  %-4s measured %6.3f predicted %6.3f err %+6.1f%%\n",
-                   a->model, sv->mcs[i].num_hidden_layers, a->batch, a->context,
+            printf("#   %-14s %3d %2d %5d %7d  %-4s measured %6.3f predicted %6.3f err %+6.1f%%\n",
+                   a->model, sv->mcs[i].num_hidden_layers, a->tp, a->batch, a->context,
                    !sv->fitted ? "-"
                    : oos       ? "out"
                                : "in",

@@ -53,6 +53,9 @@ typedef struct {
                               of few CTAs */
     int moe_launches;      /* launches of an MoE layer besides attention (0: the
                               model's 8; sfi-gpu's engine: 11) */
+    int allreduce_bytes;   /* bytes per element of the two residual all-reduces
+                              of a layer at tp > 1 (0: 2, bf16; sfi-gpu run
+                              --tp sums the f32 residual: 4) */
 } sfi_cost_setup;
 
 /* Fills defaults: tp 1, weight_bytes 2, kv_bytes 2, default profile, policy

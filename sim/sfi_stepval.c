@@ -71,6 +71,8 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
         return bad(err, origin, i, "new_tokens: needs an integer in 4..2^20");
     if (!get_int(o, "layers", 1, 100000, 0, &m->layers))
         return bad(err, origin, i, "layers: needs an integer >= 1");
+    if (!get_int(o, "tp", 1, 64, 1, &m->tp))
+        return bad(err, origin, i, "tp: needs an integer in 1..64");
     json_t *dt = json_object_get(o, "dtype");
     m->dtype_bytes = 2;
     if (dt) {
@@ -344,6 +346,11 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
     s.mixed_attention = 1;
     s.moe_launches = 11;
     s.moe_pair_reads = sfi_sv_moe_pair_reads;
+    /* sfi-gpu run --tp N: the run's GPUs (heads, MLP columns, experts'
+     * columns and LM head split; two all-reduces of the f32 residual per
+     * layer) */
+    s.tp = m->tp > 0 ? m->tp : 1;
+    s.allreduce_bytes = 4;
     /* SFI mode splits every request's rows into pieces of about a fast
      * step's rows (gpu/sfi_gpu_engine.c: min_split_rows) */
     if (m->sfi) {

@@ -36,6 +36,7 @@ typedef struct {
     int context;    /* prompt tokens per request (--replay-ctx) */
     int batch;
     int new_tokens;  /* steps per request, step 0 the prefill's (128) */
+    int tp;          /* GPUs of the run (sfi-gpu run --tp; 1) */
     int sfi;         /* mode: 1 sfi, 0 dense */
     int dtype_bytes; /* 2 bf16, 4 f32 */
     int variant;     /* engine settings other than sfi-gpu run's defaults */

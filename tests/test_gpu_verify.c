@@ -213,12 +213,104 @@ START_TEST(deferred_sets_reported_when_in_effect)
 }
 END_TEST
 
+/* sfi_gpu_verify_compare (sfi-gpu run --check-tp): two runs fed to two
+ * verifiers through their observers. Equal runs pass with equal digests;
+ * logits a few ulps apart pass (digests differ); logits 1e-3 apart, or one
+ * id, fail at that step; a differing selected set is counted, not failed. */
+enum { CMP_STEPS = 6, CMP_V = 16, CMP_KV = 2, CMP_K = 3 };
+
+static void feed(sfi_gpu_verify *v, sfi_gpu_run_result *res, float scale, int bad_id_step,
+                 int bad_set)
+{
+    const sfi_gpu_observer *o = sfi_gpu_verify_observer(v);
+    sfi_error e;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < CMP_STEPS; t++) {
+            if (t % 3 == 0) { /* slow: one layer's sets */
+                int32_t sel[CMP_KV * CMP_K];
+                for (int i = 0; i < CMP_KV * CMP_K; i++)
+                    sel[i] = 4 + 2 * i + (bad_set && t == 3 && i == 1);
+                ck_assert(o->on_selected(o->user, b, t, 0, sel, CMP_KV, CMP_K, CMP_K, &e) ==
+                          SFI_OK);
+            }
+            float lg[CMP_V];
+            for (int i = 0; i < CMP_V; i++)
+                lg[i] = (float)((i * 7 + t * 3 + b) % 11) - 5.0f;
+            lg[t % CMP_V] *= scale;
+            int32_t id = t == bad_id_step ? 9 : t;
+            ck_assert(o->on_step(o->user, b, t, t % 3 == 0, 0, id, lg, CMP_V, &e) == SFI_OK);
+            res->ids[(size_t)b * CMP_STEPS + t] = id;
+            res->kinds[(size_t)b * CMP_STEPS + t] = (uint8_t)(t % 3 == 0);
+        }
+        res->n_generated[b] = CMP_STEPS;
+    }
+}
+
+static int compare_runs(float scale, int bad_id_step, int bad_set, sfi_gpu_verify_report *rep)
+{
+    static const int32_t p0[3] = {1, 2, 3}, p1[2] = {4, 5};
+    const int32_t *prompts[B] = {p0, p1};
+    const int n_prompt[B] = {3, 2};
+    sfi_gpu_verify *v[2];
+    sfi_gpu_run_result res[2];
+    sfi_error e;
+    for (int k = 0; k < 2; k++) {
+        ck_assert(sfi_gpu_verify_new(B, CMP_STEPS, CMP_V, prompts, n_prompt, SFI_DECODE_SFI, 1,
+                                     &v[k], &e) == SFI_OK);
+        memset(&res[k], 0, sizeof res[k]);
+        res[k].batch = B;
+        res[k].max_new = CMP_STEPS;
+        res[k].ids = calloc((size_t)B * CMP_STEPS, sizeof(int32_t));
+        res[k].kinds = calloc((size_t)B * CMP_STEPS, 1);
+        res[k].reasons = calloc((size_t)B * CMP_STEPS, 1);
+        res[k].n_generated = calloc(B, sizeof(int));
+        ck_assert(res[k].ids && res[k].kinds && res[k].reasons && res[k].n_generated);
+        feed(v[k], &res[k], k ? scale : 1.0f, k ? bad_id_step : -1, k && bad_set);
+    }
+    FILE *log = fopen("/dev/null", "w");
+    ck_assert_ptr_nonnull(log);
+    int failed = sfi_gpu_verify_compare(v[0], &res[0], v[1], &res[1], 1e-4, "a", "b", log, rep);
+    fclose(log);
+    for (int k = 0; k < 2; k++) {
+        free(res[k].ids);
+        free(res[k].kinds);
+        free(res[k].reasons);
+        free(res[k].n_generated);
+        sfi_gpu_verify_free(v[k]);
+    }
+    return failed;
+}
+
+START_TEST(compare_two_runs)
+{
+    sfi_gpu_verify_report rep[B];
+    ck_assert_int_eq(compare_runs(1.0f, -1, 0, rep), 0);
+    for (int b = 0; b < B; b++) {
+        ck_assert(rep[b].digest_equal);
+        ck_assert_int_eq(rep[b].sel_sets, 2);
+        ck_assert_int_eq(rep[b].sel_sets_equal, 2);
+        ck_assert(rep[b].max_rel == 0.0);
+    }
+    /* 1 + 2^-22: a few ulps */
+    ck_assert_int_eq(compare_runs(1.0f + 0x1p-22f, -1, 0, rep), 0);
+    ck_assert(!rep[0].digest_equal && rep[0].max_rel > 0 && rep[0].max_rel < 1e-6);
+    ck_assert_int_eq(compare_runs(1.001f, -1, 0, rep), B);
+    ck_assert_int_eq(rep[0].first_over_tol, 0);
+    ck_assert_int_eq(compare_runs(1.0f, 4, 0, rep), B);
+    ck_assert_int_eq(rep[1].first_diff, 4);
+    ck_assert_int_eq(compare_runs(1.0f, -1, 1, rep), 0);
+    ck_assert_int_eq(rep[0].sel_sets_equal, 1);
+    ck_assert_int_eq(rep[0].sel_positions_differ, 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gpu_verify");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, deferred_sets_reported_when_in_effect);
+    tcase_add_test(tc, compare_two_runs);
     suite_add_tcase(s, tc);
     return sfi_test_run_suite(s, CK_FORK_GETENV);
 }

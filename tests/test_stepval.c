@@ -220,6 +220,9 @@ START_TEST(malformed_step_measurements_are_named)
         {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
          "\"decode_tokens_per_s\":1,\"dtype\":\"fp8\"}]}",
          "dtype"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"tp\":0}]}",
+         "tp: needs"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char json[1024];
@@ -244,6 +247,7 @@ START_TEST(malformed_step_measurements_are_named)
     ck_assert_int_eq(sfi_step_meas_parse(ok, strlen(ok), "ok.json", &okm, &okn, &oke), SFI_OK);
     ck_assert_int_eq(okn, 1);
     ck_assert(okm[0].variant && okm[0].deferred && okm[0].cls[SFI_SV_FAST].have);
+    ck_assert_int_eq(okm[0].tp, 1); /* no "tp": one GPU */
     free(okm);
     /* The command names the file too and exits 1. */
     char *dir = sfi_test_tmpdir(), path[4096], cmd[8192];
@@ -264,6 +268,39 @@ END_TEST
 /* The command's report: rows of the subset (context 8K) marked in, the
  * others (16K) out, and the summary counts each apart; fitted on the 8K
  * rows, the truth predicts the 16K rows. */
+/* A measurement's "tp" reaches the cost model: a dense Qwen3-4B step over
+ * two GPUs reads half the weights and KV per GPU, plus two all-reduces per
+ * layer: faster than on one, slower than half of it. */
+START_TEST(tensor_parallel_measurements_are_priced_at_their_gpus)
+{
+    const char *js = "{\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"dense\","
+                     "\"context\":8192,\"batch\":16,\"decode_tokens_per_s\":1000,\"tp\":2}]}";
+    sfi_step_meas *m = NULL;
+    size_t n = 0;
+    sfi_error e;
+    ck_assert_int_eq(sfi_step_meas_parse(js, strlen(js), "tp.json", &m, &n, &e), SFI_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(m[0].tp, 2);
+    sfi_gpu g;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
+    sfi_hw_profile p;
+    truth_profile(&p);
+    sfi_model_config mc;
+    ck_assert_int_eq(sfi_sv_model(&m[0], &mc, &e), SFI_OK);
+    sfi_sv_mix mix;
+    memset(&mix, 0, sizeof mix);
+    mix.batch = 16;
+    sfi_sv_pred p2, p1;
+    ck_assert_int_eq(sfi_sv_predict(&m[0], &mc, &p, &g, &mix, &p2, &e), SFI_OK);
+    m[0].tp = 1;
+    ck_assert_int_eq(sfi_sv_predict(&m[0], &mc, &p, &g, &mix, &p1, &e), SFI_OK);
+    ck_assert_msg(p2.t[SFI_SV_DENSE] < p1.t[SFI_SV_DENSE] &&
+                      p2.t[SFI_SV_DENSE] > 0.5 * p1.t[SFI_SV_DENSE],
+                  "tp 2 %.4g s, tp 1 %.4g s", p2.t[SFI_SV_DENSE], p1.t[SFI_SV_DENSE]);
+    free(m);
+}
+END_TEST
+
 START_TEST(report_splits_in_and_out_of_sample)
 {
     synth_set *S = synth();
@@ -318,9 +355,11 @@ START_TEST(report_splits_in_and_out_of_sample)
         if (nl)
             *nl = 0;
         char model[64], set[8];
-        int L, b, c;
+        int L, tp, b, c;
         char mode[8];
-        if (l[0] != '#' && sscanf(l, "%63s %d %d %d %7s %7s", model, &L, &b, &c, mode, set) == 6) {
+        if (l[0] != '#' &&
+            sscanf(l, "%63s %d %d %d %d %7s %7s", model, &L, &tp, &b, &c, mode, set) == 7) {
+            ck_assert_int_eq(tp, 1);
             int want_in = c == 8192;
             if (!strcmp(set, "in"))
                 rows_in++;
@@ -367,6 +406,7 @@ int main(void)
     tcase_add_test(tc, fit_subset_specs);
     tcase_add_test(tc, malformed_step_measurements_are_named);
     tcase_add_test(tc, report_splits_in_and_out_of_sample);
+    tcase_add_test(tc, tensor_parallel_measurements_are_priced_at_their_gpus);
     suite_add_tcase(s, tc);
     return sfi_test_run_suite(s, CK_FORK_GETENV);
 }
