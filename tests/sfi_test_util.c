@@ -139,6 +139,42 @@ int sfi_test_run(const char *cmd, char **out, char **err)
     return rc;
 }
 
+char *sfi_test_dir;
+
+void sfi_test_dir_setup(void)
+{
+    sfi_test_dir = sfi_test_tmpdir();
+    ck_assert_ptr_nonnull(sfi_test_dir);
+}
+
+void sfi_test_dir_teardown(void)
+{
+    sfi_test_rmtree(sfi_test_dir);
+    free(sfi_test_dir);
+    sfi_test_dir = NULL;
+}
+
+int sfi_test_run_in(const char *dir, const char *prog, const char *args, char **out, char **err)
+{
+    size_t n = strlen(dir) + strlen(prog) + strlen(args) + 64;
+    char *cmd = malloc(n);
+    if (!cmd)
+        return -1;
+    snprintf(cmd, n, "cd '%s' && SFI_TRACE= '%s' %s", dir, prog, args);
+    int rc = sfi_test_run(cmd, out, err);
+    free(cmd);
+    return rc;
+}
+
+int sfi_test_is_png(const char *path)
+{
+    size_t n;
+    char *d = sfi_test_read_file(path, &n);
+    int ok = d && n > 1000 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8);
+    free(d);
+    return ok;
+}
+
 /* Deliberately a second copy of sfi_params_default's values, not a call
  * to it: a change to the library's defaults must fail the tests that pin
  * sfi(7)'s values until this copy is changed on purpose too. */

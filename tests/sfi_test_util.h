@@ -24,6 +24,17 @@ void sfi_test_rmtree(const char *path);
  * stderr (malloc'd, NUL-terminated; pass NULL to discard). Returns the exit
  * status, 128+signal when killed, -1 when the command could not run. */
 int sfi_test_run(const char *cmd, char **out, char **err);
+/* sfi_test_run of the program prog with args (shell words, quoted by the
+ * caller) in dir, with SFI_TRACE empty (no trace recorded). */
+int sfi_test_run_in(const char *dir, const char *prog, const char *args, char **out, char **err);
+/* 1 when path holds a PNG of more than 1000 bytes (a drawn figure). */
+int sfi_test_is_png(const char *path);
+
+/* A Check fixture: a fresh temporary directory sfi_test_dir for each
+ * test, made by sfi_test_dir_setup and removed by sfi_test_dir_teardown. */
+extern char *sfi_test_dir;
+void sfi_test_dir_setup(void);
+void sfi_test_dir_teardown(void);
 
 /* Reads a whole file (malloc'd, NUL-terminated); NULL on error. */
 char *sfi_test_read_file(const char *path, size_t *len);

@@ -17,20 +17,6 @@
 #include "sfi_test_util.h"
 #include "sfi_trace.h"
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = sfi_test_tmpdir();
-    ck_assert_ptr_nonnull(dir);
-}
-
-static void teardown(void)
-{
-    sfi_test_rmtree(dir);
-    free(dir);
-}
-
 /* n pseudo-random ids in [5, 500) of the fixture's vocabulary of 512. */
 static void write_ids(const char *path, int n, unsigned seed)
 {
@@ -57,10 +43,10 @@ START_TEST(real_qk_trace_and_calibration)
     char model[4096];
     snprintf(model, sizeof model, "%s", sfi_test_src("tests/fixtures/hf/tiny-qwen3"));
     char calib_ids[1024], prompt_ids[1024], calib[1024], trace[1024], cmd[16384];
-    snprintf(calib_ids, sizeof calib_ids, "%s/calib.ids", dir);
-    snprintf(prompt_ids, sizeof prompt_ids, "%s/prompt.ids", dir);
-    snprintf(calib, sizeof calib, "%s/calib.json", dir);
-    snprintf(trace, sizeof trace, "%s/qk.db", dir);
+    snprintf(calib_ids, sizeof calib_ids, "%s/calib.ids", sfi_test_dir);
+    snprintf(prompt_ids, sizeof prompt_ids, "%s/prompt.ids", sfi_test_dir);
+    snprintf(calib, sizeof calib, "%s/calib.json", sfi_test_dir);
+    snprintf(trace, sizeof trace, "%s/qk.db", sfi_test_dir);
     /* A calibration text unlike the evaluated one (another seed). */
     write_ids(calib_ids, 2 * 96, 7);
     write_ids(prompt_ids, 100, 1);
@@ -195,25 +181,25 @@ START_TEST(bad_calibration_inputs)
     char model[4096];
     snprintf(model, sizeof model, "%s", sfi_test_src("tests/fixtures/hf/tiny-qwen3"));
     char ids[1024], cmd[16384], bad[1024];
-    snprintf(ids, sizeof ids, "%s/short.ids", dir);
+    snprintf(ids, sizeof ids, "%s/short.ids", sfi_test_dir);
     write_ids(ids, 50, 3);
     char *out = NULL, *err = NULL;
     /* too short for the prompts asked */
     snprintf(cmd, sizeof cmd, "'%s' calibrate --model '%s' --ids '%s' --prompts 2 "
-             "--prompt-len 64 -o '%s/c.json'", sfi_test_build("sfi-ref"), model, ids, dir);
+             "--prompt-len 64 -o '%s/c.json'", sfi_test_build("sfi-ref"), model, ids, sfi_test_dir);
     ck_assert_int_eq(sfi_test_run(cmd, &out, &err), 1);
     ck_assert_msg(strstr(err, "need 128") != NULL, "%s", err);
     free(out);
     free(err);
     /* a calibration of another shape is refused by the recorder */
-    snprintf(bad, sizeof bad, "%s/bad.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad.json", sfi_test_dir);
     FILE *f = fopen(bad, "w");
     fputs("{\"format\":\"sfi-policy-calibration\",\"version\":1,\"n_layers\":5,"
           "\"n_kv_heads\":2,\"head_dim\":16}", f);
     fclose(f);
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-ids '%s' --max-new 2 --trace "
              "'%s/t.db' --trace-level full --trace-calib '%s'", sfi_test_build("sfi-ref"), model,
-             ids, dir, bad);
+             ids, sfi_test_dir, bad);
     ck_assert_int_ne(sfi_test_run(cmd, &out, &err), 0);
     ck_assert_msg(strstr(err, "for 5 layers") != NULL, "%s", err);
     free(out);
@@ -227,7 +213,7 @@ START_TEST(bad_calibration_inputs)
     free(err);
     /* --trace-qk needs the full level */
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-ids '%s' --max-new 2 --trace "
-             "'%s/t2.db' --trace-qk", sfi_test_build("sfi-ref"), model, ids, dir);
+             "'%s/t2.db' --trace-qk", sfi_test_build("sfi-ref"), model, ids, sfi_test_dir);
     ck_assert_int_ne(sfi_test_run(cmd, &out, &err), 0);
     ck_assert_msg(strstr(err, "--trace-qk needs --trace-level full") != NULL, "%s", err);
     free(out);
@@ -248,7 +234,7 @@ int main(void)
 {
     Suite *s = suite_create("policy_trace");
     TCase *tc = tcase_create("e2e");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, sfi_test_dir_setup, sfi_test_dir_teardown);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, real_qk_trace_and_calibration);
     tcase_add_test(tc, bad_calibration_inputs);

@@ -33,24 +33,14 @@ static void teardown(void)
 
 static int run(const char *args, char **out, char **err)
 {
-    size_t n = strlen(tmp) + strlen(sim) + strlen(args) + 64;
-    char *cmd = malloc(n);
-    ck_assert_ptr_nonnull(cmd);
-    snprintf(cmd, n, "cd '%s' && SFI_TRACE= '%s' %s", tmp, sim, args);
-    int rc = sfi_test_run(cmd, out, err);
-    free(cmd);
-    return rc;
+    return sfi_test_run_in(tmp, sim, args, out, err);
 }
 
 static int is_png(const char *name)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", tmp, name);
-    size_t n;
-    char *d = sfi_test_read_file(path, &n);
-    int ok = d && n > 1000 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8);
-    free(d);
-    return ok;
+    return sfi_test_is_png(path);
 }
 
 static int count_lines(const char *s)

@@ -33,13 +33,28 @@ static void truth_profile(sfi_hw_profile *p)
     p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = 0;
 }
 
-/* Measurements that the truth profile predicts exactly. */
-static void synth(sfi_step_meas *ms, sfi_model_config *mcs, sfi_sv_mix *mixes, const sfi_gpu *g)
+/* The synthetic measurements, their models and step mixes, on an H100. */
+typedef struct {
+    sfi_step_meas ms[N_SYN];
+    sfi_model_config mcs[N_SYN];
+    sfi_sv_mix mixes[N_SYN];
+    sfi_gpu g;
+} synth_set;
+
+/* Measurements that the truth profile predicts exactly (one static set,
+ * made anew at each call). */
+static synth_set *synth(void)
 {
+    static synth_set S;
+    sfi_step_meas *ms = S.ms;
+    sfi_model_config *mcs = S.mcs;
+    sfi_sv_mix *mixes = S.mixes;
+    const sfi_gpu *g = &S.g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &S.g, &e), SFI_OK);
     sfi_hw_profile t;
     truth_profile(&t);
     size_t k = 0;
-    sfi_error e;
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 2; b++)
             for (int c = 0; c < 2; c++)
@@ -68,17 +83,13 @@ static void synth(sfi_step_meas *ms, sfi_model_config *mcs, sfi_sv_mix *mixes, c
                         }
                     m->tps = p.tps;
                 }
+    return &S;
 }
 
 START_TEST(fit_recovers_known_parameters)
 {
-    static sfi_step_meas ms[N_SYN];
-    static sfi_model_config mcs[N_SYN];
-    static sfi_sv_mix mixes[N_SYN];
-    sfi_gpu g;
+    synth_set *S = synth();
     sfi_error e;
-    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
-    synth(ms, mcs, mixes, &g);
     int in_fit[N_SYN];
     for (int i = 0; i < N_SYN; i++)
         in_fit[i] = 1;
@@ -86,7 +97,8 @@ START_TEST(fit_recovers_known_parameters)
     sfi_hw_profile_default(&p);
     truth_profile(&t);
     sfi_sv_fit f;
-    ck_assert_int_eq(sfi_sv_fit_run(ms, mcs, mixes, in_fit, N_SYN, &g, &p, &f, &e), SFI_OK);
+    ck_assert_int_eq(sfi_sv_fit_run(S->ms, S->mcs, S->mixes, in_fit, N_SYN, &S->g, &p, &f, &e),
+                     SFI_OK);
     for (int j = 0; j < SFI_SV_NPARAM; j++) {
         double want = sfi_sv_param_get(&t, j), got = sfi_sv_param_get(&p, j);
         /* held (their effect too small to see at 1% noise), or without
@@ -107,23 +119,19 @@ START_TEST(fit_recovers_known_parameters)
     sfi_hw_profile d;
     sfi_hw_profile_default(&d);
     sfi_sv_pred pr;
-    ck_assert_int_eq(sfi_sv_predict(&ms[0], &mcs[0], &d, &g, &mixes[0], &pr, &e), SFI_OK);
-    ck_assert(fabs(pr.t[SFI_SV_DENSE] / ms[0].cls[SFI_SV_DENSE].mean_s - 1) > 0.02);
+    ck_assert_int_eq(sfi_sv_predict(&S->ms[0], &S->mcs[0], &d, &S->g, &S->mixes[0], &pr, &e),
+                     SFI_OK);
+    ck_assert(fabs(pr.t[SFI_SV_DENSE] / S->ms[0].cls[SFI_SV_DENSE].mean_s - 1) > 0.02);
 }
 END_TEST
 
 START_TEST(one_model_cannot_separate_weights_from_launches)
 {
-    static sfi_step_meas ms[N_SYN];
-    static sfi_model_config mcs[N_SYN];
-    static sfi_sv_mix mixes[N_SYN];
-    sfi_gpu g;
+    synth_set *S = synth();
     sfi_error e;
-    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
-    synth(ms, mcs, mixes, &g);
     int in_fit[N_SYN];
     for (int i = 0; i < N_SYN; i++) {
-        int h = sfi_sv_subset_match("model=Qwen3-0.6B", &ms[i], &e);
+        int h = sfi_sv_subset_match("model=Qwen3-0.6B", &S->ms[i], &e);
         ck_assert_int_ge(h, 0);
         in_fit[i] = h;
     }
@@ -131,7 +139,8 @@ START_TEST(one_model_cannot_separate_weights_from_launches)
     sfi_hw_profile_default(&p);
     prior = p;
     sfi_sv_fit f;
-    ck_assert_int_eq(sfi_sv_fit_run(ms, mcs, mixes, in_fit, N_SYN, &g, &p, &f, &e), SFI_OK);
+    ck_assert_int_eq(sfi_sv_fit_run(S->ms, S->mcs, S->mixes, in_fit, N_SYN, &S->g, &p, &f, &e),
+                     SFI_OK);
     /* every dense step of one model streams the same weights through the
      * same kernels: the GEMM efficiency, the launch cost and the per-step
      * cost cannot all be told apart; what is not is held at the prior */
@@ -294,13 +303,8 @@ END_TEST
 
 START_TEST(report_splits_in_and_out_of_sample)
 {
-    static sfi_step_meas ms[N_SYN];
-    static sfi_model_config mcs[N_SYN];
-    static sfi_sv_mix mixes[N_SYN];
-    sfi_gpu g;
+    synth_set *S = synth();
     sfi_error e;
-    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
-    synth(ms, mcs, mixes, &g);
     /* a profile file of the synthetic steps (no trace: the mix is the
      * measured counts, 110 fast and 40 slow steps, one slow request) */
     size_t cap = 1 << 16, o = 0;
@@ -308,14 +312,14 @@ START_TEST(report_splits_in_and_out_of_sample)
     o += (size_t)snprintf(json + o, cap - o, "{\"sfi_profile\":1,\"step_measurements\":[");
     int n_in = 0;
     for (int i = 0; i < N_SYN; i++) {
-        const sfi_step_meas *m = &ms[i];
+        const sfi_step_meas *m = &S->ms[i];
         sfi_sv_mix mx = {.batch = m->batch};
         mx.hist[0] = 110;
         mx.hist[1] = 40;
         sfi_hw_profile t;
         truth_profile(&t);
         sfi_sv_pred p;
-        ck_assert_int_eq(sfi_sv_predict(m, &mcs[i], &t, &g, &mx, &p, &e), SFI_OK);
+        ck_assert_int_eq(sfi_sv_predict(m, &S->mcs[i], &t, &S->g, &mx, &p, &e), SFI_OK);
         o += (size_t)snprintf(json + o, cap - o,
                               "%s{\"model\":\"%s\",\"mode\":\"%s\",\"context\":%d,\"batch\":%d,"
                               "\"new_tokens\":128,\"decode_tokens_per_s\":%.6f,\"steps\":{",

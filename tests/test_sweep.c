@@ -33,22 +33,7 @@ static void teardown(void)
 /* Runs sfi-sim with args in the temp dir (so a default PNG lands there). */
 static int run(const char *args, char **out, char **err)
 {
-    size_t n = strlen(tmp) + strlen(sim) + strlen(args) + 64;
-    char *cmd = malloc(n);
-    ck_assert_ptr_nonnull(cmd);
-    snprintf(cmd, n, "cd '%s' && SFI_TRACE= '%s' %s", tmp, sim, args);
-    int rc = sfi_test_run(cmd, out, err);
-    free(cmd);
-    return rc;
-}
-
-static int is_png(const char *path)
-{
-    size_t n;
-    char *d = sfi_test_read_file(path, &n);
-    int ok = d && n > 1000 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8);
-    free(d);
-    return ok;
+    return sfi_test_run_in(tmp, sim, args, out, err);
 }
 
 START_TEST(csv_rows_and_speedups)
@@ -121,9 +106,9 @@ START_TEST(default_run_writes_table_and_png)
     ck_assert_ptr_nonnull(strstr(out, "131072"));
     ck_assert_ptr_nonnull(strstr(out, "kascade"));
     snprintf(path, sizeof path, "%s/sfi-sim-sweep.png", tmp);
-    ck_assert(is_png(path));
+    ck_assert(sfi_test_is_png(path));
     snprintf(path, sizeof path, "%s/tl.png", tmp);
-    ck_assert(is_png(path));
+    ck_assert(sfi_test_is_png(path));
     free(out);
     free(err);
 }
@@ -572,7 +557,7 @@ START_TEST(figure_layouts)
                  &out, &err);
     ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
     snprintf(path, sizeof path, "%s/one.png", tmp);
-    ck_assert(is_png(path));
+    ck_assert(sfi_test_is_png(path));
     ck_assert_int_eq(png_height(path), 70 + 30 * 3);
     free(out);
     free(err);
@@ -583,7 +568,7 @@ START_TEST(figure_layouts)
              &out, &err);
     ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
     snprintf(path, sizeof path, "%s/two.png", tmp);
-    ck_assert(is_png(path));
+    ck_assert(sfi_test_is_png(path));
     ck_assert_int_eq(png_height(path), 2 * 400);
     free(out);
     free(err);

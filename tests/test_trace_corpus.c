@@ -16,20 +16,6 @@
 #include "sfi_trace.h"
 #include "sfi_vocab.h"
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = sfi_test_tmpdir();
-    ck_assert_ptr_nonnull(dir);
-}
-
-static void teardown(void)
-{
-    sfi_test_rmtree(dir);
-    free(dir);
-}
-
 static const char *text_a =
     "The quick brown fox jumps over the lazy dog. It was not amused; the dog rarely is!\n"
     "Why would a fox do that? Nobody knows. Foxes are like that, and dogs are like this, "
@@ -53,9 +39,9 @@ static int run_tc(const char *args, char **err)
 START_TEST(tokens_and_kinds_match_the_text)
 {
     char a[4200], b[4200], out[4200], args[16000];
-    snprintf(a, sizeof a, "%s/a.txt", dir);
-    snprintf(b, sizeof b, "%s/b.txt", dir);
-    snprintf(out, sizeof out, "%s/o.db", dir);
+    snprintf(a, sizeof a, "%s/a.txt", sfi_test_dir);
+    snprintf(b, sizeof b, "%s/b.txt", sfi_test_dir);
+    snprintf(out, sizeof out, "%s/o.db", sfi_test_dir);
     ck_assert_int_eq(sfi_test_write_file(a, text_a, strlen(text_a)), 0);
     ck_assert_int_eq(sfi_test_write_file(b, "Too short.", 10), 0);
     snprintf(args, sizeof args, "--out '%s' --prompt 12 --param T_max=16 '%s' '%s'", out, a, b);
@@ -135,8 +121,8 @@ END_TEST
 START_TEST(windows_and_failures)
 {
     char a[4200], out[4200], args[16000];
-    snprintf(a, sizeof a, "%s/a.txt", dir);
-    snprintf(out, sizeof out, "%s/w.db", dir);
+    snprintf(a, sizeof a, "%s/a.txt", sfi_test_dir);
+    snprintf(out, sizeof out, "%s/w.db", sfi_test_dir);
     ck_assert_int_eq(sfi_test_write_file(a, text_a, strlen(text_a)), 0);
     snprintf(args, sizeof args,
              "--out '%s' --prompt 10 --steps 10 --windows --policy tmax '%s' '%s'", out, a, a);
@@ -154,13 +140,13 @@ START_TEST(windows_and_failures)
     /* Nothing long enough, a missing file, a bad option: exit non-zero,
      * and no output (nor temporary) is left behind. */
     char out2[4200];
-    snprintf(out2, sizeof out2, "%s/none.db", dir);
+    snprintf(out2, sizeof out2, "%s/none.db", sfi_test_dir);
     char *err;
     snprintf(args, sizeof args, "--out '%s' --prompt 100000 '%s'", out2, a);
     ck_assert_int_eq(run_tc(args, &err), 1);
     ck_assert_msg(strstr(err, "no document"), "%s", err);
     free(err);
-    snprintf(args, sizeof args, "--out '%s' '%s/missing.txt'", out2, dir);
+    snprintf(args, sizeof args, "--out '%s' '%s/missing.txt'", out2, sfi_test_dir);
     ck_assert_int_eq(run_tc(args, &err), 1);
     ck_assert_msg(strstr(err, "missing.txt"), "%s", err);
     free(err);
@@ -182,7 +168,7 @@ START_TEST(windows_and_failures)
     snprintf(args, sizeof args, "--out '%s' --prompt 10 --steps 10 --windows '%s'", out, a);
     ck_assert_int_eq(run_tc(args, NULL), 0);
     char cmd[8400], *lsout;
-    snprintf(cmd, sizeof cmd, "ls '%s'", dir);
+    snprintf(cmd, sizeof cmd, "ls '%s'", sfi_test_dir);
     ck_assert_int_eq(sfi_test_run(cmd, &lsout, NULL), 0);
     ck_assert_msg(!strstr(lsout, "none.db"), "left: %s", lsout);
     free(lsout);
@@ -193,7 +179,7 @@ int main(void)
 {
     Suite *s = suite_create("trace_corpus");
     TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, sfi_test_dir_setup, sfi_test_dir_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, tokens_and_kinds_match_the_text);
     tcase_add_test(tc, windows_and_failures);
