@@ -969,16 +969,18 @@ typedef struct {
 } gcase;
 
 static const gcase k_gemm[] = {
-    {1, 1000, 1024, SFI_GPU_EPI_STORE},    {16, 1024, 3072, SFI_GPU_EPI_ACCUMULATE},
-    {16, 6144, 1024, SFI_GPU_EPI_SWIGLU},  {5, 4096, 1024, SFI_GPU_EPI_ACCUMULATE},
-    {17, 2048, 2048, SFI_GPU_EPI_STORE},   {33, 1040, 64, SFI_GPU_EPI_STORE},
+    {1, 1000, 1024, SFI_GPU_EPI_STORE},       {16, 1024, 3072, SFI_GPU_EPI_ACCUMULATE},
+    {16, 6144, 1024, SFI_GPU_EPI_SWIGLU},     {5, 4096, 1024, SFI_GPU_EPI_ACCUMULATE},
+    {17, 2048, 2048, SFI_GPU_EPI_STORE},      {33, 1040, 64, SFI_GPU_EPI_STORE},
     {64, 2560, 4096, SFI_GPU_EPI_ACCUMULATE}, {40, 1536, 1024, SFI_GPU_EPI_SWIGLU},
 };
 #define N_GEMM_QUICK 3
 
 static const char *epi_name(int epi)
 {
-    return epi == SFI_GPU_EPI_STORE ? "store" : epi == SFI_GPU_EPI_ACCUMULATE ? "accumulate" : "swiglu";
+    return epi == SFI_GPU_EPI_STORE        ? "store"
+           : epi == SFI_GPU_EPI_ACCUMULATE ? "accumulate"
+                                           : "swiglu";
 }
 
 /* One product through kernel `which`; max of |err| / allowed over the outputs. */
@@ -1085,7 +1087,8 @@ static int run_gemm_case(int ci, const gcase *c, uint64_t seed)
                 const int m_g = (i / 8) * 16 + i % 8, m_u = m_g + 8;
                 const double gt = dot[m_g], up = dot[m_u], sg = gt / (1.0 + exp(-gt));
                 ref[(size_t)t * (M / 2) + i] = sg * up;
-                scale[(size_t)t * (M / 2) + i] = 1.1 * abs_dot[m_g] * fabs(up) + fabs(sg) * abs_dot[m_u];
+                scale[(size_t)t * (M / 2) + i] =
+                    1.1 * abs_dot[m_g] * fabs(up) + fabs(sg) * abs_dot[m_u];
             }
         } else {
             for (int m = 0; m < M; m++) {

@@ -76,7 +76,7 @@ struct sfi_gpu_engine {
      * steps leave those launches out, so results are wrong but the step's
      * time without them can be measured inside the graph */
     int skip_norm, skip_qkv, skip_attn, skip_gemm;
-    int decoding; /* inside enqueue_layers (where the skips apply) */
+    int decoding;  /* inside enqueue_layers (where the skips apply) */
     int fuse_norm; /* decode GEMMs make their RMSNorm input themselves (1) */
     /* tensor parallelism (sfi_gpu_engine_opts): nh, nkv, nq, nkvd, I, Im
      * above are this rank's share, V the whole vocabulary of which this
@@ -947,7 +947,8 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         const char *gk = getenv("SFI_GPU_GEMM");
         if (gk)
             sfi_gpu_gemm_select(!strcmp(gk, "skinny") ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB,
-                                getenv("SFI_GPU_SLAB_MAX_MB") ? atoi(getenv("SFI_GPU_SLAB_MAX_MB")) : -1);
+                                getenv("SFI_GPU_SLAB_MAX_MB") ? atoi(getenv("SFI_GPU_SLAB_MAX_MB"))
+                                                              : -1);
         /* experiments: SFI_GPU_STAGES=2|3|4|6 sets the attention pipeline depth */
         const char *stg = getenv("SFI_GPU_STAGES");
         if (stg)

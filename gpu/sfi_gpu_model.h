@@ -103,8 +103,8 @@ cudaError_t sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, in
  * shared-memory (slab) kernel does this: cudaErrorNotSupported, with
  * nothing launched, where it does not apply (the caller then runs
  * sfi_gpu_rmsnorm and sfi_gpu_gemm_skinny). */
-cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps, void *Y,
-                              int T, int M, int N, int epi, cudaStream_t st);
+cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps,
+                              void *Y, int T, int M, int N, int epi, cudaStream_t st);
 /* Which kernel sfi_gpu_gemm_skinny runs: SFI_GPU_GEMM_SLAB (default:
  * weights staged through shared memory by bulk copies for the products
  * where that measured faster -- at most 13 MiB of weights and a side of
