@@ -855,9 +855,10 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
             for (int i = 0; i < e->max_blocks; i++)
                 bt[(size_t)b * e->max_blocks + i] = b * e->max_blocks + i;
         rc = dalloc((void **)&e->bt, (size_t)B * e->max_blocks * 4, err);
-        if (!rc && cudaMemcpy(e->bt, bt, (size_t)B * e->max_blocks * 4, cudaMemcpyHostToDevice) !=
-                       cudaSuccess)
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: block table upload failed");
+        if (!rc)
+            rc = SFI_GPU_STATUS(
+                err, cudaMemcpy(e->bt, bt, (size_t)B * e->max_blocks * 4, cudaMemcpyHostToDevice),
+                "cudaMemcpy(e->bt, bt, ...)");
         free(bt);
         if (rc)
             goto fail;
@@ -875,9 +876,12 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         rc = dalloc((void **)&e->cs, nt * 4, err);
         if (!rc)
             rc = dalloc((void **)&e->sn, nt * 4, err);
-        if (!rc && (cudaMemcpy(e->cs, cs, nt * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-                    cudaMemcpy(e->sn, sn, nt * 4, cudaMemcpyHostToDevice) != cudaSuccess))
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: RoPE table upload failed");
+        if (!rc)
+            rc = SFI_GPU_STATUS(err, cudaMemcpy(e->cs, cs, nt * 4, cudaMemcpyHostToDevice),
+                                "cudaMemcpy(e->cs, cs, ...)");
+        if (!rc)
+            rc = SFI_GPU_STATUS(err, cudaMemcpy(e->sn, sn, nt * 4, cudaMemcpyHostToDevice),
+                                "cudaMemcpy(e->sn, sn, ...)");
         free(cs);
         free(sn);
         if (rc)
