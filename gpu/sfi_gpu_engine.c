@@ -1274,6 +1274,40 @@ static const void *gemm_in(const sfi_gpu_engine *e, const float *f, const void *
     return e->o.dtype == SFI_GPU_BF16 ? b : (const void *)f;
 }
 
+/* The arguments of layer l's QKV post-processing (QK norms, RoPE, KV
+ * append) over T rows of e->qkv, for prefill and decode alike; positions
+ * and rows (pos0/row0 or pos_arr) are left to the caller. key_norms: the
+ * layer's, or NULL when nothing reads them. */
+static sfi_gpu_qkv_args qkv_args(const sfi_gpu_engine *e, int l, int T, float *key_norms)
+{
+    const dlayer *Ly = &e->lay[l];
+    /* exact: the biases went into the GEMM already */
+    const float *bias = !e->exact ? Ly->bqkv : NULL;
+    sfi_gpu_qkv_args a = {.qkv = e->qkv,
+                          .bq = bias,
+                          .bk = bias ? bias + e->nq : NULL,
+                          .bv = bias ? bias + e->nq + e->nkvd : NULL,
+                          .q_norm = Ly->q_norm,
+                          .k_norm = Ly->k_norm,
+                          .cs = e->cs,
+                          .sn = e->sn,
+                          .T = T,
+                          .n_heads = e->nh,
+                          .n_kv = e->nkv,
+                          .head_dim = e->D,
+                          .eps = e->eps,
+                          .block_table = e->bt,
+                          .max_blocks = e->max_blocks,
+                          .page = e->o.page,
+                          .k_pool = e->kp[l],
+                          .v_pool = e->vp[l],
+                          .dtype = e->o.dtype,
+                          .key_norms = key_norms,
+                          .ld_norms = e->ld,
+                          .q_out = e->q};
+    return a;
+}
+
 /* A decode GEMM of RMSNorm(e->x) * norm_w with the norm made inside the
  * GEMM (one launch instead of two; bf16 decode steps, where the slab
  * kernel applies). *done = 0: nothing launched, the caller runs the norm
@@ -1515,31 +1549,9 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
             if ((rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL,
                            e->qkv, T, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
                 break;
-            sfi_gpu_qkv_args qa = {.qkv = e->qkv,
-                                   .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
-                                   .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
-                                   .bv =
-                                       (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
-                                   .q_norm = Ly->q_norm,
-                                   .k_norm = Ly->k_norm,
-                                   .cs = e->cs,
-                                   .sn = e->sn,
-                                   .pos0 = p0,
-                                   .row0 = b,
-                                   .T = T,
-                                   .n_heads = e->nh,
-                                   .n_kv = e->nkv,
-                                   .head_dim = e->D,
-                                   .eps = e->eps,
-                                   .block_table = e->bt,
-                                   .max_blocks = e->max_blocks,
-                                   .page = e->o.page,
-                                   .k_pool = e->kp[l],
-                                   .v_pool = e->vp[l],
-                                   .dtype = e->o.dtype,
-                                   .key_norms = e->knorm[l],
-                                   .ld_norms = e->ld,
-                                   .q_out = e->q};
+            sfi_gpu_qkv_args qa = qkv_args(e, l, T, e->knorm[l]);
+            qa.pos0 = p0;
+            qa.row0 = b;
             if ((ce = sfi_gpu_qkv_post(&qa, e->exact, st)) != cudaSuccess)
                 break;
             /* keep the window queries */
@@ -1706,30 +1718,9 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
             (rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL, e->qkv,
                        B, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
             return rc;
-        sfi_gpu_qkv_args qa = {.qkv = e->qkv,
-                               .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
-                               .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
-                               .bv = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
-                               .q_norm = Ly->q_norm,
-                               .k_norm = Ly->k_norm,
-                               .cs = e->cs,
-                               .sn = e->sn,
-                               .pos_arr = e->d_state->pos,
-                               .row0 = -1,
-                               .T = B,
-                               .n_heads = e->nh,
-                               .n_kv = e->nkv,
-                               .head_dim = e->D,
-                               .eps = e->eps,
-                               .block_table = e->bt,
-                               .max_blocks = e->max_blocks,
-                               .page = e->o.page,
-                               .k_pool = e->kp[l],
-                               .v_pool = e->vp[l],
-                               .dtype = e->o.dtype,
-                               .key_norms = sfi ? e->knorm[l] : NULL,
-                               .ld_norms = e->ld,
-                               .q_out = e->q};
+        sfi_gpu_qkv_args qa = qkv_args(e, l, B, sfi ? e->knorm[l] : NULL);
+        qa.pos_arr = e->d_state->pos;
+        qa.row0 = -1;
         if (!e->skip_qkv)
             CK(sfi_gpu_qkv_post(&qa, e->exact, st));
         if (overlap && !e->defer && l >= R_SLOTS)
