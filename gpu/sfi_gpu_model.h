@@ -100,9 +100,10 @@ cudaError_t sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, in
 /* sfi_gpu_gemm_skinny of X = RMSNorm(x) * norm_w (x f32 [T][N], the
  * residual; rmsnorm_kernel's formula) without materialising X: the norm
  * is made inside the GEMM's CTAs, saving the norm's launch. Only the
- * shared-memory (slab) kernel does this: cudaErrorNotSupported, with
- * nothing launched, where it does not apply (the caller then runs
- * sfi_gpu_rmsnorm and sfi_gpu_gemm_skinny). */
+ * shared-memory (slab) kernel does this, and under the default selection
+ * only while T * N <= 4096 (every CTA reads the whole residual):
+ * cudaErrorNotSupported, with nothing launched, where it does not apply
+ * (the caller then runs sfi_gpu_rmsnorm and sfi_gpu_gemm_skinny). */
 cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps,
                               void *Y, int T, int M, int N, int epi, cudaStream_t st);
 /* Which kernel sfi_gpu_gemm_skinny runs: SFI_GPU_GEMM_SLAB (default:
