@@ -29,6 +29,7 @@
 #include "sfi_gpu.h"
 #include "sfi_gpu_cli.h"
 #include "sfi_gpu_engine.h"
+#include "sfi_gpu_model.h"
 #include "sfi_gpu_verify.h"
 #include "sfi_io.h"
 #include "sfi_math.h"
@@ -957,6 +958,163 @@ static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
     return g_fail == fail0;
 }
 
+/* ---- decode GEMMs (sfi_gpu_gemm_skinny): both kernels against a float64
+ * product of the same bf16 inputs. The tolerance is 1e-4 of sum |w x| per
+ * output (f32 accumulation of exact bf16 products; an indexing mistake
+ * errs by the order of that sum); SwiGLU outputs are bf16 (2^-8). Shapes
+ * cover M not a multiple of 16, T across the token-tile sizes, N below
+ * one k-block per warp, and every epilogue. */
+typedef struct {
+    int T, M, N, epi;
+} gcase;
+
+static const gcase k_gemm[] = {
+    {1, 1000, 1024, SFI_GPU_EPI_STORE},       {16, 1024, 3072, SFI_GPU_EPI_ACCUMULATE},
+    {16, 6144, 1024, SFI_GPU_EPI_SWIGLU},     {5, 4096, 1024, SFI_GPU_EPI_ACCUMULATE},
+    {17, 2048, 2048, SFI_GPU_EPI_STORE},      {33, 1040, 64, SFI_GPU_EPI_STORE},
+    {64, 2560, 4096, SFI_GPU_EPI_ACCUMULATE}, {40, 1536, 1024, SFI_GPU_EPI_SWIGLU},
+};
+#define N_GEMM_QUICK 3
+
+static const char *epi_name(int epi)
+{
+    return epi == SFI_GPU_EPI_STORE        ? "store"
+           : epi == SFI_GPU_EPI_ACCUMULATE ? "accumulate"
+                                           : "swiglu";
+}
+
+/* One product through kernel `which`; max of |err| / allowed over the outputs. */
+static double gemm_run_one(const gcase *c, int which, const uint16_t *w, const uint16_t *x,
+                           const float *xf, const float *nw, const float *y0, const double *ref,
+                           const double *scale)
+{
+    const int T = c->T, M = c->M, N = c->N, sw = c->epi == SFI_GPU_EPI_SWIGLU;
+    const size_t ny = (size_t)T * (sw ? M / 2 : M);
+    void *dw = dmalloc((size_t)M * N * 2), *dx = dmalloc((size_t)T * N * 2);
+    void *dy = dmalloc(ny * (sw ? 2 : 4));
+    CK(cudaMemcpy(dw, w, (size_t)M * N * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, (size_t)T * N * 2, cudaMemcpyHostToDevice));
+    if (!sw)
+        CK(cudaMemcpy(dy, y0, ny * 4, cudaMemcpyHostToDevice));
+    sfi_gpu_gemm_select(which, which == SFI_GPU_GEMM_SLAB ? 1024 : -1);
+    if (xf) { /* the fused-RMSNorm form: the f32 residual and the norm's weights */
+        float *dxf = dmalloc((size_t)T * N * 4), *dnw = dmalloc((size_t)N * 4);
+        CK(cudaMemcpy(dxf, xf, (size_t)T * N * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dnw, nw, (size_t)N * 4, cudaMemcpyHostToDevice));
+        CK(sfi_gpu_gemm_norm(dw, dxf, dnw, 1e-6f, dy, T, M, N, c->epi, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaFree(dxf));
+        CK(cudaFree(dnw));
+    } else {
+        CK(sfi_gpu_gemm_skinny(dw, dx, dy, T, M, N, c->epi, 0));
+    }
+    CK(cudaDeviceSynchronize());
+    sfi_gpu_gemm_select(SFI_GPU_GEMM_SLAB, -1); /* the engine's default */
+    double worst = 0;
+    if (sw) {
+        uint16_t *g = xmalloc(ny * 2);
+        CK(cudaMemcpy(g, dy, ny * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < ny; i++) {
+            const double r = ref[i], d = fabs((double)from_bf16(g[i]) - r);
+            const double tol = 0.0079 * fabs(r) + 1e-4 * scale[i] + 1e-6;
+            if (!(d / tol <= worst))
+                worst = d / tol; /* NaN propagates as a failure */
+        }
+        free(g);
+    } else {
+        float *g = xmalloc(ny * 4);
+        CK(cudaMemcpy(g, dy, ny * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < ny; i++) {
+            const double d = fabs((double)g[i] - ref[i]);
+            const double tol = 1e-4 * scale[i] + 1e-6 * (1.0 + fabs(ref[i]));
+            if (!(d / tol <= worst))
+                worst = d / tol;
+        }
+        free(g);
+    }
+    CK(cudaFree(dw));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    return worst;
+}
+
+static int run_gemm_case(int ci, const gcase *c, uint64_t seed)
+{
+    const int fail0 = g_fail;
+    const int T = c->T, M = c->M, N = c->N, sw = c->epi == SFI_GPU_EPI_SWIGLU;
+    g_rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)(ci + 1000) * 0x632be59bd9b4e019ull + 1;
+    printf("case %d: decode GEMM, %d tokens x %d rows x %d, %s\n", ci, T, M, N, epi_name(c->epi));
+    uint16_t *w = xmalloc((size_t)M * N * 2), *x = xmalloc((size_t)T * N * 2);
+    float *xf = xmalloc((size_t)T * N * 4), *nw = xmalloc((size_t)N * 4);
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        w[i] = to_bf16(urand());
+    /* x: what RMSNorm(xf) * nw gives in bf16 with rmsnorm's formula (the
+     * fused form makes it on the device; a 1-ulp difference in the norm
+     * can flip a rounding, well inside the tolerance) */
+    for (int k = 0; k < N; k++)
+        nw[k] = 1.0f + 0.5f * urand();
+    for (int t = 0; t < T; t++) {
+        double ss = 0;
+        for (int k = 0; k < N; k++) {
+            const float v = 3.0f * urand();
+            xf[(size_t)t * N + k] = v;
+            ss += (double)v * v;
+        }
+        const float r = (float)(1.0 / sqrt(ss / N + 1e-6));
+        for (int k = 0; k < N; k++)
+            x[(size_t)t * N + k] = to_bf16(nw[k] * (xf[(size_t)t * N + k] * r));
+    }
+    const size_t ny = (size_t)T * (sw ? M / 2 : M);
+    float *y0 = xmalloc(ny * 4);
+    double *ref = xmalloc(ny * 8), *scale = xmalloc(ny * 8);
+    double *dot = xmalloc((size_t)M * 8), *abs_dot = xmalloc((size_t)M * 8);
+    for (size_t i = 0; i < ny; i++)
+        y0[i] = c->epi == SFI_GPU_EPI_ACCUMULATE ? urand() : 0.f;
+    for (int t = 0; t < T; t++) {
+        for (int m = 0; m < M; m++) {
+            double a = 0, s = 0;
+            for (int k = 0; k < N; k++) {
+                const double p = (double)from_bf16(w[(size_t)m * N + k]) *
+                                 (double)from_bf16(x[(size_t)t * N + k]);
+                a += p;
+                s += fabs(p);
+            }
+            dot[m] = a;
+            abs_dot[m] = s;
+        }
+        if (sw) { /* tiles of 16 rows: 8 gates, then their 8 ups */
+            for (int i = 0; i < M / 2; i++) {
+                const int m_g = (i / 8) * 16 + i % 8, m_u = m_g + 8;
+                const double gt = dot[m_g], up = dot[m_u], sg = gt / (1.0 + exp(-gt));
+                ref[(size_t)t * (M / 2) + i] = sg * up;
+                scale[(size_t)t * (M / 2) + i] =
+                    1.1 * abs_dot[m_g] * fabs(up) + fabs(sg) * abs_dot[m_u];
+            }
+        } else {
+            for (int m = 0; m < M; m++) {
+                ref[(size_t)t * M + m] = (double)y0[(size_t)t * M + m] + dot[m];
+                scale[(size_t)t * M + m] = abs_dot[m];
+            }
+        }
+    }
+    const double e_slab = gemm_run_one(c, SFI_GPU_GEMM_SLAB, w, x, NULL, NULL, y0, ref, scale);
+    report(ci, "gemm slab", e_slab <= 1.0, "max err / tolerance %.3g", e_slab);
+    const double e_regs = gemm_run_one(c, SFI_GPU_GEMM_REGS, w, x, NULL, NULL, y0, ref, scale);
+    report(ci, "gemm registers", e_regs <= 1.0, "max err / tolerance %.3g", e_regs);
+    const double e_norm = gemm_run_one(c, SFI_GPU_GEMM_SLAB, w, x, xf, nw, y0, ref, scale);
+    report(ci, "gemm fused norm", e_norm <= 1.0, "max err / tolerance %.3g", e_norm);
+    free(w);
+    free(x);
+    free(xf);
+    free(nw);
+    free(y0);
+    free(ref);
+    free(scale);
+    free(dot);
+    free(abs_dot);
+    return g_fail == fail0;
+}
+
 /* ---- end to end: the engine (sfi-gpu run) against sfi-ref's decode loop ----
  * Each case decodes a batch with the engine and with sfi_decode_run on the
  * CPU (sfi_gpu_verify.h) and compares ids, step kinds and reasons, the
@@ -1238,13 +1396,15 @@ static void check_usage(FILE *f)
           "\n"
           "Runs a fixed, seeded suite of cases through the GPU kernels and through the\n"
           "reference (dense attention and logits, Selector, Top-K, reorg, two-segment\n"
-          "sparse attention) and prints one line per case and check; then end-to-end\n"
+          "sparse attention), the decode GEMM's two kernels through a float64 product,\n"
+          "and prints one line per case and check; then end-to-end\n"
           "cases: the decode engine of sfi-gpu run against sfi-ref's decode loop on\n"
           "the test fixtures and (from $SFI_SHARED) the trained model.\n"
           "\n"
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
-          "  --quick      the first five kernel cases and four end-to-end cases\n"
+          "  --quick      the first five kernel cases, three GEMM cases and four\n"
+          "               end-to-end cases\n"
           "  --kernels-only  no end-to-end cases\n"
           "  --seed N     seed of the random inputs (default 1)\n"
           "  -h, --help   this help\n"
@@ -1290,6 +1450,10 @@ int sfi_gpu_cmd_check(int argc, char **argv)
     int passed = 0, skipped = 0;
     for (int i = 0; i < n; i++)
         passed += run_case(i, &k_cases[i], bit_exact, seed);
+    const int n_gemm = quick ? N_GEMM_QUICK : (int)(sizeof k_gemm / sizeof k_gemm[0]);
+    for (int i = 0; i < n_gemm; i++)
+        passed += run_gemm_case(n + i, &k_gemm[i], seed);
+    n += n_gemm;
     if (!no_e2e) {
         for (size_t i = 0; i < sizeof k_e2e / sizeof k_e2e[0]; i++) {
             if (quick && !k_e2e[i].quick)

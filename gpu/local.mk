@@ -7,8 +7,8 @@
 SFI_GPU_CU = gpu/sfi_gpu_attn.cu gpu/sfi_gpu_select.cu gpu/sfi_gpu_sched.cu gpu/sfi_gpu_model.cu \
 	gpu/sfi_gpu_tp.cu
 SFI_GPU_HDRS = gpu/sfi_gpu.h gpu/sfi_gpu_cli.h gpu/sfi_gpu_math.cuh gpu/sfi_gpu_model.h \
-	gpu/sfi_gpu_prefill.cuh gpu/sfi_gpu_engine.h gpu/sfi_gpu_status.h gpu/sfi_gpu_nccl.h \
-	gpu/sfi_gpu_tp.h
+	gpu/sfi_gpu_prefill.cuh gpu/sfi_gpu_tma.cuh gpu/sfi_gpu_engine.h gpu/sfi_gpu_status.h \
+	gpu/sfi_gpu_nccl.h gpu/sfi_gpu_tp.h
 EXTRA_DIST += $(SFI_GPU_CU) $(SFI_GPU_HDRS) gpu/bench_torch.py gpu/calibrate_profile.py \
 	gpu/profiles/h100.json gpu/profiles/h100-bench.txt gpu/profiles/h100-e2e.json gpu/bench_e2e_torch.py \
 	gpu/bench_e2e_matrix.py gpu/profiles/h100-steps.json gpu/profiles/h200-steps.json gpu/tp_device.sh \

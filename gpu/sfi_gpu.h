@@ -125,6 +125,13 @@ typedef struct {
      * one long dense request among short sparse ones is still spread over
      * many SMs. 0: the default rule (waves of one CTA per SM). */
     int min_split_rows;
+    /* with min_split_rows: dense (slow) requests' own floor of rows per
+     * split (0: min_split_rows), so that small splits meant for short fast
+     * rows do not cut a slow request's context into hundreds of pieces;
+     * and the fewest splits of the grid (0: none), so that a fast request
+     * gets its ceil(rows / min_split_rows) */
+    int dense_min_rows;
+    int fast_splits;
     /* when set, the fast kernels also write the output rounded to bf16
      * here ([batch][n_heads][D]): the next GEMM's input, without a
      * conversion launch */

@@ -72,6 +72,12 @@ struct sfi_gpu_engine {
     sfi_gpu_engine_mem mem;
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
     int gu_tiled; /* gate/up rows in SwiGLU tiles (bf16 fast path) */
+    /* timing experiments only (SFI_GPU_SKIP=norm,qkv,attn,gemm,mlp): decode
+     * steps leave those launches out, so results are wrong but the step's
+     * time without them can be measured inside the graph */
+    int skip_norm, skip_qkv, skip_attn, skip_gemm;
+    int decoding;  /* inside enqueue_layers (where the skips apply) */
+    int fuse_norm; /* decode GEMMs make their RMSNorm input themselves (1) */
     /* tensor parallelism (sfi_gpu_engine_opts): nh, nkv, nq, nkvd, I, Im
      * above are this rank's share, V the whole vocabulary of which this
      * rank's LM head has rows [v0, v0 + Vl) (Vc per rank but the last) */
@@ -913,8 +919,15 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
                     int r = round_up((int)((mr + per - 1) / per), 64);
                     if (r < 256)
                         r = 256;
-                    if (r < msr)
+                    if (r < msr) {
+                        /* slow requests keep the large splits (H100,
+                         * 0.6B batch 4 at 32K: slow steps 3.59 ms with
+                         * them, 4.27 with 256-row splits, 6.26 with one
+                         * split per SM share) */
+                        e->attn_ws.dense_min_rows = msr;
+                        e->attn_ws.fast_splits = (int)per;
                         msr = r;
+                    }
                 }
             }
             /* experiments: SFI_GPU_SPLIT_ROWS=N sets the rows per split */
@@ -923,6 +936,23 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
                 msr = round_up(atoi(env), 64);
             e->attn_ws.min_split_rows = msr;
         }
+        const char *skp = getenv("SFI_GPU_SKIP");
+        if (skp) {
+            e->skip_norm = strstr(skp, "norm") != NULL;
+            e->skip_qkv = strstr(skp, "qkv") != NULL;
+            e->skip_attn = strstr(skp, "attn") != NULL;
+            e->skip_gemm = strstr(skp, "gemm") != NULL;
+        }
+        e->fuse_norm = !(getenv("SFI_GPU_FUSE_NORM") && !strcmp(getenv("SFI_GPU_FUSE_NORM"), "0"));
+        const char *gk = getenv("SFI_GPU_GEMM");
+        if (gk)
+            sfi_gpu_gemm_select(!strcmp(gk, "skinny") ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB,
+                                getenv("SFI_GPU_SLAB_MAX_MB") ? atoi(getenv("SFI_GPU_SLAB_MAX_MB"))
+                                                              : -1);
+        /* experiments: SFI_GPU_STAGES=2|3|4|6 sets the attention pipeline depth */
+        const char *stg = getenv("SFI_GPU_STAGES");
+        if (stg)
+            sfi_gpu_attn_set_stages(atoi(stg));
         TRYC(sfi_gpu_attn_ws_init(&e->attn_ws, e->main_st));
         /* activations */
         size_t R = (size_t)e->rows_act;
@@ -1193,7 +1223,7 @@ void sfi_gpu_run_result_free(sfi_gpu_run_result *r)
 static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const float *bias, float *Y,
                        int T, int M, int N, int accumulate, cudaStream_t st, sfi_error *err)
 {
-    if (T <= 0)
+    if (T <= 0 || (e->decoding && e->skip_gemm))
         return SFI_OK;
     if (e->exact) {
         CK(sfi_gpu_gemv_exact((const float *)W, (const float *)X, bias, Y, T, M, N, accumulate,
@@ -1228,6 +1258,8 @@ static sfi_status norm_rows(sfi_gpu_engine *e, const float *x, const float *w, i
                             cudaStream_t st, sfi_error *err)
 {
     int bf = e->o.dtype == SFI_GPU_BF16;
+    if (e->decoding && e->skip_norm)
+        return SFI_OK;
     CK(sfi_gpu_rmsnorm(x, w, T, e->H, e->eps, (!bf || want_f32) ? e->xn : NULL, bf ? e->xn_b : NULL,
                        e->exact, st));
     return SFI_OK;
@@ -1236,6 +1268,25 @@ static sfi_status norm_rows(sfi_gpu_engine *e, const float *x, const float *w, i
 static const void *gemm_in(const sfi_gpu_engine *e, const float *f, const void *b)
 {
     return e->o.dtype == SFI_GPU_BF16 ? b : (const void *)f;
+}
+
+/* A decode GEMM of RMSNorm(e->x) * norm_w with the norm made inside the
+ * GEMM (one launch instead of two; bf16 decode steps, where the slab
+ * kernel applies). *done = 0: nothing launched, the caller runs the norm
+ * and the GEMM itself. */
+static sfi_status gemm_normed(sfi_gpu_engine *e, const float *norm_w, const void *W, void *Y, int T,
+                              int M, int N, int epi, cudaStream_t st, int *done, sfi_error *err)
+{
+    *done = 0;
+    if (!e->decoding || !e->fuse_norm || e->exact || e->o.dtype != SFI_GPU_BF16 ||
+        e->o.gemm_cublas || T > 64 || N % 32 || e->skip_norm || e->skip_gemm)
+        return SFI_OK;
+    cudaError_t ce = sfi_gpu_gemm_norm(W, e->x, norm_w, e->eps, Y, T, M, N, epi, st);
+    if (ce == cudaErrorNotSupported)
+        return SFI_OK;
+    CK(ce);
+    *done = 1;
+    return SFI_OK;
 }
 
 /* Tensor parallelism: every rank's e->x holds its partial residual (rank
@@ -1255,9 +1306,22 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     const dlayer *Ly = &e->lay[l];
     sfi_status rc;
     int bf = e->o.dtype == SFI_GPU_BF16;
+    if (!Ly->moe && e->gu_tiled) {
+        int done;
+        if ((rc = gemm_normed(e, Ly->post_norm, Ly->wgu, e->act_b, T, 2 * e->I, e->H,
+                              SFI_GPU_EPI_SWIGLU, st, &done, err)))
+            return rc;
+        if (done) {
+            if ((rc = gemm(e, Ly->wd, e->act_b, NULL, e->x, T, e->H, e->I, e->rank == 0, st, err)))
+                return rc;
+            return tp_reduce(e, T, st, err);
+        }
+    }
     if ((rc = norm_rows(e, e->x, Ly->post_norm, T, Ly->moe, st, err)))
         return rc;
     if (!Ly->moe) {
+        if (e->decoding && e->skip_gemm)
+            return SFI_OK;
         if (e->gu_tiled && T <= 64 && e->H % 32 == 0 && !e->o.gemm_cublas) {
             /* the SwiGLU in the GEMM's epilogue: act in bf16 directly */
             CK(sfi_gpu_gemm_skinny(Ly->wgu, e->xn_b, e->act_b, T, 2 * e->I, e->H,
@@ -1585,7 +1649,9 @@ static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
     if (e->o.dtype == SFI_GPU_BF16 && !e->exact)
         e->attn_ws.out_bf16 = e->att_b;
     sfi_gpu_gemm_set_ws(e->gemm_part, e->gemm_part_floats, e->gemm_cnt, e->gemm_tiles);
+    e->decoding = 1;
     rc = enqueue_layers(e, B, sfi, overlap, &sp, err);
+    e->decoding = 0;
     sfi_gpu_set_pdl(0);
     e->attn_ws.out_bf16 = NULL;
     return rc;
@@ -1625,9 +1691,15 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     for (int l = 0; l < e->L; l++) {
         const dlayer *Ly = &e->lay[l];
         const int slot = l % R_SLOTS;
-        if ((rc = norm_rows(e, e->x, Ly->in_norm, B, 0, st, err)))
+        int fused = 0;
+        if (!(e->exact && Ly->bqkv) &&
+            (rc = gemm_normed(e, Ly->in_norm, Ly->wqkv, e->qkv, B, e->nq + 2 * e->nkvd, e->H,
+                              SFI_GPU_EPI_STORE, st, &fused, err)))
             return rc;
-        if ((rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL, e->qkv,
+        if (!fused && (rc = norm_rows(e, e->x, Ly->in_norm, B, 0, st, err)))
+            return rc;
+        if (!fused &&
+            (rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL, e->qkv,
                        B, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
             return rc;
         sfi_gpu_qkv_args qa = {.qkv = e->qkv,
@@ -1654,13 +1726,15 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
                                .key_norms = sfi ? e->knorm[l] : NULL,
                                .ld_norms = e->ld,
                                .q_out = e->q};
-        CK(sfi_gpu_qkv_post(&qa, e->exact, st));
+        if (!e->skip_qkv)
+            CK(sfi_gpu_qkv_post(&qa, e->exact, st));
         if (overlap && !e->defer && l >= R_SLOTS)
             CK(cudaStreamWaitEvent(st, e->ev_free[slot], 0));
         float *lg = !sfi ? NULL : e->defer ? e->lg_keep + l * lg_layer : e->logits_ring[slot];
-        CK(sfi_gpu_attn_mixed(&e->h_cap, e->d_desc, e->o.dtype, e->q, e->kp[l], e->vp[l],
-                              sfi ? e->ck[l] : NULL, sfi ? e->cv[l] : NULL, e->att, lg, &e->attn_ws,
-                              e->exact, st));
+        if (!e->skip_attn)
+            CK(sfi_gpu_attn_mixed(&e->h_cap, e->d_desc, e->o.dtype, e->q, e->kp[l], e->vp[l],
+                                  sfi ? e->ck[l] : NULL, sfi ? e->cv[l] : NULL, e->att, lg,
+                                  &e->attn_ws, e->exact, st));
         if (sfi && !e->defer) {
             cudaStream_t ss = overlap ? side : st;
             if (overlap) {

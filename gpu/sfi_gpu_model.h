@@ -97,6 +97,25 @@ cudaError_t sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *act
 #define SFI_GPU_EPI_SWIGLU 2
 cudaError_t sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
                                 cudaStream_t st);
+/* sfi_gpu_gemm_skinny of X = RMSNorm(x) * norm_w (x f32 [T][N], the
+ * residual; rmsnorm_kernel's formula) without materialising X: the norm
+ * is made inside the GEMM's CTAs, saving the norm's launch. Only the
+ * shared-memory (slab) kernel does this, and under the default selection
+ * only while T * N <= 4096 (every CTA reads the whole residual):
+ * cudaErrorNotSupported, with nothing launched, where it does not apply
+ * (the caller then runs sfi_gpu_rmsnorm and sfi_gpu_gemm_skinny). */
+cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps,
+                              void *Y, int T, int M, int N, int epi, cudaStream_t st);
+/* Which kernel sfi_gpu_gemm_skinny runs: SFI_GPU_GEMM_SLAB (default:
+ * weights staged through shared memory by bulk copies for the products
+ * where that measured faster -- at most 13 MiB of weights and a side of
+ * at most 1024, or with slab_max_mb >= 0 every product of at most that
+ * many MiB; the others stream through registers) or SFI_GPU_GEMM_REGS
+ * (always through registers). Per host thread; for checks and
+ * experiments. */
+#define SFI_GPU_GEMM_SLAB 0
+#define SFI_GPU_GEMM_REGS 1
+void sfi_gpu_gemm_select(int kernel, int slab_max_mb);
 /* Split-K scratch of sfi_gpu_gemm_skinny (device): part_floats floats of
  * partial sums (64 * M per split) and max_tiles zeroed counters (M / 16
  * row tiles); without it every product runs unsplit. Per host thread
