@@ -69,13 +69,12 @@ typedef struct {
     sfi_error err;
 } rank_ctx;
 
+/* A CUDA call this rank cannot go on without: the status and message
+ * (SFI_GPU_STATUS) go to c, and the rank stops at out. */
 #define RK(x)                                                                                      \
     do {                                                                                           \
-        cudaError_t ce_ = (x);                                                                     \
-        if (ce_ != cudaSuccess) {                                                                  \
-            c->rc = sfi_error_set(&c->err, SFI_EIO, "CUDA: %s: %s", #x, cudaGetErrorString(ce_));  \
+        if ((c->rc = SFI_GPU_STATUS(&c->err, x, #x)))                                              \
             goto out;                                                                              \
-        }                                                                                          \
     } while (0)
 
 /* iters all-reduces of m's size on st */

@@ -278,7 +278,9 @@ cudaError_t sfi_gpu_noop(cudaStream_t st);
 void sfi_gpu_set_pdl(int on);
 int sfi_gpu_pdl(void);
 
-/* 1 when a usable CUDA device is present; else 0 and why in msg. */
+/* 1 when a usable CUDA device is present; else 0 and why in msg. A probe
+ * (the callers' skip), not a failed call: its reason is worded here, as
+ * the .cu files never see sfi_status. */
 int sfi_gpu_device_ok(char *msg, size_t msg_len);
 
 #ifdef __cplusplus

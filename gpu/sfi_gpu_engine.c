@@ -697,12 +697,12 @@ static void fmt_gib(char *b, size_t n, uint64_t x)
     snprintf(b, n, "%.2f GiB", (double)x / (1024.0 * 1024.0 * 1024.0));
 }
 
-sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m, uint64_t seed,
-                                 const sfi_gpu_engine_opts *o, sfi_gpu_engine **out, sfi_error *err)
+/* The engine's shape and memory plan, and a refusal, before anything is
+ * allocated, when the plan does not fit the GPU's free memory. */
+static sfi_status create_plan(const sfi_model_config *cfg, const sfi_gpu_engine_opts *o, shape *s,
+                              sfi_gpu_engine_mem *mp, sfi_error *err)
 {
-    *out = NULL;
-    shape s;
-    sfi_status rc = get_shape(cfg, o, &s, err);
+    sfi_status rc = get_shape(cfg, o, s, err);
     if (rc)
         return rc;
     if ((rc = sfi_params_validate(&o->params, err)))
@@ -710,22 +710,21 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
     if (o->tp_size > 1 && !o->tp_comm)
         return sfi_error_set(err, SFI_EINVAL,
                              "tensor parallelism over %d GPUs needs a communicator", o->tp_size);
-    sfi_gpu_engine_mem mp;
-    if ((rc = sfi_gpu_engine_mem_plan(cfg, o, &mp, err)))
+    if ((rc = sfi_gpu_engine_mem_plan(cfg, o, mp, err)))
         return rc;
     size_t free_b = 0, total_b = 0;
     CK(cudaMemGetInfo(&free_b, &total_b));
     /* the CUDA context, cuBLAS kernels and graph memory need some room too */
     const uint64_t margin = (uint64_t)768 << 20;
-    if (mp.total + margin > free_b) {
+    if (mp->total + margin > free_b) {
         char a[32], b[32], kv[32], w[32], cmp[32], sel[32], act[32];
-        fmt_gib(a, sizeof a, mp.total + margin);
+        fmt_gib(a, sizeof a, mp->total + margin);
         fmt_gib(b, sizeof b, free_b);
-        fmt_gib(kv, sizeof kv, mp.kv);
-        fmt_gib(w, sizeof w, mp.weights);
-        fmt_gib(cmp, sizeof cmp, mp.compact + mp.key_norms);
-        fmt_gib(sel, sizeof sel, mp.selector + mp.logits);
-        fmt_gib(act, sizeof act, mp.activations + mp.prefill + mp.other);
+        fmt_gib(kv, sizeof kv, mp->kv);
+        fmt_gib(w, sizeof w, mp->weights);
+        fmt_gib(cmp, sizeof cmp, mp->compact + mp->key_norms);
+        fmt_gib(sel, sizeof sel, mp->selector + mp->logits);
+        fmt_gib(act, sizeof act, mp->activations + mp->prefill + mp->other);
         return sfi_error_set(err, SFI_ENOMEM,
                              "does not fit: needs %s (weights %s, KV cache %s for %d requests x "
                              "%d positions, compact segments + key norms %s, Selector scratch + "
@@ -737,43 +736,47 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
                                    "layer's logits)"
                                  : "");
     }
-    sfi_gpu_engine *e = calloc(1, sizeof *e);
-    if (!e)
-        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    return SFI_OK;
+}
+
+/* The engine's host fields: options, shape, plan, this rank's share. */
+static void init_fields(sfi_gpu_engine *e, const sfi_model_config *cfg,
+                        const sfi_gpu_engine_opts *o, const shape *s, const sfi_gpu_engine_mem *mp)
+{
     e->c = *cfg;
     e->o = *o;
-    e->mem = mp;
-    e->L = s.L;
-    e->H = s.H;
-    e->nh = s.nh;
-    e->nkv = s.nkv;
-    e->D = s.D;
-    e->G = s.G;
-    e->nq = s.nq;
-    e->nkvd = s.nkvd;
-    e->V = s.V;
-    e->I = s.I;
-    e->E = s.E;
-    e->top = s.top;
-    e->Im = s.Im;
-    e->esz = s.esz;
+    e->mem = *mp;
+    e->L = s->L;
+    e->H = s->H;
+    e->nh = s->nh;
+    e->nkv = s->nkv;
+    e->D = s->D;
+    e->G = s->G;
+    e->nq = s->nq;
+    e->nkvd = s->nkvd;
+    e->V = s->V;
+    e->I = s->I;
+    e->E = s->E;
+    e->top = s->top;
+    e->Im = s->Im;
+    e->esz = s->esz;
     e->exact = o->exact;
-    e->cap = s.cap;
-    e->max_blocks = s.max_blocks;
-    e->ld = s.ld;
-    e->capJ = s.capJ;
-    e->ccap = s.ccap;
-    e->rows_act = s.rows_act;
-    e->Wmax = s.Wmax;
-    e->tp = s.tp;
-    e->rank = s.rank;
-    e->Vl = s.Vl;
-    e->v0 = s.v0;
-    e->Vc = s.Vc;
-    e->nkv_g = s.nkv_g;
-    e->nq_g = s.nq_g;
-    e->I_g = s.I_g;
-    e->Im_g = s.Im_g;
+    e->cap = s->cap;
+    e->max_blocks = s->max_blocks;
+    e->ld = s->ld;
+    e->capJ = s->capJ;
+    e->ccap = s->ccap;
+    e->rows_act = s->rows_act;
+    e->Wmax = s->Wmax;
+    e->tp = s->tp;
+    e->rank = s->rank;
+    e->Vl = s->Vl;
+    e->v0 = s->v0;
+    e->Vc = s->Vc;
+    e->nkv_g = s->nkv_g;
+    e->nq_g = s->nq_g;
+    e->I_g = s->I_g;
+    e->Im_g = s->Im_g;
     e->comm = o->tp_comm;
     /* tp > 1: the Selector and reorg on the main stream, so that every
      * collective is on one stream in one order on every rank (NCCL
@@ -786,36 +789,43 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
     e->eps = (float)cfg->rms_norm_eps;
     e->gu_tiled = o->dtype == SFI_GPU_BF16 && !o->exact && e->I % 8 == 0;
     e->defer = o->sfi && o->params.refresh_delay >= 2;
-    *out = e;
-    rc = SFI_OK;
+}
+
+/* The create phases below return at the first failure and leave what they
+ * made in e, for sfi_gpu_engine_free. They read the options as e->o, which
+ * differs from the caller's only in overlap. */
 #define TRY(x)                                                                                     \
     do {                                                                                           \
-        if ((rc = (x)))                                                                            \
-            goto fail;                                                                             \
+        sfi_status try_ = (x);                                                                     \
+        if (try_)                                                                                  \
+            return try_;                                                                           \
     } while (0)
-#define TRYC(x) TRY(SFI_GPU_STATUS(err, x, #x))
-    {
-        int lo = 0, hi = 0;
-        TRYC(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-        TRYC(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, hi));
-        TRYC(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, lo));
-        for (int i = 0; i < R_SLOTS; i++) {
-            TRYC(cudaEventCreateWithFlags(&e->ev_attn[i], cudaEventDisableTiming));
-            TRYC(cudaEventCreateWithFlags(&e->ev_free[i], cudaEventDisableTiming));
-        }
-        TRYC(cudaEventCreateWithFlags(&e->ev_done, cudaEventDisableTiming));
-        TRYC(cudaEventCreateWithFlags(&e->ev_plan, cudaEventDisableTiming));
-        if (cublasCreate(&e->blas) != CUBLAS_STATUS_SUCCESS) {
-            rc = sfi_error_set(err, SFI_EIO, "cuBLAS: cannot create a handle");
-            goto fail;
-        }
-        TRY(dalloc(&e->blas_ws, (size_t)32 << 20, err));
-        if (cublasSetWorkspace(e->blas, e->blas_ws, (size_t)32 << 20) != CUBLAS_STATUS_SUCCESS ||
-            cublasSetStream(e->blas, e->main_st) != CUBLAS_STATUS_SUCCESS) {
-            rc = sfi_error_set(err, SFI_EIO, "cuBLAS: cannot set the workspace or stream");
-            goto fail;
-        }
+
+/* Streams (main high priority, side low), events, cuBLAS on main. */
+static sfi_status create_streams(sfi_gpu_engine *e, sfi_error *err)
+{
+    int lo = 0, hi = 0;
+    CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    CK(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, hi));
+    CK(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, lo));
+    for (int i = 0; i < R_SLOTS; i++) {
+        CK(cudaEventCreateWithFlags(&e->ev_attn[i], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&e->ev_free[i], cudaEventDisableTiming));
     }
+    CK(cudaEventCreateWithFlags(&e->ev_done, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&e->ev_plan, cudaEventDisableTiming));
+    if (cublasCreate(&e->blas) != CUBLAS_STATUS_SUCCESS)
+        return sfi_error_set(err, SFI_EIO, "cuBLAS: cannot create a handle");
+    TRY(dalloc(&e->blas_ws, (size_t)32 << 20, err));
+    if (cublasSetWorkspace(e->blas, e->blas_ws, (size_t)32 << 20) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(e->blas, e->main_st) != CUBLAS_STATUS_SUCCESS)
+        return sfi_error_set(err, SFI_EIO, "cuBLAS: cannot set the workspace or stream");
+    return SFI_OK;
+}
+
+/* The host arrays of per-layer pointers. */
+static sfi_status alloc_layer_arrays(sfi_gpu_engine *e, sfi_error *err)
+{
     e->lay = calloc((size_t)e->L, sizeof *e->lay);
     e->kp = calloc((size_t)e->L, sizeof(void *));
     e->vp = calloc((size_t)e->L, sizeof(void *));
@@ -823,206 +833,285 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
     e->cv = calloc((size_t)e->L, sizeof(void *));
     e->knorm = calloc((size_t)e->L, sizeof(float *));
     e->sel = calloc((size_t)e->L, sizeof(int32_t *));
-    if (!e->lay || !e->kp || !e->vp || !e->ck || !e->cv || !e->knorm || !e->sel) {
-        rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
-        goto fail;
+    if (!e->lay || !e->kp || !e->vp || !e->ck || !e->cv || !e->knorm || !e->sel)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    return SFI_OK;
+}
+
+/* Per layer: the paged KV pools and, for SFI, the compact segments, key
+ * norms and selected sets. */
+static sfi_status alloc_caches(sfi_gpu_engine *e, sfi_error *err)
+{
+    const sfi_gpu_engine_opts *o = &e->o;
+    const int B = o->max_batch, K = o->params.K;
+    size_t pool = (size_t)B * e->max_blocks * o->page * e->nkvd * e->esz;
+    for (int l = 0; l < e->L; l++) {
+        TRY(dalloc(&e->kp[l], pool, err));
+        TRY(dalloc(&e->vp[l], pool, err));
+        if (o->sfi) {
+            /* deferred: rows B.. are the second buffer (SFI_GPU_REQ_ALT) */
+            const size_t nb = e->defer ? 2 : 1;
+            size_t cb = nb * B * e->nkv * e->ccap * e->D * e->esz;
+            TRY(dalloc(&e->ck[l], cb, err));
+            TRY(dalloc(&e->cv[l], cb, err));
+            TRY(dalloc((void **)&e->knorm[l], (size_t)B * e->nkv * e->ld * 4, err));
+            TRY(dalloc((void **)&e->sel[l], nb * B * e->nkv * K * 4, err));
+            CK(cudaMemset(e->sel[l], 0, nb * B * e->nkv * K * 4));
+        }
     }
-    TRY(load_weights(e, m, seed, err));
-    {
-        const int B = o->max_batch, K = o->params.K;
-        size_t pool = (size_t)B * e->max_blocks * o->page * e->nkvd * e->esz;
-        for (int l = 0; l < e->L; l++) {
-            TRY(dalloc(&e->kp[l], pool, err));
-            TRY(dalloc(&e->vp[l], pool, err));
-            if (o->sfi) {
-                /* deferred: rows B.. are the second buffer (SFI_GPU_REQ_ALT) */
-                const size_t nb = e->defer ? 2 : 1;
-                size_t cb = nb * B * e->nkv * e->ccap * e->D * e->esz;
-                TRY(dalloc(&e->ck[l], cb, err));
-                TRY(dalloc(&e->cv[l], cb, err));
-                TRY(dalloc((void **)&e->knorm[l], (size_t)B * e->nkv * e->ld * 4, err));
-                TRY(dalloc((void **)&e->sel[l], nb * B * e->nkv * K * 4, err));
-                TRYC(cudaMemset(e->sel[l], 0, nb * B * e->nkv * K * 4));
-            }
-        }
-        /* each request owns a contiguous run of pages */
-        int32_t *bt = malloc((size_t)B * e->max_blocks * sizeof(int32_t));
-        if (!bt) {
-            rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
-            goto fail;
-        }
-        for (int b = 0; b < B; b++)
-            for (int i = 0; i < e->max_blocks; i++)
-                bt[(size_t)b * e->max_blocks + i] = b * e->max_blocks + i;
-        rc = dalloc((void **)&e->bt, (size_t)B * e->max_blocks * 4, err);
-        if (!rc && cudaMemcpy(e->bt, bt, (size_t)B * e->max_blocks * 4, cudaMemcpyHostToDevice) !=
-                       cudaSuccess)
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: block table upload failed");
-        free(bt);
-        if (rc)
-            goto fail;
-        TRY(dalloc((void **)&e->bt_pf, (size_t)PF_PSEUDO * e->max_blocks * 4, err));
-        /* RoPE tables, the reference's values */
-        size_t nt = (size_t)e->cap * (e->D / 2);
-        float *cs = malloc(nt * 4), *sn = malloc(nt * 4);
-        if (!cs || !sn) {
-            free(cs);
-            free(sn);
-            rc = sfi_error_set(err, SFI_ENOMEM, "out of memory");
-            goto fail;
-        }
-        sfi_qwen3_rope_table(cfg, 0, e->cap, cs, sn);
-        rc = dalloc((void **)&e->cs, nt * 4, err);
-        if (!rc)
-            rc = dalloc((void **)&e->sn, nt * 4, err);
-        if (!rc && (cudaMemcpy(e->cs, cs, nt * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-                    cudaMemcpy(e->sn, sn, nt * 4, cudaMemcpyHostToDevice) != cudaSuccess))
-            rc = sfi_error_set(err, SFI_EIO, "CUDA: RoPE table upload failed");
+    return SFI_OK;
+}
+
+/* The block table (each request owns a contiguous run of pages), the
+ * prefill's, and the RoPE tables (the reference's values). */
+static sfi_status upload_tables(sfi_gpu_engine *e, sfi_error *err)
+{
+    const int B = e->o.max_batch;
+    sfi_status rc;
+    int32_t *bt = malloc((size_t)B * e->max_blocks * sizeof(int32_t));
+    if (!bt)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < e->max_blocks; i++)
+            bt[(size_t)b * e->max_blocks + i] = b * e->max_blocks + i;
+    rc = dalloc((void **)&e->bt, (size_t)B * e->max_blocks * 4, err);
+    if (!rc)
+        rc = SFI_GPU_STATUS(
+            err, cudaMemcpy(e->bt, bt, (size_t)B * e->max_blocks * 4, cudaMemcpyHostToDevice),
+            "cudaMemcpy(e->bt, bt, ...)");
+    free(bt);
+    if (rc)
+        return rc;
+    TRY(dalloc((void **)&e->bt_pf, (size_t)PF_PSEUDO * e->max_blocks * 4, err));
+    size_t nt = (size_t)e->cap * (e->D / 2);
+    float *cs = malloc(nt * 4), *sn = malloc(nt * 4);
+    if (!cs || !sn) {
         free(cs);
         free(sn);
-        if (rc)
-            goto fail;
-        if (o->sfi) {
-            for (int i = 0; i < (e->defer ? 1 : R_SLOTS); i++) {
-                if (!e->defer)
-                    TRY(dalloc((void **)&e->logits_ring[i], (size_t)B * e->nh * e->ld * 4, err));
-                TRY(dalloc(&e->sel_ws_mem[i], sfi_gpu_sel_ws_bytes(B, e->nkv, e->capJ), err));
-                sfi_gpu_sel_ws_carve(&e->sel_ws[i], e->sel_ws_mem[i], B, e->nkv, e->capJ);
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    }
+    sfi_qwen3_rope_table(&e->c, 0, e->cap, cs, sn);
+    rc = dalloc((void **)&e->cs, nt * 4, err);
+    if (!rc)
+        rc = dalloc((void **)&e->sn, nt * 4, err);
+    if (!rc)
+        rc = SFI_GPU_STATUS(err, cudaMemcpy(e->cs, cs, nt * 4, cudaMemcpyHostToDevice),
+                            "cudaMemcpy(e->cs, cs, ...)");
+    if (!rc)
+        rc = SFI_GPU_STATUS(err, cudaMemcpy(e->sn, sn, nt * 4, cudaMemcpyHostToDevice),
+                            "cudaMemcpy(e->sn, sn, ...)");
+    free(cs);
+    free(sn);
+    return rc;
+}
+
+/* SFI: the logits ring (or every layer's logits, deferred), the
+ * Selector's workspaces and the window queries. */
+static sfi_status alloc_selector(sfi_gpu_engine *e, sfi_error *err)
+{
+    if (!e->o.sfi)
+        return SFI_OK;
+    const int B = e->o.max_batch;
+    for (int i = 0; i < (e->defer ? 1 : R_SLOTS); i++) {
+        if (!e->defer)
+            TRY(dalloc((void **)&e->logits_ring[i], (size_t)B * e->nh * e->ld * 4, err));
+        TRY(dalloc(&e->sel_ws_mem[i], sfi_gpu_sel_ws_bytes(B, e->nkv, e->capJ), err));
+        sfi_gpu_sel_ws_carve(&e->sel_ws[i], e->sel_ws_mem[i], B, e->nkv, e->capJ);
+    }
+    if (e->defer) {
+        TRY(dalloc((void **)&e->lg_keep, (size_t)e->L * B * e->nh * e->ld * 4, err));
+        TRY(dalloc((void **)&e->d_dsel, sizeof(sfi_gpu_step_desc), err));
+    }
+    TRY(dalloc((void **)&e->win, (size_t)e->nkv * e->Wmax * e->G * e->ld * 4, err));
+    TRY(dalloc((void **)&e->qwin, (size_t)e->L * e->Wmax * e->nq * 4, err));
+    return SFI_OK;
+}
+
+/* SFI steps mix short sparse rows with a few long dense ones: split every
+ * request into pieces of about a fast step's rows. */
+static void plan_splits(sfi_gpu_engine *e)
+{
+    const sfi_gpu_engine_opts *o = &e->o;
+    const int B = o->max_batch;
+    int mr = o->params.n_sink + o->params.K + o->params.n_recent;
+    int msr = mr < 1024 ? 1024 : round_up(mr, 64);
+    /* with few (request, KV head) pairs a fast request's rows in
+     * one CTA per pair leave most SMs idle (H100, Qwen3-30B-A3B
+     * shape cut to 8 layers, batch 1 = 4 pairs: SFI fast steps
+     * 5.16 ms against dense steps 3.87 ms at 8K): split them so
+     * that the pairs fill the SMs once; 2 pairs per SM and more
+     * (the benchmarked batch 16) keep one split */
+    int sms = 0, dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess) {
+        long pairs = (long)B * e->nkv;
+        if (sms > 0 && 2 * pairs <= sms) {
+            long per = (sms + pairs - 1) / pairs;
+            int r = round_up((int)((mr + per - 1) / per), 64);
+            if (r < 256)
+                r = 256;
+            if (r < msr) {
+                /* slow requests keep the large splits (H100,
+                 * 0.6B batch 4 at 32K: slow steps 3.59 ms with
+                 * them, 4.27 with 256-row splits, 6.26 with one
+                 * split per SM share) */
+                e->attn_ws.dense_min_rows = msr;
+                e->attn_ws.fast_splits = (int)per;
+                msr = r;
             }
-            if (e->defer) {
-                TRY(dalloc((void **)&e->lg_keep, (size_t)e->L * B * e->nh * e->ld * 4, err));
-                TRY(dalloc((void **)&e->d_dsel, sizeof(sfi_gpu_step_desc), err));
-            }
-            TRY(dalloc((void **)&e->win, (size_t)e->nkv * e->Wmax * e->G * e->ld * 4, err));
-            TRY(dalloc((void **)&e->qwin, (size_t)e->L * e->Wmax * e->nq * 4, err));
-        }
-        int wsb = B > PF_PSEUDO ? B : PF_PSEUDO;
-        TRY(dalloc(&e->attn_ws_mem, sfi_gpu_attn_ws_bytes(wsb, e->nh, e->D), err));
-        sfi_gpu_attn_ws_carve(&e->attn_ws, e->attn_ws_mem, wsb, e->nh, e->D);
-        /* SFI steps mix short sparse rows with a few long dense ones: split
-         * every request into pieces of about a fast step's rows */
-        if (o->sfi) {
-            int mr = o->params.n_sink + o->params.K + o->params.n_recent;
-            int msr = mr < 1024 ? 1024 : round_up(mr, 64);
-            /* with few (request, KV head) pairs a fast request's rows in
-             * one CTA per pair leave most SMs idle (H100, Qwen3-30B-A3B
-             * shape cut to 8 layers, batch 1 = 4 pairs: SFI fast steps
-             * 5.16 ms against dense steps 3.87 ms at 8K): split them so
-             * that the pairs fill the SMs once; 2 pairs per SM and more
-             * (the benchmarked batch 16) keep one split */
-            int sms = 0, dev = 0;
-            if (cudaGetDevice(&dev) == cudaSuccess &&
-                cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess) {
-                long pairs = (long)B * e->nkv;
-                if (sms > 0 && 2 * pairs <= sms) {
-                    long per = (sms + pairs - 1) / pairs;
-                    int r = round_up((int)((mr + per - 1) / per), 64);
-                    if (r < 256)
-                        r = 256;
-                    if (r < msr) {
-                        /* slow requests keep the large splits (H100,
-                         * 0.6B batch 4 at 32K: slow steps 3.59 ms with
-                         * them, 4.27 with 256-row splits, 6.26 with one
-                         * split per SM share) */
-                        e->attn_ws.dense_min_rows = msr;
-                        e->attn_ws.fast_splits = (int)per;
-                        msr = r;
-                    }
-                }
-            }
-            /* experiments: SFI_GPU_SPLIT_ROWS=N sets the rows per split */
-            const char *env = getenv("SFI_GPU_SPLIT_ROWS");
-            if (env && atoi(env) >= 64)
-                msr = round_up(atoi(env), 64);
-            e->attn_ws.min_split_rows = msr;
-        }
-        const char *skp = getenv("SFI_GPU_SKIP");
-        if (skp) {
-            e->skip_norm = strstr(skp, "norm") != NULL;
-            e->skip_qkv = strstr(skp, "qkv") != NULL;
-            e->skip_attn = strstr(skp, "attn") != NULL;
-            e->skip_gemm = strstr(skp, "gemm") != NULL;
-        }
-        e->fuse_norm = !(getenv("SFI_GPU_FUSE_NORM") && !strcmp(getenv("SFI_GPU_FUSE_NORM"), "0"));
-        const char *gk = getenv("SFI_GPU_GEMM");
-        if (gk)
-            sfi_gpu_gemm_select(!strcmp(gk, "skinny") ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB,
-                                getenv("SFI_GPU_SLAB_MAX_MB") ? atoi(getenv("SFI_GPU_SLAB_MAX_MB"))
-                                                              : -1);
-        /* experiments: SFI_GPU_STAGES=2|3|4|6 sets the attention pipeline depth */
-        const char *stg = getenv("SFI_GPU_STAGES");
-        if (stg)
-            sfi_gpu_attn_set_stages(atoi(stg));
-        TRYC(sfi_gpu_attn_ws_init(&e->attn_ws, e->main_st));
-        /* activations */
-        size_t R = (size_t)e->rows_act;
-        int Iw = e->I > e->Im ? e->I : e->Im;
-        TRY(dalloc((void **)&e->x, R * e->H * 4, err));
-        TRY(dalloc((void **)&e->xn, R * e->H * 4, err));
-        TRY(dalloc((void **)&e->qkv, R * (e->nq + 2 * e->nkvd) * 4, err));
-        TRY(dalloc((void **)&e->q, R * e->nq * 4, err));
-        TRY(dalloc((void **)&e->att, R * e->nq * 4, err));
-        TRY(dalloc((void **)&e->gu, R * 2 * Iw * 4, err));
-        TRY(dalloc((void **)&e->act_f, R * Iw * 4, err));
-        TRY(dalloc(&e->xn_b, R * e->H * 2, err));
-        TRY(dalloc(&e->att_b, R * e->nq * 2, err));
-        TRY(dalloc(&e->act_b, R * Iw * 2, err));
-        /* tp > 1: a row's Vc floats are gathered from row b * Vl, so the
-         * last rank (Vl <= Vc) reads up to Vc - Vl floats past its last row */
-        TRY(dalloc((void **)&e->logits, ((size_t)B * e->Vc + (e->tp > 1 ? e->Vc : 0)) * 4, err));
-        if (e->tp > 1) {
-            TRYC(cudaMemset(e->logits, 0, ((size_t)B * e->Vc + e->Vc) * 4));
-            TRY(dalloc((void **)&e->amax_keys, 64 * 8, err));
-            TRY(dalloc((void **)&e->amax_all, (size_t)64 * 8 * e->tp, err));
-            TRYC(cudaMemset(e->amax_keys, 0, 64 * 8));
-            TRY(dalloc((void **)&e->lg_all, (size_t)B * e->tp * e->Vc * 4, err));
-            TRY(dalloc((void **)&e->sel_all, (size_t)e->nkv_g * o->params.K * 4, err));
-            if (o->sfi)
-                TRY(dalloc((void **)&e->z_all, (size_t)B * e->nkv_g * e->capJ * 4, err));
-        }
-        TRY(dalloc((void **)&e->next, 64 * 4, err));
-        TRY(dalloc((void **)&e->slots, 64 * 8, err));
-        if (o->dtype == SFI_GPU_BF16 && !o->exact) {
-            /* split-K applies to products with fewer than 264 row tiles */
-            e->gemm_part_floats = (size_t)8 * 64 * 4224 + 64;
-            e->gemm_tiles = 4224 / 16;
-            TRY(dalloc((void **)&e->gemm_part, e->gemm_part_floats * 4, err));
-            TRY(dalloc((void **)&e->gemm_cnt, (size_t)e->gemm_tiles * 4, err));
-            TRYC(cudaMemset(e->gemm_cnt, 0, (size_t)e->gemm_tiles * 4));
-        }
-        TRYC(cudaMemset(e->slots, 0, 64 * 8));
-        TRY(dalloc((void **)&e->d_prompt, (size_t)e->cap * 4, err));
-        if (e->E) {
-            size_t pairs = R * e->top;
-            TRY(dalloc((void **)&e->rl, R * e->E * 4, err));
-            TRY(dalloc((void **)&e->sel_e, pairs * 4, err));
-            TRY(dalloc((void **)&e->sel_w, pairs * 4, err));
-            TRY(dalloc((void **)&e->y1, pairs * 2 * e->Im * 4, err));
-            TRY(dalloc((void **)&e->act2, pairs * e->Im * 4, err));
-            TRY(dalloc((void **)&e->y2, pairs * e->H * 4, err));
-        }
-        TRY(dalloc((void **)&e->d_desc, sizeof(sfi_gpu_step_desc), err));
-        TRY(dalloc((void **)&e->d_desc1, sizeof(sfi_gpu_step_desc), err));
-        TRYC(cudaMallocHost((void **)&e->h_pin, 2 * sizeof(sfi_gpu_step_desc)));
-        TRY(dalloc((void **)&e->d_state, sizeof(sfi_gpu_run_state), err));
-        TRY(dalloc((void **)&e->hist_kind, (size_t)o->max_new * B * 4, err));
-        TRY(dalloc((void **)&e->hist_tok, (size_t)o->max_new * B * 4, err));
-        TRY(dalloc((void **)&e->d_force, (size_t)o->max_new * B * 4, err));
-        if (o->is_trigger && o->n_trigger_vocab > 0) {
-            TRY(dalloc((void **)&e->d_trig, (size_t)o->n_trigger_vocab, err));
-            TRYC(cudaMemcpy(e->d_trig, o->is_trigger, (size_t)o->n_trigger_vocab,
-                            cudaMemcpyHostToDevice));
         }
     }
-    TRYC(cudaStreamSynchronize(e->main_st));
+    /* experiments: SFI_GPU_SPLIT_ROWS=N sets the rows per split */
+    const char *env = getenv("SFI_GPU_SPLIT_ROWS");
+    if (env && atoi(env) >= 64)
+        msr = round_up(atoi(env), 64);
+    e->attn_ws.min_split_rows = msr;
+}
+
+/* The environment's experiment switches (SFI_GPU_SKIP, _FUSE_NORM, _GEMM,
+ * _SLAB_MAX_MB, _STAGES). */
+static void read_experiments(sfi_gpu_engine *e)
+{
+    const char *skp = getenv("SFI_GPU_SKIP");
+    if (skp) {
+        e->skip_norm = strstr(skp, "norm") != NULL;
+        e->skip_qkv = strstr(skp, "qkv") != NULL;
+        e->skip_attn = strstr(skp, "attn") != NULL;
+        e->skip_gemm = strstr(skp, "gemm") != NULL;
+    }
+    e->fuse_norm = !(getenv("SFI_GPU_FUSE_NORM") && !strcmp(getenv("SFI_GPU_FUSE_NORM"), "0"));
+    const char *gk = getenv("SFI_GPU_GEMM");
+    if (gk)
+        sfi_gpu_gemm_select(!strcmp(gk, "skinny") ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB,
+                            getenv("SFI_GPU_SLAB_MAX_MB") ? atoi(getenv("SFI_GPU_SLAB_MAX_MB"))
+                                                          : -1);
+    /* experiments: SFI_GPU_STAGES=2|3|4|6 sets the attention pipeline depth */
+    const char *stg = getenv("SFI_GPU_STAGES");
+    if (stg)
+        sfi_gpu_attn_set_stages(atoi(stg));
+}
+
+/* The attention workspace (decode batch or prefill pseudo-batch, the
+ * larger), its split plan and the switches it is initialised under. */
+static sfi_status setup_attention(sfi_gpu_engine *e, sfi_error *err)
+{
+    const int B = e->o.max_batch;
+    int wsb = B > PF_PSEUDO ? B : PF_PSEUDO;
+    TRY(dalloc(&e->attn_ws_mem, sfi_gpu_attn_ws_bytes(wsb, e->nh, e->D), err));
+    sfi_gpu_attn_ws_carve(&e->attn_ws, e->attn_ws_mem, wsb, e->nh, e->D);
+    if (e->o.sfi)
+        plan_splits(e);
+    read_experiments(e);
+    CK(sfi_gpu_attn_ws_init(&e->attn_ws, e->main_st));
+    return SFI_OK;
+}
+
+/* The activations of rows_act rows, the logits and, tp > 1, the
+ * collectives' buffers. */
+static sfi_status alloc_activations(sfi_gpu_engine *e, sfi_error *err)
+{
+    const sfi_gpu_engine_opts *o = &e->o;
+    const int B = o->max_batch;
+    size_t R = (size_t)e->rows_act;
+    int Iw = e->I > e->Im ? e->I : e->Im;
+    TRY(dalloc((void **)&e->x, R * e->H * 4, err));
+    TRY(dalloc((void **)&e->xn, R * e->H * 4, err));
+    TRY(dalloc((void **)&e->qkv, R * (e->nq + 2 * e->nkvd) * 4, err));
+    TRY(dalloc((void **)&e->q, R * e->nq * 4, err));
+    TRY(dalloc((void **)&e->att, R * e->nq * 4, err));
+    TRY(dalloc((void **)&e->gu, R * 2 * Iw * 4, err));
+    TRY(dalloc((void **)&e->act_f, R * Iw * 4, err));
+    TRY(dalloc(&e->xn_b, R * e->H * 2, err));
+    TRY(dalloc(&e->att_b, R * e->nq * 2, err));
+    TRY(dalloc(&e->act_b, R * Iw * 2, err));
+    /* tp > 1: a row's Vc floats are gathered from row b * Vl, so the
+     * last rank (Vl <= Vc) reads up to Vc - Vl floats past its last row */
+    TRY(dalloc((void **)&e->logits, ((size_t)B * e->Vc + (e->tp > 1 ? e->Vc : 0)) * 4, err));
+    if (e->tp > 1) {
+        CK(cudaMemset(e->logits, 0, ((size_t)B * e->Vc + e->Vc) * 4));
+        TRY(dalloc((void **)&e->amax_keys, 64 * 8, err));
+        TRY(dalloc((void **)&e->amax_all, (size_t)64 * 8 * e->tp, err));
+        CK(cudaMemset(e->amax_keys, 0, 64 * 8));
+        TRY(dalloc((void **)&e->lg_all, (size_t)B * e->tp * e->Vc * 4, err));
+        TRY(dalloc((void **)&e->sel_all, (size_t)e->nkv_g * o->params.K * 4, err));
+        if (o->sfi)
+            TRY(dalloc((void **)&e->z_all, (size_t)B * e->nkv_g * e->capJ * 4, err));
+    }
+    return SFI_OK;
+}
+
+/* The decode loop's device state: next tokens, slots, split-K partials,
+ * the prompt, MoE routing, step descriptors, histories, trigger set. */
+static sfi_status alloc_run_state(sfi_gpu_engine *e, sfi_error *err)
+{
+    const sfi_gpu_engine_opts *o = &e->o;
+    const int B = o->max_batch;
+    size_t R = (size_t)e->rows_act;
+    TRY(dalloc((void **)&e->next, 64 * 4, err));
+    TRY(dalloc((void **)&e->slots, 64 * 8, err));
+    if (o->dtype == SFI_GPU_BF16 && !o->exact) {
+        /* split-K applies to products with fewer than 264 row tiles */
+        e->gemm_part_floats = (size_t)8 * 64 * 4224 + 64;
+        e->gemm_tiles = 4224 / 16;
+        TRY(dalloc((void **)&e->gemm_part, e->gemm_part_floats * 4, err));
+        TRY(dalloc((void **)&e->gemm_cnt, (size_t)e->gemm_tiles * 4, err));
+        CK(cudaMemset(e->gemm_cnt, 0, (size_t)e->gemm_tiles * 4));
+    }
+    CK(cudaMemset(e->slots, 0, 64 * 8));
+    TRY(dalloc((void **)&e->d_prompt, (size_t)e->cap * 4, err));
+    if (e->E) {
+        size_t pairs = R * e->top;
+        TRY(dalloc((void **)&e->rl, R * e->E * 4, err));
+        TRY(dalloc((void **)&e->sel_e, pairs * 4, err));
+        TRY(dalloc((void **)&e->sel_w, pairs * 4, err));
+        TRY(dalloc((void **)&e->y1, pairs * 2 * e->Im * 4, err));
+        TRY(dalloc((void **)&e->act2, pairs * e->Im * 4, err));
+        TRY(dalloc((void **)&e->y2, pairs * e->H * 4, err));
+    }
+    TRY(dalloc((void **)&e->d_desc, sizeof(sfi_gpu_step_desc), err));
+    TRY(dalloc((void **)&e->d_desc1, sizeof(sfi_gpu_step_desc), err));
+    CK(cudaMallocHost((void **)&e->h_pin, 2 * sizeof(sfi_gpu_step_desc)));
+    TRY(dalloc((void **)&e->d_state, sizeof(sfi_gpu_run_state), err));
+    TRY(dalloc((void **)&e->hist_kind, (size_t)o->max_new * B * 4, err));
+    TRY(dalloc((void **)&e->hist_tok, (size_t)o->max_new * B * 4, err));
+    TRY(dalloc((void **)&e->d_force, (size_t)o->max_new * B * 4, err));
+    if (o->is_trigger && o->n_trigger_vocab > 0) {
+        TRY(dalloc((void **)&e->d_trig, (size_t)o->n_trigger_vocab, err));
+        CK(cudaMemcpy(e->d_trig, o->is_trigger, (size_t)o->n_trigger_vocab,
+                      cudaMemcpyHostToDevice));
+    }
+    return SFI_OK;
+}
+
+#undef TRY
+
+sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m, uint64_t seed,
+                                 const sfi_gpu_engine_opts *o, sfi_gpu_engine **out, sfi_error *err)
+{
+    *out = NULL;
+    shape s;
+    sfi_gpu_engine_mem mp;
+    sfi_status rc = create_plan(cfg, o, &s, &mp, err);
+    if (rc)
+        return rc;
+    sfi_gpu_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return sfi_error_set(err, SFI_ENOMEM, "out of memory");
+    init_fields(e, cfg, o, &s, &mp);
+    *out = e;
+    if ((rc = create_streams(e, err)) || (rc = alloc_layer_arrays(e, err)) ||
+        (rc = load_weights(e, m, seed, err)) || (rc = alloc_caches(e, err)) ||
+        (rc = upload_tables(e, err)) || (rc = alloc_selector(e, err)) ||
+        (rc = setup_attention(e, err)) || (rc = alloc_activations(e, err)) ||
+        (rc = alloc_run_state(e, err)) ||
+        (rc = SFI_GPU_STATUS(err, cudaStreamSynchronize(e->main_st),
+                             "cudaStreamSynchronize(e->main_st)"))) {
+        sfi_gpu_engine_free(e);
+        *out = NULL;
+        return rc;
+    }
     sfi_gpu_gemm_set_ws(e->gemm_part, e->gemm_part_floats, e->gemm_cnt, e->gemm_tiles);
     return SFI_OK;
-fail:
-    sfi_gpu_engine_free(e);
-    *out = NULL;
-    return rc;
-#undef TRY
-#undef TRYC
 }
 
 void sfi_gpu_engine_free(sfi_gpu_engine *e)
@@ -1270,6 +1359,40 @@ static const void *gemm_in(const sfi_gpu_engine *e, const float *f, const void *
     return e->o.dtype == SFI_GPU_BF16 ? b : (const void *)f;
 }
 
+/* The arguments of layer l's QKV post-processing (QK norms, RoPE, KV
+ * append) over T rows of e->qkv, for prefill and decode alike; positions
+ * and rows (pos0/row0 or pos_arr) are left to the caller. key_norms: the
+ * layer's, or NULL when nothing reads them. */
+static sfi_gpu_qkv_args qkv_args(const sfi_gpu_engine *e, int l, int T, float *key_norms)
+{
+    const dlayer *Ly = &e->lay[l];
+    /* exact: the biases went into the GEMM already */
+    const float *bias = !e->exact ? Ly->bqkv : NULL;
+    sfi_gpu_qkv_args a = {.qkv = e->qkv,
+                          .bq = bias,
+                          .bk = bias ? bias + e->nq : NULL,
+                          .bv = bias ? bias + e->nq + e->nkvd : NULL,
+                          .q_norm = Ly->q_norm,
+                          .k_norm = Ly->k_norm,
+                          .cs = e->cs,
+                          .sn = e->sn,
+                          .T = T,
+                          .n_heads = e->nh,
+                          .n_kv = e->nkv,
+                          .head_dim = e->D,
+                          .eps = e->eps,
+                          .block_table = e->bt,
+                          .max_blocks = e->max_blocks,
+                          .page = e->o.page,
+                          .k_pool = e->kp[l],
+                          .v_pool = e->vp[l],
+                          .dtype = e->o.dtype,
+                          .key_norms = key_norms,
+                          .ld_norms = e->ld,
+                          .q_out = e->q};
+    return a;
+}
+
 /* A decode GEMM of RMSNorm(e->x) * norm_w with the norm made inside the
  * GEMM (one launch instead of two; bf16 decode steps, where the slab
  * kernel applies). *done = 0: nothing launched, the caller runs the norm
@@ -1511,31 +1634,9 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
             if ((rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL,
                            e->qkv, T, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
                 break;
-            sfi_gpu_qkv_args qa = {.qkv = e->qkv,
-                                   .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
-                                   .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
-                                   .bv =
-                                       (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
-                                   .q_norm = Ly->q_norm,
-                                   .k_norm = Ly->k_norm,
-                                   .cs = e->cs,
-                                   .sn = e->sn,
-                                   .pos0 = p0,
-                                   .row0 = b,
-                                   .T = T,
-                                   .n_heads = e->nh,
-                                   .n_kv = e->nkv,
-                                   .head_dim = e->D,
-                                   .eps = e->eps,
-                                   .block_table = e->bt,
-                                   .max_blocks = e->max_blocks,
-                                   .page = e->o.page,
-                                   .k_pool = e->kp[l],
-                                   .v_pool = e->vp[l],
-                                   .dtype = e->o.dtype,
-                                   .key_norms = e->knorm[l],
-                                   .ld_norms = e->ld,
-                                   .q_out = e->q};
+            sfi_gpu_qkv_args qa = qkv_args(e, l, T, e->knorm[l]);
+            qa.pos0 = p0;
+            qa.row0 = b;
             if ((ce = sfi_gpu_qkv_post(&qa, e->exact, st)) != cudaSuccess)
                 break;
             /* keep the window queries */
@@ -1702,30 +1803,9 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
             (rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL, e->qkv,
                        B, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
             return rc;
-        sfi_gpu_qkv_args qa = {.qkv = e->qkv,
-                               .bq = (!e->exact && Ly->bqkv) ? Ly->bqkv : NULL,
-                               .bk = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq : NULL,
-                               .bv = (!e->exact && Ly->bqkv) ? Ly->bqkv + e->nq + e->nkvd : NULL,
-                               .q_norm = Ly->q_norm,
-                               .k_norm = Ly->k_norm,
-                               .cs = e->cs,
-                               .sn = e->sn,
-                               .pos_arr = e->d_state->pos,
-                               .row0 = -1,
-                               .T = B,
-                               .n_heads = e->nh,
-                               .n_kv = e->nkv,
-                               .head_dim = e->D,
-                               .eps = e->eps,
-                               .block_table = e->bt,
-                               .max_blocks = e->max_blocks,
-                               .page = e->o.page,
-                               .k_pool = e->kp[l],
-                               .v_pool = e->vp[l],
-                               .dtype = e->o.dtype,
-                               .key_norms = sfi ? e->knorm[l] : NULL,
-                               .ld_norms = e->ld,
-                               .q_out = e->q};
+        sfi_gpu_qkv_args qa = qkv_args(e, l, B, sfi ? e->knorm[l] : NULL);
+        qa.pos_arr = e->d_state->pos;
+        qa.row0 = -1;
         if (!e->skip_qkv)
             CK(sfi_gpu_qkv_post(&qa, e->exact, st));
         if (overlap && !e->defer && l >= R_SLOTS)

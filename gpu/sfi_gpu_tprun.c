@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "sfi_gpu_nccl.h"
+#include "sfi_gpu_status.h"
 
 #define MAX_RANKS 64
 /* how long the ranks get to return once their communicators are aborted */
@@ -68,11 +69,8 @@ static void *rank_main(void *arg)
     const sfi_gpu_tp_job *job = c->job;
     shared *sh = c->sh;
     sfi_error_clear(&c->err);
-    cudaError_t ce = cudaSetDevice(c->rank);
-    if (ce != cudaSuccess) {
-        c->rc = sfi_error_set(&c->err, SFI_EIO, "CUDA: cudaSetDevice(%d): %s", c->rank,
-                              cudaGetErrorString(ce));
-    } else {
+    c->rc = SFI_GPU_STATUS(&c->err, cudaSetDevice(c->rank), "cudaSetDevice(c->rank)");
+    if (!c->rc) {
         sfi_gpu_engine_opts o = *job->eo;
         o.tp_size = job->n;
         o.tp_rank = c->rank;
@@ -208,11 +206,17 @@ sfi_status sfi_gpu_tp_run(const sfi_gpu_tp_job *job, sfi_gpu_tp_group **out,
     if (n < 2 || n > MAX_RANKS)
         return sfi_error_set(err, SFI_ERANGE, "--tp %d: expected 2..%d", n, MAX_RANKS);
     int ndev = 0;
-    cudaError_t ce = cudaGetDeviceCount(&ndev);
-    if (ce != cudaSuccess || ndev < n)
-        return sfi_error_set(err, SFI_ENODEVICE, "--tp %d needs %d GPUs; this machine has %d%s%s",
-                             n, n, ce == cudaSuccess ? ndev : 0, ce == cudaSuccess ? "" : ": ",
-                             ce == cudaSuccess ? "" : cudaGetErrorString(ce));
+    if (SFI_GPU_STATUS(err, cudaGetDeviceCount(&ndev), "cudaGetDeviceCount(&ndev)")) {
+        /* no driver or no device: a missing GPU (the caller's skip), not
+         * an I/O error */
+        sfi_error_prefix(err, "--tp %d needs %d GPUs", n, n);
+        if (err)
+            err->code = SFI_ENODEVICE;
+        return SFI_ENODEVICE;
+    }
+    if (ndev < n)
+        return sfi_error_set(err, SFI_ENODEVICE, "--tp %d needs %d GPUs; this machine has %d", n, n,
+                             ndev);
     sfi_status rc = sfi_gpu_nccl_load(err);
     if (rc)
         return rc;

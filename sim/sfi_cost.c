@@ -374,13 +374,16 @@ static void add_exact_topk(const sfi_cost_setup *s, acc *a, double n)
 /* With prof.cta_bandwidth: bytes of the largest CTA of an attention launch
  * over requests of `rows` rows each (sfi-gpu's split rule; per_row: bytes
  * per row and KV head), and the launch's roofline body time. */
-static void attn_cta(const sfi_cost_setup *s, acc *a, double rows, double per_row, double body)
+static void attn_cta(const sfi_cost_setup *s, acc *a, double rows, double per_row, double body,
+                     int sparse)
 {
     if (!(s->prof.cta_bandwidth > 0))
         return;
     double r;
     if (s->attn_split_rows > 0) {
-        r = rows < s->attn_split_rows ? rows : s->attn_split_rows;
+        int cap = sparse && s->attn_fast_split_rows > 0 ? s->attn_fast_split_rows
+                                                        : s->attn_split_rows;
+        r = rows < cap ? rows : cap;
     } else {
         double pairs = (double)s->batch * kv_heads(s);
         double splits = floor(s->gpu.sm_count / pairs), lim = floor(s->context / 1024.0);
@@ -410,7 +413,8 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
     switch (s->kind) {
     case SFI_POLICY_FULL:
         add_kernel(s, a, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1);
-        attn_cta(s, a, L, pos_b / hkv, roofline_x(s, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1));
+        attn_cta(s, a, L, pos_b / hkv,
+                 roofline_x(s, SFI_KC_ATTN_DENSE, B * dense_b, B * fl_pos * L, 1), 0);
         break;
     case SFI_POLICY_SFI:
     case SFI_POLICY_TMAX:
@@ -422,13 +426,15 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
             add_dense_logits(s, a, n_slow * dense_b, lb, n_slow * fl_pos * L);
             attn_cta(s, a, L, pos_b / hkv + hq / hkv * 4.0,
                      roofline_x(s, SFI_KC_ATTN_DENSE, n_slow * dense_b, n_slow * fl_pos * L, 0) +
-                         logits_time(s, lb));
+                         logits_time(s, lb),
+                     0);
         }
         if (n_fast > 0) {
             int F = sfi_cost_fast_positions(s);
             add_kernel(s, a, SFI_KC_ATTN_SPARSE, n_fast * F * pos_b, n_fast * fl_pos * F, 1);
             attn_cta(s, a, F, pos_b / hkv,
-                     roofline_x(s, SFI_KC_ATTN_SPARSE, n_fast * F * pos_b, n_fast * fl_pos * F, 1));
+                     roofline_x(s, SFI_KC_ATTN_SPARSE, n_fast * F * pos_b, n_fast * fl_pos * F, 1),
+                     1);
         }
         break;
     }

@@ -51,6 +51,10 @@ typedef struct {
                               the (request, KV head) pairs, >= 1024 rows
                               each); with prof.cta_bandwidth, prices launches
                               of few CTAs */
+    int attn_fast_split_rows; /* with attn_split_rows: a fast (sparse) request's rows
+                                 per CTA at most when they differ (sfi-gpu at small
+                                 batches splits fast requests finer than slow ones;
+                                 0: attn_split_rows) */
     int moe_launches;      /* launches of an MoE layer besides attention (0: the
                               model's 8; sfi-gpu's engine: 11) */
     int allreduce_bytes;   /* bytes per element of the two residual all-reduces

@@ -334,6 +334,13 @@ sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const s
 
 /* ---- prediction ---- */
 
+/* KV heads one GPU of a tensor-parallel group holds (sfi_cost's rule). */
+static int sv_kv_heads(const sfi_model_config *mc, int tp)
+{
+    int kv = mc->num_key_value_heads;
+    return kv >= tp ? kv / tp : 1;
+}
+
 int sfi_sv_moe_pair_reads = 0;
 
 void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_hw_profile *p,
@@ -366,10 +373,25 @@ void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_
     s.tp = m->tp > 0 ? m->tp : 1;
     s.allreduce_bytes = 4;
     /* SFI mode splits every request's rows into pieces of about a fast
-     * step's rows (gpu/sfi_gpu_engine.c: min_split_rows) */
+     * step's rows (gpu/sfi_gpu_engine.c: min_split_rows); when the
+     * (request, KV head) pairs fill at most half the SMs, fast requests
+     * are cut finer, into pieces that spread them over the SMs once (at
+     * least 256 rows), while slow requests keep the large pieces
+     * (attn_ws.dense_min_rows, fast_splits) */
     if (m->sfi) {
-        int r = s.pol.prm.n_sink + s.pol.prm.K + s.pol.prm.n_recent;
-        s.attn_split_rows = r < 1024 ? 1024 : (r + 63) / 64 * 64;
+        int mr = s.pol.prm.n_sink + s.pol.prm.K + s.pol.prm.n_recent;
+        int msr = mr < 1024 ? 1024 : (mr + 63) / 64 * 64;
+        s.attn_split_rows = msr;
+        long pairs = (long)m->batch * sv_kv_heads(mc, s.tp);
+        int sms = gpu->sm_count;
+        if (sms > 0 && 2 * pairs <= sms) {
+            long per = (sms + pairs - 1) / pairs;
+            int r = (int)(((mr + per - 1) / per + 63) / 64 * 64);
+            if (r < 256)
+                r = 256;
+            if (r < msr)
+                s.attn_fast_split_rows = r;
+        }
     }
     /* At tp > 1 the engine runs the Selector, Top-K and reorg on the main
      * stream (its collectives on one stream), as --no-overlap does at tp

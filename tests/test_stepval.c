@@ -102,6 +102,9 @@ START_TEST(fit_recovers_known_parameters)
                      SFI_OK);
     for (int j = 0; j < SFI_SV_NPARAM; j++) {
         double want = sfi_sv_param_get(&t, j), got = sfi_sv_param_get(&p, j);
+        /* no PDL launch cost of its own: launches under PDL cost launch_us */
+        if (j == SFI_SV_P_LAUNCH_PDL && f.identified[j] && !(want > 0))
+            want = sfi_sv_param_get(&t, SFI_SV_P_LAUNCH);
         /* held (their effect too small to see at 1% noise), or without
          * a value of its own (launches under PDL cost what others do; no
          * MoE shape here) */
@@ -372,6 +375,57 @@ START_TEST(tensor_parallel_engine_setup)
 }
 END_TEST
 
+/* sfi-gpu's SFI-mode attention split (gpu/sfi_gpu_engine.c): when the
+ * (request, KV head) pairs fill at most half the SMs, fast requests are cut
+ * into pieces of 256+ rows that spread over the SMs, while slow requests
+ * keep pieces of 2368 rows; at batch 16 (128 pairs on 132 SMs) every
+ * request keeps the large pieces. With a per-CTA bandwidth that binds, the
+ * predicted steps show each rule. */
+START_TEST(small_batches_split_fast_requests_finer_than_slow_ones)
+{
+    const char *js = "{\"step_measurements\":[{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\","
+                     "\"context\":8192,\"batch\":1,\"decode_tokens_per_s\":500}]}";
+    sfi_step_meas *m = NULL;
+    size_t n = 0;
+    sfi_error e;
+    ck_assert_int_eq(sfi_step_meas_parse(js, strlen(js), "split.json", &m, &n, &e), SFI_OK);
+    sfi_gpu g;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
+    sfi_hw_profile lim, free_;
+    truth_profile(&lim);
+    const double cta = 10e9;
+    lim.cta_bandwidth = cta;
+    free_ = lim;
+    free_.cta_bandwidth = 0;
+    sfi_model_config mc;
+    ck_assert_int_eq(sfi_sv_model(&m[0], &mc, &e), SFI_OK);
+    /* K/V of one row of one KV head (bf16, head_dim 128): 512 bytes; the
+     * time one CTA per KV head would take over a fast request's 2308 rows */
+    const double layers = mc.num_hidden_layers, row = 512, whole = layers * 2308 * row / cta;
+    sfi_sv_mix mix;
+    memset(&mix, 0, sizeof mix);
+    mix.hist[0] = 10;
+    mix.hist[1] = 1;
+    for (int b = 1; b <= 16; b += 15) {
+        m[0].batch = mix.batch = b;
+        sfi_sv_pred pl, pf;
+        ck_assert_int_eq(sfi_sv_predict(&m[0], &mc, &lim, &g, &mix, &pl, &e), SFI_OK);
+        ck_assert_int_eq(sfi_sv_predict(&m[0], &mc, &free_, &g, &mix, &pf, &e), SFI_OK);
+        double fast = pl.t[SFI_SV_FAST] - pf.t[SFI_SV_FAST];
+        double slow = pl.t[SFI_SV_SLOW] - pf.t[SFI_SV_SLOW];
+        if (b == 1) {
+            /* fast: pieces of 256 rows at most; slow: its pieces of 2368 */
+            ck_assert_msg(fast <= 1.01 * layers * 256 * row / cta, "batch 1 fast +%.4g s", fast);
+            ck_assert_msg(slow > 0.5 * layers * 2368 * row / cta, "batch 1 slow +%.4g s", slow);
+        } else {
+            /* every request whole in one CTA per KV head */
+            ck_assert_msg(fast > 0.3 * whole, "batch 16 fast +%.4g s (%.4g)", fast, whole);
+        }
+    }
+    free(m);
+}
+END_TEST
+
 /* All-reduce measurements (sfi-gpu bench-allreduce): sfi-sim validate
  * compares them with the ring model, --fit recovers the latency and
  * efficiency they were made with, and whole steps in the same file are
@@ -554,6 +608,7 @@ int main(void)
     tcase_add_test(tc, tensor_parallel_measurements_are_priced_at_their_gpus);
     tcase_add_test(tc, tensor_parallel_engine_setup);
     tcase_add_test(tc, allreduce_measurements);
+    tcase_add_test(tc, small_batches_split_fast_requests_finer_than_slow_ones);
     suite_add_tcase(s, tc);
     return sfi_test_run_suite(s, CK_FORK_GETENV);
 }
