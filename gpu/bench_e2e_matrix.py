@@ -20,6 +20,13 @@ measured.
 parallelism over GPUs 0..N-1) and records "tp": N in its entries (sfi-sim
 validate prices an entry at its tp; entries without the key are tp 1), with
 the bytes each GPU sends into all-reduces and all-gathers per step.
+
+The profile's "gpu" (the GPU sfi-sim validate prices the steps on) is the
+device the runs use, from `nvidia-smi --query-gpu=name` (GPUs 0..N-1, which
+must be alike) mapped to sfi-sim's GPU names (H100-SXM, H200, B200); a
+device sfi-sim does not know is recorded by its own name, for `sfi-sim
+validate --gpu FILE` to describe. --gpu NAME overrides the detection. --name
+defaults to the output file's name without .json.
 """
 import argparse
 import datetime
@@ -28,6 +35,38 @@ import os
 import subprocess
 import sys
 import time
+
+
+def sim_gpu_name(dev):
+    """sfi-sim's name (sim/sfi_hw.c presets) for an nvidia-smi device name,
+    else the device's own: an H100 other than the SXM part (PCIe, NVL) has
+    other bandwidths than sfi-sim's H100-SXM."""
+    d = dev.upper()
+    if "H200" in d:
+        return "H200"
+    if "B200" in d:
+        return "B200"
+    if "H100" in d and ("SXM" in d or "HBM3" in d) and "NVL" not in d:
+        return "H100-SXM"
+    return dev
+
+
+def detect_gpus(n):
+    """(name, driver) of GPUs 0..n-1 from nvidia-smi, or an error message
+    (nvidia-smi missing or listing fewer, GPUs that differ)."""
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                            "--format=csv,noheader"], capture_output=True, text=True)
+    except OSError as e:
+        return None, "nvidia-smi: %s" % e
+    rows = [[x.strip() for x in ln.split(",")] for ln in p.stdout.strip().splitlines() if ln.strip()]
+    if p.returncode != 0 or len(rows) < n:
+        return None, "nvidia-smi lists %d GPUs, the runs use %d" % (len(rows), n)
+    names = {r[0] for r in rows[:n]}
+    if len(names) > 1:
+        return None, "GPUs 0..%d differ (%s): one profile holds one GPU" % (
+            n - 1, ", ".join(sorted(names)))
+    return (rows[0][0], rows[0][1] if len(rows[0]) > 1 else "driver ?"), None
 
 
 def run_one(a, model, layers, batch, ctx, mode):
@@ -80,8 +119,11 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sfi-gpu", default="./sfi-gpu")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--name", default="h100-steps")
-    ap.add_argument("--gpu", default="H100-SXM")
+    ap.add_argument("--name", default=None,
+                    help="the profile's name [the --out file's name without .json]")
+    ap.add_argument("--gpu", default=None,
+                    help="the profile's \"gpu\" (an sfi-sim GPU name or file) [the device "
+                    "the runs use, from nvidia-smi]")
     ap.add_argument("--trace", default="traces/kjv-32k.db")
     # the trigger set comes from the tokenizer's vocabulary: without it a
     # synthetic model's SFI run has slow steps from T_max only
@@ -100,20 +142,27 @@ def main():
                     help="add to the measurements already in --out")
     ap.add_argument("extra", nargs="*", help="more sfi-gpu run options (after --)")
     a = ap.parse_args()
-    prof = {"sfi_profile": 1, "name": a.name, "gpu": a.gpu, "source": "", "note": "",
+    found, why = detect_gpus(max(a.tp, 1))
+    if a.gpu is None and not found:
+        sys.exit("bench_e2e_matrix.py: %s (--gpu NAME names the GPU instead)" % why)
+    dev, driver = found if found else (a.gpu, "driver not read (%s)" % why)
+    gpu = a.gpu if a.gpu is not None else sim_gpu_name(dev)
+    name = a.name or os.path.splitext(os.path.basename(a.out))[0]
+    prof = {"sfi_profile": 1, "name": name, "gpu": gpu, "source": "", "note": "",
             "measurements": [], "step_measurements": []}
     if a.append and os.path.exists(a.out):
         with open(a.out) as f:
             prof = json.load(f)
-    dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
+        if prof.get("gpu") != gpu:
+            sys.exit("bench_e2e_matrix.py: %s holds steps of %s, this device is %s: one profile "
+                     "holds one GPU" % (a.out, prof.get("gpu"), gpu))
     prof["source"] = (
         "gpu/bench_e2e_matrix.py: sfi-gpu run --synthetic PRESET --replay %s --replay-ctx CTX "
         "--batch B --max-new %d --mode MODE --bench --tokenizer %s%s on %s, %s; random bf16 weights of the "
         "preset (made on the GPU), teacher-forced on the trace; steps 3..%d timed with CUDA "
         "events; copy bandwidth per entry (1 GiB device-to-device copies, bytes read + "
         "written)" % (a.trace, a.new_tokens, a.tokenizer, " --tp %d" % a.tp if a.tp > 1 else "",
-                      ("%d x " % a.tp if a.tp > 1 else "one ") + (dev.splitlines()[0] if dev else "GPU"),
+                      ("%d x " % a.tp if a.tp > 1 else "one ") + dev + ", " + driver,
                       datetime.date.today().isoformat(), a.new_tokens - 1))
     prof["note"] = ("Whole decode steps of the GPU engine. Step classes: dense = dense mode; "
                     "slow = a step where at least one request is slow; fast = every request "

@@ -11,7 +11,8 @@ SFI_GPU_HDRS = gpu/sfi_gpu.h gpu/sfi_gpu_cli.h gpu/sfi_gpu_math.cuh gpu/sfi_gpu_
 	gpu/sfi_gpu_nccl.h gpu/sfi_gpu_tp.h
 EXTRA_DIST += $(SFI_GPU_CU) $(SFI_GPU_HDRS) gpu/bench_torch.py gpu/calibrate_profile.py \
 	gpu/profiles/h100.json gpu/profiles/h100-bench.txt gpu/profiles/h100-e2e.json gpu/bench_e2e_torch.py \
-	gpu/bench_e2e_matrix.py gpu/profiles/h100-steps.json gpu/profiles/h200-steps.json gpu/tp_device.sh
+	gpu/bench_e2e_matrix.py gpu/profiles/h100-steps.json gpu/profiles/h200-steps.json gpu/tp_device.sh \
+	gpu/profiles/h200-tp-steps.json
 
 if HAVE_CUDA
 bin_PROGRAMS += sfi-gpu

@@ -11,8 +11,9 @@
 #      (cut to 8 layers, as h100-steps.json has it: its MoE prefill is
 #      slow) at tp 2; written as step_measurements sfi-sim validate reads
 # Output under $OUT (default ./tp-out): one log per part, allreduce.json,
-# h100-tp1-steps.json, h100-tp2-steps.json. About 8 minutes on 2 x H100;
-# each half stays under 10 minutes with its timeouts:
+# tp1-steps.json, tp2-steps.json (their "gpu" is the device's, from
+# nvidia-smi; gpu/profiles/h200-tp-steps.json merges one run's). About 8
+# minutes on 2 x H100; each half stays under 10 minutes with its timeouts:
 #   gpu/tp_device.sh checks   parts 1-3
 #   gpu/tp_device.sh bench    part 4
 #   gpu/tp_device.sh          both
@@ -75,11 +76,11 @@ m="--trace traces/kjv-32k.db --tokenizer tests/fixtures/qwen3-tokenizer --batche
 --contexts 8192,32768 --modes dense,sfi --new-tokens 128"
 log "4a. Qwen3-4B, tp 1 [$(($(date +%s) - t0)) s]"
 # shellcheck disable=SC2086
-timeout 120 python3 gpu/bench_e2e_matrix.py --sfi-gpu "$bin" --out "$OUT/h100-tp1-steps.json" \
-    --name h100-tp1-steps --models Qwen3-4B $m 2>&1 | tee -a "$OUT/summary.txt"
+timeout 120 python3 gpu/bench_e2e_matrix.py --sfi-gpu "$bin" --out "$OUT/tp1-steps.json" \
+    --models Qwen3-4B $m 2>&1 | tee -a "$OUT/summary.txt"
 log "4b. Qwen3-4B and Qwen3-30B-A3B:8, tp 2 [$(($(date +%s) - t0)) s]"
 # shellcheck disable=SC2086
-timeout 360 python3 gpu/bench_e2e_matrix.py --sfi-gpu "$bin" --out "$OUT/h100-tp2-steps.json" \
-    --name h100-tp2-steps --tp 2 --models Qwen3-4B,Qwen3-30B-A3B:8 $m 2>&1 |
+timeout 360 python3 gpu/bench_e2e_matrix.py --sfi-gpu "$bin" --out "$OUT/tp2-steps.json" \
+    --tp 2 --models Qwen3-4B,Qwen3-30B-A3B:8 $m 2>&1 |
     tee -a "$OUT/summary.txt"
 log "done [$(($(date +%s) - t0)) s]"

@@ -4,6 +4,7 @@
 
 #include "sfi_sim_cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -32,9 +33,9 @@ static void usage(FILE *out)
         "                        [--fit OUT.json] [--moe-reads distinct|pairs]\n"
         "                        [--tokenizer DIR] [--gpu NAME|FILE]\n\n"
         "Kernels: predicts every kernel time listed under \"measurements\" in a\n"
-        "calibration profile, once with the built-in default calibration and once\n"
-        "with the profile's own, and prints measured vs predicted with the relative\n"
-        "error.\n"
+        "calibration profile (all-reduces of sfi-gpu bench-allreduce too), once with\n"
+        "the built-in default calibration and once with the profile's own, and\n"
+        "prints measured vs predicted with the relative error.\n"
         "Whole decode steps (--steps, --fit-subset, or a profile with only\n"
         "\"step_measurements\"): predicts each measured configuration's step time per\n"
         "class (dense, SFI fast, SFI slow) and tokens/s with the profile, after\n"
@@ -51,7 +52,7 @@ static void usage(FILE *out)
         "                   e.g. gpu/profiles/h100-steps.json) [the --profile file]\n"
         "  --fit-subset SPEC  fit on the configurations SPEC selects: KEY=V[,V...]\n"
         "                   joined by ':' (all must hold), keys model, batch, context\n"
-        "                   (8K = 8192), mode; repeat the option for alternatives\n"
+        "                   (8K = 8192), mode, tp; repeat the option for alternatives\n"
         "  --select SPEC    read only the configurations SPEC selects (syntax of\n"
         "                   --fit-subset; repeat for alternatives)\n"
         "  --moe-reads HOW  an MoE layer reads each distinct expert the batch touches\n"
@@ -149,6 +150,72 @@ static int fit_class(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu
     return *eff > 0;
 }
 
+/* ---- collectives (kernel "allreduce", sfi-gpu bench-allreduce) ---- */
+
+static int is_collective(const sfi_hw_measurement *m)
+{
+    return !strcmp(m->kernel, "allreduce");
+}
+
+/* An all-reduce's predicted time under profile p (0 on success). */
+static int allreduce_predict(const sfi_hw_measurement *m, const sfi_gpu *gpu,
+                             const sfi_hw_profile *p, double *t)
+{
+    if (m->gpus < 2 || m->gpus > 64 || !(m->bytes > 0))
+        return -1;
+    sfi_cost_setup s;
+    sfi_cost_setup_init(&s);
+    s.gpu = *gpu;
+    s.prof = *p;
+    s.tp = m->gpus;
+    *t = sfi_cost_allreduce_time(&s, m->bytes);
+    return 0;
+}
+
+/* The all-reduce latency and efficiency that fit the all-reduce
+ * measurements best in relative error (least squares of (lat + x / eff) /
+ * t - 1, x the ring transfer at efficiency 1). Returns the measurements
+ * used (0: none, or fewer than two sizes: *lat and *eff untouched). */
+static int fit_allreduce(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu, double *lat,
+                         double *eff)
+{
+    sfi_hw_profile unit;
+    sfi_hw_profile_default(&unit);
+    unit.efficiency[SFI_KC_ALLREDUCE] = 1;
+    unit.allreduce_latency_s = 0;
+    double suu = 0, suv = 0, svv = 0, su = 0, sv = 0, x0 = -1;
+    int n = 0, sizes = 0;
+    for (size_t i = 0; i < nm; i++) {
+        double x;
+        if (!is_collective(&ms[i]) || !(ms[i].time_s > 0) ||
+            allreduce_predict(&ms[i], gpu, &unit, &x))
+            continue;
+        double u = 1 / ms[i].time_s, v = x / ms[i].time_s;
+        suu += u * u;
+        suv += u * v;
+        svv += v * v;
+        su += u;
+        sv += v;
+        sizes += x0 >= 0 && x != x0;
+        if (x0 < 0)
+            x0 = x;
+        n++;
+    }
+    double det = suu * svv - suv * suv;
+    if (!n || !sizes || !(det > 0))
+        return 0;
+    double a = (su * svv - sv * suv) / det, b = (suu * sv - suv * su) / det;
+    if (a < 0) { /* no latency: the transfer alone */
+        a = 0;
+        b = sv / svv;
+    }
+    if (!(b > 0))
+        return 0;
+    *lat = a;
+    *eff = 1 / b > 1 ? 1 : 1 / b;
+    return n;
+}
+
 static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_hw_measurement *ms,
                        size_t nm, const char *out_path)
 {
@@ -220,6 +287,14 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
         printf("#   %-12s %.3f (from slow_step_overlap)\n", "contention", p.overlap_contention);
         break;
     }
+    double ar_lat, ar_eff;
+    int n_ar = fit_allreduce(ms, nm, gpu, &ar_lat, &ar_eff);
+    if (n_ar) {
+        p.allreduce_latency_s = ar_lat;
+        p.efficiency[SFI_KC_ALLREDUCE] = ar_eff;
+        printf("#   %-12s efficiency %.3f, latency %.2f us (from %d all-reduces)\n", "allreduce",
+               ar_eff, ar_lat * 1e6, n_ar);
+    }
     /* Write: temp file + rename. */
     json_t *root = json_object(), *eff = json_object(), *fx = json_object(), *arr = json_array();
     char name[SFI_HW_NAME_MAX + 8];
@@ -239,12 +314,20 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
     json_object_set_new(root, "fixed_us", fx);
     json_object_set_new(root, "launch_us", json_real(p.launch_s * 1e6));
     json_object_set_new(root, "step_overhead_us", json_real(p.step_overhead_s * 1e6));
-    json_object_set_new(root, "allreduce_latency_us", json_real(p.allreduce_latency_s * 1e6));
+    json_object_set_new(root, "allreduce_latency_us",
+                        json_real(floor(p.allreduce_latency_s * 1e8 + 0.5) / 100));
     json_object_set_new(root, "overlap_contention",
                         json_real(floor(p.overlap_contention * 1e4 + 0.5) / 1e4));
     for (size_t i = 0; i < nm; i++) {
         json_t *o = json_object();
         json_object_set_new(o, "kernel", json_string(ms[i].kernel));
+        if (is_collective(&ms[i])) {
+            json_object_set_new(o, "gpus", json_integer(ms[i].gpus));
+            json_object_set_new(o, "bytes", json_integer((json_int_t)ms[i].bytes));
+            json_object_set_new(o, "time_us", json_real(ms[i].time_s * 1e6));
+            json_array_append_new(arr, o);
+            continue;
+        }
         json_object_set_new(o, "batch", json_integer(ms[i].batch));
         json_object_set_new(o, "context", json_integer(ms[i].context));
         json_object_set_new(o, "q_heads", json_integer(ms[i].q_heads));
@@ -314,11 +397,16 @@ static void print_verdict(const char *prof_path, const sfi_hw_profile *prof,
     }
     const sfi_hw_profile *win = prof_wins ? prof : def, *lose = prof_wins ? def : prof;
     const sfi_hw_measurement *wm = &ms[prof_wins ? w_def : w_prof];
+    char where[64];
+    if (is_collective(wm))
+        snprintf(where, sizeof where, "of %.0f bytes", wm->bytes);
+    else
+        snprintf(where, sizeof where, "at context %d", wm->context);
     printf("# verdict: trust %s%s for this GPU: within %.0f%% on %d of %d measurements "
-           "(max |err| %.1f%%), against %d (max |err| %.1f%%, worst %s at context %d) for %s",
+           "(max |err| %.1f%%), against %d (max |err| %.1f%%, worst %s %s) for %s",
            prof_wins ? "the profile " : "the built-in default", prof_wins ? prof_path : "", tol,
            prof_wins ? ok_prof : ok_def, n_cmp, prof_wins ? max_prof : max_def,
-           prof_wins ? ok_def : ok_prof, prof_wins ? max_def : max_prof, wm->kernel, wm->context,
+           prof_wins ? ok_def : ok_prof, prof_wins ? max_def : max_prof, wm->kernel, where,
            prof_wins ? "the default" : "the profile");
     int c = class_of(wm->kernel);
     if (c >= 0 && lose->fixed_s[c] == 0 && win->fixed_s[c] > 0)
@@ -367,7 +455,8 @@ static const char *trace_path(const sfi_step_meas *m, char *buf, size_t cap)
 }
 
 static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const sfi_gpu *gpu,
-                          const char *steps_path, char **subsets, int n_sub, const sfi_sv_fit *f)
+                          const char *steps_path, char **subsets, int n_sub, const sfi_sv_fit *f,
+                          int n_ar)
 {
     json_t *root = json_object(), *eff = json_object(), *fx = json_object();
     char note[1024];
@@ -385,9 +474,22 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
             held++;
         }
     if (!held && o < (int)sizeof note)
-        snprintf(note + o, sizeof note - (size_t)o, " none");
+        o += snprintf(note + o, sizeof note - (size_t)o, " none");
+    if (n_ar && o < (int)sizeof note)
+        snprintf(note + o, sizeof note - (size_t)o,
+                 "; all-reduce latency and efficiency fitted to the %d all-reduce measurements "
+                 "of %s",
+                 n_ar, steps_path);
     json_object_set_new(root, "sfi_profile", json_integer(1));
-    json_object_set_new(root, "name", json_string("h100-step-fit"));
+    /* named for the GPU: "h100-step-fit" for H100-SXM */
+    char name[SFI_HW_NAME_MAX + 16];
+    size_t nl = strcspn(gpu->name, "-");
+    if (nl > SFI_HW_NAME_MAX)
+        nl = SFI_HW_NAME_MAX;
+    for (size_t i = 0; i < nl; i++)
+        name[i] = (char)tolower((unsigned char)gpu->name[i]);
+    snprintf(name + nl, sizeof name - nl, "-step-fit");
+    json_object_set_new(root, "name", json_string(name));
     json_object_set_new(root, "gpu", json_string(gpu->name));
     json_object_set_new(root, "note", json_string(note));
     for (int c = 0; c < SFI_KC_COUNT; c++) {
@@ -406,10 +508,12 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
     if (p->moe_efficiency > 0)
         json_object_set_new(root, "moe_efficiency",
                             json_real(floor(p->moe_efficiency * 1e4 + 0.5) / 1e4));
-    if (p->moe_pair_bandwidth > 0)
+    /* a bandwidth limit beyond what a profile may hold (1e5 GB/s) limits
+     * nothing: written as none, so that the file reads back */
+    if (p->moe_pair_bandwidth > 0 && p->moe_pair_bandwidth <= 1e14)
         json_object_set_new(root, "moe_pair_GBps",
                             json_real(floor(p->moe_pair_bandwidth * 1e-7 + 0.5) / 100));
-    if (p->cta_bandwidth > 0)
+    if (p->cta_bandwidth > 0 && p->cta_bandwidth <= 1e14)
         json_object_set_new(root, "cta_GBps",
                             json_real(floor(p->cta_bandwidth * 1e-7 + 0.5) / 100));
     if (p->spill_bandwidth > 0)
@@ -420,7 +524,8 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
                             json_real(floor(p->serial_step_s * 1e11 + 0.5) / 100));
     json_object_set_new(root, "step_overhead_us",
                         json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
-    json_object_set_new(root, "allreduce_latency_us", json_real(p->allreduce_latency_s * 1e6));
+    json_object_set_new(root, "allreduce_latency_us",
+                        json_real(floor(p->allreduce_latency_s * 1e8 + 0.5) / 100));
     json_object_set_new(root, "overlap_contention",
                         json_real(floor(p->overlap_contention * 1e4 + 0.5) / 1e4));
     int rc = 1;
@@ -463,6 +568,9 @@ typedef struct {
     int *in_fit;           /* [n] */
     sfi_trigger_set ts;
     int n_replayed, n_sfi;
+    int n_ar; /* all-reduce measurements of the steps file (their fit
+                         prices the collectives), 0: none */
+    double ar_lat, ar_eff;
     sfi_hw_profile p; /* the profile predicted with: prof, fitted when fitted */
     sfi_sv_fit fit;
     int fitted;
@@ -507,6 +615,60 @@ static int steps_gpu(step_val *sv, const char *gpu_name)
         return 1;
     }
     return 0;
+}
+
+/* The steps file's all-reduce measurements (sfi-gpu bench-allreduce of
+ * the run's GPUs): the latency and efficiency that fit them price the
+ * steps' collectives, in place of the profile's. */
+static int steps_collectives(step_val *sv)
+{
+    sfi_hw_profile sp;
+    sfi_hw_measurement *meas = NULL;
+    size_t nm = 0;
+    sfi_error err;
+    if (sfi_hw_profile_load(sv->steps_path, &sp, &meas, &nm, &err) != SFI_OK) {
+        fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
+        return 1;
+    }
+    sv->n_ar = fit_allreduce(meas, nm, &sv->gpu, &sv->ar_lat, &sv->ar_eff);
+    int gpus = 0;
+    for (size_t i = 0; i < nm && !gpus; i++)
+        if (is_collective(&meas[i]))
+            gpus = meas[i].gpus;
+    free(meas);
+    if (sv->n_ar)
+        printf("# collectives: %d all-reduce measurements of %s (%d GPUs) fit latency %.2f us, "
+               "efficiency %.3f of %s's NVLink (%.1f GB/s per direction): they price the "
+               "steps' all-reduces and all-gathers\n",
+               sv->n_ar, sv->steps_path, gpus, sv->ar_lat * 1e6, sv->ar_eff, sv->gpu.name,
+               sv->gpu.nvlink_bandwidth / 2e9);
+    return 0;
+}
+
+/* The bytes each configuration's GPUs sent into collectives per step, as
+ * the engine reported them, against the cost model's account. */
+static void check_comm_bytes(const step_val *sv)
+{
+    int n = 0, same = 0;
+    for (size_t i = 0; i < sv->n; i++) {
+        const sfi_step_meas *m = &sv->ms[i];
+        if (m->tp < 2 || (m->allreduce_bytes < 0 && m->gather_bytes < 0))
+            continue;
+        double ar, ga;
+        sfi_sv_comm_bytes(m, &sv->mcs[i], &ar, &ga);
+        int ok = (m->allreduce_bytes < 0 || fabs(ar - m->allreduce_bytes) < 0.5) &&
+                 (m->gather_bytes < 0 || fabs(ga - m->gather_bytes) < 0.5);
+        n++;
+        same += ok;
+        if (!ok)
+            printf("# note: step_measurements[%zu]: the engine reported %.0f bytes of all-reduces "
+                   "and %.0f of all-gathers per step and GPU; the model counts %.0f and %.0f\n",
+                   i, m->allreduce_bytes, m->gather_bytes, ar, ga);
+    }
+    if (n)
+        printf("# collective bytes per step and GPU: the model's count equals the engine's report "
+               "in %d of %d tensor-parallel configurations\n",
+               same, n);
 }
 
 /* --select: only the configurations it selects are read. */
@@ -605,6 +767,10 @@ static int fit_steps(step_val *sv, char **subsets, int n_sub)
     for (size_t i = 0; i < sv->n; i++)
         n_in += sv->in_fit[i] && !sv->ms[i].variant;
     sv->p = *sv->prof;
+    if (sv->n_ar) {
+        sv->p.allreduce_latency_s = sv->ar_lat;
+        sv->p.efficiency[SFI_KC_ALLREDUCE] = sv->ar_eff;
+    }
     printf("# sfi-sim validate: whole decode steps of %s (%zu configurations) against profile "
            "%s ('%s') on %s\n",
            sv->steps_path, sv->n, sv->prof_path, sv->prof->name, sv->gpu.name);
@@ -783,7 +949,11 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
     if (!rc)
         rc = plan_steps(&sv, subsets, n_sub, tok_dir);
     if (!rc)
+        rc = steps_collectives(&sv);
+    if (!rc)
         rc = fit_steps(&sv, subsets, n_sub);
+    if (!rc)
+        check_comm_bytes(&sv);
     if (!rc)
         rc = report_steps(&sv);
     if (!rc) {
@@ -792,7 +962,7 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
     }
     (void)tol;
     if (!rc && sv.fitted && fit_path)
-        rc = write_step_fit(fit_path, &sv.p, &sv.gpu, steps_path, subsets, n_sub, &sv.fit);
+        rc = write_step_fit(fit_path, &sv.p, &sv.gpu, steps_path, subsets, n_sub, &sv.fit, sv.n_ar);
     sfi_trigger_set_free(&sv.ts);
     free(sv.pr);
     free(sv.ms);
@@ -892,6 +1062,22 @@ typedef struct {
     size_t worst_def, worst_prof;
 } kernel_tally;
 
+/* A tally's agreement counts and worst cases, with one more comparison. */
+static void tally_add(kernel_tally *k, size_t i, double e_def, double e_prof, double tol)
+{
+    k->n_cmp++;
+    k->n_ok_def += fabs(e_def) <= tol;
+    k->n_ok_prof += fabs(e_prof) <= tol;
+    if (fabs(e_def) > k->max_def) {
+        k->max_def = fabs(e_def);
+        k->worst_def = i;
+    }
+    if (fabs(e_prof) > k->max_prof) {
+        k->max_prof = fabs(e_prof);
+        k->worst_prof = i;
+    }
+}
+
 /* One measurement's row: predicted by the defaults (def) and by the
  * profile, against the measured time. */
 static void validate_kernel(const sfi_hw_measurement *m, size_t i, const sfi_gpu *gpu,
@@ -947,17 +1133,25 @@ static void validate_kernel(const sfi_hw_measurement *m, size_t i, const sfi_gpu
     double e_def = (t_def - m->time_s) / m->time_s * 100,
            e_prof = (t_prof - m->time_s) / m->time_s * 100;
     printf("%11.1f %+8.1f %11.1f %+8.1f\n", t_def * 1e6, e_def, t_prof * 1e6, e_prof);
-    k->n_cmp++;
-    k->n_ok_def += fabs(e_def) <= tol;
-    k->n_ok_prof += fabs(e_prof) <= tol;
-    if (fabs(e_def) > k->max_def) {
-        k->max_def = fabs(e_def);
-        k->worst_def = i;
+    tally_add(k, i, e_def, e_prof, tol);
+}
+
+/* One all-reduce's row: the ring model (sfi-sim-sweep(1)) under the
+ * defaults and under the profile. */
+static void validate_collective(const sfi_hw_measurement *m, size_t i, const sfi_gpu *gpu,
+                                const sfi_hw_profile *prof, const sfi_hw_profile *def, double tol,
+                                kernel_tally *k)
+{
+    double t_def, t_prof;
+    printf("%-18s %4d %12.0f %11.2f ", m->kernel, m->gpus, m->bytes, m->time_s * 1e6);
+    if (allreduce_predict(m, gpu, def, &t_def) || allreduce_predict(m, gpu, prof, &t_prof)) {
+        printf("%11s %8s %11s %8s  (needs gpus in 2..64 and bytes > 0)\n", "-", "-", "-", "-");
+        return;
     }
-    if (fabs(e_prof) > k->max_prof) {
-        k->max_prof = fabs(e_prof);
-        k->worst_prof = i;
-    }
+    double e_def = (t_def - m->time_s) / m->time_s * 100,
+           e_prof = (t_prof - m->time_s) / m->time_s * 100;
+    printf("%11.2f %+8.1f %11.2f %+8.1f\n", t_def * 1e6, e_def, t_prof * 1e6, e_prof);
+    tally_add(k, i, e_def, e_prof, tol);
 }
 
 /* Kernel-level validation: every measurement of the profile predicted by
@@ -982,12 +1176,24 @@ static int validate_kernels(const validate_args *a, const sfi_hw_profile *prof,
     }
     printf("# sfi-sim validate: %s (profile '%s') on %s; agreement = within %.0f%%\n", prof_path,
            prof->name, gpu.name, tol);
-    printf("%-18s %5s %7s %5s %4s %4s %5s %11s %11s %8s %11s %8s\n", "kernel", "batch", "context",
-           "heads", "kv", "hd", "K", "measured_us", "default_us", "err%", "profile_us", "err%");
     kernel_tally k;
     memset(&k, 0, sizeof k);
+    size_t n_coll = 0;
     for (size_t i = 0; i < nm; i++)
-        validate_kernel(&ms[i], i, &gpu, prof, &def, tol, &k);
+        n_coll += is_collective(&ms[i]);
+    if (n_coll < nm)
+        printf("%-18s %5s %7s %5s %4s %4s %5s %11s %11s %8s %11s %8s\n", "kernel", "batch",
+               "context", "heads", "kv", "hd", "K", "measured_us", "default_us", "err%",
+               "profile_us", "err%");
+    for (size_t i = 0; i < nm; i++)
+        if (!is_collective(&ms[i]))
+            validate_kernel(&ms[i], i, &gpu, prof, &def, tol, &k);
+    if (n_coll)
+        printf("%-18s %4s %12s %11s %11s %8s %11s %8s\n", "collective", "gpus", "bytes",
+               "measured_us", "default_us", "err%", "profile_us", "err%");
+    for (size_t i = 0; i < nm; i++)
+        if (is_collective(&ms[i]))
+            validate_collective(&ms[i], i, &gpu, prof, &def, tol, &k);
     printf("# compared %d of %zu; within %.0f%%: default %d (max |err| %.1f%%), profile %d (max "
            "|err| %.1f%%)\n",
            k.n_cmp, nm, tol, k.n_ok_def, k.max_def, k.n_ok_prof, k.max_prof);

@@ -17,4 +17,5 @@ libsfisim_la_CPPFLAGS = $(AM_CPPFLAGS) -DSFI_SIM_SRCDIR='"$(abs_top_srcdir)"' \
 simprofilesdir = $(pkgdatadir)/profiles
 dist_simprofiles_DATA = sim/profiles/default.json sim/profiles/vllm-triton-b200.json \
 	sim/profiles/b200-192g.json sim/profiles/h100-steps-fit.json
-EXTRA_DIST += sim/profiles/VALIDATION.md sim/profiles/fit_vllm_triton_b200.py
+EXTRA_DIST += sim/profiles/VALIDATION.md sim/profiles/fit_vllm_triton_b200.py \
+	sim/profiles/h100-steps-fit-4acad2e.json

@@ -24,6 +24,8 @@
 /* Selector kernels per slow layer, as gpu/ runs it: one fused kernel for
  * steps 1-7 and one for the cross-head step 8. */
 #define SELECTOR_LAUNCHES 2
+/* Side-stream kernels per layer: the Selector's, Top-K, reorg. */
+#define SIDE_LAUNCHES (SELECTOR_LAUNCHES + 2)
 /* Scratch ring slots of the two-stream pipeline (sfi(7) GPU PATH). */
 #define SCRATCH_RING 4
 /* Prompt-tail queries whose logits initialize the Selector at the end of
@@ -265,6 +267,39 @@ double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes)
         per_dir = 64e9; /* no NVLink: PCIe 5 x16 */
     double t = 2.0 * (s->tp - 1) / s->tp * bytes / per_dir;
     return t / s->prof.efficiency[SFI_KC_ALLREDUCE] + s->prof.allreduce_latency_s;
+}
+
+double sfi_cost_allgather_time(const sfi_cost_setup *s, double bytes)
+{
+    if (s->tp <= 1)
+        return 0;
+    /* Ring all-gather: each GPU forwards tp - 1 pieces of `bytes` over one
+     * direction of its NVLink; the all-reduce's efficiency and latency. */
+    double per_dir = s->gpu.nvlink_bandwidth / 2;
+    if (per_dir <= 0)
+        per_dir = 64e9;
+    double t = (s->tp - 1.0) * bytes / per_dir;
+    return t / s->prof.efficiency[SFI_KC_ALLREDUCE] + s->prof.allreduce_latency_s;
+}
+
+/* Bytes of the Selector scores one GPU contributes to a layer's all-gather
+ * (sel_gather_positions) for `requests` requests. */
+static double sel_gather_bytes(const sfi_cost_setup *s, double requests)
+{
+    if (s->tp <= 1 || s->sel_gather_positions <= 0 || !sfi_policy_has_slow_steps(s->kind))
+        return 0;
+    return requests * kv_heads(s) * (double)s->sel_gather_positions * 4.0;
+}
+
+void sfi_cost_comm_bytes(const sfi_cost_setup *s, int batch, double *allreduce, double *gather)
+{
+    *allreduce = *gather = 0;
+    if (s->tp <= 1)
+        return;
+    const sfi_model_config *m = s->model;
+    *allreduce = 2.0 * m->num_hidden_layers * batch * (double)m->hidden_size *
+                 (s->allreduce_bytes > 0 ? s->allreduce_bytes : 2);
+    *gather = m->num_hidden_layers * sel_gather_bytes(s, batch) + (s->argmax_gather ? 8.0 * batch : 0);
 }
 
 /* Kernels of several request groups that one launch runs together (a
@@ -753,7 +788,8 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
     memset(out, 0, sizeof *out);
 
     acc main = {0}, side_total = {0}, attn = {0}, side = {0};
-    double t_main = 0, t_side = 0, comm = 0;
+    double t_main = 0, t_side = 0, comm = 0, serial_side = 0;
+    const int has_side = sfi_policy_has_slow_steps(s->kind);
     int key = -1;
     for (int l = 0; l < m->num_hidden_layers; l++) {
         acc a = {0};
@@ -818,14 +854,35 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
             comm += ar;
             a.launches += 2;
         }
+        double ga = sel_gather_bytes(s, R);
+        if (ga > 0) {
+            /* the Selector's scores, gathered in every step (the graph's
+             * capacity; fast requests' rows too) */
+            double tg = sfi_cost_allgather_time(s, ga);
+            a.t += tg;
+            comm += tg;
+            a.launches += 1;
+        }
+        if (s->side_serial && has_side) {
+            /* the side work on the main stream: a slow step's whole, a fast
+             * step's launches of kernels that exit at once */
+            double ts = any_slow ? side.t : SIDE_LAUNCHES * s->prof.launch_s;
+            a.t += ts;
+            serial_side += ts;
+            a.launches += any_slow ? side.launches : SIDE_LAUNCHES;
+        }
         t_main += a.t;
         acc_add(&main, &a);
-        if (any_slow) {
+        if (any_slow && !s->side_serial) {
             /* Starts once this layer's attention wrote the logits and the
              * previous layer's side work is done. */
             double start = t_side > t_after_attn ? t_side : t_after_attn;
             t_side = start + side.t;
             acc_add(&side_total, &side);
+        } else if (any_slow) {
+            side_total.t += side.t;
+            side_total.bytes += side.bytes;
+            side_total.flops += side.flops;
         }
     }
     /* Final norm, LM head and sampling of the tokens sampled this step
@@ -836,11 +893,20 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
         add_kernel(s, &tail, SFI_KC_GEMM, lm * s->weight_bytes, 2.0 * n_out * lm, 0);
         tail.wb += lm * s->weight_bytes;
         add_kernel(s, &tail, SFI_KC_OTHER, n_out * (double)m->vocab_size * 4.0, 0, 0);
+        if (s->tp > 1 && s->argmax_gather) {
+            /* each GPU's best (value, id) of its vocabulary rows gathered,
+             * then the best of those (one more launch) */
+            double tg = sfi_cost_allgather_time(s, 8.0 * n_out);
+            tail.t += tg + s->prof.launch_s;
+            comm += tg;
+            tail.launches += 2;
+        }
     }
     t_main += tail.t;
 
+    /* On the main stream (side_serial) the side work is in t_main already. */
     double exposed = 0;
-    if (any_slow) {
+    if (any_slow && !s->side_serial) {
         /* The barrier at the end of the slow step waits for the side
          * stream; overlapped side work still costs main-stream bandwidth. */
         exposed = t_side > t_main ? t_side - t_main : 0;
@@ -848,14 +914,16 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
         exposed += s->prof.overlap_contention * (hidden > 0 ? hidden : 0);
     }
     out->time_s = t_main + exposed + s->prof.step_overhead_s + R * s->prof.request_overhead_s;
+    if (s->side_serial)
+        exposed = serial_side;
     out->hbm_bytes = main.bytes + tail.bytes + side_total.bytes;
     out->kv_bytes = main.kvb + side_total.bytes;
     out->weight_bytes = main.wb + tail.wb;
     out->flops = main.flops + tail.flops + side_total.flops;
-    out->side_s = side_total.t;
+    out->side_s = s->side_serial ? serial_side : side_total.t;
     out->exposed_s = exposed;
     out->comm_s = comm;
-    out->launches = main.launches + tail.launches + side_total.launches;
+    out->launches = main.launches + tail.launches + (s->side_serial ? 0 : side_total.launches);
 }
 
 sfi_status sfi_cost_step(const sfi_cost_setup *s, int n_slow, sfi_step_cost *out, sfi_error *err)

@@ -66,6 +66,23 @@ typedef struct {
     int allreduce_bytes;   /* bytes per element of the two residual all-reduces
                               of a layer at tp > 1 (0: 2, bf16; sfi-gpu run
                               --tp sums the f32 residual: 4) */
+    /* sfi-gpu's engine, beyond the generic model (sfi-sim-validate(1),
+     * TENSOR PARALLELISM): */
+    int side_serial;          /* 1: the Selector, Top-K and reorg of a layer run
+                                 on the main stream after its attention (no
+                                 second stream), and, a step being one CUDA
+                                 graph, are launched in every step of a
+                                 policy with slow steps: a fast step pays
+                                 their launches, kernels that exit at once */
+    int sel_gather_positions; /* > 0 at tp > 1: the Selector's cross-head step
+                                 all-gathers each GPU's scores, batch x its KV
+                                 heads x this many fp32 positions (the graph's
+                                 capacity, not the context), per layer in
+                                 every step of a policy with slow steps */
+    int argmax_gather;        /* 1 at tp > 1: the greedy argmax of the
+                                 vocab-split LM head all-gathers each GPU's
+                                 best (value, id), 8 bytes per sampled token,
+                                 once per step */
 } sfi_cost_setup;
 
 /* Fills defaults: tp 1, weight_bytes 2, kv_bytes 2, default profile, policy
@@ -84,7 +101,7 @@ typedef struct {
     double flops;        /* on one GPU */
     double side_s;       /* Selector + Top-K + reorg stream time */
     double exposed_s;    /* part of side_s (plus contention) not hidden */
-    double comm_s;       /* all-reduce time */
+    double comm_s;       /* collective time: all-reduces and all-gathers */
     int launches;        /* kernels launched */
 } sfi_step_cost;
 
@@ -141,6 +158,15 @@ double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double 
                             double flops);
 /* Ring all-reduce of `bytes` over tp GPUs (0 when tp == 1). */
 double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes);
+/* Ring all-gather over tp GPUs of `bytes` from each GPU (0 when tp == 1):
+ * each GPU receives (tp - 1) x bytes over one direction of its link, at
+ * the all-reduce's efficiency and latency (one class for NVLink
+ * collectives). */
+double sfi_cost_allgather_time(const sfi_cost_setup *s, double bytes);
+/* Bytes one GPU sends per step into the all-reduces and all-gathers of a
+ * step of `batch` sampled tokens (sfi-gpu run --bench's
+ * allreduce_bytes_per_step and gather_bytes_per_step); 0 at tp 1. */
+void sfi_cost_comm_bytes(const sfi_cost_setup *s, int batch, double *allreduce, double *gather);
 
 /* Predicted time of one kernel of one layer for the setup's batch (all
  * requests of the batch in one launch), as `sfi-sim validate` compares

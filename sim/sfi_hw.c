@@ -430,7 +430,8 @@ static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
         }
         int known = !strcmp(key, "time_us") || !strcmp(key, "batch") || !strcmp(key, "context") ||
                     !strcmp(key, "q_heads") || !strcmp(key, "kv_heads") ||
-                    !strcmp(key, "head_dim") || !strcmp(key, "K") || !strcmp(key, "layers");
+                    !strcmp(key, "head_dim") || !strcmp(key, "K") || !strcmp(key, "layers") ||
+                    !strcmp(key, "gpus") || !strcmp(key, "bytes");
         if (!known) /* extra descriptive keys (notes, units) are allowed here */
             continue;
         double d = 0;
@@ -444,7 +445,15 @@ static sfi_status parse_measurement(json_t *m, const char *origin, size_t idx,
             have_time = 1;
             continue;
         }
+        if (!strcmp(key, "bytes")) {
+            if (!(d >= 0 && d <= 1e15 && d == floor(d)))
+                return sfi_error_set(err, SFI_ERANGE, "%s: %s: not a byte count in 0..1e15", origin,
+                                     full);
+            out->bytes = d;
+            continue;
+        }
         int *dst = !strcmp(key, "batch")      ? &out->batch
+                   : !strcmp(key, "gpus")     ? &out->gpus
                    : !strcmp(key, "context")  ? &out->context
                    : !strcmp(key, "q_heads")  ? &out->q_heads
                    : !strcmp(key, "kv_heads") ? &out->kv_heads

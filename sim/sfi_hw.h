@@ -35,7 +35,8 @@
  * topk, reorg, selector_reorg (per layer, times "layers"); attn_layers,
  * slow_step_serial, slow_step_overlap ("layers" layers of the two-stream
  * slow step: attention alone, side work serial, side work on a second
- * stream); others are listed as not modelled. cta_GBps (optional, no limit
+ * stream); allreduce (a collective: "gpus" GPUs, "bytes" the message, as
+ * sfi-gpu bench-allreduce times it); others are listed as not modelled. cta_GBps (optional, no limit
  * when absent) caps what one CTA of a decode attention kernel streams: a
  * launch of few CTAs (small batches) takes at least its largest CTA's
  * bytes over it. launch_pdl_us (optional): the launch cost of a kernel
@@ -154,6 +155,8 @@ double sfi_hw_attn_dense_efficiency(const sfi_hw_profile *p, double context);
 typedef struct {
     char kernel[32];
     int batch, context, q_heads, kv_heads, head_dim, K, layers;
+    int gpus;     /* collectives ("allreduce"): GPUs taking part */
+    double bytes; /* collectives: the message (bytes per GPU) */
     double time_s;
 } sfi_hw_measurement;
 

@@ -73,6 +73,21 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
         return bad(err, origin, i, "layers: needs an integer >= 1");
     if (!get_int(o, "tp", 1, 64, 1, &m->tp))
         return bad(err, origin, i, "tp: needs an integer in 1..64");
+    /* what the engine reports it sent into collectives (-1: not given) */
+    static const char *const comm_keys[2] = {"allreduce_bytes_per_step", "gather_bytes_per_step"};
+    for (int k = 0; k < 2; k++) {
+        json_t *cb = json_object_get(o, comm_keys[k]);
+        double *dst = k ? &m->gather_bytes : &m->allreduce_bytes;
+        *dst = -1;
+        if (!cb)
+            continue;
+        if (!json_is_number(cb) || !(json_number_value(cb) >= 0 && json_number_value(cb) < 1e15)) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "%s: needs a number of bytes >= 0", comm_keys[k]);
+            return bad(err, origin, i, msg);
+        }
+        *dst = json_number_value(cb);
+    }
     json_t *dt = json_object_get(o, "dtype");
     m->dtype_bytes = 2;
     if (dt) {
@@ -151,6 +166,7 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
     json_t *g = json_object_get(o, "gemm"), *pdl = json_object_get(o, "pdl"),
            *ov = json_object_get(o, "overlap"), *note = json_object_get(o, "note");
     const char *why = NULL;
+    m->no_overlap = m->sfi && ov && json_is_boolean(ov) && !json_is_true(ov);
     if (m->deferred)
         why = "deferred refresh";
     else if (g && (!json_is_string(g) || strcmp(json_string_value(g), "sfi")))
@@ -347,11 +363,9 @@ static int sv_kv_heads(const sfi_model_config *mc, int tp)
 
 int sfi_sv_moe_pair_reads = 1;
 
-sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
-                          const sfi_hw_profile *p, const sfi_gpu *gpu, const sfi_sv_mix *mix,
-                          sfi_sv_pred *out, sfi_error *err)
+void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_hw_profile *p,
+                  const sfi_gpu *gpu, sfi_cost_setup *out)
 {
-    memset(out, 0, sizeof *out);
     sfi_cost_setup s;
     sfi_cost_setup_init(&s);
     s.model = mc;
@@ -405,6 +419,40 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
                 s.attn_fast_split_rows = r;
         }
     }
+    /* At tp > 1 the engine runs the Selector, Top-K and reorg on the main
+     * stream (its collectives on one stream), as --no-overlap does at tp
+     * 1; its cross-head step all-gathers the scores of the graph's
+     * capacity, J_cap = round_up(context + new_tokens - 1 - n_sink -
+     * n_recent, 4) positions (gpu/sfi_gpu_engine.c: capJ), and the greedy
+     * argmax all-gathers each GPU's best of its vocabulary rows. */
+    s.side_serial = s.tp > 1 || m->no_overlap;
+    if (s.tp > 1) {
+        int j = m->context + m->new_tokens - 1 - s.pol.prm.n_sink - s.pol.prm.n_recent;
+        s.sel_gather_positions = ((j > 1 ? j : 1) + 3) & ~3;
+        s.argmax_gather = 1;
+    }
+    *out = s;
+}
+
+void sfi_sv_comm_bytes(const sfi_step_meas *m, const sfi_model_config *mc, double *allreduce,
+                       double *gather)
+{
+    sfi_cost_setup s;
+    sfi_hw_profile p;
+    sfi_gpu g;
+    sfi_hw_profile_default(&p);
+    memset(&g, 0, sizeof g);
+    sfi_sv_setup(m, mc, &p, &g, &s);
+    sfi_cost_comm_bytes(&s, m->batch, allreduce, gather);
+}
+
+sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
+                          const sfi_hw_profile *p, const sfi_gpu *gpu, const sfi_sv_mix *mix,
+                          sfi_sv_pred *out, sfi_error *err)
+{
+    memset(out, 0, sizeof *out);
+    sfi_cost_setup s;
+    sfi_sv_setup(m, mc, p, gpu, &s);
     sfi_step_cost c;
     sfi_status st = sfi_cost_step(&s, 0, &c, err);
     if (st)
@@ -836,7 +884,8 @@ static int match_term(const char *key, size_t kl, const char *vals, size_t vl,
                 return sfi_error_set(err, SFI_EINVAL, "--fit-subset: mode=%s: sfi or dense", v), -1;
             hit |= (strcmp(v, "sfi") == 0) == m->sfi;
         } else if ((kl == 5 && !strncmp(key, "batch", 5)) ||
-                   (kl == 7 && !strncmp(key, "context", 7))) {
+                   (kl == 7 && !strncmp(key, "context", 7)) ||
+                   (kl == 2 && !strncmp(key, "tp", 2))) {
             char *e;
             long x = strtol(v, &e, 10);
             if (*e == 'K' || *e == 'k') {
@@ -847,11 +896,12 @@ static int match_term(const char *key, size_t kl, const char *vals, size_t vl,
                 return sfi_error_set(err, SFI_EINVAL, "--fit-subset: %.*s=%s: not a count", (int)kl,
                                      key, v),
                        -1;
-            hit |= x == (key[0] == 'b' ? m->batch : m->context);
+            hit |= x == (key[0] == 'b' ? m->batch : key[0] == 't' ? m->tp : m->context);
         } else {
-            return sfi_error_set(err, SFI_EINVAL,
-                                 "--fit-subset: unknown key '%.*s' (model, batch, context, mode)",
-                                 (int)kl, key),
+            return sfi_error_set(
+                       err, SFI_EINVAL,
+                       "--fit-subset: unknown key '%.*s' (model, batch, context, mode, tp)",
+                       (int)kl, key),
                    -1;
         }
         p = c + 1;

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "sfi_error.h"
+#include "sfi_cost.h"
 #include "sfi_hw.h"
 #include "sfi_model.h"
 #include "sfi_vocab.h"
@@ -41,6 +42,11 @@ typedef struct {
     int dtype_bytes; /* 2 bf16, 4 f32 */
     int variant;     /* engine settings other than sfi-gpu run's defaults */
     int deferred;    /* steps of class fast+sel (deferred refresh) were measured */
+    int no_overlap;  /* "overlap": false (--no-overlap): the Selector on the main
+                        stream */
+    double allreduce_bytes, gather_bytes; /* bytes one GPU sent per step into
+                        all-reduces and all-gathers, as the engine reported
+                        them (-1: not given) */
     char variant_why[64];
     char replay[512]; /* trace the run replayed ("" = none) */
     double tps;       /* decode tokens/s over the timed steps */
@@ -85,6 +91,20 @@ typedef struct {
  * expert GEMV gives each pair its own blocks, which read that pair's
  * expert), 0 once per distinct expert the batch touches. */
 extern int sfi_sv_moe_pair_reads;
+
+/* The cost setup of a measurement: its model, GPU, profile, and the
+ * engine's way of running it (sfi-gpu run: mixed attention launch, PDL in
+ * SFI mode, split rule, MoE launches, and at tp > 1 the f32 residual
+ * all-reduces, the Selector on the main stream with its scores'
+ * all-gather, the argmax all-gather). */
+void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_hw_profile *p,
+                  const sfi_gpu *gpu, sfi_cost_setup *out);
+
+/* The bytes one GPU sends per step into all-reduces and all-gathers by the
+ * cost model's account of the engine (compared with what the run
+ * reported: m->allreduce_bytes, m->gather_bytes). */
+void sfi_sv_comm_bytes(const sfi_step_meas *m, const sfi_model_config *mc, double *allreduce,
+                       double *gather);
 
 /* Predicts a measurement under a profile on a GPU with the step mix (SFI
  * mode; ignored in dense mode). */
@@ -135,7 +155,7 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
                           sfi_hw_profile *p, sfi_sv_fit *out, sfi_error *err);
 
 /* A fit subset: KEY=V[,V...][:KEY=V[,V...]...] with keys model, batch,
- * context, mode (all terms must hold; values of one key are alternatives).
+ * context, mode, tp (all terms must hold; values of one key are alternatives).
  * Returns 1 when m matches, 0 when not, -1 (message in err) on a bad
  * spec. */
 int sfi_sv_subset_match(const char *spec, const sfi_step_meas *m, sfi_error *err);

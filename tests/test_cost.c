@@ -114,6 +114,100 @@ START_TEST(kernel_roofline_and_allreduce)
 }
 END_TEST
 
+/* A ring all-gather over tp GPUs: each GPU receives (tp - 1) pieces over
+ * one direction of its link, at the all-reduce's efficiency and latency. */
+START_TEST(allgather_time)
+{
+    sfi_cost_setup s;
+    setup(&s, &qwen4b, "H100", 8192, 1);
+    round_profile(&s);
+    ck_assert(sfi_cost_allgather_time(&s, 1e6) == 0);
+    s.tp = 2;
+    ck_assert(close_rel(sfi_cost_allgather_time(&s, 1e6), 1e6 / 450e9 / 0.7 + 8e-6, 1e-12));
+    s.tp = 4;
+    ck_assert(close_rel(sfi_cost_allgather_time(&s, 1e6), 3e6 / 450e9 / 0.7 + 8e-6, 1e-12));
+}
+END_TEST
+
+/* sfi-gpu's engine terms at tp > 1, each against a hand computation:
+ * the Selector's side work on the main stream (a fast step pays its
+ * launches; a slow step all of it, as the overlapped step does at
+ * contention 1), the all-gather of the Selector's scores at the graph's
+ * capacity in every SFI step, the argmax all-gather, and the bytes of the
+ * collectives as sfi-gpu run --bench reported them on the H200 run. */
+START_TEST(tp_engine_terms)
+{
+    sfi_error e;
+    sfi_cost_setup s;
+    setup(&s, &qwen4b, "H200", 8192 + 65, 16);
+    round_profile(&s);
+    s.allreduce_bytes = 4;
+    const int L = qwen4b.num_hidden_layers;
+    sfi_step_cost a, b;
+    /* side work on the main stream, one GPU: a fast step pays 4 launches
+     * (2 Selector kernels, Top-K, reorg) per layer */
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
+    s.side_serial = 1;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
+    ck_assert_msg(close_rel(b.time_s - a.time_s, L * 4 * 3e-6, 1e-9), "%.9g vs %.9g",
+                  b.time_s - a.time_s, L * 4 * 3e-6);
+    ck_assert_int_eq(b.launches - a.launches, L * 4);
+    /* a slow step: all the side work exposed, as the two-stream step's
+     * at contention 1, more than at contention 0 */
+    s.prof.overlap_contention = 1;
+    ck_assert_int_eq(sfi_cost_step(&s, 2, &b, &e), SFI_OK);
+    s.side_serial = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 2, &a, &e), SFI_OK);
+    ck_assert(close_rel(b.time_s, a.time_s, 1e-12));
+    ck_assert(close_rel(b.side_s, a.side_s, 1e-12) && b.side_s > 0);
+    s.prof.overlap_contention = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 2, &a, &e), SFI_OK);
+    ck_assert(b.time_s > a.time_s);
+    /* the dense policy has no side work */
+    s.kind = SFI_POLICY_FULL;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
+    s.side_serial = 1;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
+    ck_assert(b.time_s == a.time_s);
+    s.side_serial = 0;
+    s.kind = SFI_POLICY_SFI;
+    /* tp 2: the scores' all-gather, 16 x 4 KV heads x 8060 fp32 per layer
+     * (the capacity of an 8K run of 128 steps: 8192 + 127 - 260, rounded
+     * up to 4), in fast steps too; the dense policy has none */
+    s.tp = 2;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
+    s.sel_gather_positions = 8060;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
+    double g = sfi_cost_allgather_time(&s, 16 * 4 * 8060 * 4.0);
+    ck_assert(close_rel(b.time_s - a.time_s, L * g, 1e-9));
+    ck_assert(close_rel(b.comm_s - a.comm_s, L * g, 1e-9));
+    s.kind = SFI_POLICY_FULL;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
+    s.sel_gather_positions = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
+    ck_assert(a.time_s == b.time_s);
+    /* the argmax: 16 (value, id) pairs gathered, one merge launch */
+    s.argmax_gather = 1;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
+    ck_assert(close_rel(a.time_s - b.time_s, sfi_cost_allgather_time(&s, 128) + 3e-6, 1e-9));
+    /* bytes per step and GPU: what sfi-gpu run --tp 2 --bench reported for
+     * Qwen3-4B at batch 16 (gpu/profiles/h200-tp-steps.json) */
+    double ar, ga;
+    sfi_cost_comm_bytes(&s, 16, &ar, &ga);
+    ck_assert(ar == 11796480.0 && ga == 128.0);
+    s.kind = SFI_POLICY_SFI;
+    s.sel_gather_positions = 8060;
+    sfi_cost_comm_bytes(&s, 16, &ar, &ga);
+    ck_assert(ar == 11796480.0 && ga == 74281088.0);
+    s.sel_gather_positions = 32636; /* 32K */
+    sfi_cost_comm_bytes(&s, 16, &ar, &ga);
+    ck_assert(ga == 300773504.0);
+    s.tp = 1;
+    sfi_cost_comm_bytes(&s, 16, &ar, &ga);
+    ck_assert(ar == 0 && ga == 0);
+}
+END_TEST
+
 START_TEST(slow_step_terms)
 {
     /* 32 q / 8 KV heads, head_dim 128 (Qwen3-4B), batch 16, 32K, K 2048 on
@@ -514,6 +608,8 @@ int main(void)
     tcase_add_test(tc, kv_bytes_of_qwen3_4b_at_32k);
     tcase_add_test(tc, weights_of_a_dense_and_a_moe_layer);
     tcase_add_test(tc, kernel_roofline_and_allreduce);
+    tcase_add_test(tc, allgather_time);
+    tcase_add_test(tc, tp_engine_terms);
     tcase_add_test(tc, slow_step_terms);
     tcase_add_test(tc, step_costs_add_up);
     tcase_add_test(tc, mixed_steps);

@@ -199,7 +199,20 @@ START_TEST(profile_parse_partial_measurements_and_errors)
     ck_assert(p3.efficiency[SFI_KC_ATTN_PREFILL] == 0.4);
     ck_assert_int_eq(def.n_attn_curve, 0);
     ck_assert(def.request_overhead_s == 0 && def.reserved_bytes == 0);
+    /* A collective (sfi-gpu bench-allreduce): GPUs and bytes, beyond 2^31. */
+    const char *j4 = "{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"allreduce\","
+                     "\"gpus\":8,\"bytes\":4294967296,\"message\":\"sweep\",\"time_us\":9000}]}";
+    ck_assert_msg(sfi_hw_profile_parse(j4, strlen(j4), "p4.json", &p3, &m, &n, &e) == SFI_OK, "%s",
+                  e.msg);
+    ck_assert(n == 1 && m[0].gpus == 8 && m[0].bytes == 4294967296.0);
+    free(m);
     const char *bad[][2] = {
+        {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"allreduce\",\"bytes\":-1,"
+         "\"time_us\":5}]}",
+         "measurements[0].bytes: not a byte count"},
+        {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"allreduce\",\"gpus\":1.5,"
+         "\"time_us\":5}]}",
+         "measurements[0].gpus"},
         {"{\"sfi_profile\":1,\"efficiency\":{\"gemm\":1.5}}", "efficiency.gemm: must be in (0, 1]"},
         {"{\"sfi_profile\":1,\"efficiency\":{\"warp\":0.5}}", "unknown kernel class"},
         {"{\"sfi_profile\":1,\"launch_us\":-1}", "launch_us"},

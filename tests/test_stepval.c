@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sfi_cost.h"
 #include "sfi_hw.h"
 #include "sfi_stepval.h"
 #include "sfi_test_util.h"
@@ -165,6 +166,7 @@ START_TEST(fit_subset_specs)
     m.batch = 16;
     m.context = 8192;
     m.sfi = 1;
+    m.tp = 1;
     sfi_error e;
     struct {
         const char *spec;
@@ -178,6 +180,9 @@ START_TEST(fit_subset_specs)
         {"model=Qwen3-0.6B:batch=1,4", 0},
         {"context=8K:mode=sfi", 1},
         {"context=8192:mode=dense", 0},
+        {"tp=1", 1},
+        {"tp=2", 0},
+        {"model=Qwen3-0.6B:tp=1,2", 1},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         ck_assert_msg(sfi_sv_subset_match(t[i].spec, &m, &e) == t[i].want, "%s", t[i].spec);
@@ -226,6 +231,12 @@ START_TEST(malformed_step_measurements_are_named)
         {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
          "\"decode_tokens_per_s\":1,\"tp\":0}]}",
          "tp: needs"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"tp\":2,\"gather_bytes_per_step\":-8}]}",
+         "gather_bytes_per_step: needs"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"tp\":2,\"allreduce_bytes_per_step\":\"x\"}]}",
+         "allreduce_bytes_per_step: needs"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char json[1024];
@@ -300,6 +311,66 @@ START_TEST(tensor_parallel_measurements_are_priced_at_their_gpus)
     ck_assert_msg(p2.t[SFI_SV_DENSE] < p1.t[SFI_SV_DENSE] &&
                       p2.t[SFI_SV_DENSE] > 0.5 * p1.t[SFI_SV_DENSE],
                   "tp 2 %.4g s, tp 1 %.4g s", p2.t[SFI_SV_DENSE], p1.t[SFI_SV_DENSE]);
+    free(m);
+}
+END_TEST
+
+/* How sfi-gpu run --tp runs a step reaches the cost setup: the Selector on
+ * the main stream (as --no-overlap does on one GPU), its scores gathered
+ * at the graph's capacity, the argmax gathered; and the model's count of
+ * the bytes each GPU sends into collectives is the engine's own, for every
+ * tensor-parallel run of gpu/profiles/h200-tp-steps.json. */
+START_TEST(tensor_parallel_engine_setup)
+{
+    sfi_step_meas *m = NULL;
+    size_t n = 0;
+    sfi_error e;
+    ck_assert_msg(sfi_step_meas_load(sfi_test_src("gpu/profiles/h200-tp-steps.json"), &m, &n, &e) ==
+                      SFI_OK,
+                  "%s", e.msg);
+    sfi_hw_profile p;
+    sfi_hw_profile_default(&p);
+    sfi_gpu g;
+    ck_assert_int_eq(sfi_gpu_preset("H200", &g, &e), SFI_OK);
+    int n_tp = 0;
+    for (size_t i = 0; i < n; i++) {
+        sfi_model_config mc;
+        ck_assert_int_eq(sfi_sv_model(&m[i], &mc, &e), SFI_OK);
+        sfi_cost_setup s;
+        sfi_sv_setup(&m[i], &mc, &p, &g, &s);
+        ck_assert_int_eq(s.tp, m[i].tp);
+        ck_assert_int_eq(s.side_serial, m[i].tp > 1);
+        ck_assert_int_eq(s.argmax_gather, m[i].tp > 1);
+        if (m[i].tp == 1) {
+            ck_assert_int_eq(s.sel_gather_positions, 0);
+            ck_assert(m[i].gather_bytes < 0 && m[i].allreduce_bytes < 0);
+            continue;
+        }
+        /* context + 127 - 4 sink - 256 recent, rounded up to 4 */
+        ck_assert_int_eq(s.sel_gather_positions, m[i].context == 8192 ? 8060 : 32636);
+        ck_assert(m[i].gather_bytes >= 0 && m[i].allreduce_bytes > 0);
+        double ar, ga;
+        sfi_sv_comm_bytes(&m[i], &mc, &ar, &ga);
+        ck_assert_msg(ar == m[i].allreduce_bytes && ga == m[i].gather_bytes,
+                      "[%zu] %s %s: model %.0f / %.0f, engine %.0f / %.0f", i, m[i].model,
+                      m[i].sfi ? "sfi" : "dense", ar, ga, m[i].allreduce_bytes, m[i].gather_bytes);
+        n_tp++;
+    }
+    ck_assert_int_eq(n_tp, 6);
+    /* one GPU with "overlap": false: the Selector on the main stream */
+    const char *js = "{\"step_measurements\":[{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\","
+                     "\"context\":8192,\"batch\":16,\"decode_tokens_per_s\":1,"
+                     "\"overlap\":false}]}";
+    sfi_step_meas *v = NULL;
+    size_t nv = 0;
+    ck_assert_int_eq(sfi_step_meas_parse(js, strlen(js), "v.json", &v, &nv, &e), SFI_OK);
+    ck_assert(v[0].variant && v[0].no_overlap);
+    sfi_model_config mc;
+    ck_assert_int_eq(sfi_sv_model(&v[0], &mc, &e), SFI_OK);
+    sfi_cost_setup s;
+    sfi_sv_setup(&v[0], &mc, &p, &g, &s);
+    ck_assert(s.side_serial && !s.sel_gather_positions && !s.argmax_gather);
+    free(v);
     free(m);
 }
 END_TEST
@@ -482,6 +553,80 @@ START_TEST(fit_recovers_spill_and_serial_step)
 }
 END_TEST
 
+/* All-reduce measurements (sfi-gpu bench-allreduce): sfi-sim validate
+ * compares them with the ring model, --fit recovers the latency and
+ * efficiency they were made with, and whole steps in the same file are
+ * priced with those. */
+START_TEST(allreduce_measurements)
+{
+    sfi_gpu g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_preset("H200", &g, &e), SFI_OK);
+    /* t = 5 us + 2 (n-1)/n bytes / (450 GB/s x 0.6) */
+    size_t cap = 1 << 14, o = 0;
+    char *json = malloc(cap);
+    o += (size_t)snprintf(json + o, cap - o,
+                          "{\"sfi_profile\":1,\"name\":\"ar\",\"gpu\":\"H200\","
+                          "\"measurements\":[");
+    const double sizes[] = {8192, 163840, 1048576, 8388608, 67108864};
+    const int gpus[] = {2, 4};
+    int k = 0;
+    for (int a = 0; a < 2; a++)
+        for (int i = 0; i < 5; i++, k++) {
+            double t = 5e-6 + 2.0 * (gpus[a] - 1) / gpus[a] * sizes[i] / (450e9 * 0.6);
+            o += (size_t)snprintf(json + o, cap - o,
+                                  "%s{\"kernel\":\"allreduce\",\"gpus\":%d,\"bytes\":%.0f,"
+                                  "\"dtype\":\"f32\",\"time_us\":%.6f}",
+                                  k ? "," : "", gpus[a], sizes[i], t * 1e6);
+        }
+    o += (size_t)snprintf(json + o, cap - o,
+                          "],\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"dense\","
+                          "\"context\":8192,\"batch\":16,\"tp\":2,\"decode_tokens_per_s\":2000,"
+                          "\"steps\":{\"dense\":{\"mean_ms\":8}}}]}");
+    ck_assert(o < cap);
+    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], cmd[16384];
+    snprintf(path, sizeof path, "%s/ar.json", dir);
+    snprintf(fit, sizeof fit, "%s/fit.json", dir);
+    ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
+    free(json);
+    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s' --fit '%s'", sfi_test_build("sfi-sim"),
+             path, fit);
+    char *out = NULL, *err = NULL;
+    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    /* the rows: GPUs and bytes; the defaults (8 us, 0.70) miss the small
+     * messages by 60% */
+    ck_assert_msg(strstr(out, "collective") && strstr(out, "allreduce             4     67108864"),
+                  "%s", out);
+    ck_assert_msg(strstr(out, "efficiency 0.600, latency 5.00 us (from 10 all-reduces)"), "%s",
+                  out);
+    sfi_hw_profile p;
+    sfi_hw_measurement *ms = NULL;
+    size_t nm = 0;
+    ck_assert_int_eq(sfi_hw_profile_load(fit, &p, &ms, &nm, &e), SFI_OK);
+    ck_assert(fabs(p.allreduce_latency_s - 5e-6) < 1e-8);
+    ck_assert(fabs(p.efficiency[SFI_KC_ALLREDUCE] - 0.6) < 1e-4);
+    ck_assert_int_eq(nm, 10);
+    ck_assert(ms[9].gpus == 4 && ms[9].bytes == 67108864.0);
+    free(ms);
+    free(out);
+    free(err);
+    /* whole steps of the same file: their collectives priced with the fit */
+    char prof[4096]; /* sfi_test_src and sfi_test_build share a buffer */
+    snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
+    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s' --steps '%s'",
+             sfi_test_build("sfi-sim"), prof, path);
+    out = err = NULL;
+    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    ck_assert_msg(strstr(out, "# collectives: 10 all-reduce measurements") &&
+                      strstr(out, "latency 5.00 us, efficiency 0.600 of H200's NVLink"),
+                  "%s", out);
+    free(out);
+    free(err);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(report_splits_in_and_out_of_sample)
 {
     synth_set *S = synth();
@@ -588,6 +733,8 @@ int main(void)
     tcase_add_test(tc, malformed_step_measurements_are_named);
     tcase_add_test(tc, report_splits_in_and_out_of_sample);
     tcase_add_test(tc, tensor_parallel_measurements_are_priced_at_their_gpus);
+    tcase_add_test(tc, tensor_parallel_engine_setup);
+    tcase_add_test(tc, allreduce_measurements);
     tcase_add_test(tc, small_batches_split_fast_requests_finer_than_slow_ones);
     tcase_add_test(tc, moe_routing_spills_and_pair_reads_are_priced);
     tcase_add_test(tc, fit_recovers_spill_and_serial_step);
