@@ -356,7 +356,7 @@ START_TEST(tensor_parallel_engine_setup)
                       m[i].sfi ? "sfi" : "dense", ar, ga, m[i].allreduce_bytes, m[i].gather_bytes);
         n_tp++;
     }
-    ck_assert_int_eq(n_tp, 6);
+    ck_assert_int_eq(n_tp, 8); /* 4B at 8K and 32K, 30B-A3B cut to 8 layers and whole */
     /* one GPU with "overlap": false: the Selector on the main stream */
     const char *js = "{\"step_measurements\":[{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\","
                      "\"context\":8192,\"batch\":16,\"decode_tokens_per_s\":1,"
