@@ -56,7 +56,8 @@ static void usage(FILE *out)
         "  --select SPEC    read only the configurations SPEC selects (syntax of\n"
         "                   --fit-subset; repeat for alternatives)\n"
         "  --moe-reads HOW  an MoE layer reads each distinct expert the batch touches\n"
-        "                   once (distinct) or once per (token, expert) pair [distinct]\n"
+        "                   once (distinct) or once per (token, expert) pair, as\n"
+        "                   sfi-gpu's expert GEMV does [pairs]\n"
         "  --tokenizer DIR  vocabulary of the SFI trigger set for the trace replay\n"
         "                   [tests/fixtures/qwen3-tokenizer in the source tree]\n"
         "  -h, --help       this help\n\n"
@@ -515,6 +516,12 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
     if (p->cta_bandwidth > 0 && p->cta_bandwidth <= 1e14)
         json_object_set_new(root, "cta_GBps",
                             json_real(floor(p->cta_bandwidth * 1e-7 + 0.5) / 100));
+    if (p->spill_bandwidth > 0)
+        json_object_set_new(root, "spill_GBps",
+                            json_real(floor(p->spill_bandwidth * 1e-7 + 0.5) / 100));
+    if (p->serial_step_s > 0)
+        json_object_set_new(root, "serial_step_ns",
+                            json_real(floor(p->serial_step_s * 1e11 + 0.5) / 100));
     json_object_set_new(root, "step_overhead_us",
                         json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
     json_object_set_new(root, "allreduce_latency_us",
@@ -773,7 +780,9 @@ static int fit_steps(step_val *sv, char **subsets, int n_sub)
                           : "the measured step counts",
            sv->n_replayed, sv->n_sfi);
     printf("# engine (sfi-gpu): one attention launch per layer for slow and fast requests "
-           "together; an MoE layer: 11 launches, expert weights read once per %s\n",
+           "together, fast requests split finer at small batches; G = 8 attention spilling "
+           "registers; an MoE layer: 11 launches, routing by one thread per token (E x top "
+           "serial steps), expert weights read once per %s\n",
            sfi_sv_moe_pair_reads ? "(token, expert) pair" : "distinct expert the batch touches");
     if (!n_sub)
         return 0;

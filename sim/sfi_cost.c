@@ -315,7 +315,7 @@ typedef struct {
 typedef struct {
     double t, bytes, kvb, wb, flops;
     double attn_body; /* roofline time of the attention launch (with prof.cta_bandwidth) */
-    double cta_bytes; /* bytes of its largest CTA */
+    double cta_s;     /* time of its slowest CTA at the per-CTA rates */
     int launches;
     merge_state *merge;               /* NULL: every kernel is its own launch */
     unsigned char occ[SFI_KC_COUNT];  /* with merge: this group's kernels by class */
@@ -371,13 +371,17 @@ static void add_exact_topk(const sfi_cost_setup *s, acc *a, double n)
     add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * n * 4.0, 0, 1);
 }
 
-/* With prof.cta_bandwidth: bytes of the largest CTA of an attention launch
- * over requests of `rows` rows each (sfi-gpu's split rule; per_row: bytes
- * per row and KV head), and the launch's roofline body time. */
+/* With prof.cta_bandwidth (or spills priced by prof.spill_bandwidth): the
+ * time of the slowest CTA of an attention launch over requests of `rows`
+ * rows each (sfi-gpu's split rule; per_row: K/V bytes per row and KV head,
+ * plus the spill bytes of the setup), and the launch's roofline body
+ * time. */
 static void attn_cta(const sfi_cost_setup *s, acc *a, double rows, double per_row, double body,
                      int sparse)
 {
-    if (!(s->prof.cta_bandwidth > 0))
+    const int cta = s->prof.cta_bandwidth > 0;
+    const int spill = s->attn_spill_row_bytes > 0 && s->prof.spill_bandwidth > 0;
+    if (!cta && !spill)
         return;
     double r;
     if (s->attn_split_rows > 0) {
@@ -394,8 +398,10 @@ static void attn_cta(const sfi_cost_setup *s, acc *a, double rows, double per_ro
         r = ceil(rows / splits);
     }
     a->attn_body += body;
-    if (r * per_row > a->cta_bytes)
-        a->cta_bytes = r * per_row;
+    double t = (cta ? r * per_row / s->prof.cta_bandwidth : 0) +
+               (spill ? r * s->attn_spill_row_bytes / s->prof.spill_bandwidth : 0);
+    if (t > a->cta_s)
+        a->cta_s = t;
 }
 
 /* Attention (main stream) of one layer for the whole batch, by policy, at
@@ -747,9 +753,9 @@ static void attention_groups(const sfi_cost_setup *s, int layer, const sfi_cost_
     }
     a->merge = NULL;
     side->merge = NULL;
-    /* a launch of few CTAs: its largest CTA at the per-CTA bandwidth */
-    if (s->prof.cta_bandwidth > 0 && a->cta_bytes / s->prof.cta_bandwidth > a->attn_body)
-        a->t += a->cta_bytes / s->prof.cta_bandwidth - a->attn_body;
+    /* a launch of few CTAs (or slow ones): its slowest CTA */
+    if (a->cta_s > a->attn_body)
+        a->t += a->cta_s - a->attn_body;
 }
 
 static void acc_add(acc *to, const acc *a)
@@ -828,6 +834,10 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
                 t_m = pair_b / s->prof.moe_pair_bandwidth;
             a.t += t_m - eb / (s->gpu.hbm_bandwidth * e_g);
         }
+        /* MoE routing by one thread per token (tokens side by side): its
+         * dependent steps one after another */
+        if (layer_is_moe(m, l))
+            a.t += s->moe_route_steps * s->prof.serial_step_s;
         /* The fused small kernels: norms, RoPE, residual adds (activations
          * only; their bytes are noise next to weights and KV). */
         int small = (layer_is_moe(m, l) ? (s->moe_launches > 0 ? s->moe_launches : MAIN_LAUNCHES_MOE)

@@ -55,6 +55,12 @@ typedef struct {
                                  per CTA at most when they differ (sfi-gpu at small
                                  batches splits fast requests finer than slow ones;
                                  0: attn_split_rows) */
+    double attn_spill_row_bytes; /* local-memory (register spill) bytes a CTA of the
+                                    attention kernel moves per K/V row it reads
+                                    (0: none); priced with prof.spill_bandwidth */
+    int moe_route_steps;   /* dependent steps of the thread that routes one token in
+                              an MoE layer (tokens in parallel; 0: none); each
+                              costs prof.serial_step_s */
     int moe_launches;      /* launches of an MoE layer besides attention (0: the
                               model's 8; sfi-gpu's engine: 11) */
     int allreduce_bytes;   /* bytes per element of the two residual all-reduces

@@ -45,6 +45,12 @@
  * moe_pair_GBps (optional): MoE expert kernels streaming the experts at
  * their own fraction of the bandwidth, and no faster than one (token,
  * expert) pair's expert at moe_pair_GBps (sfi-gpu's per-pair GEMV).
+ * spill_GBps (optional): what one CTA of a decode attention kernel whose
+ * registers spill moves of its spills per second (the rows of a CTA then
+ * take their K/V bytes over cta_GBps plus their spill bytes over this).
+ * serial_step_ns (optional): one dependent step of a single thread's loop
+ * over device memory (sfi-gpu's MoE routing: a thread per token selects
+ * its top experts one compare at a time).
  *
  * Engine terms (optional; what a serving engine adds on top of kernels,
  * used by sfi-sim serve and, for the curve, by sweep):
@@ -118,6 +124,13 @@ typedef struct {
     double cta_bandwidth;            /* bytes/s one CTA of a decode attention
                                         kernel streams at most (0: no limit);
                                         "cta_GBps" */
+    double spill_bandwidth;          /* bytes/s of register spills (local memory)
+                                        one CTA of a decode attention kernel
+                                        moves at most (0: spills cost nothing);
+                                        "spill_GBps" */
+    double serial_step_s;            /* one dependent step of a single thread's
+                                        loop over device memory (0: free);
+                                        "serial_step_ns" */
     /* What a serving engine adds on top of its kernels (engine profiles,
      * sfi-sim-serve(1)). A dense decode attention kernel whose achieved
      * bandwidth depends on the context: n_attn_curve points (context,

@@ -87,8 +87,9 @@ typedef struct {
 } sfi_sv_pred;
 
 /* How the engine's MoE layers read expert weights (sfi_cost_setup's
- * moe_pair_reads): 0 once per distinct expert the batch touches (default),
- * 1 once per (token, expert) pair. */
+ * moe_pair_reads): 1 once per (token, expert) pair (default: sfi-gpu's
+ * expert GEMV gives each pair its own blocks, which read that pair's
+ * expert), 0 once per distinct expert the batch touches. */
 extern int sfi_sv_moe_pair_reads;
 
 /* The cost setup of a measurement: its model, GPU, profile, and the
@@ -123,8 +124,8 @@ enum {
     SFI_SV_P_LAUNCH_PDL,
     SFI_SV_P_CONTENTION,
     SFI_SV_P_CTA,
-    SFI_SV_P_MOE,
-    SFI_SV_P_MOE_PAIR,
+    SFI_SV_P_SPILL,
+    SFI_SV_P_SERIAL,
     SFI_SV_P_STEP,
     SFI_SV_NPARAM
 };

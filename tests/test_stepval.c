@@ -107,9 +107,9 @@ START_TEST(fit_recovers_known_parameters)
             want = sfi_sv_param_get(&t, SFI_SV_P_LAUNCH);
         /* held (their effect too small to see at 1% noise), or without
          * a value of its own (launches under PDL cost what others do; no
-         * MoE shape here) */
+         * MoE shape, no G = 8 attention here) */
         ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP || j == SFI_SV_P_LAUNCH_PDL ||
-                          j == SFI_SV_P_MOE || j == SFI_SV_P_MOE_PAIR,
+                          j == SFI_SV_P_SPILL || j == SFI_SV_P_SERIAL,
                       "%s not identified", sfi_sv_param_name(j));
         if (!f.identified[j]) {
             ck_assert(got == want);
@@ -426,6 +426,133 @@ START_TEST(small_batches_split_fast_requests_finer_than_slow_ones)
 }
 END_TEST
 
+/* The MoE layer of sfi-gpu's engine (Qwen3-30B-A3B cut to 8 layers):
+ * routing by one thread per token, E x top dependent steps a layer at
+ * serial_step_ns; attention at 8 query heads per KV head spilling
+ * registers, its CTAs moving their spill bytes at spill_GBps; experts read
+ * once per (token, expert) pair. Qwen3-4B (4 heads per KV head, no
+ * experts) is unaffected by either rate. */
+static double predict_one(const char *model, int layers, int batch, const sfi_hw_profile *p)
+{
+    char js[320];
+    snprintf(js, sizeof js,
+             "{\"step_measurements\":[{\"model\":\"%s\",\"mode\":\"dense\",\"layers\":%d,"
+             "\"context\":8192,\"batch\":%d,\"decode_tokens_per_s\":100}]}",
+             model, layers, batch);
+    sfi_step_meas *m = NULL;
+    size_t n = 0;
+    sfi_error e;
+    ck_assert_int_eq(sfi_step_meas_parse(js, strlen(js), "moe.json", &m, &n, &e), SFI_OK);
+    sfi_gpu g;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
+    sfi_model_config mc;
+    ck_assert_int_eq(sfi_sv_model(&m[0], &mc, &e), SFI_OK);
+    sfi_sv_mix mix;
+    memset(&mix, 0, sizeof mix);
+    mix.batch = batch;
+    sfi_sv_pred pr;
+    ck_assert_int_eq(sfi_sv_predict(&m[0], &mc, p, &g, &mix, &pr, &e), SFI_OK);
+    free(m);
+    return pr.t[SFI_SV_DENSE];
+}
+
+START_TEST(moe_routing_spills_and_pair_reads_are_priced)
+{
+    sfi_hw_profile p0, p;
+    truth_profile(&p0);
+    p0.cta_bandwidth = 30e9;
+    const double t0 = predict_one("Qwen3-30B-A3B", 8, 16, &p0);
+    /* routing: 8 layers x 128 experts x 8 picks x 200 ns, nothing else */
+    p = p0;
+    p.serial_step_s = 200e-9;
+    double d = predict_one("Qwen3-30B-A3B", 8, 16, &p) - t0;
+    ck_assert_msg(fabs(d / (8 * 128 * 8 * 200e-9) - 1) < 1e-6, "routing +%.6g s", d);
+    /* spills: dense batch 16 runs 2 CTAs per (request, KV head) pair, of
+     * about 4129 rows each (the timed steps' mean context), 3792 bytes
+     * of spills a thread per 64-row tile of 256 threads */
+    p = p0;
+    p.spill_bandwidth = 100e9;
+    d = predict_one("Qwen3-30B-A3B", 8, 16, &p) - t0;
+    const double spill_cta = 4129 * (256 * 3792.0 / 64) / 100e9;
+    ck_assert_msg(d > 0.8 * 8 * spill_cta && d < 1.01 * 8 * spill_cta, "spills +%.6g s (%.6g)", d,
+                  8 * spill_cta);
+    /* no spills, no routing in a G = 4 dense shape */
+    p.serial_step_s = 200e-9;
+    ck_assert(predict_one("Qwen3-4B", 36, 16, &p) == predict_one("Qwen3-4B", 36, 16, &p0));
+    /* pair reads (the default) against distinct experts at batch 16: 128
+     * pairs against E (1 - (1 - k/E)^16) = 82.4 experts a layer, each 3 x
+     * 2048 x 768 bf16 weights at the GEMMs' efficiency */
+    ck_assert_int_eq(sfi_sv_moe_pair_reads, 1);
+    sfi_sv_moe_pair_reads = 0;
+    double td = predict_one("Qwen3-30B-A3B", 8, 16, &p0);
+    sfi_sv_moe_pair_reads = 1;
+    double ex = 128 * (1 - pow(1 - 8.0 / 128, 16));
+    double want = 8 * (128 - ex) * 3 * 2048 * 768 * 2 / (3.35e12 * 0.65);
+    ck_assert_msg(fabs((t0 - td) / want - 1) < 0.01, "pairs - distinct %.6g s, want %.6g s",
+                  t0 - td, want);
+}
+END_TEST
+
+/* With MoE steps in the fit (the synthetic dense shapes plus the layer-cut
+ * Qwen3-30B-A3B at batch 1, 4, 16, both modes), the spill rate and the
+ * serial step are identified and recovered. */
+START_TEST(fit_recovers_spill_and_serial_step)
+{
+    synth_set *S = synth();
+    enum { NM = 6, NT = N_SYN + NM };
+    static sfi_step_meas ms[NT];
+    static sfi_model_config mcs[NT];
+    static sfi_sv_mix mixes[NT];
+    memcpy(ms, S->ms, sizeof S->ms);
+    memcpy(mcs, S->mcs, sizeof S->mcs);
+    memcpy(mixes, S->mixes, sizeof S->mixes);
+    sfi_hw_profile t;
+    truth_profile(&t);
+    sfi_sv_param_set(&t, SFI_SV_P_SPILL, 120.0);
+    sfi_sv_param_set(&t, SFI_SV_P_SERIAL, 200.0);
+    sfi_error e;
+    static const int mb[3] = {1, 4, 16};
+    for (int k = 0; k < NM; k++) {
+        sfi_step_meas *m = &ms[N_SYN + k];
+        memset(m, 0, sizeof *m);
+        snprintf(m->model, sizeof m->model, "Qwen3-30B-A3B");
+        m->layers = 8;
+        m->batch = mb[k / 2];
+        m->context = 8192;
+        m->new_tokens = 128;
+        m->sfi = k % 2;
+        m->dtype_bytes = 2;
+        ck_assert_int_eq(sfi_sv_model(m, &mcs[N_SYN + k], &e), SFI_OK);
+        sfi_sv_mix *x = &mixes[N_SYN + k];
+        memset(x, 0, sizeof *x);
+        x->batch = m->batch;
+        x->hist[0] = 90;
+        x->hist[1] = 35;
+        sfi_sv_pred pr;
+        ck_assert_int_eq(sfi_sv_predict(m, &mcs[N_SYN + k], &t, &S->g, x, &pr, &e), SFI_OK);
+        for (int c = 0; c < SFI_SV_NCLASS; c++)
+            if (pr.t[c] > 0) {
+                m->cls[c].have = 1;
+                m->cls[c].mean_s = pr.t[c];
+            }
+        m->tps = pr.tps;
+    }
+    int in_fit[NT];
+    for (int i = 0; i < NT; i++)
+        in_fit[i] = 1;
+    sfi_hw_profile p;
+    sfi_hw_profile_default(&p);
+    sfi_sv_fit f;
+    ck_assert_int_eq(sfi_sv_fit_run(ms, mcs, mixes, in_fit, NT, &S->g, &p, &f, &e), SFI_OK);
+    for (int j = SFI_SV_P_SPILL; j <= SFI_SV_P_SERIAL; j++) {
+        ck_assert_msg(f.identified[j], "%s held", sfi_sv_param_name(j));
+        double got = sfi_sv_param_get(&p, j), want = sfi_sv_param_get(&t, j);
+        ck_assert_msg(fabs(got / want - 1) < 0.01, "%s: fitted %g, truth %g", sfi_sv_param_name(j),
+                      got, want);
+    }
+}
+END_TEST
+
 /* All-reduce measurements (sfi-gpu bench-allreduce): sfi-sim validate
  * compares them with the ring model, --fit recovers the latency and
  * efficiency they were made with, and whole steps in the same file are
@@ -609,6 +736,8 @@ int main(void)
     tcase_add_test(tc, tensor_parallel_engine_setup);
     tcase_add_test(tc, allreduce_measurements);
     tcase_add_test(tc, small_batches_split_fast_requests_finer_than_slow_ones);
+    tcase_add_test(tc, moe_routing_spills_and_pair_reads_are_priced);
+    tcase_add_test(tc, fit_recovers_spill_and_serial_step);
     suite_add_tcase(s, tc);
     return sfi_test_run_suite(s, CK_FORK_GETENV);
 }
