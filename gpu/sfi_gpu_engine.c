@@ -1307,6 +1307,14 @@ void sfi_gpu_run_result_free(sfi_gpu_run_result *r)
 
 /* ---- the forward pass pieces ---- */
 
+/* Whether a product of T rows over N inputs runs on our decode kernels
+ * (bf16, not exact, at most 64 rows, N a multiple of 32) rather than on
+ * cuBLAS: the one rule for the plain, SwiGLU and fused-norm forms. */
+static int decode_gemm_ours(const sfi_gpu_engine *e, int T, int N)
+{
+    return e->o.dtype == SFI_GPU_BF16 && !e->exact && T <= 64 && N % 32 == 0 && !e->o.gemm_cublas;
+}
+
 /* Y[T][M] (beta 0: =, 1: +=) X[T][N] W[M][N]^T; X of the weights' dtype
  * (f32 in f32 runs, bf16 in bf16 runs), Y f32. */
 static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const float *bias, float *Y,
@@ -1319,7 +1327,7 @@ static sfi_status gemm(sfi_gpu_engine *e, const void *W, const void *X, const fl
                               st));
         return SFI_OK;
     }
-    if (e->o.dtype == SFI_GPU_BF16 && T <= 64 && N % 32 == 0 && !e->o.gemm_cublas) {
+    if (decode_gemm_ours(e, T, N)) {
         /* decode-sized products: our tensor-core kernel (one pass over the
          * weights, no split-K reduction launch; measured faster than
          * cuBLAS's choices at 16 rows, see sfi-gpu(1)) */
@@ -1401,8 +1409,7 @@ static sfi_status gemm_normed(sfi_gpu_engine *e, const float *norm_w, const void
                               int M, int N, int epi, cudaStream_t st, int *done, sfi_error *err)
 {
     *done = 0;
-    if (!e->decoding || !e->fuse_norm || e->exact || e->o.dtype != SFI_GPU_BF16 ||
-        e->o.gemm_cublas || T > 64 || N % 32 || e->skip_norm || e->skip_gemm)
+    if (!e->decoding || !e->fuse_norm || !decode_gemm_ours(e, T, N) || e->skip_norm || e->skip_gemm)
         return SFI_OK;
     cudaError_t ce = sfi_gpu_gemm_norm(W, e->x, norm_w, e->eps, Y, T, M, N, epi, st);
     if (ce == cudaErrorNotSupported)
@@ -1445,7 +1452,7 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     if (!Ly->moe) {
         if (e->decoding && e->skip_gemm)
             return SFI_OK;
-        if (e->gu_tiled && T <= 64 && e->H % 32 == 0 && !e->o.gemm_cublas) {
+        if (e->gu_tiled && decode_gemm_ours(e, T, e->H)) {
             /* the SwiGLU in the GEMM's epilogue: act in bf16 directly */
             CK(sfi_gpu_gemm_skinny(Ly->wgu, e->xn_b, e->act_b, T, 2 * e->I, e->H,
                                    SFI_GPU_EPI_SWIGLU, st));

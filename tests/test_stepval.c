@@ -279,9 +279,6 @@ START_TEST(malformed_step_measurements_are_named)
 }
 END_TEST
 
-/* The command's report: rows of the subset (context 8K) marked in, the
- * others (16K) out, and the summary counts each apart; fitted on the 8K
- * rows, the truth predicts the 16K rows. */
 /* A measurement's "tp" reaches the cost model: a dense Qwen3-4B step over
  * two GPUs reads half the weights and KV per GPU, plus two all-reduces per
  * layer: faster than on one, slower than half of it. */
@@ -627,6 +624,9 @@ START_TEST(allreduce_measurements)
 }
 END_TEST
 
+/* The command's report: rows of the subset (context 8K) marked in, the
+ * others (16K) out, and the summary counts each apart; fitted on the 8K
+ * rows, the truth predicts the 16K rows. */
 START_TEST(report_splits_in_and_out_of_sample)
 {
     synth_set *S = synth();
