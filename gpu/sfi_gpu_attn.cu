@@ -211,7 +211,7 @@ template <typename T, int D, int G, int kStages> struct BulkCfg {
  * splits merge (split_epilogue). Logits (slow steps) are staged per warp
  * and written as G runs of RW consecutive floats. */
 template <typename T, int D, int G, int kStages>
-__global__ void __launch_bounds__(kWarps * 32, 2)
+__global__ void __launch_bounds__(kWarps * 32, G >= 8 ? 1 : 2)
 attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ q,
                  const T *__restrict__ kp, const T *__restrict__ vp,
                  const T *__restrict__ ck, const T *__restrict__ cv, int mode, int chunk,
