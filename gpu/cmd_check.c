@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <sys/stat.h>
@@ -30,6 +31,7 @@
 #include "sfi_gpu_cli.h"
 #include "sfi_gpu_engine.h"
 #include "sfi_gpu_model.h"
+#include "sfi_gpu_moe.h"
 #include "sfi_gpu_verify.h"
 #include "sfi_io.h"
 #include "sfi_math.h"
@@ -1115,6 +1117,195 @@ static int run_gemm_case(int ci, const gcase *c, uint64_t seed)
     return g_fail == fail0;
 }
 
+/* ---- grouped MoE experts (prefill, sfi_gpu_moe.h) against the per-pair
+ * products of decode steps (sfi_gpu_moe_gemv), on the same route, weights
+ * and residual. The route is made here so that one expert gets no pair
+ * (its GEMM must be skipped, not run with 0 rows) and expert 0 one pair of
+ * every token. The sort is checked exactly (counts, and positions a stable
+ * counting sort's); the residual within 1e-4 (f32: both f32 products, in
+ * other orders) or 1.5e-2 (bf16: the grouped form rounds its inputs and
+ * SwiGLU to bf16, the per-pair form keeps them f32) of the largest change
+ * the experts make -- a wrong row or expert errs by the order of that
+ * change. */
+typedef struct {
+    int T, top, E, H, Im, empty, dtype;
+} mcase;
+
+static const mcase k_moe[] = {
+    {37, 2, 6, 96, 40, 3, SFI_GPU_F32},
+    {37, 2, 6, 96, 40, 3, SFI_GPU_BF16},
+    {300, 8, 16, 256, 64, 5, SFI_GPU_F32},
+    {300, 8, 16, 256, 64, 11, SFI_GPU_BF16},
+};
+#define N_MOE_QUICK 2
+
+/* One expert's weights on the device: rows x cols uniform in [-s, s). */
+static void *moe_weights(int rows, int cols, int bf, float sc)
+{
+    const size_t n = (size_t)rows * cols;
+    void *h = xmalloc(n * (bf ? 2 : 4));
+    for (size_t i = 0; i < n; i++) {
+        const float v = sc * urand();
+        if (bf)
+            ((uint16_t *)h)[i] = to_bf16(v);
+        else
+            ((float *)h)[i] = v;
+    }
+    void *d = dmalloc(n * (bf ? 2 : 4));
+    CK(cudaMemcpy(d, h, n * (bf ? 2 : 4), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static int run_moe_case(int ci, const mcase *c, uint64_t seed)
+{
+    const int fail0 = g_fail;
+    const int T = c->T, top = c->top, E = c->E, H = c->H, Im = c->Im, pairs = T * top;
+    const int bf = c->dtype == SFI_GPU_BF16;
+    g_rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)(ci + 2000) * 0x632be59bd9b4e019ull + 1;
+    printf("case %d: grouped MoE experts, %d tokens x top %d of %d experts, hidden %d, width %d, "
+           "%s\n",
+           ci, T, top, E, H, Im, bf ? "bf16" : "f32");
+    /* the route: expert 0, then top - 1 distinct others but `empty`,
+     * ascending (as sfi_gpu_moe_route writes it) */
+    int32_t *sel = xmalloc((size_t)pairs * 4);
+    float *sw = xmalloc((size_t)pairs * 4), *x = xmalloc((size_t)T * H * 4);
+    float *h0 = xmalloc((size_t)T * H * 4);
+    for (int t = 0; t < T; t++) {
+        int k = 0;
+        sel[(size_t)t * top + k++] = 0;
+        for (int j = 0; k < top; j++) {
+            const int x_ = 1 + (t * 7 + j) % (E - 1);
+            int dup = x_ == c->empty;
+            for (int i = 0; i < k; i++)
+                dup |= sel[(size_t)t * top + i] == x_;
+            if (!dup)
+                sel[(size_t)t * top + k++] = x_;
+        }
+        for (int a = 1; a < top; a++) /* insertion sort */
+            for (int b = a; b > 0 && sel[(size_t)t * top + b - 1] > sel[(size_t)t * top + b]; b--) {
+                const int32_t tmp = sel[(size_t)t * top + b];
+                sel[(size_t)t * top + b] = sel[(size_t)t * top + b - 1];
+                sel[(size_t)t * top + b - 1] = tmp;
+            }
+        for (int k2 = 0; k2 < top; k2++)
+            sw[(size_t)t * top + k2] = 0.5f + 0.5f * urand();
+    }
+    for (size_t i = 0; i < (size_t)T * H; i++) {
+        x[i] = urand();
+        h0[i] = urand();
+    }
+    void **w_gu = xmalloc((size_t)E * sizeof(void *)), **w_d = xmalloc((size_t)E * sizeof(void *));
+    for (int e = 0; e < E; e++) {
+        w_gu[e] = moe_weights(2 * Im, H, bf, 1.0f / sqrtf((float)H));
+        w_d[e] = moe_weights(H, Im, bf, 1.0f / sqrtf((float)Im));
+    }
+    void **d_gu = dmalloc((size_t)E * sizeof(void *)), **d_d = dmalloc((size_t)E * sizeof(void *));
+    CK(cudaMemcpy(d_gu, w_gu, (size_t)E * sizeof(void *), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_d, w_d, (size_t)E * sizeof(void *), cudaMemcpyHostToDevice));
+    int32_t *d_sel = dmalloc((size_t)pairs * 4), *d_cnt = dmalloc((size_t)E * 4);
+    int32_t *d_pos = dmalloc((size_t)pairs * 4), *h_cnt;
+    CK(cudaMallocHost((void **)&h_cnt, (size_t)E * 4));
+    float *d_sw = dmalloc((size_t)pairs * 4), *d_x = dmalloc((size_t)T * H * 4);
+    float *d_h = dmalloc((size_t)T * H * 4), *d_y1 = dmalloc((size_t)pairs * 2 * Im * 4);
+    float *d_act = dmalloc((size_t)pairs * Im * 4), *d_y2 = dmalloc((size_t)pairs * H * 4);
+    CK(cudaMemcpy(d_sel, sel, (size_t)pairs * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_sw, sw, (size_t)pairs * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_x, x, (size_t)T * H * 4, cudaMemcpyHostToDevice));
+    /* the per-pair form, as a decode step runs it */
+    CK(cudaMemcpy(d_h, h0, (size_t)T * H * 4, cudaMemcpyHostToDevice));
+    CK(sfi_gpu_moe_gemv(d_gu, c->dtype, d_sel, T, top, d_x, 0, 2 * Im, H, d_y1, 0, 0));
+    CK(sfi_gpu_silu_mul(d_y1, pairs, Im, 0, d_act, SFI_GPU_F32, 0, 0));
+    CK(sfi_gpu_moe_gemv(d_d, c->dtype, d_sel, T, top, d_act, 1, H, Im, d_y2, 0, 0));
+    CK(sfi_gpu_moe_combine(d_h, d_y2, d_sw, T, top, H, 0, 0));
+    float *r = xmalloc((size_t)T * H * 4), *g = xmalloc((size_t)T * H * 4);
+    CK(cudaMemcpy(r, d_h, (size_t)T * H * 4, cudaMemcpyDeviceToHost));
+    /* the grouped form */
+    CK(cudaMemcpy(d_h, h0, (size_t)T * H * 4, cudaMemcpyHostToDevice));
+    cublasHandle_t blas;
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "sfi-gpu check: cublasCreate failed\n");
+        exit(1);
+    }
+    sfi_gpu_moe_grouped_args ga = {.T = T,
+                                   .top = top,
+                                   .E = E,
+                                   .H = H,
+                                   .Im = Im,
+                                   .dtype = c->dtype,
+                                   .w_gu = w_gu,
+                                   .w_d = w_d,
+                                   .x = d_x,
+                                   .sel_e = d_sel,
+                                   .sel_w = d_sw,
+                                   .h = d_h,
+                                   .cnt = d_cnt,
+                                   .h_cnt = h_cnt,
+                                   .pos = d_pos,
+                                   .y1 = d_y1,
+                                   .act = d_act,
+                                   .y2 = d_y2};
+    sfi_error err;
+    sfi_error_clear(&err);
+    if (sfi_gpu_moe_grouped(&ga, blas, 0, &err)) {
+        fprintf(stderr, "sfi-gpu check: %s\n", err.msg);
+        exit(1);
+    }
+    CK(cudaDeviceSynchronize());
+    cublasDestroy(blas);
+    CK(cudaMemcpy(g, d_h, (size_t)T * H * 4, cudaMemcpyDeviceToHost));
+    /* the sort: counts, and positions expert by expert in pair order */
+    int32_t *pos = xmalloc((size_t)pairs * 4), *cnt = xmalloc((size_t)E * 4);
+    int32_t *next = xmalloc((size_t)E * 4);
+    CK(cudaMemcpy(pos, d_pos, (size_t)pairs * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(cnt, d_cnt, (size_t)E * 4, cudaMemcpyDeviceToHost));
+    int sort_ok = 1, n_max = 0;
+    for (int e = 0, off = 0; e < E; e++) {
+        int n = 0;
+        for (int p = 0; p < pairs; p++)
+            n += sel[p] == e;
+        sort_ok &= cnt[e] == n;
+        next[e] = off;
+        off += n;
+        n_max = n > n_max ? n : n_max;
+    }
+    for (int p = 0; p < pairs; p++)
+        sort_ok &= pos[p] == next[sel[p]]++;
+    report(ci, "moe sort", sort_ok && cnt[c->empty] == 0,
+           "expert %d has %d pairs, the most %d of %d", c->empty, cnt[c->empty], n_max, pairs);
+    double big = 0, worst = 0;
+    for (size_t i = 0; i < (size_t)T * H; i++)
+        big = fmax(big, fabs((double)r[i] - h0[i]));
+    const double tol = (bf ? 1.5e-2 : 1e-4) * big + 1e-7;
+    for (size_t i = 0; i < (size_t)T * H; i++) {
+        const double d = fabs((double)g[i] - r[i]) / tol;
+        if (!(d <= worst))
+            worst = d; /* NaN propagates as a failure */
+    }
+    report(ci, "moe grouped", worst <= 1.0 && big > 0,
+           "max err / tolerance %.3g (largest change %.3g)", worst, big);
+    for (int e = 0; e < E; e++) {
+        CK(cudaFree(w_gu[e]));
+        CK(cudaFree(w_d[e]));
+    }
+    void *dev[] = {d_gu, d_d, d_sel, d_cnt, d_pos, d_sw, d_x, d_h, d_y1, d_act, d_y2};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CK(cudaFree(dev[i]));
+    CK(cudaFreeHost(h_cnt));
+    free(w_gu);
+    free(w_d);
+    free(sel);
+    free(sw);
+    free(x);
+    free(h0);
+    free(r);
+    free(g);
+    free(pos);
+    free(cnt);
+    free(next);
+    return g_fail == fail0;
+}
+
 /* ---- end to end: the engine (sfi-gpu run) against sfi-ref's decode loop ----
  * Each case decodes a batch with the engine and with sfi_decode_run on the
  * CPU (sfi_gpu_verify.h) and compares ids, step kinds and reasons, the
@@ -1397,14 +1588,15 @@ static void check_usage(FILE *f)
           "Runs a fixed, seeded suite of cases through the GPU kernels and through the\n"
           "reference (dense attention and logits, Selector, Top-K, reorg, two-segment\n"
           "sparse attention), the decode GEMM's two kernels through a float64 product,\n"
+          "the grouped MoE experts of prefill against the per-pair products of decode,\n"
           "and prints one line per case and check; then end-to-end\n"
           "cases: the decode engine of sfi-gpu run against sfi-ref's decode loop on\n"
           "the test fixtures and (from $SFI_SHARED) the trained model.\n"
           "\n"
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
-          "  --quick      the first five kernel cases, three GEMM cases and four\n"
-          "               end-to-end cases\n"
+          "  --quick      the first five kernel cases, three GEMM cases, two MoE cases\n"
+          "               and four end-to-end cases\n"
           "  --kernels-only  no end-to-end cases\n"
           "  --seed N     seed of the random inputs (default 1)\n"
           "  -h, --help   this help\n"
@@ -1454,6 +1646,10 @@ int sfi_gpu_cmd_check(int argc, char **argv)
     for (int i = 0; i < n_gemm; i++)
         passed += run_gemm_case(n + i, &k_gemm[i], seed);
     n += n_gemm;
+    const int n_moe = quick ? N_MOE_QUICK : (int)(sizeof k_moe / sizeof k_moe[0]);
+    for (int i = 0; i < n_moe; i++)
+        passed += run_moe_case(n + i, &k_moe[i], seed);
+    n += n_moe;
     if (!no_e2e) {
         for (size_t i = 0; i < sizeof k_e2e / sizeof k_e2e[0]; i++) {
             if (quick && !k_e2e[i].quick)

@@ -19,7 +19,7 @@ bin_PROGRAMS += sfi-gpu
 sfi_gpu_SOURCES = gpu/main.c gpu/cmd_check.c gpu/cmd_bench.c gpu/cmd_run.c gpu/sfi_gpu_engine.c \
 	gpu/cmd_allreduce.c \
 	gpu/sfi_gpu_verify.c gpu/sfi_gpu_verify.h gpu/sfi_gpu_nccl.c gpu/sfi_gpu_tprun.c \
-	gpu/sfi_gpu_tprun.h $(SFI_GPU_HDRS)
+	gpu/sfi_gpu_tprun.h gpu/sfi_gpu_moe.c gpu/sfi_gpu_moe.h $(SFI_GPU_HDRS)
 # The .cu objects are built by the suffix rule below and linked as plain
 # objects (automake does not know CUDA as a language).
 SFI_GPU_CU_OBJS = $(SFI_GPU_CU:.cu=.o)

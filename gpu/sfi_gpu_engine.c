@@ -43,6 +43,7 @@
 #include "sfi_digest.h"
 #include "sfi_gpu.h"
 #include "sfi_gpu_model.h"
+#include "sfi_gpu_moe.h"
 #include "sfi_gpu_nccl.h"
 #include "sfi_gpu_status.h"
 #include "sfi_gpu_tp.h"
@@ -76,8 +77,9 @@ struct sfi_gpu_engine {
      * steps leave those launches out, so results are wrong but the step's
      * time without them can be measured inside the graph */
     int skip_norm, skip_qkv, skip_attn, skip_gemm;
-    int decoding;  /* inside enqueue_layers (where the skips apply) */
-    int fuse_norm; /* decode GEMMs make their RMSNorm input themselves (1) */
+    int decoding;    /* inside enqueue_layers (where the skips apply) */
+    int fuse_norm;   /* decode GEMMs make their RMSNorm input themselves (1) */
+    int moe_grouped; /* prefill MoE layers run the grouped experts (1) */
     /* tensor parallelism (sfi_gpu_engine_opts): nh, nkv, nq, nkvd, I, Im
      * above are this rank's share, V the whole vocabulary of which this
      * rank's LM head has rows [v0, v0 + Vl) (Vc per rank but the last) */
@@ -118,6 +120,7 @@ struct sfi_gpu_engine {
     void *xn_b, *att_b, *act_b;
     float *rl, *sel_w, *y1, *y2, *act2;
     int32_t *sel_e;
+    int32_t *moe_cnt, *moe_pos, *h_moe_cnt; /* grouped experts (sfi_gpu_moe.h) */
     int32_t *next;
     unsigned long long *slots; /* argmax scratch [64] */
     float *gemm_part;          /* split-K partials of the decode GEMMs */
@@ -386,6 +389,8 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
     if (s.E) {
         uint64_t pairs = rows * s.top;
         act += rows * s.E * 4 + pairs * (4 + 4) + pairs * (2ull * s.Im + s.Im + s.H) * 4;
+        if (!o->exact) /* the prefill's grouped experts (their other buffers are those above) */
+            act += sfi_gpu_moe_grouped_ws_bytes(s.rows_act, s.top, s.E);
     }
     m->activations = act;
     m->prefill = (uint64_t)PF_PSEUDO * s.max_blocks * 4;
@@ -1002,6 +1007,10 @@ static void read_experiments(sfi_gpu_engine *e)
         e->skip_gemm = strstr(skp, "gemm") != NULL;
     }
     e->fuse_norm = !(getenv("SFI_GPU_FUSE_NORM") && !strcmp(getenv("SFI_GPU_FUSE_NORM"), "0"));
+    /* SFI_GPU_MOE_GROUPED=0: prefill's experts one product per pair, as
+     * decode steps run them (to time the two forms against each other) */
+    e->moe_grouped = !e->exact && !(getenv("SFI_GPU_MOE_GROUPED") &&
+                                    !strcmp(getenv("SFI_GPU_MOE_GROUPED"), "0"));
     const char *gk = getenv("SFI_GPU_GEMM");
     if (gk)
         sfi_gpu_gemm_select(!strcmp(gk, "skinny") ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB,
@@ -1090,6 +1099,11 @@ static sfi_status alloc_run_state(sfi_gpu_engine *e, sfi_error *err)
         TRY(dalloc((void **)&e->y1, pairs * 2 * e->Im * 4, err));
         TRY(dalloc((void **)&e->act2, pairs * e->Im * 4, err));
         TRY(dalloc((void **)&e->y2, pairs * e->H * 4, err));
+        if (!o->exact) {
+            TRY(dalloc((void **)&e->moe_cnt, (size_t)e->E * 4, err));
+            TRY(dalloc((void **)&e->moe_pos, pairs * 4, err));
+            CK(cudaMallocHost((void **)&e->h_moe_cnt, (size_t)e->E * 4));
+        }
     }
     TRY(dalloc((void **)&e->d_desc, sizeof(sfi_gpu_step_desc), err));
     TRY(dalloc((void **)&e->d_desc1, sizeof(sfi_gpu_step_desc), err));
@@ -1242,6 +1256,10 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     cudaFree(e->y1);
     cudaFree(e->act2);
     cudaFree(e->y2);
+    cudaFree(e->moe_cnt);
+    cudaFree(e->moe_pos);
+    if (e->h_moe_cnt)
+        cudaFreeHost(e->h_moe_cnt);
     cudaFree(e->d_desc);
     cudaFree(e->d_desc1);
     cudaFree(e->d_state);
@@ -1513,6 +1531,34 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     }
     CK(sfi_gpu_moe_route(e->rl, T, e->E, e->top, e->c.norm_topk_prob, e->sel_e, e->sel_w, e->exact,
                          st));
+    if (!e->decoding && e->moe_grouped) {
+        /* prefill (never captured, never exact): one GEMM per expert over
+         * its pairs instead of one product per pair; this rank's share of
+         * every expert's columns (e->Im) as in decode steps */
+        if (e->rank > 0) /* the combine adds: start this rank's partial sum at 0 */
+            CK(cudaMemsetAsync(e->x, 0, (size_t)T * e->H * 4, st));
+        sfi_gpu_moe_grouped_args ga = {.T = T,
+                                       .top = e->top,
+                                       .E = e->E,
+                                       .H = e->H,
+                                       .Im = e->Im,
+                                       .dtype = e->o.dtype,
+                                       .w_gu = Ly->h_e_gu,
+                                       .w_d = Ly->h_e_d,
+                                       .x = e->xn,
+                                       .sel_e = e->sel_e,
+                                       .sel_w = e->sel_w,
+                                       .h = e->x,
+                                       .cnt = e->moe_cnt,
+                                       .h_cnt = e->h_moe_cnt,
+                                       .pos = e->moe_pos,
+                                       .y1 = e->y1,
+                                       .act = e->act2,
+                                       .y2 = e->y2};
+        if ((rc = sfi_gpu_moe_grouped(&ga, e->blas, st, err)))
+            return rc;
+        return tp_reduce(e, T, st, err);
+    }
     CK(sfi_gpu_moe_gemv(Ly->e_gu, e->o.dtype, e->sel_e, T, e->top, e->xn, 0, 2 * e->Im, e->H, e->y1,
                         e->exact, st));
     CK(sfi_gpu_silu_mul(e->y1, T * e->top, e->Im, 0, e->act2, SFI_GPU_F32, e->exact, st));

@@ -707,6 +707,94 @@ __global__ void moe_combine_kernel(float *__restrict__ h, const float *__restric
     }
 }
 
+/* ---- grouped experts (prefill) ----
+ * A counting sort of the T*top (token, expert) pairs by expert, so that
+ * each expert's rows are contiguous and one GEMM per expert reads its
+ * weights once (sfi_gpu_moe_grouped in sfi_gpu_moe.c runs the GEMMs). */
+
+/* Block per expert e: offset = number of pairs with a smaller expert,
+ * count = number with e (pass 1, a plain reduction); pass 2 walks the
+ * pairs in order, 256 at a time, and gives each of e's pairs the next
+ * position by a ballot prefix within the warp and the warps' totals
+ * before it: positions in pair order, the same on every run (no atomics). */
+__global__ void __launch_bounds__(256) moe_sort_kernel(const int32_t *__restrict__ sel_e, int pairs,
+                                                       int32_t *__restrict__ cnt, int32_t *__restrict__ pos) {
+    pdl_wait();
+    pdl_launch();
+    __shared__ int s_below[8], s_same[8], s_warp[8];
+    const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int below = 0, same = 0;
+    for (int p = tid; p < pairs; p += 256) {
+        const int x = sel_e[p];
+        below += x < e;
+        same += x == e;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        below += __shfl_xor_sync(0xffffffffu, below, off);
+        same += __shfl_xor_sync(0xffffffffu, same, off);
+    }
+    if (lane == 0) {
+        s_below[warp] = below;
+        s_same[warp] = same;
+    }
+    __syncthreads();
+    int base = 0, n = 0;
+    for (int w = 0; w < 8; w++) {
+        base += s_below[w];
+        n += s_same[w];
+    }
+    if (tid == 0) cnt[e] = n;
+    if (n == 0) return; /* uniform over the block */
+    const unsigned lt = (1u << lane) - 1u;
+    for (int c0 = 0; c0 < pairs; c0 += 256) {
+        const int p = c0 + tid;
+        const bool mine = p < pairs && sel_e[p] == e;
+        const unsigned b = __ballot_sync(0xffffffffu, mine);
+        if (lane == 0) s_warp[warp] = __popc(b);
+        __syncthreads();
+        int before = 0, tot = 0;
+        for (int w = 0; w < 8; w++) {
+            before += w < warp ? s_warp[w] : 0;
+            tot += s_warp[w];
+        }
+        if (mine) pos[p] = base + before + __popc(b & lt);
+        base += tot;
+        __syncthreads(); /* s_warp is rewritten by the next chunk */
+    }
+}
+
+/* xs[pos[p]][i] = x[p / top][i] in the GEMM's input type. */
+template <typename T>
+__global__ void moe_gather_kernel(const float *__restrict__ x, int H, int top, int pairs,
+                                  const int32_t *__restrict__ pos, T *__restrict__ xs) {
+    pdl_wait();
+    pdl_launch();
+    for (int p = blockIdx.y; p < pairs; p += gridDim.y) {
+        const float *src = x + (size_t)(p / top) * H;
+        T *dst = xs + (size_t)pos[p] * H;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H; i += gridDim.x * blockDim.x)
+            dst[i] = (T)src[i];
+    }
+}
+
+/* moe_combine_kernel with pair p's row at y[pos[p]] (the sorted order). */
+__global__ void moe_combine_pos_kernel(float *__restrict__ h, const float *__restrict__ y,
+                                       const int32_t *__restrict__ pos, const float *__restrict__ sw,
+                                       int T, int top, int H) {
+    pdl_wait();
+    pdl_launch();
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H; i += gridDim.x * blockDim.x) {
+            float acc = 0.f;
+            for (int k = 0; k < top; k++) {
+                const size_t p = (size_t)t * top + k;
+                acc = __fadd_rn(acc, __fmul_rn(y[(size_t)pos[p] * H + i], sw[p]));
+            }
+            h[(size_t)t * H + i] = __fadd_rn(h[(size_t)t * H + i], acc);
+        }
+    }
+}
+
 /* ---- window logits (prefill Selector input) ---- */
 
 /* Thread per position j, block row = (w, query head): the reference's
@@ -1174,6 +1262,34 @@ cudaError_t sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, in
     (void)exact; /* one formula: the reference's order, which costs nothing here */
     if (T <= 0) return cudaSuccess;
     launch_k(moe_combine_kernel, dim3((H + 255) / 256, T), dim3(256), 0, st, h, y, sel_w, top, H);
+    return cudaGetLastError();
+}
+
+cudaError_t sfi_gpu_moe_sort(const int32_t *sel_e, int pairs, int E, int32_t *cnt, int32_t *pos,
+                             cudaStream_t st) {
+    if (E <= 0) return cudaSuccess;
+    if (pairs < 0) return cudaErrorInvalidValue;
+    launch_k(moe_sort_kernel, dim3(E), dim3(256), 0, st, sel_e, pairs, cnt, pos);
+    return cudaGetLastError();
+}
+
+cudaError_t sfi_gpu_moe_gather(const float *x, int H, int top, int pairs, const int32_t *pos,
+                               void *xs, int dtype, cudaStream_t st) {
+    if (pairs <= 0) return cudaSuccess;
+    dim3 g((H + 255) / 256 < 64 ? (H + 255) / 256 : 64, pairs < 65535 ? pairs : 65535);
+    if (dtype == SFI_GPU_BF16)
+        launch_k(moe_gather_kernel<__nv_bfloat16>, g, dim3(256), 0, st, x, H, top, pairs, pos,
+                 (__nv_bfloat16 *)xs);
+    else
+        launch_k(moe_gather_kernel<float>, g, dim3(256), 0, st, x, H, top, pairs, pos, (float *)xs);
+    return cudaGetLastError();
+}
+
+cudaError_t sfi_gpu_moe_combine_pos(float *h, const float *y, const int32_t *pos, const float *sel_w,
+                                    int T, int top, int H, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    dim3 g((H + 255) / 256, T < 65535 ? T : 65535);
+    launch_k(moe_combine_pos_kernel, g, dim3(256), 0, st, h, y, pos, sel_w, T, top, H);
     return cudaGetLastError();
 }
 

@@ -143,6 +143,21 @@ cudaError_t sfi_gpu_moe_gemv(void *const *w, int dtype, const int32_t *sel_e, in
 cudaError_t sfi_gpu_moe_combine(float *h, const float *y, const float *sel_w, int T, int top, int H,
                                 int exact, cudaStream_t st);
 
+/* The grouped form of the experts (prefill; sfi_gpu_moe.h). Counting sort
+ * of the pairs p = 0..pairs-1 by expert sel_e[p] in [0, E): cnt[e] = how
+ * many pairs chose e, pos[p] = p's row in the sorted order (expert by
+ * expert ascending, pair order inside an expert; deterministic). */
+cudaError_t sfi_gpu_moe_sort(const int32_t *sel_e, int pairs, int E, int32_t *cnt, int32_t *pos,
+                             cudaStream_t st);
+/* xs[pos[p]] = x[p / top] (rows of H floats) converted to dtype (bf16 or
+ * f32): the GEMM input of every pair in sorted order. */
+cudaError_t sfi_gpu_moe_gather(const float *x, int H, int top, int pairs, const int32_t *pos,
+                               void *xs, int dtype, cudaStream_t st);
+/* sfi_gpu_moe_combine (its summation order) over y in sorted order: pair
+ * t*top+k's row is y[pos[t*top+k]]. */
+cudaError_t sfi_gpu_moe_combine_pos(float *h, const float *y, const int32_t *pos,
+                                    const float *sel_w, int T, int top, int H, cudaStream_t st);
+
 /* Causal attention of a prefill chunk: queries q [T][n_heads][D] (f32) at
  * positions pos0..pos0+T-1 of request row `row`, over keys 0..pos of each
  * in the paged pools (already appended); out [T][n_heads][D] f32. bf16
