@@ -86,11 +86,11 @@ struct sfi_gpu_engine {
     int tp, rank, Vl, v0, Vc, nkv_g, nq_g, I_g, Im_g;
     void *comm;
     unsigned long long *amax_keys, *amax_all; /* argmax keys [64], gathered [tp][64] */
-    float *z_all; /* Selector scores gathered, a [tp][B][nkv][capJ] block per ring slot */
+    float *z_all;        /* Selector scores gathered, a [tp][B][nkv][capJ] block per ring slot */
     size_t z_all_floats; /* one slot's */
-    float *lg_all;                            /* observed logits gathered [B][tp][Vc] */
-    int32_t *sel_all;                         /* observed sets gathered [tp][nkv][K] */
-    int cap;                                  /* positions per request */
+    float *lg_all;       /* observed logits gathered [B][tp][Vc] */
+    int32_t *sel_all;    /* observed sets gathered [tp][nkv][K] */
+    int cap;             /* positions per request */
     int max_blocks, ld, capJ, ccap, rows_act;
     float eps;
     /* weights */
@@ -1946,13 +1946,12 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
                  * and reorg after this layer's MLP (tp_chain_rest) */
                 if (!e->o.skip_select)
                     CK(sfi_gpu_selector_local(&e->h_cap, e->d_desc, &sp, e->logits_ring[slot],
-                                              e->knorm[l], &e->sel_ws[slot], NULL, e->exact,
-                                              side));
+                                              e->knorm[l], &e->sel_ws[slot], NULL, e->exact, side));
                 CK(cudaEventRecord(e->ev_free[slot], side));
             } else {
                 if (!e->o.skip_select &&
-                    (rc = selector(e, &e->h_cap, e->d_desc, &sp, e->logits_ring[slot],
-                                   e->knorm[l], &e->sel_ws[slot], e->sel[l], ss, err)))
+                    (rc = selector(e, &e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
+                                   &e->sel_ws[slot], e->sel[l], ss, err)))
                     return rc;
                 if (overlap)
                     CK(cudaEventRecord(e->ev_free[slot], side));
