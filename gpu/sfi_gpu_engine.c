@@ -86,10 +86,11 @@ struct sfi_gpu_engine {
     int tp, rank, Vl, v0, Vc, nkv_g, nq_g, I_g, Im_g;
     void *comm;
     unsigned long long *amax_keys, *amax_all; /* argmax keys [64], gathered [tp][64] */
-    float *z_all;                             /* Selector scores gathered [tp][B][nkv][capJ] */
-    float *lg_all;                            /* observed logits gathered [B][tp][Vc] */
-    int32_t *sel_all;                         /* observed sets gathered [tp][nkv][K] */
-    int cap;                                  /* positions per request */
+    float *z_all;        /* Selector scores gathered, a [tp][B][nkv][capJ] block per ring slot */
+    size_t z_all_floats; /* one slot's */
+    float *lg_all;       /* observed logits gathered [B][tp][Vc] */
+    int32_t *sel_all;    /* observed sets gathered [tp][nkv][K] */
+    int cap;             /* positions per request */
     int max_blocks, ld, capJ, ccap, rows_act;
     float eps;
     /* weights */
@@ -140,7 +141,14 @@ struct sfi_gpu_engine {
     void *blas_ws;
     cudaStream_t main_st, side_st;
     cudaEvent_t ev_attn[R_SLOTS], ev_free[R_SLOTS], ev_done, ev_plan;
+    cudaEvent_t ev_gath[R_SLOTS]; /* tp > 1: a layer's scores all-gathered */
     cudaGraphExec_t graph_exec;
+    /* tp > 1, SFI: a second graph of the step without the Selector chain
+     * (pick_graph); the host reads d_state->next_slow through h_flag */
+    int sel_graphs, no_chain;
+    cudaGraphExec_t graph_nosel;
+    int32_t *h_flag; /* pinned */
+    cudaEvent_t ev_step;
 };
 
 #define CK(x)                                                                                      \
@@ -399,7 +407,7 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
         m->other += (uint64_t)64 * 8 * (1 + s.tp) + B * s.tp * s.Vc * 4ull +
                     (uint64_t)s.nkv_g * o->params.K * 4;
         if (o->sfi)
-            m->selector += B * s.nkv_g * (uint64_t)s.capJ * 4;
+            m->selector += R_SLOTS * B * s.nkv_g * (uint64_t)s.capJ * 4; /* per ring slot */
     }
     m->total = m->weights + m->kv + m->compact + m->key_norms + m->selector + m->logits +
                m->activations + m->prefill + m->other;
@@ -783,17 +791,29 @@ static void init_fields(sfi_gpu_engine *e, const sfi_model_config *cfg,
     e->I_g = s->I_g;
     e->Im_g = s->Im_g;
     e->comm = o->tp_comm;
-    /* tp > 1: the Selector and reorg on the main stream, so that every
-     * collective is on one stream in one order on every rank (NCCL
-     * collectives of one communicator on two streams can deadlock, and a
-     * second communicator for the side stream is not worth its risk here:
-     * the scores' all-gather already serialises the Selector with the
-     * layer) */
-    if (e->tp > 1)
+    /* tp > 1: every collective on the main stream, in one order on every
+     * rank (NCCL collectives of one communicator on two streams can
+     * deadlock; a second communicator is not worth its risk): the decode
+     * step's Selector overlaps around its all-gather (tp_chain_rest); the
+     * deferred Selector, which would need the all-gather on the side
+     * stream, runs in line */
+    if (e->tp > 1 && e->defer)
         e->o.overlap = 0;
     e->eps = (float)cfg->rms_norm_eps;
     e->gu_tiled = o->dtype == SFI_GPU_BF16 && !o->exact && e->I % 8 == 0;
     e->defer = o->sfi && o->params.refresh_delay >= 2;
+    /* tp > 1 runs the Selector chain in line with its scores' all-gather
+     * at the graph's capacity: in a step where no request is slow (about
+     * half of them at batch 16) it is pure cost (H200, Qwen3-4B 8K, tp 2:
+     * fast steps 5.691 ms with it, 4.303 without). The host waits for
+     * each step's end and replays a second graph without the chain when
+     * d_state->next_slow says no request needs it; tp 1 keeps its
+     * overlapped chain and never reads per-step state back.
+     * SFI_GPU_SEL_GRAPHS=0|1 overrides (measurements). */
+    e->sel_graphs = o->sfi && e->tp > 1 && !o->skip_select && !e->defer;
+    const char *sg = getenv("SFI_GPU_SEL_GRAPHS");
+    if (sg && o->sfi && !o->skip_select && !e->defer)
+        e->sel_graphs = atoi(sg) != 0;
 }
 
 /* The create phases below return at the first failure and leave what they
@@ -816,9 +836,11 @@ static sfi_status create_streams(sfi_gpu_engine *e, sfi_error *err)
     for (int i = 0; i < R_SLOTS; i++) {
         CK(cudaEventCreateWithFlags(&e->ev_attn[i], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->ev_free[i], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&e->ev_gath[i], cudaEventDisableTiming));
     }
     CK(cudaEventCreateWithFlags(&e->ev_done, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&e->ev_plan, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&e->ev_step, cudaEventDisableTiming));
     if (cublasCreate(&e->blas) != CUBLAS_STATUS_SUCCESS)
         return sfi_error_set(err, SFI_EIO, "cuBLAS: cannot create a handle");
     TRY(dalloc(&e->blas_ws, (size_t)32 << 20, err));
@@ -1043,8 +1065,9 @@ static sfi_status alloc_activations(sfi_gpu_engine *e, sfi_error *err)
         CK(cudaMemset(e->amax_keys, 0, 64 * 8));
         TRY(dalloc((void **)&e->lg_all, (size_t)B * e->tp * e->Vc * 4, err));
         TRY(dalloc((void **)&e->sel_all, (size_t)e->nkv_g * o->params.K * 4, err));
+        e->z_all_floats = (size_t)B * e->nkv_g * e->capJ;
         if (o->sfi)
-            TRY(dalloc((void **)&e->z_all, (size_t)B * e->nkv_g * e->capJ * 4, err));
+            TRY(dalloc((void **)&e->z_all, R_SLOTS * e->z_all_floats * 4, err));
     }
     return SFI_OK;
 }
@@ -1085,6 +1108,7 @@ static sfi_status alloc_run_state(sfi_gpu_engine *e, sfi_error *err)
     TRY(dalloc((void **)&e->d_desc, sizeof(sfi_gpu_step_desc), err));
     TRY(dalloc((void **)&e->d_desc1, sizeof(sfi_gpu_step_desc), err));
     CK(cudaMallocHost((void **)&e->h_pin, 2 * sizeof(sfi_gpu_step_desc)));
+    CK(cudaMallocHost((void **)&e->h_flag, sizeof(int32_t)));
     TRY(dalloc((void **)&e->d_state, sizeof(sfi_gpu_run_state), err));
     TRY(dalloc((void **)&e->hist_kind, (size_t)o->max_new * B * 4, err));
     TRY(dalloc((void **)&e->hist_tok, (size_t)o->max_new * B * 4, err));
@@ -1139,6 +1163,8 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     sfi_gpu_gemm_set_ws(NULL, 0, NULL, 0); /* the kernels' split-K scratch was ours */
     if (e->graph_exec)
         cudaGraphExecDestroy(e->graph_exec);
+    if (e->graph_nosel)
+        cudaGraphExecDestroy(e->graph_nosel);
     if (e->lay) {
         for (int l = 0; l < e->L; l++) {
             dlayer *Ly = &e->lay[l];
@@ -1243,6 +1269,8 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     cudaFree(e->d_trig);
     if (e->h_pin)
         cudaFreeHost(e->h_pin);
+    if (e->h_flag)
+        cudaFreeHost(e->h_flag);
     if (e->blas)
         cublasDestroy(e->blas);
     cudaFree(e->blas_ws);
@@ -1251,11 +1279,15 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
             cudaEventDestroy(e->ev_attn[i]);
         if (e->ev_free[i])
             cudaEventDestroy(e->ev_free[i]);
+        if (e->ev_gath[i])
+            cudaEventDestroy(e->ev_gath[i]);
     }
     if (e->ev_done)
         cudaEventDestroy(e->ev_done);
     if (e->ev_plan)
         cudaEventDestroy(e->ev_plan);
+    if (e->ev_step)
+        cudaEventDestroy(e->ev_step);
     if (e->main_st)
         cudaStreamDestroy(e->main_st);
     if (e->side_st)
@@ -1811,6 +1843,39 @@ static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
     return rc;
 }
 
+/* The rest of layer l's Selector chain under tensor parallelism with
+ * overlap: every collective stays on the main stream, in one order on all
+ * ranks (NCCL collectives of one communicator on two streams can
+ * deadlock), so the main stream all-gathers the scores that the side
+ * stream's steps 1-7 wrote (enqueued after the layer's MLP, which ran
+ * beside them) and the side stream does step 8, the Top-K and the reorg
+ * while the main stream goes on with the next layers. Each ring slot has
+ * its own gathered scores: layer l + 1's all-gather may run before layer
+ * l's step 8 has read them. */
+static sfi_status tp_chain_rest(sfi_gpu_engine *e, int l, const sfi_gpu_sel_params *sp,
+                                sfi_error *err)
+{
+    const int slot = l % R_SLOTS;
+    const sfi_gpu_sel_ws *ws = &e->sel_ws[slot];
+    float *z_all = e->z_all + (size_t)slot * e->z_all_floats;
+    CK(cudaStreamWaitEvent(e->main_st, e->ev_free[slot], 0));
+    sfi_status rc = sfi_gpu_nccl_allgather(e->comm, ws->z2, z_all,
+                                           (size_t)e->h_cap.batch * e->nkv * e->h_cap.max_J * 4,
+                                           e->main_st, err);
+    if (rc)
+        return rc;
+    CK(cudaEventRecord(e->ev_gath[slot], e->main_st));
+    CK(cudaStreamWaitEvent(e->side_st, e->ev_gath[slot], 0));
+    int pdl = sfi_gpu_pdl();
+    sfi_gpu_set_pdl(0);
+    CK(sfi_gpu_selector_cross_tp(&e->h_cap, e->d_desc, sp, z_all, e->tp, e->rank, ws, e->sel[l],
+                                 e->exact, e->side_st));
+    CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l], e->sel[l], e->ck[l],
+                     e->cv[l], NULL, e->side_st));
+    sfi_gpu_set_pdl(pdl);
+    return SFI_OK;
+}
+
 static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
                                  const sfi_gpu_sel_params *spp, sfi_error *err)
 {
@@ -1830,7 +1895,7 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         }
         int pdl = sfi_gpu_pdl();
         sfi_gpu_set_pdl(0);
-        for (int l = 0; l < e->L && !e->o.skip_select; l++) {
+        for (int l = 0; l < e->L && !e->o.skip_select && !e->no_chain; l++) {
             if ((rc = selector(e, &e->h_cap, e->d_dsel, &sp, e->lg_keep + l * lg_layer, e->knorm[l],
                                &e->sel_ws[0], e->sel[l], ss, err)))
                 return rc;
@@ -1861,14 +1926,14 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         qa.row0 = -1;
         if (!e->skip_qkv)
             CK(sfi_gpu_qkv_post(&qa, e->exact, st));
-        if (overlap && !e->defer && l >= R_SLOTS)
+        if (overlap && !e->defer && !e->no_chain && l >= R_SLOTS)
             CK(cudaStreamWaitEvent(st, e->ev_free[slot], 0));
         float *lg = !sfi ? NULL : e->defer ? e->lg_keep + l * lg_layer : e->logits_ring[slot];
         if (!e->skip_attn)
             CK(sfi_gpu_attn_mixed(&e->h_cap, e->d_desc, e->o.dtype, e->q, e->kp[l], e->vp[l],
                                   sfi ? e->ck[l] : NULL, sfi ? e->cv[l] : NULL, e->att, lg,
                                   &e->attn_ws, e->exact, st));
-        if (sfi && !e->defer) {
+        if (sfi && !e->defer && !e->no_chain) {
             cudaStream_t ss = overlap ? side : st;
             if (overlap) {
                 CK(cudaEventRecord(e->ev_attn[slot], st));
@@ -1876,21 +1941,33 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
             }
             int pdl = sfi_gpu_pdl();
             sfi_gpu_set_pdl(0); /* the side stream's kernels wait on events */
-            if (!e->o.skip_select &&
-                (rc = selector(e, &e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
-                               &e->sel_ws[slot], e->sel[l], ss, err)))
-                return rc;
-            if (overlap)
+            if (overlap && e->tp > 1) {
+                /* steps 1-7 here; the scores' all-gather, step 8, Top-K
+                 * and reorg after this layer's MLP (tp_chain_rest) */
+                if (!e->o.skip_select)
+                    CK(sfi_gpu_selector_local(&e->h_cap, e->d_desc, &sp, e->logits_ring[slot],
+                                              e->knorm[l], &e->sel_ws[slot], NULL, e->exact, side));
                 CK(cudaEventRecord(e->ev_free[slot], side));
-            if (!e->o.skip_select)
-                CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l], e->sel[l],
-                                 e->ck[l], e->cv[l], NULL, ss));
+            } else {
+                if (!e->o.skip_select &&
+                    (rc = selector(e, &e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
+                                   &e->sel_ws[slot], e->sel[l], ss, err)))
+                    return rc;
+                if (overlap)
+                    CK(cudaEventRecord(e->ev_free[slot], side));
+                if (!e->o.skip_select)
+                    CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l],
+                                     e->sel[l], e->ck[l], e->cv[l], NULL, ss));
+            }
             sfi_gpu_set_pdl(pdl);
         }
         if ((rc = oproj(e, l, B, st, err)) || (rc = mlp(e, l, B, st, err)))
             return rc;
+        if (sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 && !e->o.skip_select &&
+            (rc = tp_chain_rest(e, l, &sp, err)))
+            return rc;
     }
-    if (overlap && !e->defer) {
+    if (overlap && !e->defer && !e->no_chain) {
         CK(cudaEventRecord(e->ev_done, side));
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
     }
@@ -1902,6 +1979,8 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     if ((rc = argmax(e, e->logits, B, e->next, st, err)))
         return rc;
     CK(sfi_gpu_end_step(&e->plan, e->d_state, e->next, e->hist_tok, st));
+    if (e->sel_graphs)
+        CK(cudaMemcpyAsync(e->h_flag, &e->d_state->next_slow, 4, cudaMemcpyDeviceToHost, st));
     if (overlap && e->defer) /* the deferred Selector's join (graph capture needs it) */
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
     return SFI_OK;
@@ -2113,21 +2192,35 @@ static sfi_status first_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int
     return SFI_OK;
 }
 
-/* Captures one decode step into e->graph_exec (the step itself is not run). */
-static sfi_status capture_step(sfi_gpu_engine *e, sfi_gpu_run_result *res, sfi_error *err)
+/* Captures one decode step into *gx (the step itself is not run); with
+ * no_chain, the step without the Selector chain (see sel_graphs). */
+static sfi_status capture_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, int no_chain,
+                               sfi_gpu_run_result *res, sfi_error *err)
 {
     double tg = sfi_clock_wall();
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
+    e->no_chain = no_chain;
     sfi_status rc = enqueue_step(e, err);
+    e->no_chain = 0;
     cudaError_t ce = cudaStreamEndCapture(e->main_st, &g);
     if (rc)
         return rc;
     CK(ce);
-    ce = cudaGraphInstantiateWithFlags(&e->graph_exec, g, cudaGraphInstantiateFlagUseNodePriority);
+    ce = cudaGraphInstantiateWithFlags(gx, g, cudaGraphInstantiateFlagUseNodePriority);
     cudaGraphDestroy(g);
     CK(ce);
-    res->graph_build_s = sfi_clock_wall() - tg;
+    res->graph_build_s += sfi_clock_wall() - tg;
+    return SFI_OK;
+}
+
+/* Under sel_graphs: waits for the last step (whose end copied next_slow
+ * to h_flag) and says whether this step can leave the Selector chain out
+ * (the same answer on every rank: it depends on tokens only). */
+static sfi_status chain_unneeded(sfi_gpu_engine *e, int *skip, sfi_error *err)
+{
+    CK(cudaEventSynchronize(e->ev_step));
+    *skip = *(volatile int32_t *)e->h_flag == 0;
     return SFI_OK;
 }
 
@@ -2172,6 +2265,10 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
         cudaGraphExecDestroy(e->graph_exec);
         e->graph_exec = NULL;
     }
+    if (e->graph_nosel) {
+        cudaGraphExecDestroy(e->graph_nosel);
+        e->graph_nosel = NULL;
+    }
     /* step 1 runs eagerly (one-time setup such as kernel attributes
      * happens outside any capture); it is then captured once and
      * replayed for every later step */
@@ -2187,13 +2284,25 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
     for (int t = 1; t < max_new; t++) {
         if (t == prof_step)
             CK(cudaProfilerStart());
-        if (use_graph && t > 1) {
-            CK(cudaGraphLaunch(e->graph_exec, e->main_st));
-        } else {
-            RUN_TRY(enqueue_step(e, err));
-            if (use_graph)
-                RUN_TRY(capture_step(e, res, err));
+        int skip = 0;
+        if (e->sel_graphs && t > 1) {
+            RUN_TRY(chain_unneeded(e, &skip, err));
+            res->n_no_chain += skip;
         }
+        if (use_graph && t > 1) {
+            CK(cudaGraphLaunch(skip ? e->graph_nosel : e->graph_exec, e->main_st));
+        } else {
+            e->no_chain = skip;
+            sfi_status rs = enqueue_step(e, err);
+            e->no_chain = 0;
+            RUN_TRY(rs);
+            if (use_graph)
+                RUN_TRY(capture_step(e, &e->graph_exec, 0, res, err));
+            if (use_graph && e->sel_graphs)
+                RUN_TRY(capture_step(e, &e->graph_nosel, 1, res, err));
+        }
+        if (e->sel_graphs)
+            CK(cudaEventRecord(e->ev_step, e->main_st));
         if (time_steps)
             CK(cudaEventRecord(ev[t], e->main_st));
         if (t == prof_step) {

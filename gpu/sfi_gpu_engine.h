@@ -138,6 +138,7 @@ typedef struct {
     int n_timed;               /* steps with a time in step_ms (1..) */
     float *step_ms;            /* [max_new] event-timed batch steps (step_ms[0] unused) */
     double graph_build_s;
+    int n_no_chain; /* steps replayed without the Selector chain (tp > 1) */
 } sfi_gpu_run_result;
 
 void sfi_gpu_run_result_free(sfi_gpu_run_result *r);

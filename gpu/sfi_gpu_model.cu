@@ -839,6 +839,23 @@ __device__ __forceinline__ bool is_trig(const sfi_gpu_plan_cfg &c, int32_t tok) 
     return c.is_trigger && tok >= 0 && tok < c.n_vocab && c.is_trigger[tok];
 }
 
+/* Why request b is slow at a step whose input is prev, dd steps after
+ * its last slow one (kRNone: fast): sfi_trigger_next's rules. */
+__device__ __forceinline__ int trig_reason(const sfi_gpu_plan_cfg &c, int32_t prev, int dd) {
+    if (!c.sfi) return kRAlways;
+    switch (c.policy) {
+    case kTrigSfi:
+        if (is_trig(c, prev)) return kRTrigger;
+        if (c.T_max >= 1 && dd >= c.T_max) return kRTmax;
+        return kRNone;
+    case kTrigTmax: return c.T_max >= 1 && dd >= c.T_max ? kRTmax : kRNone;
+    case kTrigBoundary: return is_trig(c, prev) ? kRTrigger : kRNone;
+    case kTrigInterval: return c.interval >= 1 && dd >= c.interval ? kRInterval : kRNone;
+    case kTrigAlways: return kRAlways;
+    default: return kRNone;
+    }
+}
+
 /* One thread per request (batch <= 64, one block). The rules of
  * sfi_trigger_next and sfi_state_candidates / sfi_state_fast_set. */
 __global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ s,
@@ -874,23 +891,8 @@ __global__ void plan_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restrict__ 
             rq.flags = SFI_GPU_REQ_IDLE;
         } else {
             const int32_t prev = c.force ? c.force[(size_t)b * c.max_new + step - 1] : s->tok[b];
-            int why = kRNone;
             const int dd = s->since_slow[b] + 1;
-            if (!c.sfi) {
-                why = kRAlways;
-            } else {
-                switch (c.policy) {
-                case kTrigSfi:
-                    if (is_trig(c, prev)) why = kRTrigger;
-                    else if (c.T_max >= 1 && dd >= c.T_max) why = kRTmax;
-                    break;
-                case kTrigTmax: if (c.T_max >= 1 && dd >= c.T_max) why = kRTmax; break;
-                case kTrigBoundary: if (is_trig(c, prev)) why = kRTrigger; break;
-                case kTrigInterval: if (c.interval >= 1 && dd >= c.interval) why = kRInterval; break;
-                case kTrigAlways: why = kRAlways; break;
-                default: break;
-                }
-            }
+            const int why = trig_reason(c, prev, dd);
             s->since_slow[b] = why == kRNone ? dd : 0;
             const int ctx = s->ctx[b] + 1;
             s->ctx[b] = ctx;
@@ -965,14 +967,28 @@ __global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restric
     pdl_wait();
     pdl_launch();
     const int b = threadIdx.x;
-    if (b >= c.batch || s->pos[b] < 0) return;
-    const int32_t t = next[b];
-    s->tok[b] = t;
-    hist[(size_t)s->step * c.batch + b] = t;
-    bool stop = c.stop_token >= 0 && t == c.stop_token;
-    for (int i = 0; i < c.n_stop_more && i < 16; i++) stop = stop || t == c.stop_more[i];
-    if ((stop && !c.force) || s->step + 1 >= c.max_new)
-        s->active[b] = 0;
+    int slow = 0;
+    if (b < c.batch && s->pos[b] >= 0) {
+        const int32_t t = next[b];
+        s->tok[b] = t;
+        hist[(size_t)s->step * c.batch + b] = t;
+        bool stop = c.stop_token >= 0 && t == c.stop_token;
+        for (int i = 0; i < c.n_stop_more && i < 16; i++) stop = stop || t == c.stop_more[i];
+        if ((stop && !c.force) || s->step + 1 >= c.max_new)
+            s->active[b] = 0;
+        if (c.sfi && c.refresh_delay >= 2) {
+            slow = 1; /* the deferred Selector is not skipped */
+        } else if (s->active[b]) {
+            /* the plan kernel's decision for step + 1, made early; and
+             * while the sink is not yet whole in the cache, the reorg's
+             * sink refresh of fast requests must run too */
+            const int32_t prev = c.force ? c.force[(size_t)b * c.max_new + s->step] : t;
+            slow = trig_reason(c, prev, s->since_slow[b] + 1) != kRNone ||
+                   s->ctx[b] + 1 <= c.n_sink;
+        }
+    }
+    slow = __syncthreads_or(slow);
+    if (b == 0) s->next_slow = slow;
 }
 
 /* Launches k, with the programmatic-dependent-launch attribute when

@@ -209,7 +209,11 @@ typedef struct {
 /* Device state the plan kernel and the end-of-step kernel keep. */
 typedef struct {
     int32_t step; /* the step being run (1 = first decode step) */
-    int32_t pad;
+    /* set by the end of step t: 0 when step t + 1 needs no Selector chain
+     * (no request slow then, every sink whole in the cache; always 1 with
+     * deferred refresh); read by the host under tensor parallelism to
+     * replay the step without the chain */
+    int32_t next_slow;
     int32_t ctx[SFI_GPU_MAX_BATCH]; /* cached positions, current token's included */
     int32_t since_slow[SFI_GPU_MAX_BATCH];
     int32_t active[SFI_GPU_MAX_BATCH];
@@ -243,7 +247,8 @@ cudaError_t sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st
                               cudaStream_t st_);
 
 /* End of a step: tok[b] = next[b] for active requests, hist_tok[step][b]
- * = it; a request stops after max_new steps or its stop token. */
+ * = it; a request stops after max_new steps or its stop token; and
+ * st->next_slow (above) from the plan's trigger rules. */
 cudaError_t sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st,
                              const int32_t *next, int32_t *hist_tok, cudaStream_t st_);
 

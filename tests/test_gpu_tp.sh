@@ -3,8 +3,10 @@
 # contract everywhere; where two GPUs and NCCL exist, --tp 2 against one GPU
 # (--check-tp: same generated ids and step kinds, logits within 1e-4
 # relative, in f32) on the trained model and the MoE fixture, in SFI and
-# dense mode. Exit 77 (skip, with the reason) without sfi-gpu, a device,
-# a second GPU or NCCL.
+# dense mode; where four GPUs exist, --tp 4 on two small checkpoints with
+# 8 and 4 KV heads (tests/fixtures/tp/*.json, made with sfi-ref
+# make-checkpoint, or taken from $SFI_TP_CKPT/dense8 and /moe4). Exit 77
+# (skip, with the reason) without sfi-gpu, a device, a second GPU or NCCL.
 bin="${SFI_BUILDDIR:-.}/sfi-gpu"
 src="${SFI_SRCDIR:-.}"
 model="${SFI_SHARED:-$src/../shared}/models/sfi-small-qwen3"
@@ -37,15 +39,16 @@ skip=""
 run_check() { # name, then sfi-gpu run options
     name=$1
     shift
-    out=$("$bin" run "$@" --tp 2 --check-tp 2>&1 >/dev/null)
+    out=$("$bin" run "$@" --tp "${TP:-2}" --check-tp 2>&1 >/dev/null)
     rc=$?
     echo "$out" | grep -v '^sfi-gpu run: note' | sed "s/^/$name: /"
     if [ $rc -eq 77 ]; then
         skip=$(echo "$out" | grep 'skipped' | head -1)
         return 0
     fi
-    [ $rc -eq 0 ] || fail "$name: --tp 2 --check-tp exited $rc"
-    echo "$out" | grep -q 'check-tp (--tp 2 against one GPU) passed' || fail "$name: no verdict"
+    [ $rc -eq 0 ] || fail "$name: --tp ${TP:-2} --check-tp exited $rc"
+    echo "$out" | grep -q "check-tp (--tp ${TP:-2} against one GPU) passed" ||
+        fail "$name: no verdict"
 }
 # four prompts (seeded ids of the trained model's vocabulary, 300 to 900
 # tokens), 256 steps each
@@ -77,6 +80,31 @@ for mode in sfi dense; do
     run_check "moe $mode" --model "$moe" --prompt-ids "$tmp/moe.ids" --max-new 200 \
         --dtype f32 --mode $mode --param n_recent=32 --param K=16 --param T_max=8
 done
+# four GPUs: --tp 4 needs 4 KV heads at least (the models above have 2)
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ -z "$skip" ] && [ "${ngpu:-0}" -ge 4 ]; then
+    for c in dense8 moe4; do
+        if [ -n "${SFI_TP_CKPT:-}" ]; then
+            d="$SFI_TP_CKPT/$c"
+        else
+            ref="${SFI_BUILDDIR:-.}/sfi-ref"
+            if [ ! -x "$ref" ]; then
+                echo "note: no sfi-ref to make the --tp 4 checkpoints: --tp 4 left out"
+                break
+            fi
+            "$ref" make-checkpoint --preset "$src/tests/fixtures/tp/$c.json" --out "$tmp/$c" \
+                --dtype f32 >/dev/null || fail "make-checkpoint $c"
+            d="$tmp/$c"
+        fi
+        for mode in sfi dense; do
+            TP=4 run_check "tp4 $c $mode" --model "$d" --prompt-ids "$tmp/moe.ids" \
+                --max-new 200 --dtype f32 --mode $mode --param n_recent=32 --param K=16 \
+                --param T_max=8
+        done
+    done
+elif [ -z "$skip" ]; then
+    echo "note: ${ngpu:-0} GPUs: --tp 4 left out"
+fi
 if [ -n "$skip" ]; then
     echo "SKIP: $skip"
     exit 77
