@@ -516,9 +516,8 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
     if (p->cta_bandwidth > 0 && p->cta_bandwidth <= 1e14)
         json_object_set_new(root, "cta_GBps",
                             json_real(floor(p->cta_bandwidth * 1e-7 + 0.5) / 100));
-    if (p->spill_bandwidth > 0)
-        json_object_set_new(root, "spill_GBps",
-                            json_real(floor(p->spill_bandwidth * 1e-7 + 0.5) / 100));
+    if (p->cta_flops > 0)
+        json_object_set_new(root, "cta_GFLOPS", json_real(floor(p->cta_flops * 1e-7 + 0.5) / 100));
     if (p->serial_step_s > 0)
         json_object_set_new(root, "serial_step_ns",
                             json_real(floor(p->serial_step_s * 1e11 + 0.5) / 100));
@@ -780,9 +779,9 @@ static int fit_steps(step_val *sv, char **subsets, int n_sub)
                           : "the measured step counts",
            sv->n_replayed, sv->n_sfi);
     printf("# engine (sfi-gpu): one attention launch per layer for slow and fast requests "
-           "together, fast requests split finer at small batches; G = 8 attention spilling "
-           "registers; an MoE layer: 11 launches, routing by one thread per token (E x top "
-           "serial steps), expert weights read once per %s\n",
+           "together, fast requests split finer at small batches, a CTA bound by its rows' bytes "
+           "or FLOPs; an MoE layer: 11 launches, routing by one thread per token (E x top "
+           "serial steps), expert weights read once per %s and streamed like attention's K/V\n",
            sfi_sv_moe_pair_reads ? "(token, expert) pair" : "distinct expert the batch touches");
     if (!n_sub)
         return 0;

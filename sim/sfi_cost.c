@@ -371,18 +371,16 @@ static void add_exact_topk(const sfi_cost_setup *s, acc *a, double n)
     add_kernel(s, a, SFI_KC_TOPK, B * TOPK_PASSES * hkv * n * 4.0, 0, 1);
 }
 
-/* With prof.cta_bandwidth (or spills priced by prof.spill_bandwidth): the
- * time of the slowest CTA of an attention launch over requests of `rows`
- * rows each (sfi-gpu's split rule; per_row: K/V bytes per row and KV head,
- * plus the spill bytes of the setup), and the launch's roofline body
- * time. */
+/* With prof.cta_bandwidth: the time of the slowest CTA of an attention
+ * launch over requests of `rows` rows each (sfi-gpu's split rule; per_row:
+ * K/V bytes per row and KV head), and the launch's roofline body time. */
 static void attn_cta(const sfi_cost_setup *s, acc *a, double rows, double per_row, double body,
                      int sparse)
 {
-    const int cta = s->prof.cta_bandwidth > 0;
-    const int spill = s->attn_spill_row_bytes > 0 && s->prof.spill_bandwidth > 0;
-    if (!cta && !spill)
+    if (!(s->prof.cta_bandwidth > 0))
         return;
+    /* FLOPs a CTA spends on a row: QK and PV of the group's query heads */
+    const double fl_row = 4.0 * q_heads(s) / kv_heads(s) * s->model->head_dim;
     double r;
     if (s->attn_split_rows > 0) {
         int cap = sparse && s->attn_fast_split_rows > 0 ? s->attn_fast_split_rows
@@ -398,8 +396,9 @@ static void attn_cta(const sfi_cost_setup *s, acc *a, double rows, double per_ro
         r = ceil(rows / splits);
     }
     a->attn_body += body;
-    double t = (cta ? r * per_row / s->prof.cta_bandwidth : 0) +
-               (spill ? r * s->attn_spill_row_bytes / s->prof.spill_bandwidth : 0);
+    double t = r * per_row / s->prof.cta_bandwidth;
+    if (s->prof.cta_flops > 0 && r * fl_row / s->prof.cta_flops > t)
+        t = r * fl_row / s->prof.cta_flops;
     if (t > a->cta_s)
         a->cta_s = t;
 }
@@ -820,14 +819,19 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
                                 : mlp;
         add_kernel(s, &a, SFI_KC_GEMM, mlp * s->weight_bytes, 2.0 * T * mlp_active, 0);
         a.wb += mlp * s->weight_bytes;
-        if (layer_is_moe(m, l) && (s->prof.moe_efficiency > 0 || s->prof.moe_pair_bandwidth > 0)) {
+        if (layer_is_moe(m, l) &&
+            (s->prof.moe_efficiency > 0 || s->prof.moe_pair_bandwidth > 0 || s->moe_stream)) {
             /* Expert kernels of their own (sfi-gpu's per-pair GEMV): the
-             * experts' bytes at moe_efficiency instead of the GEMMs', and
-             * no faster than one (token, expert) pair's expert streamed at
-             * moe_pair_bandwidth (all pairs run side by side). */
+             * experts' bytes at moe_efficiency (or, streamed like the dense
+             * attention's K/V, at its efficiency) instead of the GEMMs',
+             * and no faster than one (token, expert) pair's expert
+             * streamed at moe_pair_bandwidth (all pairs run side by
+             * side). */
             double eb = ex * 3.0 * d * m->moe_intermediate_size / s->tp * s->weight_bytes;
             double e_g = s->prof.efficiency[SFI_KC_GEMM];
-            double e_m = s->prof.moe_efficiency > 0 ? s->prof.moe_efficiency : e_g;
+            double e_m = s->prof.moe_efficiency > 0 ? s->prof.moe_efficiency
+                         : s->moe_stream           ? s->prof.efficiency[SFI_KC_ATTN_DENSE]
+                                                   : e_g;
             double t_m = eb / (s->gpu.hbm_bandwidth * e_m);
             double pair_b = 3.0 * d * m->moe_intermediate_size / s->tp * s->weight_bytes;
             if (s->prof.moe_pair_bandwidth > 0 && pair_b / s->prof.moe_pair_bandwidth > t_m)

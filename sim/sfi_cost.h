@@ -46,6 +46,11 @@ typedef struct {
     int moe_pair_reads;    /* 1: an MoE layer reads an expert's weights once per
                               (token, expert) pair (no deduplication); 0: once
                               per distinct expert the batch touches */
+    int moe_stream;        /* 1: an MoE layer's expert kernels stream the experts at
+                              the dense attention's efficiency instead of the
+                              GEMMs' (sfi-gpu's per-pair GEMV: a warp per row,
+                              16-byte loads, 64 CTAs per pair; prof.moe_efficiency,
+                              when set, still wins) */
     int attn_split_rows;   /* sfi-gpu's SFI-mode attention: rows per CTA at most
                               (0: the dense-mode rule, one wave of CTAs over
                               the (request, KV head) pairs, >= 1024 rows
@@ -55,9 +60,6 @@ typedef struct {
                                  per CTA at most when they differ (sfi-gpu at small
                                  batches splits fast requests finer than slow ones;
                                  0: attn_split_rows) */
-    double attn_spill_row_bytes; /* local-memory (register spill) bytes a CTA of the
-                                    attention kernel moves per K/V row it reads
-                                    (0: none); priced with prof.spill_bandwidth */
     int moe_route_steps;   /* dependent steps of the thread that routes one token in
                               an MoE layer (tokens in parallel; 0: none); each
                               costs prof.serial_step_s */

@@ -562,8 +562,8 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
             st = get_scaled(v, origin, key, 1e5, "[0, 1e5]", 1e9, &p.moe_pair_bandwidth, err);
         } else if (!strcmp(key, "cta_GBps")) {
             st = get_scaled(v, origin, key, 1e5, "[0, 1e5]", 1e9, &p.cta_bandwidth, err);
-        } else if (!strcmp(key, "spill_GBps")) {
-            st = get_scaled(v, origin, key, 1e5, "[0, 1e5]", 1e9, &p.spill_bandwidth, err);
+        } else if (!strcmp(key, "cta_GFLOPS")) {
+            st = get_scaled(v, origin, key, 1e6, "[0, 1e6]", 1e9, &p.cta_flops, err);
         } else if (!strcmp(key, "serial_step_ns")) {
             st = get_scaled(v, origin, key, 1e6, "[0, 1e6]", 1e-9, &p.serial_step_s, err);
         } else if (!strcmp(key, "overlap_contention")) {

@@ -39,15 +39,14 @@
  * sfi-gpu bench-allreduce times it); others are listed as not modelled. cta_GBps (optional, no limit
  * when absent) caps what one CTA of a decode attention kernel streams: a
  * launch of few CTAs (small batches) takes at least its largest CTA's
- * bytes over it. launch_pdl_us (optional): the launch cost of a kernel
+ * bytes over it. cta_GFLOPS (optional, no limit when absent) caps the
+ * FLOPs one such CTA computes per second: a CTA's rows take at least their
+ * QK and PV FLOPs (4 x G x head_dim a row) over it. launch_pdl_us (optional): the launch cost of a kernel
  * launched with programmatic dependent launch (its start overlaps the
  * previous kernel's tail; sfi-gpu does so in SFI mode). moe_efficiency and
  * moe_pair_GBps (optional): MoE expert kernels streaming the experts at
  * their own fraction of the bandwidth, and no faster than one (token,
  * expert) pair's expert at moe_pair_GBps (sfi-gpu's per-pair GEMV).
- * spill_GBps (optional): what one CTA of a decode attention kernel whose
- * registers spill moves of its spills per second (the rows of a CTA then
- * take their K/V bytes over cta_GBps plus their spill bytes over this).
  * serial_step_ns (optional): one dependent step of a single thread's loop
  * over device memory (sfi-gpu's MoE routing: a thread per token selects
  * its top experts one compare at a time).
@@ -124,10 +123,9 @@ typedef struct {
     double cta_bandwidth;            /* bytes/s one CTA of a decode attention
                                         kernel streams at most (0: no limit);
                                         "cta_GBps" */
-    double spill_bandwidth;          /* bytes/s of register spills (local memory)
-                                        one CTA of a decode attention kernel
-                                        moves at most (0: spills cost nothing);
-                                        "spill_GBps" */
+    double cta_flops;                /* FLOP/s one CTA of a decode attention kernel
+                                        computes at most (0: no limit);
+                                        "cta_GFLOPS" */
     double serial_step_s;            /* one dependent step of a single thread's
                                         loop over device memory (0: free);
                                         "serial_step_ns" */

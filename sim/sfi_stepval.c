@@ -334,26 +334,6 @@ sfi_status sfi_sv_replay(const sfi_step_meas *m, const char *trace_path, const s
 
 /* ---- prediction ---- */
 
-/* Register spills of sfi-gpu's decode attention kernel (gpu/sfi_gpu_attn.cu
- * attn_bulk_kernel, 256 threads, __launch_bounds__(256, 2): at most 128
- * registers a thread): its bf16, head_dim 128, G = 8 instantiation holds
- * 8 x 8 query and 8 x 8 accumulator values a lane and spills (ptxas -v,
- * CUDA 13.0, sm_90: 1744 bytes of spill stores and 2048 of spill loads a
- * thread, in the fully unrolled loop over a 64-row tile); G <= 4 and f32
- * do not. Local-memory bytes per K/V row of a CTA. */
-#define ATTN_G8_SPILL_PER_THREAD_TILE (1744.0 + 2048.0)
-#define ATTN_TILE_ROWS 64
-#define ATTN_THREADS 256
-
-static double sv_attn_spill_row_bytes(const sfi_step_meas *m, const sfi_model_config *mc, int tp)
-{
-    int kv = mc->num_key_value_heads >= tp ? mc->num_key_value_heads / tp : 1;
-    int G = mc->num_attention_heads / tp / kv;
-    if (m->dtype_bytes != 2 || mc->head_dim != 128 || G < 8)
-        return 0;
-    return ATTN_THREADS * ATTN_G8_SPILL_PER_THREAD_TILE / ATTN_TILE_ROWS;
-}
-
 /* KV heads one GPU of a tensor-parallel group holds (sfi_cost's rule). */
 static int sv_kv_heads(const sfi_model_config *mc, int tp)
 {
@@ -391,8 +371,12 @@ void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_
      * pick a pass of dependent compares over the E experts */
     if (mc->arch == SFI_ARCH_QWEN3_MOE)
         s.moe_route_steps = mc->num_experts * mc->num_experts_per_tok;
-    s.attn_spill_row_bytes = sv_attn_spill_row_bytes(m, mc, s.tp);
     s.moe_pair_reads = sfi_sv_moe_pair_reads;
+    /* its expert GEMV (moe_gemv_kernel: a warp per weight row, 16-byte
+     * loads, 64 CTAs per (token, expert) pair) is a plain stream of the
+     * experts' rows, as the dense attention is of K/V rows; the decode
+     * GEMMs' efficiency is that of their own tiled, split-K kernels */
+    s.moe_stream = 1;
     /* sfi-gpu run --tp N: the run's GPUs (heads, MLP columns, experts'
      * columns and LM head split; two all-reduces of the f32 residual per
      * layer) */
@@ -488,7 +472,7 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
 
 static const char *const param_names[SFI_SV_NPARAM] = {
     "attn_dense efficiency", "attn_sparse efficiency", "gemm efficiency", "launch_us",
-    "launch_pdl_us",         "overlap_contention",     "cta_GBps",        "spill_GBps",
+    "launch_pdl_us",         "overlap_contention",     "cta_GBps",        "cta_GFLOPS",
     "serial_step_ns",        "step_overhead_us"};
 
 const char *sfi_sv_param_name(int i)
@@ -506,7 +490,7 @@ double sfi_sv_param_get(const sfi_hw_profile *p, int i)
     case SFI_SV_P_LAUNCH_PDL: return p->launch_pdl_s * 1e6;
     case SFI_SV_P_CONTENTION: return p->overlap_contention;
     case SFI_SV_P_CTA: return p->cta_bandwidth * 1e-9;
-    case SFI_SV_P_SPILL: return p->spill_bandwidth * 1e-9;
+    case SFI_SV_P_CTA_FLOPS: return p->cta_flops * 1e-9;
     case SFI_SV_P_SERIAL: return p->serial_step_s * 1e9;
     case SFI_SV_P_STEP: return p->step_overhead_s * 1e6;
     default: return 0;
@@ -523,7 +507,7 @@ void sfi_sv_param_set(sfi_hw_profile *p, int i, double v)
     case SFI_SV_P_LAUNCH_PDL: p->launch_pdl_s = v * 1e-6; break;
     case SFI_SV_P_CONTENTION: p->overlap_contention = v < 0 ? 0 : v > 1 ? 1 : v; break;
     case SFI_SV_P_CTA: p->cta_bandwidth = v * 1e9; break;
-    case SFI_SV_P_SPILL: p->spill_bandwidth = v * 1e9; break;
+    case SFI_SV_P_CTA_FLOPS: p->cta_flops = v * 1e9; break;
     case SFI_SV_P_SERIAL: p->serial_step_s = v * 1e-9; break;
     case SFI_SV_P_STEP: p->step_overhead_s = v * 1e-6; break;
     default: break;
@@ -613,6 +597,9 @@ static int solve(double *A, double *b, int n)
  * none: about a 132-SM H100's copy bandwidth over its SMs, twice. */
 #define CTA_START 50.0
 #define SE_MAX 0.25
+/* Where the fit starts the per-CTA FLOP rate (GFLOP/s) when the prior has
+ * none: half an SM's FP32 FMA rate (128 lanes at 1.755 GHz). */
+#define CTA_FLOPS_START 225.0
 /* Where the fit starts a serial step (ns) when the prior has none: an
  * L1-missing load's round trip on a GPU, a few hundred cycles. */
 #define SERIAL_START 100.0
@@ -662,11 +649,11 @@ static void fit_start(sfi_hw_profile *p, sfi_sv_fit *out, sfi_hw_profile *prior_
         out->value[SFI_SV_P_CTA] = CTA_START;
         sfi_sv_param_set(p, SFI_SV_P_CTA, CTA_START);
     }
-    /* likewise the spill rate (from twice the per-CTA start) and the
-     * serial step (from SERIAL_START) */
-    if (!(out->prior[SFI_SV_P_SPILL] > 0)) {
-        out->value[SFI_SV_P_SPILL] = 2 * CTA_START;
-        sfi_sv_param_set(p, SFI_SV_P_SPILL, 2 * CTA_START);
+    /* likewise the per-CTA FLOP rate (CTA_FLOPS_START) and the serial
+     * step (SERIAL_START) */
+    if (!(out->prior[SFI_SV_P_CTA_FLOPS] > 0)) {
+        out->value[SFI_SV_P_CTA_FLOPS] = CTA_FLOPS_START;
+        sfi_sv_param_set(p, SFI_SV_P_CTA_FLOPS, CTA_FLOPS_START);
     }
     if (!(out->prior[SFI_SV_P_SERIAL] > 0)) {
         out->value[SFI_SV_P_SERIAL] = SERIAL_START;
@@ -744,7 +731,8 @@ static void fit_identify(const fit_data *d, sfi_sv_fit *out)
 static void fit_hold(sfi_hw_profile *p, const sfi_hw_profile *prior_p, const sfi_sv_fit *out,
                      double *x)
 {
-    static const int own[] = {SFI_SV_P_CTA, SFI_SV_P_LAUNCH_PDL, SFI_SV_P_SPILL, SFI_SV_P_SERIAL};
+    static const int own[] = {SFI_SV_P_CTA, SFI_SV_P_CTA_FLOPS, SFI_SV_P_LAUNCH_PDL,
+                              SFI_SV_P_SERIAL};
     for (size_t q = 0; q < sizeof own / sizeof own[0]; q++)
         if (!out->identified[own[q]]) {
             sfi_sv_param_set(p, own[q], sfi_sv_param_get(prior_p, own[q]));
