@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "sfi_cli.h"
 #include "sfi_gpu.h"
 #include "sfi_gpu_cli.h"
 #include "sfi_gpu_nccl.h"
@@ -207,10 +208,7 @@ int sfi_gpu_cmd_allreduce(int argc, char **argv)
         }
         case 'H': bad = (n_hidden = parse_list(optarg, hidden, 16)) < 1; break;
         case 'b': bad = (n_batch = parse_list(optarg, batch, 16)) < 1; break;
-        default:
-            fprintf(stderr, CMD ": %s: unknown option or missing value\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
+        default: return sfi_cli_bad_option(CMD, argv, NULL, usage);
         }
         if (bad) {
             fprintf(stderr, CMD ": --%s '%s': bad value (see --help)\n", opts[li].name, optarg);

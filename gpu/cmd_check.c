@@ -985,31 +985,28 @@ static const char *epi_name(int epi)
                                            : "swiglu";
 }
 
-/* One product through kernel `which`; max of |err| / allowed over the outputs. */
-static double gemm_run_one(const gcase *c, int which, const uint16_t *w, const uint16_t *x,
-                           const float *xf, const float *nw, const float *y0, const double *ref,
-                           const double *scale)
+/* A case's inputs on the device, uploaded once for its three runs (the
+ * kernels only read them). */
+typedef struct {
+    void *w, *x;    /* bf16 weights [M][N], bf16 activations [T][N] */
+    float *xf, *nw; /* the fused-RMSNorm form's f32 residual [T][N] and norm weights [N] */
+} gemm_dev;
+
+/* One product through kernel `which` (through the fused-RMSNorm form where
+ * fused); max of |err| / allowed over the outputs. */
+static double gemm_run_one(const gcase *c, int which, int fused, const gemm_dev *d, const float *y0,
+                           const double *ref, const double *scale)
 {
     const int T = c->T, M = c->M, N = c->N, sw = c->epi == SFI_GPU_EPI_SWIGLU;
     const size_t ny = (size_t)T * (sw ? M / 2 : M);
-    void *dw = dmalloc((size_t)M * N * 2), *dx = dmalloc((size_t)T * N * 2);
     void *dy = dmalloc(ny * (sw ? 2 : 4));
-    CK(cudaMemcpy(dw, w, (size_t)M * N * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dx, x, (size_t)T * N * 2, cudaMemcpyHostToDevice));
     if (!sw)
         CK(cudaMemcpy(dy, y0, ny * 4, cudaMemcpyHostToDevice));
     sfi_gpu_gemm_select(which, which == SFI_GPU_GEMM_SLAB ? 1024 : -1);
-    if (xf) { /* the fused-RMSNorm form: the f32 residual and the norm's weights */
-        float *dxf = dmalloc((size_t)T * N * 4), *dnw = dmalloc((size_t)N * 4);
-        CK(cudaMemcpy(dxf, xf, (size_t)T * N * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dnw, nw, (size_t)N * 4, cudaMemcpyHostToDevice));
-        CK(sfi_gpu_gemm_norm(dw, dxf, dnw, 1e-6f, dy, T, M, N, c->epi, 0));
-        CK(cudaDeviceSynchronize());
-        CK(cudaFree(dxf));
-        CK(cudaFree(dnw));
-    } else {
-        CK(sfi_gpu_gemm_skinny(dw, dx, dy, T, M, N, c->epi, 0));
-    }
+    if (fused)
+        CK(sfi_gpu_gemm_norm(d->w, d->xf, d->nw, 1e-6f, dy, T, M, N, c->epi, 0));
+    else
+        CK(sfi_gpu_gemm_skinny(d->w, d->x, dy, T, M, N, c->epi, 0));
     CK(cudaDeviceSynchronize());
     sfi_gpu_gemm_select(SFI_GPU_GEMM_SLAB, -1); /* the engine's default */
     double worst = 0;
@@ -1034,8 +1031,6 @@ static double gemm_run_one(const gcase *c, int which, const uint16_t *w, const u
         }
         free(g);
     }
-    CK(cudaFree(dw));
-    CK(cudaFree(dx));
     CK(cudaFree(dy));
     return worst;
 }
@@ -1099,12 +1094,22 @@ static int run_gemm_case(int ci, const gcase *c, uint64_t seed)
             }
         }
     }
-    const double e_slab = gemm_run_one(c, SFI_GPU_GEMM_SLAB, w, x, NULL, NULL, y0, ref, scale);
+    gemm_dev d = {dmalloc((size_t)M * N * 2), dmalloc((size_t)T * N * 2),
+                  dmalloc((size_t)T * N * 4), dmalloc((size_t)N * 4)};
+    CK(cudaMemcpy(d.w, w, (size_t)M * N * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d.x, x, (size_t)T * N * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d.xf, xf, (size_t)T * N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d.nw, nw, (size_t)N * 4, cudaMemcpyHostToDevice));
+    const double e_slab = gemm_run_one(c, SFI_GPU_GEMM_SLAB, 0, &d, y0, ref, scale);
     report(ci, "gemm slab", e_slab <= 1.0, "max err / tolerance %.3g", e_slab);
-    const double e_regs = gemm_run_one(c, SFI_GPU_GEMM_REGS, w, x, NULL, NULL, y0, ref, scale);
+    const double e_regs = gemm_run_one(c, SFI_GPU_GEMM_REGS, 0, &d, y0, ref, scale);
     report(ci, "gemm registers", e_regs <= 1.0, "max err / tolerance %.3g", e_regs);
-    const double e_norm = gemm_run_one(c, SFI_GPU_GEMM_SLAB, w, x, xf, nw, y0, ref, scale);
+    const double e_norm = gemm_run_one(c, SFI_GPU_GEMM_SLAB, 1, &d, y0, ref, scale);
     report(ci, "gemm fused norm", e_norm <= 1.0, "max err / tolerance %.3g", e_norm);
+    CK(cudaFree(d.w));
+    CK(cudaFree(d.x));
+    CK(cudaFree(d.xf));
+    CK(cudaFree(d.nw));
     free(w);
     free(x);
     free(xf);

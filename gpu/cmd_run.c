@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "sfi_cli.h"
 #include "sfi_decode.h"
 #include "sfi_digest.h"
 #include "sfi_gpu.h"
@@ -753,15 +754,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             usage(stdout);
             return 0;
         }
-        if (c == '?' || c == ':') {
-            if (optopt && optopt < 256)
-                fprintf(stderr, CMD ": option -%c: %s\n", optopt,
-                        strchr("mpnbP", optopt) ? "needs a value" : "unknown");
-            else
-                fprintf(stderr, CMD ": %s: unknown option or missing value\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        }
+        if (c == '?' || c == ':')
+            return sfi_cli_bad_option(CMD, argv, "mpnbP", usage);
         if (!parse_simple(c, a) && ((rc = parse_number(c, a)) || (rc = parse_choice(c, a, &e))))
             return rc;
     }

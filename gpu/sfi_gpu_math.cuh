@@ -4,7 +4,8 @@
  * __fmul_rn, ...), which nvcc never contracts into an FMA, so the results
  * are bit-identical to the host's -ffp-contract=off build (the checker's
  * --bit-exact mode relies on it). sqrt: IEEE sqrt is correctly rounded on
- * both sides (__fsqrt_rn), as the reference's integer sqrt is. */
+ * both sides (__fsqrt_rn), as the reference's integer sqrt is. At the end,
+ * the argmax key the single-GPU and tensor-parallel argmax share. */
 #ifndef SFI_GPU_MATH_CUH
 #define SFI_GPU_MATH_CUH
 
@@ -106,6 +107,52 @@ __device__ __forceinline__ float sfi_dev_powf_pos(float x, float y) {
     if (y == 0.5f) return __fsqrt_rn(x);
     if (y == -1.0f) return __fdiv_rn(1.0f, x);
     return sfi_dev_expf(__fmul_rn(y, sfi_dev_logf(x)));
+}
+
+
+/* ---- argmax keys (sfi_gpu_argmax; sfi_gpu_argmax_keys under --tp) ----
+ * A logit and its vocabulary id as one 64-bit key: the float's bits mapped
+ * to an order-preserving uint32 (-0 and +0 equal) above ~id, so the
+ * largest key is the largest value and, among equal values, the smaller
+ * id (the reference's first maximum). A max over keys then gives the same
+ * answer in any order, which lets blocks and ranks fold theirs with a
+ * 64-bit atomicMax or a plain max. Both argmax forms build their keys here
+ * so that a token picked across tensor-parallel ranks is the one picked on
+ * one GPU. */
+__device__ __forceinline__ unsigned long long sfi_dev_argmax_key(float x, int id) {
+    uint32_t u = __float_as_uint(x);
+    if (u == 0x80000000u) u = 0;
+    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)o << 32) | (uint32_t)~(uint32_t)id;
+}
+
+/* The block's largest key of x[i] (id id0 + i) over its share of a loop
+ * strided by the grid's x dimension, folded into *slot by a 64-bit
+ * atomicMax. Every thread of the block calls it; blockDim.x is a multiple
+ * of 32, at most 1024. */
+__device__ __forceinline__ void sfi_dev_argmax_fold(const float *__restrict__ x, int n, int id0,
+                                                    unsigned long long *slot) {
+    __shared__ unsigned long long sb[32];
+    unsigned long long best = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const unsigned long long k = sfi_dev_argmax_key(x[i], id0 + i);
+        best = k > best ? k : best;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
+        best = o > best ? o : best;
+    }
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (lane == 0) sb[w] = best;
+    __syncthreads();
+    if (w == 0) {
+        best = lane < nw ? sb[lane] : 0;
+        for (int off = 16; off > 0; off >>= 1) {
+            const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
+            best = o > best ? o : best;
+        }
+        if (lane == 0) atomicMax(slot, best);
+    }
 }
 
 #endif

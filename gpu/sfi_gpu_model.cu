@@ -144,46 +144,18 @@ __global__ void to_bf16_kernel(const float *__restrict__ x, size_t n, __nv_bfloa
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
-/* Order-preserving 32-bit key of a float (larger float, larger key). */
-__device__ __forceinline__ uint32_t okey(float x) {
-    uint32_t u = __float_as_uint(x);
-    if (u == 0x80000000u) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-/* Argmax in two launches: blocks of a row each find their best (value,
- * smaller index) and fold it into slot[t] with a 64-bit atomicMax of
- * (key << 32 | ~index), so the largest value wins and among equal values
- * the smaller index (the reference's first maximum); the result does not
- * depend on the order. Then argmax_decode writes the ids. */
+/* Argmax in two launches: blocks of a row each fold their best key
+ * (sfi_dev_argmax_key: the largest value, among equal values the smaller
+ * index, the reference's first maximum) into slot[t] with a 64-bit
+ * atomicMax, so the result does not depend on the order. Then
+ * argmax_decode writes the ids. */
 __global__ void argmax_kernel(const float *__restrict__ lg, int V, const int32_t *__restrict__ active,
                               unsigned long long *__restrict__ slot) {
     pdl_wait();
     pdl_launch();
-    __shared__ unsigned long long sb[32];
     const int t = blockIdx.y;
     if (active && !active[t]) return;
-    const float *x = lg + (size_t)t * V;
-    unsigned long long best = 0;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x) {
-        const unsigned long long k = ((unsigned long long)okey(x[i]) << 32) | (uint32_t)~(uint32_t)i;
-        best = k > best ? k : best;
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-        const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
-        best = o > best ? o : best;
-    }
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    if (lane == 0) sb[w] = best;
-    __syncthreads();
-    if (w == 0) {
-        best = lane < nw ? sb[lane] : 0;
-        for (int off = 16; off > 0; off >>= 1) {
-            const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
-            best = o > best ? o : best;
-        }
-        if (lane == 0) atomicMax(slot + t, best);
-    }
+    sfi_dev_argmax_fold(lg + (size_t)t * V, V, 0, slot + t);
 }
 
 __global__ void argmax_decode_kernel(unsigned long long *__restrict__ slot, int T,

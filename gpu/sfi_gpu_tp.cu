@@ -2,46 +2,17 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "sfi_gpu_math.cuh"
 #include "sfi_gpu_tp.h"
 
 namespace {
 
-/* argmax_kernel's key (sfi_gpu_model.cu): -0 and +0 equal, larger floats
- * larger keys */
-__device__ __forceinline__ uint32_t okey(float x) {
-    uint32_t u = __float_as_uint(x);
-    if (u == 0x80000000u) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-/* grid (blocks per row, T), block 256: a block's best folded into keys[t]
- * by a 64-bit atomicMax (the result does not depend on the order) */
+/* grid (blocks per row, T), block 256: the keys of sfi_gpu_argmax's
+ * argmax_kernel, ids offset by the rank's first vocabulary row v0 */
 __global__ void argmax_keys_kernel(const float *__restrict__ lg, int V, int v0,
                                    unsigned long long *__restrict__ keys) {
-    __shared__ unsigned long long sb[32];
     const int t = blockIdx.y;
-    const float *x = lg + (size_t)t * V;
-    unsigned long long best = 0;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x) {
-        const unsigned long long k =
-            ((unsigned long long)okey(x[i]) << 32) | (uint32_t)~(uint32_t)(v0 + i);
-        best = k > best ? k : best;
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-        const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
-        best = o > best ? o : best;
-    }
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    if (lane == 0) sb[w] = best;
-    __syncthreads();
-    if (w == 0) {
-        best = lane < nw ? sb[lane] : 0;
-        for (int off = 16; off > 0; off >>= 1) {
-            const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
-            best = o > best ? o : best;
-        }
-        if (lane == 0) atomicMax(keys + t, best);
-    }
+    sfi_dev_argmax_fold(lg + (size_t)t * V, V, v0, keys + t);
 }
 
 __global__ void argmax_merge_kernel(const unsigned long long *__restrict__ all, int n_ranks, int T,

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sfi_cli.h"
 #include "sfi_io.h"
 #include "sfi_policies.h"
 #include "sfi_qwen3.h"
@@ -190,10 +191,7 @@ static int parse_args(int argc, char **argv, calib_opts *o, sfi_error *e)
             break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return 0;
-        default:
-            fprintf(stderr, ME ": %s: unknown option or missing value\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
+        default: return sfi_cli_bad_option(ME, argv, NULL, usage);
         }
     }
     if (optind < argc) {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sfi_cli.h"
 #include "sfi_eval.h"
 #include "sfi_io.h"
 #include "sfi_plot.h"
@@ -440,15 +441,7 @@ static int eval_option(eval_args *a, int c, char **argv)
     case O_PNG: a->png = optarg; break;
     case 'q': a->quiet = 1; break;
     case 'h': usage(stdout); return 0;
-    default:
-        if (optopt && optopt < 256)
-            fprintf(stderr, "sfi-ref eval: option -%c: %s\n", optopt,
-                    strchr("mLnbP", optopt) ? "needs a value" : "unknown");
-        else
-            fprintf(stderr, "sfi-ref eval: %s: unknown option or missing value\n",
-                    argv[optind - 1]);
-        usage(stderr);
-        return 2;
+    default: return sfi_cli_bad_option("sfi-ref eval", argv, "mLnbP", usage);
     }
     return -1;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sfi_cli.h"
 #include "sfi_model.h"
 #include "sfi_parse.h"
 #include "sfi_qwen3.h"
@@ -83,11 +84,7 @@ int sfi_ref_cmd_make_checkpoint(int argc, char **argv)
             }
             break;
         case 'h': usage(stdout); return 0;
-        default:
-            fprintf(stderr, "sfi-ref make-checkpoint: %s: unknown option or missing value\n",
-                    argv[optind - 1]);
-            usage(stderr);
-            return 2;
+        default: return sfi_cli_bad_option("sfi-ref make-checkpoint", argv, NULL, usage);
         }
     }
     if (optind < argc || !preset || !out) {

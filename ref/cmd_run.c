@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sfi_cli.h"
 #include "sfi_decode.h"
 #include "sfi_io.h"
 #include "sfi_params.h"
@@ -202,16 +203,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             usage(stdout);
             return 0;
         }
-        if (c == '?' || c == ':') {
-            if (optopt && optopt < 256)
-                fprintf(stderr, "sfi-ref run: option -%c: %s\n", optopt,
-                        strchr("mpnP", optopt) ? "needs a value" : "unknown");
-            else
-                fprintf(stderr, "sfi-ref run: %s: unknown option or missing value\n",
-                        argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        }
+        if (c == '?' || c == ':')
+            return sfi_cli_bad_option("sfi-ref run", argv, "mpnP", usage);
         int rc = parse_option(c, &opts[long_index], a, &e);
         if (rc)
             return rc;

@@ -7,6 +7,9 @@ libsfi_la_SOURCES += src/sfi_io.c
 pkginclude_HEADERS += src/sfi_io.h
 libsfi_la_SOURCES += src/sfi_clock.c src/sfi_parse.c src/sfi_rng.c src/sfi_sort.c
 pkginclude_HEADERS += src/sfi_clock.h src/sfi_parse.h src/sfi_rng.h src/sfi_sort.h
+# The commands' message for a refused option: for the sfi programs, not installed.
+libsfi_la_SOURCES += src/sfi_cli.c
+noinst_HEADERS += src/sfi_cli.h
 libsfi_la_SOURCES += src/sfi_progress.c
 pkginclude_HEADERS += src/sfi_progress.h
 libsfi_la_SOURCES += src/sfi_params.c

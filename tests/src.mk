@@ -23,6 +23,12 @@ tests_test_cmd_info_SOURCES = tests/test_cmd_info.c
 tests_test_cmd_info_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_test_cmd_info_LDADD = $(TEST_LDADD)
 TESTS += tests/test_cmd_info
+# src/sfi_cli.c: the refused-option message, through the sfi-ref commands.
+check_PROGRAMS += tests/test_cli
+tests_test_cli_SOURCES = tests/test_cli.c
+tests_test_cli_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_test_cli_LDADD = $(TEST_LDADD)
+TESTS += tests/test_cli
 # src/sfi_io.c: whole-file reads and the output rule, also through sfi-sim.
 check_PROGRAMS += tests/test_io
 tests_test_io_SOURCES = tests/test_io.c
