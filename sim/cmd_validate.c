@@ -173,11 +173,12 @@ static int allreduce_predict(const sfi_hw_measurement *m, const sfi_gpu *gpu,
 }
 
 /* The all-reduce latency and efficiency that fit the all-reduce
- * measurements best in relative error (least squares of (lat + x / eff) /
- * t - 1, x the ring transfer at efficiency 1). Returns the measurements
- * used (0: none, or fewer than two sizes: *lat and *eff untouched). */
-static int fit_allreduce(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu, double *lat,
-                         double *eff)
+ * measurements of `gpus` GPUs best in relative error (least squares of
+ * (lat + x / eff) / t - 1, x the ring transfer at efficiency 1). Returns
+ * the measurements used (0: none, or fewer than two sizes: *lat and *eff
+ * untouched). */
+static int fit_allreduce(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu, int gpus,
+                         double *lat, double *eff)
 {
     sfi_hw_profile unit;
     sfi_hw_profile_default(&unit);
@@ -187,7 +188,7 @@ static int fit_allreduce(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu 
     int n = 0, sizes = 0;
     for (size_t i = 0; i < nm; i++) {
         double x;
-        if (!is_collective(&ms[i]) || !(ms[i].time_s > 0) ||
+        if (!is_collective(&ms[i]) || ms[i].gpus != gpus || !(ms[i].time_s > 0) ||
             allreduce_predict(&ms[i], gpu, &unit, &x))
             continue;
         double u = 1 / ms[i].time_s, v = x / ms[i].time_s;
@@ -214,6 +215,61 @@ static int fit_allreduce(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu 
     *lat = a;
     *eff = 1 / b > 1 ? 1 : 1 / b;
     return n;
+}
+
+/* The collectives' fits, one per group size measured. */
+typedef struct {
+    int n[SFI_HW_AR_GROUPS]; /* measurements used (0: no fit for that size) */
+    double lat[SFI_HW_AR_GROUPS], eff[SFI_HW_AR_GROUPS];
+    int total, groups;
+} ar_fits;
+
+static void fit_collectives(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu, ar_fits *f)
+{
+    memset(f, 0, sizeof *f);
+    for (int g = 2; g < SFI_HW_AR_GROUPS; g++) {
+        f->n[g] = fit_allreduce(ms, nm, gpu, g, &f->lat[g], &f->eff[g]);
+        f->total += f->n[g];
+        f->groups += f->n[g] > 0;
+    }
+}
+
+/* Each fitted group size's parameters into p, and the smallest size's as
+ * the profile's own (what other group sizes get). */
+static void apply_collectives(const ar_fits *f, sfi_hw_profile *p)
+{
+    int first = 1;
+    for (int g = 2; g < SFI_HW_AR_GROUPS; g++) {
+        if (!f->n[g])
+            continue;
+        p->ar_by_gpus_lat[g] = f->lat[g];
+        p->ar_by_gpus_eff[g] = f->eff[g];
+        if (first) {
+            p->allreduce_latency_s = f->lat[g];
+            p->efficiency[SFI_KC_ALLREDUCE] = f->eff[g];
+            first = 0;
+        }
+    }
+}
+
+/* "allreduce_by_gpus" of a profile written, where it has any. */
+static void json_collectives(json_t *root, const sfi_hw_profile *p)
+{
+    json_t *o = NULL;
+    for (int g = 2; g < SFI_HW_AR_GROUPS; g++) {
+        if (!(p->ar_by_gpus_eff[g] > 0))
+            continue;
+        if (!o)
+            o = json_object();
+        char k[8];
+        snprintf(k, sizeof k, "%d", g);
+        json_t *e = json_array();
+        json_array_append_new(e, json_real(floor(p->ar_by_gpus_lat[g] * 1e8 + 0.5) / 100));
+        json_array_append_new(e, json_real(floor(p->ar_by_gpus_eff[g] * 1e4 + 0.5) / 1e4));
+        json_object_set_new(o, k, e);
+    }
+    if (o)
+        json_object_set_new(root, "allreduce_by_gpus", o);
 }
 
 static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_hw_measurement *ms,
@@ -287,14 +343,13 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
         printf("#   %-12s %.3f (from slow_step_overlap)\n", "contention", p.overlap_contention);
         break;
     }
-    double ar_lat, ar_eff;
-    int n_ar = fit_allreduce(ms, nm, gpu, &ar_lat, &ar_eff);
-    if (n_ar) {
-        p.allreduce_latency_s = ar_lat;
-        p.efficiency[SFI_KC_ALLREDUCE] = ar_eff;
-        printf("#   %-12s efficiency %.3f, latency %.2f us (from %d all-reduces)\n", "allreduce",
-               ar_eff, ar_lat * 1e6, n_ar);
-    }
+    ar_fits af;
+    fit_collectives(ms, nm, gpu, &af);
+    apply_collectives(&af, &p);
+    for (int g = 2; g < SFI_HW_AR_GROUPS; g++)
+        if (af.n[g])
+            printf("#   %-12s efficiency %.3f, latency %.2f us (from %d all-reduces of %d GPUs)\n",
+                   "allreduce", af.eff[g], af.lat[g] * 1e6, af.n[g], g);
     /* Write: temp file + rename. */
     json_t *root = json_object(), *eff = json_object(), *fx = json_object(), *arr = json_array();
     char name[SFI_HW_NAME_MAX + 8];
@@ -316,6 +371,7 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
     json_object_set_new(root, "step_overhead_us", json_real(p.step_overhead_s * 1e6));
     json_object_set_new(root, "allreduce_latency_us",
                         json_real(floor(p.allreduce_latency_s * 1e8 + 0.5) / 100));
+    json_collectives(root, &p);
     json_object_set_new(root, "overlap_contention",
                         json_real(floor(p.overlap_contention * 1e4 + 0.5) / 1e4));
     for (size_t i = 0; i < nm; i++) {
@@ -525,6 +581,7 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
                         json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
     json_object_set_new(root, "allreduce_latency_us",
                         json_real(floor(p->allreduce_latency_s * 1e8 + 0.5) / 100));
+    json_collectives(root, p);
     json_object_set_new(root, "overlap_contention",
                         json_real(floor(p->overlap_contention * 1e4 + 0.5) / 1e4));
     int rc = 1;
@@ -567,9 +624,9 @@ typedef struct {
     int *in_fit;           /* [n] */
     sfi_trigger_set ts;
     int n_replayed, n_sfi;
-    int n_ar; /* all-reduce measurements of the steps file (their fit
-                         prices the collectives), 0: none */
-    double ar_lat, ar_eff;
+    int n_ar;         /* all-reduce measurements of the steps file (their fits
+                   price the collectives), 0: none */
+    ar_fits ar;       /* per group size */
     sfi_hw_profile p; /* the profile predicted with: prof, fitted when fitted */
     sfi_sv_fit fit;
     int fitted;
@@ -629,18 +686,16 @@ static int steps_collectives(step_val *sv)
         fprintf(stderr, "sfi-sim validate: %s\n", err.msg);
         return 1;
     }
-    sv->n_ar = fit_allreduce(meas, nm, &sv->gpu, &sv->ar_lat, &sv->ar_eff);
-    int gpus = 0;
-    for (size_t i = 0; i < nm && !gpus; i++)
-        if (is_collective(&meas[i]))
-            gpus = meas[i].gpus;
+    fit_collectives(meas, nm, &sv->gpu, &sv->ar);
+    sv->n_ar = sv->ar.total;
     free(meas);
-    if (sv->n_ar)
-        printf("# collectives: %d all-reduce measurements of %s (%d GPUs) fit latency %.2f us, "
-               "efficiency %.3f of %s's NVLink (%.1f GB/s per direction): they price the "
-               "steps' all-reduces and all-gathers\n",
-               sv->n_ar, sv->steps_path, gpus, sv->ar_lat * 1e6, sv->ar_eff, sv->gpu.name,
-               sv->gpu.nvlink_bandwidth / 2e9);
+    for (int g = 2; g < SFI_HW_AR_GROUPS; g++)
+        if (sv->ar.n[g])
+            printf("# collectives: %d all-reduce measurements of %s (%d GPUs) fit latency %.2f us, "
+                   "efficiency %.3f of %s's NVLink (%.1f GB/s per direction): they price the "
+                   "steps' all-reduces and all-gathers of %d GPUs\n",
+                   sv->ar.n[g], sv->steps_path, g, sv->ar.lat[g] * 1e6, sv->ar.eff[g], sv->gpu.name,
+                   sv->gpu.nvlink_bandwidth / 2e9, g);
     return 0;
 }
 
@@ -766,10 +821,8 @@ static int fit_steps(step_val *sv, char **subsets, int n_sub)
     for (size_t i = 0; i < sv->n; i++)
         n_in += sv->in_fit[i] && !sv->ms[i].variant;
     sv->p = *sv->prof;
-    if (sv->n_ar) {
-        sv->p.allreduce_latency_s = sv->ar_lat;
-        sv->p.efficiency[SFI_KC_ALLREDUCE] = sv->ar_eff;
-    }
+    if (sv->n_ar)
+        apply_collectives(&sv->ar, &sv->p);
     printf("# sfi-sim validate: whole decode steps of %s (%zu configurations) against profile "
            "%s ('%s') on %s\n",
            sv->steps_path, sv->n, sv->prof_path, sv->prof->name, sv->gpu.name);

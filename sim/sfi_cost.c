@@ -256,6 +256,17 @@ static double logits_time(const sfi_cost_setup *s, double bytes)
     return bytes / (s->gpu.hbm_bandwidth * s->prof.efficiency[SFI_KC_LOGITS]);
 }
 
+/* The collectives' latency and efficiency for the setup's group size. */
+static void collective_params(const sfi_cost_setup *s, double *lat, double *eff)
+{
+    *lat = s->prof.allreduce_latency_s;
+    *eff = s->prof.efficiency[SFI_KC_ALLREDUCE];
+    if (s->tp < SFI_HW_AR_GROUPS && s->prof.ar_by_gpus_eff[s->tp] > 0) {
+        *lat = s->prof.ar_by_gpus_lat[s->tp];
+        *eff = s->prof.ar_by_gpus_eff[s->tp];
+    }
+}
+
 double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes)
 {
     if (s->tp <= 1)
@@ -265,8 +276,9 @@ double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes)
     double per_dir = s->gpu.nvlink_bandwidth / 2;
     if (per_dir <= 0)
         per_dir = 64e9; /* no NVLink: PCIe 5 x16 */
-    double t = 2.0 * (s->tp - 1) / s->tp * bytes / per_dir;
-    return t / s->prof.efficiency[SFI_KC_ALLREDUCE] + s->prof.allreduce_latency_s;
+    double t = 2.0 * (s->tp - 1) / s->tp * bytes / per_dir, lat, eff;
+    collective_params(s, &lat, &eff);
+    return t / eff + lat;
 }
 
 double sfi_cost_allgather_time(const sfi_cost_setup *s, double bytes)
@@ -278,8 +290,9 @@ double sfi_cost_allgather_time(const sfi_cost_setup *s, double bytes)
     double per_dir = s->gpu.nvlink_bandwidth / 2;
     if (per_dir <= 0)
         per_dir = 64e9;
-    double t = (s->tp - 1.0) * bytes / per_dir;
-    return t / s->prof.efficiency[SFI_KC_ALLREDUCE] + s->prof.allreduce_latency_s;
+    double t = (s->tp - 1.0) * bytes / per_dir, lat, eff;
+    collective_params(s, &lat, &eff);
+    return t / eff + lat;
 }
 
 /* Bytes of the Selector scores one GPU contributes to a layer's all-gather
@@ -316,6 +329,8 @@ typedef struct {
     double t, bytes, kvb, wb, flops;
     double attn_body; /* roofline time of the attention launch (with prof.cta_bandwidth) */
     double cta_s;     /* time of its slowest CTA at the per-CTA rates */
+    double t_pre;     /* side work: time to the end of the Selector's steps 1-7
+                         (its first kernel) */
     int launches;
     merge_state *merge;               /* NULL: every kernel is its own launch */
     unsigned char occ[SFI_KC_COUNT];  /* with merge: this group's kernels by class */
@@ -560,8 +575,11 @@ static void side_layer(const sfi_cost_setup *s, int n_slow, int window, acc *a)
      * (the byte count the GPU benchmark calibrates against). */
     double sel_b = n_slow * (window * hq * J * 4.0 + hkv * J * 4.0);
     double sel_f = n_slow * 30.0 * window * hq * J;
-    for (int k = 0; k < SELECTOR_LAUNCHES; k++)
+    for (int k = 0; k < SELECTOR_LAUNCHES; k++) {
         add_kernel(s, a, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES, sel_f / SELECTOR_LAUNCHES, 1);
+        if (k == 0)
+            a->t_pre = a->t;
+    }
     const sfi_params p = sfi_prm(s);
     double K = p.K < J ? p.K : J;
     add_kernel(s, a, SFI_KC_TOPK, n_slow * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
@@ -859,9 +877,16 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
             a.launches += 2;
         }
         double ga = sel_gather_bytes(s, R);
-        if (ga > 0) {
-            /* the Selector's scores, gathered in every step (the graph's
-             * capacity; fast requests' rows too) */
+        if (ga > 0 && (!s->sel_split_gather || any_slow)) {
+            /* the Selector's scores, gathered at the graph's capacity (fast
+             * requests' rows too): in every step, or (sel_split_gather) in
+             * a step with slow requests, after this layer's MLP and once
+             * the side stream's steps 1-7 wrote them */
+            if (s->sel_split_gather && !s->side_serial) {
+                double pre_end = (t_side > t_after_attn ? t_side : t_after_attn) + side.t_pre;
+                if (pre_end > t_main + a.t)
+                    a.t = pre_end - t_main;
+            }
             double tg = sfi_cost_allgather_time(s, ga);
             a.t += tg;
             comm += tg;
@@ -879,9 +904,12 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
         acc_add(&main, &a);
         if (any_slow && !s->side_serial) {
             /* Starts once this layer's attention wrote the logits and the
-             * previous layer's side work is done. */
+             * previous layer's side work is done; with sel_split_gather
+             * steps 8 and on wait for the main stream's all-gather. */
             double start = t_side > t_after_attn ? t_side : t_after_attn;
             t_side = start + side.t;
+            if (ga > 0 && s->sel_split_gather)
+                t_side = t_main + side.t - side.t_pre;
             acc_add(&side_total, &side);
         } else if (any_slow) {
             side_total.t += side.t;

@@ -81,6 +81,14 @@ typedef struct {
                                  heads x this many fp32 positions (the graph's
                                  capacity, not the context), per layer in
                                  every step of a policy with slow steps */
+    int sel_split_gather;     /* with sel_gather_positions and side_serial 0
+                                 (sfi-gpu since 4cf4bb6): the Selector's steps
+                                 1-7 on the side stream beside the layer's O
+                                 projection and MLP, the scores' all-gather on
+                                 the main stream after the MLP (waiting for
+                                 steps 1-7), step 8, Top-K and reorg on the side
+                                 stream beside the next layers; a step without
+                                 slow requests runs none of it (no all-gather) */
     int argmax_gather;        /* 1 at tp > 1: the greedy argmax of the
                                  vocab-split LM head all-gathers each GPU's
                                  best (value, id), 8 bytes per sampled token,

@@ -99,6 +99,9 @@ typedef enum {
 
 const char *sfi_kernel_class_name(sfi_kernel_class c);
 
+/* Group sizes below this may have collective parameters of their own. */
+#define SFI_HW_AR_GROUPS 9
+
 /* Points of an efficiency-by-context curve a profile may carry. */
 #define SFI_HW_CURVE_MAX 16
 
@@ -113,20 +116,27 @@ typedef struct {
                                         "launch_pdl_us" */
     double step_overhead_s;          /* fixed cost per decode step */
     double allreduce_latency_s;      /* fixed cost per all-reduce */
-    double overlap_contention;       /* [0,1] */
-    double moe_efficiency;           /* MoE expert kernels' fraction of HBM
+    /* Collectives of a group of g GPUs (2 <= g < SFI_HW_AR_GROUPS) at
+     * their own latency and efficiency, where ar_by_gpus_eff[g] > 0 (as
+     * fitted to sfi-gpu bench-allreduce --gpus g): NVLink collectives of 4
+     * GPUs are not those of 2. "allreduce_by_gpus": {"G": [latency_us,
+     * efficiency], ...} */
+    double ar_by_gpus_lat[SFI_HW_AR_GROUPS];
+    double ar_by_gpus_eff[SFI_HW_AR_GROUPS];
+    double overlap_contention; /* [0,1] */
+    double moe_efficiency;     /* MoE expert kernels' fraction of HBM
                                         bandwidth (0: efficiency.gemm),
                                         "moe_efficiency" */
-    double moe_pair_bandwidth;       /* bytes/s one (token, expert) pair's expert
+    double moe_pair_bandwidth; /* bytes/s one (token, expert) pair's expert
                                         is streamed at most (0: no limit),
                                         "moe_pair_GBps" */
-    double cta_bandwidth;            /* bytes/s one CTA of a decode attention
+    double cta_bandwidth;      /* bytes/s one CTA of a decode attention
                                         kernel streams at most (0: no limit);
                                         "cta_GBps" */
-    double cta_flops;                /* FLOP/s one CTA of a decode attention kernel
+    double cta_flops;          /* FLOP/s one CTA of a decode attention kernel
                                         computes at most (0: no limit);
                                         "cta_GFLOPS" */
-    double serial_step_s;            /* one dependent step of a single thread's
+    double serial_step_s;      /* one dependent step of a single thread's
                                         loop over device memory (0: free);
                                         "serial_step_ns" */
     /* What a serving engine adds on top of its kernels (engine profiles,

@@ -403,16 +403,21 @@ void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_
                 s.attn_fast_split_rows = r;
         }
     }
-    /* At tp > 1 the engine runs the Selector, Top-K and reorg on the main
-     * stream (its collectives on one stream), as --no-overlap does at tp
-     * 1; its cross-head step all-gathers the scores of the graph's
-     * capacity, J_cap = round_up(context + new_tokens - 1 - n_sink -
-     * n_recent, 4) positions (gpu/sfi_gpu_engine.c: capJ), and the greedy
-     * argmax all-gathers each GPU's best of its vocabulary rows. */
-    s.side_serial = s.tp > 1 || m->no_overlap;
+    /* At tp > 1 the Selector's cross-head step all-gathers the scores of
+     * the graph's capacity, J_cap = round_up(context + new_tokens - 1 -
+     * n_sink - n_recent, 4) positions (gpu/sfi_gpu_engine.c: capJ), on the
+     * main stream (every collective on one stream): steps 1-7 on the side
+     * stream beside the layer's O projection and MLP, the all-gather after
+     * them, step 8, Top-K and reorg on the side stream again
+     * (tp_chain_rest); a step without slow requests replays a graph
+     * without the chain. The greedy argmax all-gathers each GPU's best of
+     * its vocabulary rows. "overlap": false puts the chain on the main
+     * stream. */
+    s.side_serial = m->no_overlap;
     if (s.tp > 1) {
         int j = m->context + m->new_tokens - 1 - s.pol.prm.n_sink - s.pol.prm.n_recent;
         s.sel_gather_positions = ((j > 1 ? j : 1) + 3) & ~3;
+        s.sel_split_gather = !m->no_overlap;
         s.argmax_gather = 1;
     }
     *out = s;

@@ -186,6 +186,47 @@ START_TEST(tp_engine_terms)
     s.sel_gather_positions = 0;
     ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
     ck_assert(a.time_s == b.time_s);
+    /* since 4cf4bb6 (sel_split_gather): a fast step runs no chain and no
+     * all-gather; a slow step gathers after each layer's MLP on the main
+     * stream (the same bytes), its Selector's steps 1-7 beside O and MLP
+     * on the side stream and the rest beside the next layers */
+    s.kind = SFI_POLICY_SFI;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
+    sfi_step_cost a2, b2;
+    ck_assert_int_eq(sfi_cost_step(&s, 2, &a2, &e), SFI_OK);
+    s.sel_gather_positions = 8060;
+    s.sel_split_gather = 1;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
+    ck_assert(a.time_s == b.time_s && b.comm_s == a.comm_s);
+    ck_assert_int_eq(sfi_cost_step(&s, 2, &b2, &e), SFI_OK);
+    ck_assert(close_rel(b2.comm_s - a2.comm_s, L * g, 1e-9));
+    ck_assert(b2.time_s - a2.time_s >= L * g * (1 - 1e-9));
+    /* a Selector far longer than the main stream's layers: each layer's
+     * all-gather waits for its steps 1-7 and step 8 for the all-gather,
+     * so the step takes at least all the side work plus the all-gathers
+     * (overlapped without the wait it would take about the larger) */
+    sfi_step_cost c2;
+    s.prof.efficiency[SFI_KC_SELECTOR] = 1e-3;
+    ck_assert_int_eq(sfi_cost_step(&s, 2, &c2, &e), SFI_OK);
+    ck_assert_msg(c2.time_s >= c2.side_s + L * g * (1 - 1e-9) && c2.side_s > 10 * L * g,
+                  "%.6g < %.6g + %.6g", c2.time_s, c2.side_s, L * g);
+    s.prof.efficiency[SFI_KC_SELECTOR] = 0.5;
+    s.sel_split_gather = 0;
+    s.sel_gather_positions = 0;
+    s.kind = SFI_POLICY_FULL;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
+    /* collectives of a group size with parameters of its own */
+    double t2 = sfi_cost_allreduce_time(&s, 1 << 20);
+    s.prof.ar_by_gpus_lat[4] = 10e-6;
+    s.prof.ar_by_gpus_eff[4] = 0.5;
+    ck_assert(sfi_cost_allreduce_time(&s, 1 << 20) == t2); /* tp 2: the general ones */
+    s.tp = 4;
+    ck_assert(close_rel(sfi_cost_allreduce_time(&s, 1 << 20),
+                        10e-6 + 2.0 * 3 / 4 * (1 << 20) / (s.gpu.nvlink_bandwidth / 2) / 0.5, 1e-12));
+    ck_assert(close_rel(sfi_cost_allgather_time(&s, 1 << 20),
+                        10e-6 + 3.0 * (1 << 20) / (s.gpu.nvlink_bandwidth / 2) / 0.5, 1e-12));
+    s.prof.ar_by_gpus_eff[4] = 0;
+    s.tp = 2;
     /* the argmax: 16 (value, id) pairs gathered, one merge launch */
     s.argmax_gather = 1;
     ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);

@@ -206,6 +206,12 @@ START_TEST(profile_parse_partial_measurements_and_errors)
                   e.msg);
     ck_assert(n == 1 && m[0].gpus == 8 && m[0].bytes == 4294967296.0);
     free(m);
+    /* collectives of 4 GPUs at their own latency and efficiency */
+    const char *j5 = "{\"sfi_profile\":1,\"allreduce_by_gpus\":{\"4\":[10.02,0.634]}}";
+    ck_assert_msg(sfi_hw_profile_parse(j5, strlen(j5), "p5.json", &p3, NULL, NULL, &e) == SFI_OK,
+                  "%s", e.msg);
+    ck_assert(fabs(p3.ar_by_gpus_lat[4] - 10.02e-6) < 1e-15 && p3.ar_by_gpus_eff[4] == 0.634);
+    ck_assert(p3.ar_by_gpus_eff[2] == 0 && p3.ar_by_gpus_eff[8] == 0);
     const char *bad[][2] = {
         {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"allreduce\",\"bytes\":-1,"
          "\"time_us\":5}]}",
@@ -228,6 +234,9 @@ START_TEST(profile_parse_partial_measurements_and_errors)
         {"{\"sfi_profile\":1,\"attn_dense_by_context\":[[8192,0.3],[16384]]}", "pair"},
         {"{\"sfi_profile\":1,\"attn_dense_by_context\":{}}", "not an array"},
         {"{\"sfi_profile\":1,\"reserved_GB\":-1}", "reserved_GB"},
+        {"{\"sfi_profile\":1,\"allreduce_by_gpus\":{\"1\":[5,0.5]}}", "not a GPU count in 2..8"},
+        {"{\"sfi_profile\":1,\"allreduce_by_gpus\":{\"4\":[5,1.5]}}", "efficiency in (0, 1]"},
+        {"{\"sfi_profile\":1,\"allreduce_by_gpus\":[]}", "allreduce_by_gpus: not an object"},
         {"{\"sfi_profile\":1,\"request_overhead_us\":\"x\"}", "request_overhead_us: not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

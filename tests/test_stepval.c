@@ -312,9 +312,10 @@ START_TEST(tensor_parallel_measurements_are_priced_at_their_gpus)
 }
 END_TEST
 
-/* How sfi-gpu run --tp runs a step reaches the cost setup: the Selector on
- * the main stream (as --no-overlap does on one GPU), its scores gathered
- * at the graph's capacity, the argmax gathered; and the model's count of
+/* How sfi-gpu run --tp runs a step reaches the cost setup (since
+ * 4cf4bb6): the Selector on the side stream around its scores' all-gather
+ * on the main stream, gathered at the graph's capacity in steps with slow
+ * requests only, the argmax gathered; and the model's count of
  * the bytes each GPU sends into collectives is the engine's own, for every
  * tensor-parallel run of gpu/profiles/h200-tp-steps.json. */
 START_TEST(tensor_parallel_engine_setup)
@@ -336,7 +337,8 @@ START_TEST(tensor_parallel_engine_setup)
         sfi_cost_setup s;
         sfi_sv_setup(&m[i], &mc, &p, &g, &s);
         ck_assert_int_eq(s.tp, m[i].tp);
-        ck_assert_int_eq(s.side_serial, m[i].tp > 1);
+        ck_assert_int_eq(s.side_serial, 0);
+        ck_assert_int_eq(s.sel_split_gather, m[i].tp > 1);
         ck_assert_int_eq(s.argmax_gather, m[i].tp > 1);
         if (m[i].tp == 1) {
             ck_assert_int_eq(s.sel_gather_positions, 0);
@@ -353,7 +355,7 @@ START_TEST(tensor_parallel_engine_setup)
                       m[i].sfi ? "sfi" : "dense", ar, ga, m[i].allreduce_bytes, m[i].gather_bytes);
         n_tp++;
     }
-    ck_assert_int_eq(n_tp, 8); /* 4B at 8K and 32K, 30B-A3B cut to 8 layers and whole */
+    ck_assert_int_eq(n_tp, 16); /* 4B and 30B-A3B at tp 2 and 4, 8K and 32K */
     /* one GPU with "overlap": false: the Selector on the main stream */
     const char *js = "{\"step_measurements\":[{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\","
                      "\"context\":8192,\"batch\":16,\"decode_tokens_per_s\":1,"
@@ -561,16 +563,17 @@ START_TEST(fit_recovers_cta_flops_and_serial_step)
 }
 END_TEST
 
-/* All-reduce measurements (sfi-gpu bench-allreduce): sfi-sim validate
- * compares them with the ring model, --fit recovers the latency and
- * efficiency they were made with, and whole steps in the same file are
- * priced with those. */
+/* All-reduce measurements (sfi-gpu bench-allreduce) of 2 and 4 GPUs:
+ * sfi-sim validate compares them with the ring model, --fit recovers the
+ * latency and efficiency each group size was made with, and whole steps in
+ * the same file are priced with those of their size. */
 START_TEST(allreduce_measurements)
 {
     sfi_gpu g;
     sfi_error e;
     ck_assert_int_eq(sfi_gpu_preset("H200", &g, &e), SFI_OK);
-    /* t = 5 us + 2 (n-1)/n bytes / (450 GB/s x 0.6) */
+    /* t = 5 us + 2 (n-1)/n bytes / (450 GB/s x 0.6) on 2 GPUs, 10 us and
+     * 0.65 on 4 */
     size_t cap = 1 << 14, o = 0;
     char *json = malloc(cap);
     o += (size_t)snprintf(json + o, cap - o,
@@ -581,7 +584,8 @@ START_TEST(allreduce_measurements)
     int k = 0;
     for (int a = 0; a < 2; a++)
         for (int i = 0; i < 5; i++, k++) {
-            double t = 5e-6 + 2.0 * (gpus[a] - 1) / gpus[a] * sizes[i] / (450e9 * 0.6);
+            double t = (a ? 10e-6 : 5e-6) +
+                       2.0 * (gpus[a] - 1) / gpus[a] * sizes[i] / (450e9 * (a ? 0.65 : 0.6));
             o += (size_t)snprintf(json + o, cap - o,
                                   "%s{\"kernel\":\"allreduce\",\"gpus\":%d,\"bytes\":%.0f,"
                                   "\"dtype\":\"f32\",\"time_us\":%.6f}",
@@ -605,14 +609,18 @@ START_TEST(allreduce_measurements)
      * messages by 60% */
     ck_assert_msg(strstr(out, "collective") && strstr(out, "allreduce             4     67108864"),
                   "%s", out);
-    ck_assert_msg(strstr(out, "efficiency 0.600, latency 5.00 us (from 10 all-reduces)"), "%s",
-                  out);
+    ck_assert_msg(
+        strstr(out, "efficiency 0.600, latency 5.00 us (from 5 all-reduces of 2 GPUs)") &&
+            strstr(out, "efficiency 0.650, latency 10.00 us (from 5 all-reduces of 4 GPUs)"),
+        "%s", out);
     sfi_hw_profile p;
     sfi_hw_measurement *ms = NULL;
     size_t nm = 0;
     ck_assert_int_eq(sfi_hw_profile_load(fit, &p, &ms, &nm, &e), SFI_OK);
     ck_assert(fabs(p.allreduce_latency_s - 5e-6) < 1e-8);
     ck_assert(fabs(p.efficiency[SFI_KC_ALLREDUCE] - 0.6) < 1e-4);
+    ck_assert(fabs(p.ar_by_gpus_lat[4] - 10e-6) < 1e-8 && fabs(p.ar_by_gpus_eff[4] - 0.65) < 1e-4);
+    ck_assert(fabs(p.ar_by_gpus_lat[2] - 5e-6) < 1e-8 && p.ar_by_gpus_eff[8] == 0);
     ck_assert_int_eq(nm, 10);
     ck_assert(ms[9].gpus == 4 && ms[9].bytes == 67108864.0);
     free(ms);
@@ -625,9 +633,11 @@ START_TEST(allreduce_measurements)
              sfi_test_build("sfi-sim"), prof, path);
     out = err = NULL;
     ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
-    ck_assert_msg(strstr(out, "# collectives: 10 all-reduce measurements") &&
-                      strstr(out, "latency 5.00 us, efficiency 0.600 of H200's NVLink"),
-                  "%s", out);
+    ck_assert_msg(
+        strstr(out, "# collectives: 5 all-reduce measurements") &&
+            strstr(out, "(2 GPUs) fit latency 5.00 us, efficiency 0.600 of H200's NVLink") &&
+            strstr(out, "(4 GPUs) fit latency 10.00 us, efficiency 0.650"),
+        "%s", out);
     free(out);
     free(err);
     sfi_test_rmtree(dir);
