@@ -261,7 +261,7 @@ static void json_collectives(json_t *root, const sfi_hw_profile *p)
             continue;
         if (!o)
             o = json_object();
-        char k[8];
+        char k[16]; /* any int: the -O1 sanitizer build cannot bound g */
         snprintf(k, sizeof k, "%d", g);
         json_t *e = json_array();
         json_array_append_new(e, json_real(floor(p->ar_by_gpus_lat[g] * 1e8 + 0.5) / 100));
