@@ -833,8 +833,7 @@ static int fit_steps(step_val *sv, char **subsets, int n_sub)
            sv->n_replayed, sv->n_sfi);
     printf("# engine (sfi-gpu): one attention launch per layer for slow and fast requests "
            "together, fast requests split finer at small batches, a CTA bound by its rows' bytes "
-           "or FLOPs, the Selector chain's kernels on their grids, each no faster than its "
-           "busiest CTA; an MoE layer: 11 launches, routing by one thread per token (E x top "
+           "or FLOPs; an MoE layer: 11 launches, routing by one thread per token (E x top "
            "serial steps), expert weights read once per %s and streamed like attention's K/V\n",
            sfi_sv_moe_pair_reads ? "(token, expert) pair" : "distinct expert the batch touches");
     if (!n_sub)

@@ -564,143 +564,27 @@ static int attention_layer_key(const sfi_cost_setup *s, int layer)
     return 0;
 }
 
-/* sfi-gpu's Selector chain (gpu/sfi_gpu_select.cu), as far as its grids go:
- * the cluster kernel of steps 1-7 runs SEL_CLUSTER_CTAS CTAs per (request,
- * KV head) when |J| fits its registers (SEL_CLUSTER_J_MAX_G1 / G for G
- * window rows, at most 65536), else one CTA per (request, KV head); step
- * 8 one CTA per SEL_CROSS_POS positions (per SEL_CROSS_TP_POS at tp > 1);
- * Top-K one CTA per (request, KV head) (its keys in registers up to
- * |J| = 32768, beyond that re-read from L2 on each of its passes); reorg up
- * to REORG_MAX_CTAS CTAs per (request, KV head), each REORG_CTA_WORDS
- * 16-byte words a sweep; their CTAs' threads (SEL_*_THREADS, ...). CTAs of
- * requests that are not slow exit at once. A CTA's bytes are those it
- * moves to or from DRAM: what it re-reads of its own recent reads and
- * writes (the one-CTA Selector's f, r and second pass over the logits,
- * Top-K's passes) hits L2 and is not counted. */
-#define SEL_CLUSTER_CTAS 8
-#define SEL_CLUSTER_THREADS 512
-#define SEL_CTA_THREADS 1024
-#define SEL_CROSS_THREADS 256
-#define TOPK_THREADS 1024
-#define REORG_THREADS 256
-#define SEL_CLUSTER_J_MAX_G1 131072
-#define SEL_CLUSTER_HALO 4
-#define SEL_CROSS_POS 1024
-#define SEL_CROSS_TP_POS 256
-#define REORG_MAX_CTAS 8
-#define REORG_CTA_WORDS 1024
-
-/* Threads of the CTA whose rates prof.cta_bandwidth and prof.cta_flops
- * are (sfi-gpu's decode attention: 8 warps, gpu/sfi_gpu_attn.cu kWarps). */
-#define ATTN_CTA_THREADS 256
-
-/* With sel_grids and a per-CTA limit: the time by which the busiest CTA
- * (cta_b bytes, cta_f FLOPs, `threads` threads) outlasts the kernel's
- * roofline body. A CTA's rates scale with its threads: what one CTA
- * streams is the bytes its threads keep in flight over the memory's
- * latency (Little's law), and its warps hide each other's latency. */
-static void add_cta_bound(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
-                          double flops, double cta_b, double cta_f, int threads)
-{
-    if (!s->sel_grids || !(s->prof.cta_bandwidth > 0))
-        return;
-    const double x = (double)threads / ATTN_CTA_THREADS;
-    double t = cta_b / (x * s->prof.cta_bandwidth);
-    if (s->prof.cta_flops > 0 && cta_f / (x * s->prof.cta_flops) > t)
-        t = cta_f / (x * s->prof.cta_flops);
-    double body = roofline_x(s, c, bytes, flops, 1);
-    if (t > body)
-        a->t += t - body;
-}
-
-/* The Selector's kernel k (0: steps 1-7, 1: step 8) for n requests of
- * `window` queries each. Its HBM bytes: the fp32 logits of the G query
- * heads of each KV head and the key norms, once, split over the two
- * kernels (the byte count the GPU benchmark calibrates against). */
-static void add_selector_kernel(const sfi_cost_setup *s, acc *a, int k, double n, int window)
-{
-    const double J = n_candidates(s), hq = q_heads(s), hkv = kv_heads(s), G = hq / hkv;
-    double sel_b = n * (window * hq * J * 4.0 + hkv * J * 4.0);
-    double sel_f = n * 30.0 * window * hq * J;
-    add_kernel(s, a, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES, sel_f / SELECTOR_LAUNCHES, 1);
-    double cta_b, cta_f = 0;
-    int threads = SEL_CTA_THREADS;
-    if (k == 0) {
-        const double rows = window * G;
-        int g = (int)G, np = s->pol.prm.nms_radius;
-        int cluster = window == 1 && (g == 1 || g == 2 || g == 4 || g == 8) &&
-                      J <= (SEL_CLUSTER_J_MAX_G1 / g < 65536 ? SEL_CLUSTER_J_MAX_G1 / g : 65536) &&
-                      np >= 0 && np <= SEL_CLUSTER_HALO;
-        if (cluster) {
-            /* a CTA's chunk of J: its logits and key norms in, z2 out */
-            double cs = ceil(J / SEL_CLUSTER_CTAS);
-            cta_b = (G + 2.0) * cs * 4.0;
-            cta_f = 30.0 * G * cs;
-            threads = SEL_CLUSTER_THREADS;
-        } else {
-            /* one CTA walks J: the logits and norms in, z2 out (its
-             * f, r and second pass over the logits, counted too, would
-             * double this: 25 instead of 11 us a layer for Qwen3-30B-A3B
-             * at 32K on the H100, and the H100 step validation's
-             * out-of-sample speedup error 6.9% max instead of 2.8%) */
-            cta_b = (rows + 2.0) * J * 4.0;
-            cta_f = 30.0 * rows * J;
-        }
-    } else {
-        /* step 8: each position's z2 of every KV head in, z3 of this
-         * GPU's heads out */
-        double pos = s->tp > 1 ? SEL_CROSS_TP_POS : SEL_CROSS_POS;
-        if (pos > J)
-            pos = J;
-        cta_b = pos * (s->tp > 1 ? hkv * s->tp + 2.0 * hkv : 2.0 * hkv) * 4.0;
-        threads = SEL_CROSS_THREADS;
-    }
-    add_cta_bound(s, a, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES, sel_f / SELECTOR_LAUNCHES,
-                  cta_b, cta_f, threads);
-}
-
-/* Top-K of n requests' scores: each KV head's K largest of J. */
-static void add_topk_kernel(const sfi_cost_setup *s, acc *a, double n)
-{
-    const double J = n_candidates(s), hkv = kv_heads(s);
-    const sfi_params p = sfi_prm(s);
-    double K = p.K < J ? p.K : J;
-    double b = n * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0);
-    add_kernel(s, a, SFI_KC_TOPK, b, 0, 1);
-    add_cta_bound(s, a, SFI_KC_TOPK, b, 0, J * 4.0 + K * 4.0, 0, TOPK_THREADS);
-}
-
-/* Reorg of n requests: sink + selected K/V rows into the compact buffer,
- * read + write. */
-static void add_reorg_kernel(const sfi_cost_setup *s, acc *a, double n)
-{
-    const double J = n_candidates(s);
-    const sfi_params p = sfi_prm(s);
-    double K = p.K < J ? p.K : J;
-    double b = n * 2.0 * (p.n_sink + K) * kv_pos_bytes(s);
-    add_kernel(s, a, SFI_KC_REORG, b, 0, 1);
-    /* the grid is sized for n_sink + K rows of 16-byte words */
-    double words = (p.n_sink + (double)p.K) * s->model->head_dim * s->kv_bytes / 16.0;
-    double ctas = ceil(words / REORG_CTA_WORDS);
-    if (ctas > REORG_MAX_CTAS)
-        ctas = REORG_MAX_CTAS;
-    if (ctas < 1)
-        ctas = 1;
-    add_cta_bound(s, a, SFI_KC_REORG, b, 0, b / n / kv_heads(s) / ctas, 0, REORG_THREADS);
-}
-
 /* Side stream of one layer on a slow step: Selector, Top-K, reorg of the
  * n_slow requests that took the slow step, over `window` queries each
  * (1 at a decode step, PREFILL_WINDOW at the end of a prefill). */
 static void side_layer(const sfi_cost_setup *s, int n_slow, int window, acc *a)
 {
+    const double J = n_candidates(s), hq = q_heads(s), hkv = kv_heads(s);
+    /* Reads the fp32 logits of the G query heads of each KV head and the
+     * key norms once; the fused kernel keeps its intermediates on chip
+     * (the byte count the GPU benchmark calibrates against). */
+    double sel_b = n_slow * (window * hq * J * 4.0 + hkv * J * 4.0);
+    double sel_f = n_slow * 30.0 * window * hq * J;
     for (int k = 0; k < SELECTOR_LAUNCHES; k++) {
-        add_selector_kernel(s, a, k, n_slow, window);
+        add_kernel(s, a, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES, sel_f / SELECTOR_LAUNCHES, 1);
         if (k == 0)
             a->t_pre = a->t;
     }
-    add_topk_kernel(s, a, n_slow);
-    add_reorg_kernel(s, a, n_slow);
+    const sfi_params p = sfi_prm(s);
+    double K = p.K < J ? p.K : J;
+    add_kernel(s, a, SFI_KC_TOPK, n_slow * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
+    /* Copy sink + selected K/V into the compact buffer: read + write. */
+    add_kernel(s, a, SFI_KC_REORG, n_slow * 2.0 * (p.n_sink + K) * kv_pos_bytes(s), 0, 1);
 }
 
 sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, double *time_s,
@@ -722,16 +606,25 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
         add_kernel(s, &a, SFI_KC_ATTN_SPARSE, B * (double)L * pos_b, B * fl_pos * L, 1);
     } else if (!strcmp(kernel, "selector") || !strcmp(kernel, "topk") ||
                !strcmp(kernel, "reorg") || !strcmp(kernel, "selector_reorg")) {
+        acc sd = {0};
+        side_layer(s, B, 1, &sd);
+        /* side_layer launches SELECTOR_LAUNCHES selector kernels, then
+         * Top-K, then reorg: take the requested part. */
         acc only = {0};
+        const double J = n_candidates(s), hkv = kv_heads(s);
+        const sfi_params p = sfi_prm(s);
+        double K = p.K < J ? p.K : J;
         if (!strcmp(kernel, "selector")) {
+            double sel_b = B * (hq * J * 4.0 + hkv * J * 4.0), sel_f = B * 30.0 * hq * J;
             for (int k = 0; k < SELECTOR_LAUNCHES; k++)
-                add_selector_kernel(s, &only, k, B, 1);
+                add_kernel(s, &only, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES,
+                           sel_f / SELECTOR_LAUNCHES, 1);
         } else if (!strcmp(kernel, "topk")) {
-            add_topk_kernel(s, &only, B);
+            add_kernel(s, &only, SFI_KC_TOPK, B * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
         } else if (!strcmp(kernel, "reorg")) {
-            add_reorg_kernel(s, &only, B);
+            add_kernel(s, &only, SFI_KC_REORG, B * 2.0 * (p.n_sink + K) * pos_b, 0, 1);
         } else {
-            side_layer(s, B, 1, &only);
+            only = sd;
         }
         a = only;
     } else {

@@ -43,12 +43,6 @@ typedef struct {
     int mixed_attention;   /* 1: a step's slow (dense + logits) and fast requests
                               share one attention launch, as sfi-gpu's engine
                               runs them (0: one launch each) */
-    int sel_grids;         /* 1: the Selector chain's kernels on sfi-gpu's grids
-                              (gpu/sfi_gpu_select.cu), each also no faster than
-                              its busiest CTA at prof.cta_bandwidth and
-                              prof.cta_flops (a slow step's few slow requests
-                              make few CTAs); 0: their bytes at HBM efficiency
-                              only */
     int moe_pair_reads;    /* 1: an MoE layer reads an expert's weights once per
                               (token, expert) pair (no deduplication); 0: once
                               per distinct expert the batch touches */

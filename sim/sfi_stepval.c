@@ -366,10 +366,6 @@ void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_
      * pair and the weighted combine */
     s.mixed_attention = 1;
     s.moe_launches = 11;
-    /* its Selector chain's grids (gpu/sfi_gpu_select.cu): a slow step's
-     * one or two slow requests give each kernel a handful of working CTAs,
-     * each no faster than one CTA streams or computes */
-    s.sel_grids = 1;
     /* sfi-gpu's MoE routing (gpu/sfi_gpu_model.cu moe_route_kernel): a
      * thread per token picks its top experts by repeated selection, each
      * pick a pass of dependent compares over the E experts */

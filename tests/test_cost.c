@@ -320,70 +320,6 @@ START_TEST(slow_step_terms)
 }
 END_TEST
 
-START_TEST(selector_chain_cta_bound)
-{
-    /* sfi-gpu's Selector chain grids (sel_grids): at one slow request each
-     * kernel is no faster than its busiest CTA at the per-CTA rates, scaled
-     * by its threads over the attention CTA's 256. Qwen3-4B on H100, 32K:
-     * |J| = 32508, G = 4, K = 2048, 8 KV heads. */
-    sfi_cost_setup s;
-    sfi_error e;
-    setup(&s, &qwen4b, "H100", 32768, 1);
-    round_profile(&s);
-    const double bw = 3.35e12, J = 32508, launch = 3e-6, cbw = 28e9, cfl = 130e9;
-    s.prof.cta_bandwidth = cbw;
-    s.prof.cta_flops = cfl;
-    double t, off;
-    /* reorg: 8 CTAs of 256 threads per KV head, each an eighth of the
-     * 2052 rows' K and V (512 bytes a row and head) read and written */
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "reorg", &off, &e), SFI_OK);
-    ck_assert(close_rel(off, 2.0 * 2052 * 4096 / bw / 0.7 + launch, 1e-12));
-    s.sel_grids = 1;
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "reorg", &t, &e), SFI_OK);
-    ck_assert(close_rel(t, 2.0 * 2052 * 512 / 8 / cbw + launch, 1e-12));
-    /* Top-K: one CTA of 1024 threads per KV head reads |J| scores, writes
-     * K indices */
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "topk", &t, &e), SFI_OK);
-    ck_assert(close_rel(t, (J + 2048) * 4 / (4 * cbw) + launch, 1e-12));
-    /* steps 1-7: clusters of 8 CTAs of 512 threads, each ceil(|J|/8) =
-     * 4064 positions of 4 logit rows (30 FLOPs a logit: FLOP-bound);
-     * step 8 at tp 1: CTAs of 256 threads over 1024 positions, 8 heads' z2
-     * in and z3 out */
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "selector", &t, &e), SFI_OK);
-    ck_assert(close_rel(t, 30.0 * 4 * 4064 / (2 * cfl) + 1024 * 2 * 8 * 4 / cbw + 2 * launch, 1e-12));
-    /* at batch 16 the HBM time binds: the bound changes nothing */
-    s.batch = 16;
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "reorg", &t, &e), SFI_OK);
-    ck_assert(close_rel(t, 16 * 2.0 * 2052 * 4096 / bw / 0.7 + launch, 1e-12));
-    /* A slow step's side stream grows; its fast step does not. */
-    s.batch = 4;
-    sfi_step_cost c0, c1, f0, f1;
-    s.sel_grids = 0;
-    ck_assert_int_eq(sfi_cost_step(&s, 1, &c0, &e), SFI_OK);
-    ck_assert_int_eq(sfi_cost_step(&s, 0, &f0, &e), SFI_OK);
-    s.sel_grids = 1;
-    ck_assert_int_eq(sfi_cost_step(&s, 1, &c1, &e), SFI_OK);
-    ck_assert_int_eq(sfi_cost_step(&s, 0, &f1, &e), SFI_OK);
-    ck_assert_msg(c1.side_s > c0.side_s + 36 * 3e-6 && c1.time_s > c0.time_s, "%g %g %g %g", c0.side_s, c1.side_s, c0.time_s, c1.time_s);
-    ck_assert(f1.time_s == f0.time_s);
-    /* G = 8 (Qwen3-30B-A3B): |J| beyond the cluster's 16384 takes one CTA
-     * of 1024 threads per (request, KV head), FLOP-bound at 30 x 8 x |J| */
-    setup(&s, &qwen30b, "H100", 32768, 1);
-    round_profile(&s);
-    s.prof.cta_bandwidth = cbw;
-    s.prof.cta_flops = cfl;
-    s.sel_grids = 1;
-    double s32, s16;
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "selector", &s32, &e), SFI_OK);
-    /* (step 8 there at its HBM time: half of 32 logit rows and 4 norms) */
-    ck_assert(close_rel(s32, 30.0 * 8 * J / (4 * cfl) + (32 + 4) * J * 4 / 2 / bw / 0.5 + 2 * launch,
-                        1e-12));
-    s.context = 16384; /* |J| = 16124: clusters */
-    ck_assert_int_eq(sfi_cost_kernel_predict(&s, "selector", &s16, &e), SFI_OK);
-    ck_assert(close_rel(s16, 30.0 * 8 * 2016 / (2 * cfl) + 1024 * 2 * 4 * 4 / cbw + 2 * launch, 1e-12));
-}
-END_TEST
-
 START_TEST(step_costs_add_up)
 {
     sfi_cost_setup s;
@@ -716,7 +652,6 @@ int main(void)
     tcase_add_test(tc, allgather_time);
     tcase_add_test(tc, tp_engine_terms);
     tcase_add_test(tc, slow_step_terms);
-    tcase_add_test(tc, selector_chain_cta_bound);
     tcase_add_test(tc, step_costs_add_up);
     tcase_add_test(tc, mixed_steps);
     tcase_add_test(tc, engine_terms);
