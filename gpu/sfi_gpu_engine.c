@@ -151,19 +151,8 @@ struct sfi_gpu_engine {
     cudaEvent_t ev_step;
 };
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        sfi_status ck_ = SFI_GPU_STATUS(err, x, #x);                                               \
-        if (ck_)                                                                                   \
-            return ck_;                                                                            \
-    } while (0)
-#define CKB(x)                                                                                     \
-    do {                                                                                           \
-        cublasStatus_t s_ = (x);                                                                   \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return sfi_error_set(err, SFI_EIO, "cuBLAS: %s: status %d (%s:%d)", #x, (int)s_,       \
-                                 __FILE__, __LINE__);                                              \
-    } while (0)
+#define CK(x) SFI_GPU_RETURN_IF_FAILED(x, #x)
+#define CKB(x) SFI_GPU_BLAS_RETURN_IF_FAILED(x, #x)
 
 void sfi_gpu_engine_opts_default(sfi_gpu_engine_opts *o)
 {
@@ -1613,6 +1602,16 @@ static sfi_gpu_sel_params sel_params(const sfi_params *p)
     return s;
 }
 
+/* Under tensor parallelism: every rank's z2 rows (steps 1-7 of its heads)
+ * of the requests of h into z_all, rank 0's first. */
+static sfi_status gather_scores(sfi_gpu_engine *e, const sfi_gpu_step_desc *h,
+                                const sfi_gpu_sel_ws *ws, float *z_all, cudaStream_t st,
+                                sfi_error *err)
+{
+    return sfi_gpu_nccl_allgather(e->comm, ws->z2, z_all, (size_t)h->batch * e->nkv * h->max_J * 4,
+                                  st, err);
+}
+
 /* The Selector of one layer (method.md section 4, steps 1-9) for the
  * requests of h / d: sfi_gpu_selector at tp 1. Under tensor parallelism
  * step 8 (cross-head exclusivity) is a softmax over all the layer's KV
@@ -1630,8 +1629,7 @@ static sfi_status selector(sfi_gpu_engine *e, const sfi_gpu_step_desc *h,
         return SFI_OK;
     }
     CK(sfi_gpu_selector_local(h, d, sp, logits, kn, ws, NULL, e->exact, st));
-    sfi_status rc = sfi_gpu_nccl_allgather(e->comm, ws->z2, e->z_all,
-                                           (size_t)h->batch * e->nkv * h->max_J * 4, st, err);
+    sfi_status rc = gather_scores(e, h, ws, e->z_all, st, err);
     if (rc)
         return rc;
     CK(sfi_gpu_selector_cross_tp(h, d, sp, e->z_all, e->tp, e->rank, ws, sel, e->exact, st));
@@ -1859,9 +1857,7 @@ static sfi_status tp_chain_rest(sfi_gpu_engine *e, int l, const sfi_gpu_sel_para
     const sfi_gpu_sel_ws *ws = &e->sel_ws[slot];
     float *z_all = e->z_all + (size_t)slot * e->z_all_floats;
     CK(cudaStreamWaitEvent(e->main_st, e->ev_free[slot], 0));
-    sfi_status rc = sfi_gpu_nccl_allgather(e->comm, ws->z2, z_all,
-                                           (size_t)e->h_cap.batch * e->nkv * e->h_cap.max_J * 4,
-                                           e->main_st, err);
+    sfi_status rc = gather_scores(e, &e->h_cap, ws, z_all, e->main_st, err);
     if (rc)
         return rc;
     CK(cudaEventRecord(e->ev_gath[slot], e->main_st));
@@ -1895,7 +1891,7 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         }
         int pdl = sfi_gpu_pdl();
         sfi_gpu_set_pdl(0);
-        for (int l = 0; l < e->L && !e->o.skip_select && !e->no_chain; l++) {
+        for (int l = 0; l < e->L && !e->o.skip_select; l++) {
             if ((rc = selector(e, &e->h_cap, e->d_dsel, &sp, e->lg_keep + l * lg_layer, e->knorm[l],
                                &e->sel_ws[0], e->sel[l], ss, err)))
                 return rc;

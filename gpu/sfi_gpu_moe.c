@@ -7,19 +7,8 @@
 #include "sfi_gpu_model.h"
 #include "sfi_gpu_status.h"
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        sfi_status ck_ = SFI_GPU_STATUS(err, x, #x);                                               \
-        if (ck_)                                                                                   \
-            return ck_;                                                                            \
-    } while (0)
-#define CKB(x)                                                                                     \
-    do {                                                                                           \
-        cublasStatus_t s_ = (x);                                                                   \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return sfi_error_set(err, SFI_EIO, "cuBLAS: %s: status %d (%s:%d)", #x, (int)s_,       \
-                                 __FILE__, __LINE__);                                              \
-    } while (0)
+#define CK(x) SFI_GPU_RETURN_IF_FAILED(x, #x)
+#define CKB(x) SFI_GPU_BLAS_RETURN_IF_FAILED(x, #x)
 
 /* sfi_gpu_silu_mul's grid has a row per block row (at most 65535) */
 #define SILU_ROWS 32768

@@ -24,4 +24,22 @@ static inline sfi_status sfi_gpu_status(cudaError_t e, const char *call, const c
  * another macro is expanded before it can be quoted. */
 #define SFI_GPU_STATUS(err, x, text) sfi_gpu_status((x), (text), __FILE__, __LINE__, (err))
 
+/* In a function returning sfi_status with an sfi_error *err in scope:
+ * return the failure of the CUDA call x (SFI_GPU_RETURN_IF_FAILED), or of
+ * the cuBLAS call x (_BLAS_; the file includes cublas_v2.h), with text as
+ * the message shows the call (#x from the caller's macro, as above). */
+#define SFI_GPU_RETURN_IF_FAILED(x, text)                                                          \
+    do {                                                                                           \
+        sfi_status ck_ = SFI_GPU_STATUS(err, x, text);                                             \
+        if (ck_)                                                                                   \
+            return ck_;                                                                            \
+    } while (0)
+#define SFI_GPU_BLAS_RETURN_IF_FAILED(x, text)                                                     \
+    do {                                                                                           \
+        cublasStatus_t s_ = (x);                                                                   \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return sfi_error_set(err, SFI_EIO, "cuBLAS: %s: status %d (%s:%d)", text, (int)s_,     \
+                                 __FILE__, __LINE__);                                              \
+    } while (0)
+
 #endif
