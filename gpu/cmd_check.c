@@ -1385,8 +1385,8 @@ static const e2e_case k_e2e[] = {
      0,
      {30, 23, 40, 23},
      "n_recent=32 K=16 T_max=8"},
-    /* GQA groups of 16 (32 query heads over 2 KV heads; Qwen3-235B-A22B
-     * has 64 over 4) and 5 (10 over 2; Qwen3-14B: 40 over 8), head_dim 64 */
+    /* GQA groups of 16 (64 query heads over 4 KV heads, as Qwen3-235B-A22B)
+     * and 5 (10 over 2; Qwen3-14B: 40 over 8), head_dim 64 */
     {"gqa-g16 exact sfi",
      "gen:tests/fixtures/gqa/g16.json",
      1,
