@@ -15,6 +15,7 @@
  * bit. */
 #include <config.h>
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "sfi_attention.h"
 #include "sfi_gpu.h"
@@ -35,6 +37,7 @@
 #include "sfi_gpu_verify.h"
 #include "sfi_io.h"
 #include "sfi_math.h"
+#include "sfi_model.h"
 #include "sfi_params.h"
 #include "sfi_parse.h"
 #include "sfi_qwen3.h"
@@ -58,8 +61,20 @@ static const tcase k_cases[] = {
     {2, 8, 4, 128, 33000, 64, 2048, 256, SFI_GPU_BF16},
     {1, 8, 4, 128, 40000, 64, 2048, 256, SFI_GPU_F32},
     {1, 8, 4, 128, 131072, 64, 2048, 256, SFI_GPU_BF16},
+    /* groups no kernel instantiation takes whole: 16 (Qwen3-235B-A22B at
+     * --tp 4: one KV head a GPU; head slices of 8) and 5 (Qwen3-14B),
+     * 12 (3 slices of 4), 6 at head_dim 64 (2 of 3); these run under
+     * --quick too (N_QUICK_TAIL) */
+    {2, 1, 16, 128, 5000, 64, 256, 256, SFI_GPU_F32},
+    {2, 2, 5, 128, 3000, 32, 128, 128, SFI_GPU_F32},
+    {2, 2, 16, 128, 9000, 64, 512, 256, SFI_GPU_BF16},
+    {3, 2, 5, 64, 6000, 64, 256, 256, SFI_GPU_BF16},
+    {1, 2, 12, 128, 4000, 64, 256, 128, SFI_GPU_F32},
+    {2, 3, 6, 64, 2500, 16, 64, 64, SFI_GPU_F32},
 };
 #define N_QUICK 5
+/* the last N_QUICK_TAIL cases run under --quick too */
+#define N_QUICK_TAIL 6
 #define N_SINK 4
 
 static uint64_t g_rng;
@@ -1321,7 +1336,10 @@ static int run_moe_case(int ci, const mcase *c, uint64_t seed)
  * its cases say SKIP when it is absent. */
 typedef struct {
     const char *name;
-    const char *dir; /* under tests/fixtures/hf/, or "small" */
+    /* under tests/fixtures/hf/, "small", or "gen:CONFIG": a random f32
+     * checkpoint of that config (under the source tree), written to a
+     * temporary directory as sfi-ref make-checkpoint --seed 1 does */
+    const char *dir;
     int sfi, exact, B, max_new, quick;
     int len[4];
     const char *params; /* extra KEY=VALUE, space-separated */
@@ -1357,6 +1375,44 @@ static const e2e_case k_e2e[] = {
      ""},
     {"tiny-qwen3-moe f32 sfi",
      "tiny-qwen3-moe",
+     1,
+     0,
+     4,
+     200,
+     0,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=8"},
+    /* GQA groups of 16 (32 query heads over 2 KV heads; Qwen3-235B-A22B
+     * has 64 over 4) and 5 (10 over 2; Qwen3-14B: 40 over 8), head_dim 64 */
+    {"gqa-g16 exact sfi",
+     "gen:tests/fixtures/gqa/g16.json",
+     1,
+     1,
+     4,
+     200,
+     1,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=8"},
+    {"gqa-g16 f32 sfi",
+     "gen:tests/fixtures/gqa/g16.json",
+     1,
+     0,
+     4,
+     200,
+     0,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=8"},
+    {"gqa-g5 exact sfi",
+     "gen:tests/fixtures/gqa/g5.json",
+     1,
+     1,
+     4,
+     200,
+     0,
+     {30, 23, 40, 23},
+     "n_recent=32 K=16 T_max=8"},
+    {"gqa-g5 f32 sfi",
+     "gen:tests/fixtures/gqa/g5.json",
      1,
      0,
      4,
@@ -1441,15 +1497,68 @@ static char *e2e_path(const char *env, const char *fallback, const char *rel)
     return p;
 }
 
+/* A "gen:CONFIG" case's checkpoint: written into a new temporary
+ * directory, whose path is returned (NULL with the reason in e). */
+static char *e2e_generate(const char *config, sfi_error *e)
+{
+    char *cfg_path = e2e_path("SFI_SRCDIR", ".", config);
+    const char *tmp = getenv("TMPDIR");
+    size_t n = strlen(tmp && *tmp ? tmp : "/tmp") + 32;
+    char *dir = malloc(n);
+    sfi_model_config *cfg = malloc(sizeof *cfg);
+    if (!cfg_path || !dir || !cfg) {
+        sfi_error_set(e, SFI_ENOMEM, "out of memory");
+        goto fail;
+    }
+    snprintf(dir, n, "%s/sfi-gpu-check.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        sfi_error_set(e, SFI_EIO, "%s: cannot create: %s", dir, strerror(errno));
+        goto fail;
+    }
+    if (sfi_model_resolve(cfg_path, cfg, e) || sfi_qwen3_write_random(cfg, dir, 1, SFI_DT_F32, e)) {
+        rmdir(dir);
+        goto fail;
+    }
+    free(cfg_path);
+    free(cfg);
+    return dir;
+fail:
+    free(cfg_path);
+    free(dir);
+    free(cfg);
+    return NULL;
+}
+
+static void e2e_remove_generated(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    remove(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    remove(p);
+    rmdir(dir);
+}
+
 /* 1 pass, 0 fail, -1 skipped */
 static int run_e2e(const e2e_case *c)
 {
     printf("e2e %s: ", c->name);
     fflush(stdout);
     int small = !strcmp(c->dir, "small");
+    int gen = !strncmp(c->dir, "gen:", 4);
     char rel[256];
     snprintf(rel, sizeof rel, small ? "models/sfi-small-qwen3" : "tests/fixtures/hf/%s", c->dir);
-    char *dir = small ? e2e_path("SFI_SHARED", "../shared", rel) : e2e_path("SFI_SRCDIR", ".", rel);
+    char *dir;
+    if (gen) {
+        sfi_error ge;
+        sfi_error_clear(&ge);
+        if (!(dir = e2e_generate(c->dir + 4, &ge))) {
+            printf("FAIL: %s: %s\n", c->dir + 4, ge.msg);
+            return 0;
+        }
+    } else {
+        dir = small ? e2e_path("SFI_SHARED", "../shared", rel) : e2e_path("SFI_SRCDIR", ".", rel);
+    }
     char *ids_path = e2e_path("SFI_SRCDIR", ".", "tests/fixtures/hf/real-4k.ids");
     int result = 0;
     sfi_error e;
@@ -1581,6 +1690,8 @@ out:
         sfi_trigger_set_free(&ts);
     sfi_tokenizer_free(tk);
     sfi_qwen3_free(m);
+    if (gen && dir)
+        e2e_remove_generated(dir);
     free(dir);
     free(ids_path);
     return result;
@@ -1600,8 +1711,9 @@ static void check_usage(FILE *f)
           "\n"
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
-          "  --quick      the first five kernel cases, three GEMM cases, two MoE cases\n"
-          "               and four end-to-end cases\n"
+          "  --quick      eleven kernel cases (the first five and those of GQA groups\n"
+          "               of 5, 6, 12 and 16), three GEMM cases, two MoE cases and six\n"
+          "               end-to-end cases\n"
           "  --kernels-only  no end-to-end cases\n"
           "  --seed N     seed of the random inputs (default 1)\n"
           "  -h, --help   this help\n"
@@ -1643,10 +1755,15 @@ int sfi_gpu_cmd_check(int argc, char **argv)
         return SFI_GPU_EXIT_NODEV;
     }
     printf("device: %s\n", msg);
-    int n = quick ? N_QUICK : (int)(sizeof k_cases / sizeof k_cases[0]);
-    int passed = 0, skipped = 0;
-    for (int i = 0; i < n; i++)
+    const int n_cases = (int)(sizeof k_cases / sizeof k_cases[0]);
+    int n = 0, passed = 0, skipped = 0;
+    /* a case keeps its index (and so its random inputs) under --quick */
+    for (int i = 0; i < n_cases; i++) {
+        if (quick && i >= N_QUICK && i < n_cases - N_QUICK_TAIL)
+            continue;
         passed += run_case(i, &k_cases[i], bit_exact, seed);
+        n++;
+    }
     const int n_gemm = quick ? N_GEMM_QUICK : (int)(sizeof k_gemm / sizeof k_gemm[0]);
     for (int i = 0; i < n_gemm; i++)
         passed += run_gemm_case(n + i, &k_gemm[i], seed);

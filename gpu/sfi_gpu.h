@@ -45,6 +45,10 @@ extern "C" {
 #endif
 
 #define SFI_GPU_MAX_BATCH 64
+/* Largest GQA group (query heads per KV head) the kernels take: a decode
+ * attention CTA takes up to 8 (or 5) of them, a larger group is split
+ * into head slices (sfi_gpu_attn.cu); the Selector sums over all of them. */
+#define SFI_GPU_MAX_GROUP 16
 /* Most splits of the flash-decoding partition per (request, head). */
 #define SFI_GPU_MAX_SPLITS 1024
 
@@ -150,6 +154,13 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
 cudaError_t sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st);
 size_t sfi_gpu_sel_ws_bytes(int batch, int n_kv, int max_J);
 void sfi_gpu_sel_ws_carve(sfi_gpu_sel_ws *ws, void *base, int batch, int n_kv, int max_J);
+
+/* Head slices of the decode attention per (request, KV head) for groups
+ * of G query heads at head_dim D: 1 when one CTA takes the whole group,
+ * n > 1 when n CTAs take G/n heads each (sfi_gpu_attn.cu), 0 when the
+ * kernels do not take the shape. Every G in 1..SFI_GPU_MAX_GROUP at D =
+ * 64 and 128, even G at D = 16 (the test fixtures' shape). */
+int sfi_gpu_attn_slices(int G, int head_dim);
 
 /* Grid size of the split attention kernels in waves of one CTA per SM
  * (default 1; see launch_split in sfi_gpu_attn.cu). For the benchmark's

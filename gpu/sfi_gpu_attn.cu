@@ -75,13 +75,15 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /* End of a split CTA: merges the warps' (m, l, acc) through shared memory
  * (smem: the pipeline buffers, free now; the caller synchronises first),
  * writes the output (one split) or this split's partial, and lets the
- * last CTA of the (request, KV head) merge all splits (ascending) into the
- * output: no separate combine launch. The counter is reset by that CTA, so
+ * last CTA of the (request, KV head, head slice) merge all splits
+ * (ascending) into the output: no separate combine launch. hb: the
+ * global index of the CTA's first query head; pair: its counter,
+ * ((b * n_kv + kvh) * n_sl + slice). The counter is reset by that CTA, so
  * the workspace stays reusable. */
 template <int G, int D, int VEC>
 __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, int li, const float (&m)[G],
                                                const float (&l)[G], const float (&acc)[G][VEC], int b,
-                                               int kvh, int H, int n_kv, int split, int ns,
+                                               int hb, int pair, int H, int split, int ns,
                                                float *__restrict__ part_ml, float *__restrict__ part_acc,
                                                int *__restrict__ counters, float *__restrict__ out,
                                                __nv_bfloat16 *__restrict__ out_b) {
@@ -107,12 +109,12 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
             A += sm_acc[(w * G + g) * D + dd] * c;
         }
         if (ns == 1) { /* the only split: the output directly */
-            const size_t o = ((size_t)b * H + kvh * G + g) * D + dd;
+            const size_t o = ((size_t)b * H + hb + g) * D + dd;
             out[o] = A / L;
             if (out_b) out_b[o] = __float2bfloat16_rn(A / L);
             continue;
         }
-        const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS + split;
+        const size_t ph = ((size_t)b * H + hb + g) * SFI_GPU_MAX_SPLITS + split;
         part_acc[ph * D + dd] = A;
         if (dd == 0) { part_ml[ph * 2] = mx; part_ml[ph * 2 + 1] = L; }
     }
@@ -120,13 +122,13 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
     __shared__ int s_last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&counters[b * n_kv + kvh], 1) == ns - 1;
+    if (threadIdx.x == 0) s_last = atomicAdd(&counters[pair], 1) == ns - 1;
     __syncthreads();
     if (!s_last) return;
     __threadfence();
     for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
         const int g = idx / D, dd = idx % D;
-        const size_t ph = ((size_t)b * H + kvh * G + g) * SFI_GPU_MAX_SPLITS;
+        const size_t ph = ((size_t)b * H + hb + g) * SFI_GPU_MAX_SPLITS;
         float mx = kNegBig;
         for (int s = 0; s < ns; s++) mx = fmaxf(mx, __ldcg(part_ml + (ph + s) * 2));
         float L = 0.f, A = 0.f;
@@ -135,11 +137,11 @@ __device__ __forceinline__ void split_epilogue(float *smem, int warp, int rg, in
             L += __ldcg(part_ml + (ph + s) * 2 + 1) * c;
             A += __ldcg(part_acc + (ph + s) * D + dd) * c;
         }
-        const size_t o = ((size_t)b * H + kvh * G + g) * D + dd;
+        const size_t o = ((size_t)b * H + hb + g) * D + dd;
         out[o] = A / L;
         if (out_b) out_b[o] = __float2bfloat16_rn(A / L);
     }
-    if (threadIdx.x == 0) counters[b * n_kv + kvh] = 0;
+    if (threadIdx.x == 0) counters[pair] = 0;
 }
 
 /* ---- TMA bulk-copy pipeline (the default fast path; sfi_gpu_tma.cuh) ---- */
@@ -180,13 +182,22 @@ template <typename T, int D, int G, int kStages> struct BulkCfg {
 };
 
 /* Split kernel (flash-decoding partition) with a TMA bulk-copy pipeline.
- * Launch: grid (n_splits, n_kv, batch), block kWarps*32 = 256,
+ * Launch: grid (n_splits * n_sl, n_kv, batch), block kWarps*32 = 256,
  * dynamic shared memory BulkCfg::SMEM: kStages stages, each a tile of K
  * and one of V of 2 KiB per warp (bf16, D 128: 64 rows, 16 KiB each; 3
  * stages = 96 KiB). A CTA owns about n_rows/n_splits rows of one
- * (request, KV head) and all G query heads of the group, so K/V are read
- * from HBM once per group. Its tiles are split, split + ns, ... (strided,
- * so the CTAs running at one time read neighbouring tiles rather than all
+ * (request, KV head) and G query heads of the group: all of them (n_sl =
+ * 1), so K/V are read from HBM once per group, or, where no instantiation
+ * takes the model's group Gm whole (Qwen3-235B-A22B: 16; slice_heads),
+ * slice s of n_sl = Gm / G head slices, query heads kvh*Gm + s*G ..
+ * + G - 1, with split = blockIdx.x / n_sl, s = blockIdx.x % n_sl. The
+ * slices of a split are neighbours in the launch order, so they run at
+ * about the same time, and walk the same tiles in the same order (the
+ * same rotation below): all but the first to read a K/V row mostly hit
+ * L2, so HBM traffic stays about once per group and the slices cost L2
+ * bandwidth and the per-CTA work of the split. Its tiles
+ * are split, split + ns, ... (strided, so the CTAs running at one time
+ * read neighbouring tiles rather than all
  * streaming from the same offsets), and each (request, KV head) starts its
  * walk at a different tile: the compact buffers of all pairs have the
  * same size, so without this rotation every pair would read the same
@@ -210,8 +221,11 @@ template <typename T, int D, int G, int kStages> struct BulkCfg {
  * warp-uniform max per head; at the end the row groups, the warps and the
  * splits merge (split_epilogue). Logits (slow steps) are staged per warp
  * and written as G runs of RW consecutive floats. */
+/* Launch bounds: two CTAs per SM up to G = 4; G = 5 at two (128
+ * registers) spills 68-80 bytes a thread in bf16 (ptxas, sm_90) and uses
+ * 186-191 at one, G = 8 242-249: one CTA per SM from G = 5 on. */
 template <typename T, int D, int G, int kStages>
-__global__ void __launch_bounds__(kWarps * 32, G >= 8 ? 1 : 2)
+__global__ void __launch_bounds__(kWarps * 32, G >= 5 ? 1 : 2)
 attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ q,
                  const T *__restrict__ kp, const T *__restrict__ vp,
                  const T *__restrict__ ck, const T *__restrict__ cv, int mode, int chunk,
@@ -230,15 +244,19 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
     __shared__ float s_lg[kWarps][G][C::RW];
-    /* grid (splits, n_kv, batch): a split-major order (every pair's split
+    /* grid (splits * n_sl, n_kv, batch): a split-major order (every pair's split
      * 0 dispatched first) measured slower on the H100, 0.6B batch 16 fast
      * steps 3.16 against 2.96 ms */
-    const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int kvh = blockIdx.y, b = blockIdx.z;
     const sfi_gpu_req rq = d->req[b];
     if (req_idle(mode, rq)) return;
     const int sparse = req_sparse(mode, rq);
     if (sparse) logits = nullptr; /* logits are a dense step's */
     const int n_kv = d->n_kv, page = d->page, H = d->n_heads, ld = d->ld_logits;
+    /* head slice sl of n_sl: first head hb = kvh * Gm + sl * G */
+    const int n_sl = H / (n_kv * G), split = blockIdx.x / n_sl, sl = blockIdx.x % n_sl;
+    const int hb = (kvh * n_sl + sl) * G, pair = (b * n_kv + kvh) * n_sl + sl;
+    const int grid_splits = (int)gridDim.x / n_sl;
     const int cap = d->compact_cap;
     const int32_t *bt = d->block_table + (size_t)b * d->max_blocks;
     const int n_compact = sparse ? rq.n_compact : 0;
@@ -255,7 +273,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
         const int floor_rows = (!sparse && dense_chunk > 0) ? dense_chunk
                                : chunk < 0                  ? -chunk
                                                             : kMinSplitRows;
-        chunk = max((n_rows + (int)gridDim.x - 1) / (int)gridDim.x, floor_rows);
+        chunk = max((n_rows + grid_splits - 1) / grid_splits, floor_rows);
         chunk = (chunk + C::ROWS - 1) / C::ROWS * C::ROWS;
     }
     const int ns = (n_rows + chunk - 1) / chunk;
@@ -263,6 +281,8 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     const int n_all_tiles = (n_rows + C::ROWS - 1) / C::ROWS;
     const int n_tiles = (n_all_tiles - split + ns - 1) / ns;
     const int end = n_rows;
+    /* by (request, KV head), not slice: the slices read the same rows
+     * together (L2 hits) */
     const int rot = n_tiles > 0 ? (int)(((unsigned)(b * n_kv + kvh) * 2654435761u) % (unsigned)n_tiles) : 0;
     auto tile_row0 = [&](int tile) {
         const int tt = tile + rot < n_tiles ? tile + rot : tile + rot - n_tiles;
@@ -314,7 +334,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     float qr[G][C::VEC];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        const float *qp = q + ((size_t)b * H + kvh * G + g) * D + li * C::VEC;
+        const float *qp = q + ((size_t)b * H + hb + g) * D + li * C::VEC;
 #pragma unroll
         for (int i = 0; i < C::VEC; i++) qr[g][i] = qp[i];
     }
@@ -463,7 +483,7 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
             for (int i = lane; i < G * C::RW; i += 32) {
                 const int g = i / C::RW, rr = i % C::RW, r = r0 + wrow0 + rr;
                 if (r < end && r >= n_compact)
-                    logits[((size_t)b * H + kvh * G + g) * ld + rb + (r - n_compact)] = s_lg[warp][g][rr];
+                    logits[((size_t)b * H + hb + g) * ld + rb + (r - n_compact)] = s_lg[warp][g][rr];
             }
             __syncwarp();
         }
@@ -489,8 +509,8 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
      * share the SMs with this streaming loop (measured slower) */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     __syncthreads(); /* the pipeline buffers become the merge buffers */
-    split_epilogue<G, D, C::VEC>(reinterpret_cast<float *>(smem), warp, rg, li, m, l, acc, b, kvh,
-                                 H, n_kv, split, ns, part_ml, part_acc, counters, out, out_b);
+    split_epilogue<G, D, C::VEC>(reinterpret_cast<float *>(smem), warp, rg, li, m, l, acc, b, hb,
+                                 pair, H, split, ns, part_ml, part_acc, counters, out, out_b);
 }
 
 /* ---- bit-exact f32 path (checker) ----
@@ -622,7 +642,10 @@ thread_local int g_pdl = 0;
  * and grid-size sweeps), while small batches still spread each pair over
  * many SMs. Short rows (fast steps) keep at least kMinSplitRows rows
  * per split, since a split costs a start-up and the last one a merge; one
- * split writes the output directly. At most MAX_SPLITS. */
+ * split writes the output directly. At most MAX_SPLITS. With head slices
+ * (the model's group n_heads / n_kv a multiple n_sl > 1 of G) each
+ * (request, KV head) has n_sl CTAs per split, and they share the SMs as
+ * pairs do. */
 template <typename T, int D, int G, int S>
 cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, const float *q,
                          const void *kp, const void *vp, const void *ck, const void *cv,
@@ -641,7 +664,8 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
         if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
             return e;
     }
-    const long pairs = (long)h->batch * h->n_kv;
+    const int n_sl = h->n_heads / (h->n_kv * G);
+    const long pairs = (long)h->batch * h->n_kv * n_sl;
     long splits = (long)(ws->waves > 0 ? ws->waves : g_waves) * sms / pairs;
     if (splits > max_rows / kMinSplitRows) splits = max_rows / kMinSplitRows;
     if (mode == kModeMixed && ws->min_split_rows > 0) {
@@ -655,7 +679,7 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     chunk = (chunk + C::ROWS - 1) / C::ROWS * C::ROWS;
     while ((max_rows + chunk - 1) / chunk > SFI_GPU_MAX_SPLITS) chunk += C::ROWS;
     const int ns = (int)((max_rows + chunk - 1) / chunk);
-    dim3 grid(ns, h->n_kv, h->batch);
+    dim3 grid(ns * n_sl, h->n_kv, h->batch);
     /* mixed mode: each request sizes its own splits on the device */
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -678,21 +702,37 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
 #define SFI_LAUNCH(G_, S_) \
     launch_split<T, D, G_, S_>(h, d, q, kp, vp, ck, cv, mode, rows, logits, out, ws, st)
 
+/* The query heads a CTA takes for a group of G (the rest of the group
+ * goes to further head slices, launch_split): the largest instantiated
+ * size that divides G, 0 for none. Qwen3-235B-A22B's 16 -> 2 slices of 8,
+ * Qwen3-14B's 5 -> one CTA of 5, 6 -> 2 of 3, 12 -> 3 of 4, 7 -> 7 of 1;
+ * D = 16 (the test fixtures) has groups of 2 only. */
+int slice_heads(int G, int D) {
+    if (G < 1 || G > SFI_GPU_MAX_GROUP) return 0;
+    if (D == 16) return G % 2 == 0 ? 2 : 0;
+    static const int k_sizes[] = {8, 5, 4, 3, 2, 1};
+    for (int g : k_sizes)
+        if (G % g == 0) return g;
+    return 0;
+}
+
 template <typename T, int D>
 cudaError_t dispatch_g(int G, const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                        const float *q, const void *kp, const void *vp, const void *ck,
                        const void *cv, int mode, int rows, float *logits, float *out,
                        const sfi_gpu_attn_ws *ws, cudaStream_t st) {
+    const int gs = slice_heads(G, D);
     if constexpr (D == 16) { /* the test fixtures' shape only */
-        return G == 2 ? SFI_LAUNCH(2, 3) : cudaErrorInvalidValue;
+        return gs == 2 ? SFI_LAUNCH(2, 3) : cudaErrorInvalidValue;
     } else {
-    switch (G) {
+    switch (gs) {
     case 1: return SFI_LAUNCH(1, 3);
     case 2:
         if (sizeof(T) == 2 && D == 128 && g_stages == 4) return SFI_LAUNCH(2, 4);
         if (sizeof(T) == 2 && D == 128 && g_stages == 6) return SFI_LAUNCH(2, 6);
         return SFI_LAUNCH(2, 3);
     case 3: return SFI_LAUNCH(3, 3); /* sfi-small-qwen3: 6 heads over 2 */
+    case 5: return SFI_LAUNCH(5, 3); /* Qwen3-14B: 40 heads over 8 */
     case 4:
         /* the benchmarked shape: the bench's sweep may pick another depth */
         if (sizeof(T) == 2 && D == 128 && g_stages == 2) return SFI_LAUNCH(4, 2);
@@ -810,6 +850,12 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
 
 cudaError_t sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {
     return cudaMemsetAsync(ws->counters, 0, (size_t)ws->n_counters * sizeof(int), st);
+}
+
+int sfi_gpu_attn_slices(int G, int head_dim) {
+    if (head_dim != 16 && head_dim != 64 && head_dim != 128) return 0;
+    const int gs = slice_heads(G, head_dim);
+    return gs > 0 ? G / gs : 0;
 }
 
 void sfi_gpu_set_pdl(int on) { g_pdl = on != 0; }

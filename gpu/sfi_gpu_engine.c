@@ -272,12 +272,12 @@ static sfi_status get_shape(const sfi_model_config *c, const sfi_gpu_engine_opts
     if (s->D != 16 && s->D != 64 && s->D != 128)
         return sfi_error_set(err, SFI_EUNSUPPORTED,
                              "head_dim %d: the GPU kernels take 16, 64 or 128", s->D);
-    if (s->G < 1 || s->nh % s->nkv || s->G > 8 || s->nkv > 16 || (s->D == 16 && s->G != 2) ||
-        (s->G != 1 && s->G != 2 && s->G != 3 && s->G != 4 && s->G != 8))
+    if (s->G < 1 || s->nh % s->nkv || s->nkv > 16 || !sfi_gpu_attn_slices(s->G, s->D))
         return sfi_error_set(err, SFI_EUNSUPPORTED,
                              "%d query heads over %d KV heads: the GPU kernels take groups of "
-                             "1, 2, 3, 4 or 8 query heads and at most 16 KV heads",
-                             s->nh, s->nkv);
+                             "1 to %d query heads (an even number at head_dim 16) and at most "
+                             "16 KV heads",
+                             s->nh, s->nkv, SFI_GPU_MAX_GROUP);
     if (s->E && (s->top < 1 || s->top > 64 || s->top > s->E || s->H > 12288 || s->Im > 12288))
         return sfi_error_set(err, SFI_EUNSUPPORTED,
                              "MoE with %d experts, %d per token, hidden %d, expert width %d: "
@@ -960,7 +960,8 @@ static void plan_splits(sfi_gpu_engine *e)
     int sms = 0, dev = 0;
     if (cudaGetDevice(&dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess) {
-        long pairs = (long)B * e->nkv;
+        /* a CTA per head slice (a group of 16: two per KV head) */
+        long pairs = (long)B * e->nkv * sfi_gpu_attn_slices(e->G, e->D);
         if (sms > 0 && 2 * pairs <= sms) {
             long per = (sms + pairs - 1) / pairs;
             int r = round_up((int)((mr + per - 1) / per), 64);

@@ -18,6 +18,9 @@ constexpr int kSelThreads = 1024;
  * W_prefill * G); the fast kernels take G (a decode step). */
 constexpr int kMaxWin = 512;
 constexpr int kTopkThreads = 1024;
+/* Window rows sel_fast_kernel keeps per pass over the logits (registers);
+ * a larger group (SFI_GPU_MAX_GROUP) takes several passes. */
+constexpr int kFastWin = 8;
 
 /* Block-wide reductions over 1024 threads (warp shuffles, then warp 0).
  * The shuffle tree is fixed, so results are deterministic run to run.
@@ -295,9 +298,10 @@ __device__ void block_ms(float &m, float &s, float *sh) {
 /* Selector steps 1-7, fast path (the default; the reference's formulas,
  * parallel sums, fast exp/log). Launch: grid (n_kv, batch), block 1024.
  * Thread t owns groups of 4 consecutive positions (t*4 + k*4096), loaded
- * as one 16-byte vector when the rows are aligned. Passes over J: (A) all
- * window rows at once: online max and sum of exp per row (one read of the
- * logits); (B) logits + norms -> g (or f = p) and the prior weight w into
+ * as one 16-byte vector when the rows are aligned. Passes over J: (A) up
+ * to kFastWin window rows at once (a group of 16: two passes): online max
+ * and sum of exp per row (one read of the logits), into shared memory;
+ * (B) logits + norms -> g (or f = p) and the prior weight w into
  * ws.f / ws.r, their sums and the float64 sums step 5 needs; (D) s (to
  * s_out), z = log(s + eps) and Soft-NMS into ws.z2. Between passes only
  * block-wide reductions. */
@@ -307,6 +311,7 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
                 sfi_gpu_sel_ws ws, float *__restrict__ s_out) {
     __shared__ float sh[72];
     __shared__ double shd[34];
+    __shared__ float s_mw[SFI_GPU_MAX_GROUP], s_isw[SFI_GPU_MAX_GROUP];
     const int kvh = blockIdx.x, b = blockIdx.y;
     const sfi_gpu_req rq = d->req[b];
     const int j0 = rq.j_begin, n = rq.j_end - rq.j_begin;
@@ -323,34 +328,41 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
                      (!so || al16(so));
     const int step = blockDim.x * 4;
 
-    /* (A) */
-    float mw[8], sw[8];
+    /* (A), kFastWin rows a pass; each row's statistics are its own, so
+     * the passes change no bits */
+    for (int w0 = 0; w0 < nwin; w0 += kFastWin) {
+        const int nw = min(kFastWin, nwin - w0);
+        float mw[kFastWin], sw[kFastWin];
 #pragma unroll
-    for (int w = 0; w < 8; w++) { mw[w] = -INFINITY; sw[w] = 0.f; }
+        for (int w = 0; w < kFastWin; w++) { mw[w] = -INFINITY; sw[w] = 0.f; }
 #pragma unroll 2
-    for (int i = threadIdx.x * 4; i < n; i += step) {
-        const int cnt = min(4, n - i);
+        for (int i = threadIdx.x * 4; i < n; i += step) {
+            const int cnt = min(4, n - i);
 #pragma unroll
-        for (int w = 0; w < 8; w++) {
-            if (w >= nwin) break;
-            float x[4];
-            ld4(lrow + w * lds, i, cnt, vec, x);
+            for (int w = 0; w < kFastWin; w++) {
+                if (w >= nw) break;
+                float x[4];
+                ld4(lrow + (w0 + w) * lds, i, cnt, vec, x);
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                if (k >= cnt) break;
-                if (x[k] > mw[w]) {
-                    sw[w] = (mw[w] == -INFINITY ? 0.f : sw[w] * fexp(mw[w] - x[k])) + 1.0f;
-                    mw[w] = x[k];
-                } else {
-                    sw[w] += fexp(x[k] - mw[w]);
+                for (int k = 0; k < 4; k++) {
+                    if (k >= cnt) break;
+                    if (x[k] > mw[w]) {
+                        sw[w] = (mw[w] == -INFINITY ? 0.f : sw[w] * fexp(mw[w] - x[k])) + 1.0f;
+                        mw[w] = x[k];
+                    } else {
+                        sw[w] += fexp(x[k] - mw[w]);
+                    }
                 }
             }
         }
-    }
-    for (int w = 0; w < nwin; w++) block_ms(mw[w], sw[w], sh);
-    float inv_sw[8];
 #pragma unroll
-    for (int w = 0; w < 8; w++) inv_sw[w] = w < nwin ? 1.0f / sw[w] : 0.f;
+        for (int w = 0; w < kFastWin; w++) {
+            if (w >= nw) break;
+            block_ms(mw[w], sw[w], sh); /* block-uniform results */
+            if (threadIdx.x == 0) { s_mw[w0 + w] = mw[w]; s_isw[w0 + w] = 1.0f / sw[w]; }
+        }
+    }
+    __syncthreads();
 
     /* (B) */
     const float inv_alpha = 1.0f / prm.alpha;
@@ -365,17 +377,18 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
             float x[4];
             ld4(lrow, i, cnt, vec, x);
 #pragma unroll
-            for (int k = 0; k < 4; k++) fu[k] = fexp(x[k] - mw[0]) * inv_sw[0];
+            for (int k = 0; k < 4; k++) fu[k] = fexp(x[k] - s_mw[0]) * s_isw[0];
         } else {
+            /* window rows in ascending order (the reference's sum) */
             float mu[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int w = 0; w < 8; w++) {
-                if (w >= nwin) break;
+#pragma unroll 8
+            for (int w = 0; w < nwin; w++) {
                 float x[4];
                 ld4(lrow + w * lds, i, cnt, vec, x);
+                const float mww = s_mw[w], isw = s_isw[w];
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const float p = fexp(x[k] - mw[w]) * inv_sw[w];
+                    const float p = fexp(x[k] - mww) * isw;
                     /* p^alpha; alpha = 0.5 (default) is a square root */
                     mu[k] += prm.alpha == 0.5f ? sqrtf(p)
                              : (p > 0.f ? fexp(prm.alpha * flog(p)) : 0.f);
@@ -1257,7 +1270,8 @@ cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_ste
                                    const sfi_gpu_sel_params *prm, const float *logits,
                                    const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
                                    int exact, cudaStream_t st) {
-    if (h->n_kv > 16 || h->n_heads / h->n_kv > 8 || h->n_win > kMaxWin)
+    if (h->n_kv > 16 || h->n_heads % h->n_kv || h->n_heads / h->n_kv > SFI_GPU_MAX_GROUP ||
+        h->n_win > kMaxWin)
         return cudaErrorInvalidValue;
     dim3 g(h->n_kv, h->batch);
     const int G = h->n_heads / h->n_kv;

@@ -3,7 +3,7 @@
 # device exists; prints "SKIP: no CUDA device" and exits 77 where none does
 # (and "SKIP: ..." when configured without CUDA).
 TESTS += tests/test_gpu.sh tests/test_gpu_tp.sh
-EXTRA_DIST += tests/test_gpu.sh tests/test_gpu_tp.sh
+EXTRA_DIST += tests/test_gpu.sh tests/test_gpu_tp.sh tests/fixtures/tp tests/fixtures/gqa
 
 # The engine's check against the reference (gpu/sfi_gpu_verify.c, plain C)
 # on the CPU, with a stand-in engine: built and run everywhere.

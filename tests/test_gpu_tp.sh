@@ -31,6 +31,13 @@ printf '5 6 7\n' > "$tmp/ok.ids"
 msg=$("$bin" run --synthetic Qwen3-0.6B --prompt-ids "$tmp/ok.ids" --max-new 4 --tp 3 2>&1)
 [ $? -eq 1 ] || fail "--tp 3 over 8 KV heads must exit 1"
 echo "$msg" | grep -q 'must divide 8' || fail "--tp 3: message does not say why: $msg"
+# GQA groups of 16 (Qwen3-235B-A22B: 64 query heads over 4 KV heads, one a
+# GPU at --tp 4) and 5 (Qwen3-14B) pass the shape checks (said before the
+# device under --tp; what comes after depends on the GPUs there are)
+for m in Qwen3-235B-A22B Qwen3-14B; do
+    msg=$("$bin" run --synthetic $m --layers 2 --prompt-ids "$tmp/ok.ids" --max-new 2 --tp 4 2>&1)
+    echo "$msg" | grep -q 'query heads over' && fail "$m --tp 4: its GQA group refused: $msg"
+done
 "$bin" bench-allreduce --gpus 1 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bench-allreduce --gpus 1 must exit 2"
 
