@@ -61,10 +61,13 @@ static const tcase k_cases[] = {
     {2, 8, 4, 128, 33000, 64, 2048, 256, SFI_GPU_BF16},
     {1, 8, 4, 128, 40000, 64, 2048, 256, SFI_GPU_F32},
     {1, 8, 4, 128, 131072, 64, 2048, 256, SFI_GPU_BF16},
-    /* groups no kernel instantiation takes whole: 16 (Qwen3-235B-A22B at
-     * --tp 4: one KV head a GPU; head slices of 8) and 5 (Qwen3-14B),
-     * 12 (3 slices of 4), 6 at head_dim 64 (2 of 3); these run under
-     * --quick too (N_QUICK_TAIL) */
+    /* a group of 16 with |J| past the Selector cluster kernel's 16K: its
+     * one-CTA kernel, two passes of 8 window rows */
+    {1, 1, 16, 128, 20000, 64, 1024, 256, SFI_GPU_BF16},
+    /* groups of 16 (Qwen3-235B-A22B at --tp 4: one KV head a GPU; head
+     * slices of 8), 5 (Qwen3-14B; its own instance), 12 (3 slices of 4),
+     * 6 at head_dim 64 (2 of 3); these run under --quick too
+     * (N_QUICK_TAIL) */
     {2, 1, 16, 128, 5000, 64, 256, 256, SFI_GPU_F32},
     {2, 2, 5, 128, 3000, 32, 128, 128, SFI_GPU_F32},
     {2, 2, 16, 128, 9000, 64, 512, 256, SFI_GPU_BF16},
@@ -1382,8 +1385,8 @@ static const e2e_case k_e2e[] = {
      0,
      {30, 23, 40, 23},
      "n_recent=32 K=16 T_max=8"},
-    /* GQA groups of 16 (32 query heads over 2 KV heads; Qwen3-235B-A22B
-     * has 64 over 4) and 5 (10 over 2; Qwen3-14B: 40 over 8), head_dim 64 */
+    /* GQA groups of 16 (64 query heads over 4 KV heads, as Qwen3-235B-A22B)
+     * and 5 (10 over 2; Qwen3-14B: 40 over 8), head_dim 64 */
     {"gqa-g16 exact sfi",
      "gen:tests/fixtures/gqa/g16.json",
      1,

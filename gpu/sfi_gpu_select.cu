@@ -500,9 +500,10 @@ sel_fast_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
     }
 }
 
-/* Steps 1-7 on a thread-block cluster (fast path for 1, 2, 4 or 8 window
- * queries when |J| and the Soft-NMS radius fit; sel_fast_kernel
- * otherwise). Why: with one CTA per (request, KV head) too few bytes are
+/* Steps 1-7 on a thread-block cluster (fast path for 1, 2, 4, 8 or 16
+ * window queries when |J| and the Soft-NMS radius fit; sel_fast_kernel
+ * otherwise; 16 (Qwen3-235B-A22B) keeps 64 logits a thread in registers,
+ * one CTA an SM, |J| up to 16K). Why: with one CTA per (request, KV head) too few bytes are
  * in flight to stream the logits at DRAM speed, they are read twice (once
  * for the softmax statistics, once for p), and f and r make a round trip
  * through global memory. Here a cluster of kClC CTAs shares the row and
@@ -530,7 +531,8 @@ constexpr int kClC = 8;
 constexpr int kClT = 4096 / kClC;
 constexpr int kClHalo = 4; /* largest Soft-NMS radius of the cluster path */
 template <int NW> struct ClShape {
-    static constexpr int NG = 8 / NW < 4 ? 8 / NW : 4; /* NW*NG*4 <= 32 logits in registers */
+    /* NW*NG*4 <= 32 logits in registers; 64 for NW = 16 (one CTA an SM) */
+    static constexpr int NG = NW > 8 ? 1 : 8 / NW < 4 ? 8 / NW : 4;
     static constexpr int cap = kClC * 4 * kClT * NG;   /* longest J */
 };
 
@@ -646,7 +648,7 @@ __device__ __forceinline__ void cl_push(float (&v)[N], float idn, float *sh, flo
 struct OpAdd { __device__ float operator()(float a, float b) const { return a + b; } };
 
 template <int NW>
-__global__ void __launch_bounds__(kClT, 1024 / kClT)
+__global__ void __launch_bounds__(kClT, NW > 8 ? 1 : 1024 / kClT)
 sel_cluster_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
                    const float *__restrict__ logits, const float *__restrict__ norms,
                    sfi_gpu_sel_ws ws, float *__restrict__ s_out) {
@@ -1290,6 +1292,8 @@ cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_ste
         e = launch_cluster<4>(h, d, prm, logits, key_norms, ws, s_out, st);
     else if (G == 8 && h->max_J <= ClShape<8>::cap)
         e = launch_cluster<8>(h, d, prm, logits, key_norms, ws, s_out, st);
+    else if (G == 16 && h->max_J <= ClShape<16>::cap)
+        e = launch_cluster<16>(h, d, prm, logits, key_norms, ws, s_out, st);
     else
         sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     if (e != cudaSuccess) return e;

@@ -5,7 +5,9 @@
 # relative, in f32) on the trained model and the MoE fixture, in SFI and
 # dense mode; where four GPUs exist, --tp 4 on two small checkpoints with
 # 8 and 4 KV heads (tests/fixtures/tp/*.json, made with sfi-ref
-# make-checkpoint, or taken from $SFI_TP_CKPT/dense8 and /moe4). Exit 77
+# make-checkpoint, or taken from $SFI_TP_CKPT/dense8 and /moe4) and on one
+# with GQA groups of 16 over 4 KV heads (tests/fixtures/gqa/g16.json, the
+# Qwen3-235B-A22B shape: one KV head a GPU; or $SFI_TP_CKPT/g16). Exit 77
 # (skip, with the reason) without sfi-gpu, a device, a second GPU or NCCL.
 bin="${SFI_BUILDDIR:-.}/sfi-gpu"
 src="${SFI_SRCDIR:-.}"
@@ -90,8 +92,10 @@ done
 # four GPUs: --tp 4 needs 4 KV heads at least (the models above have 2)
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ -z "$skip" ] && [ "${ngpu:-0}" -ge 4 ]; then
-    for c in dense8 moe4; do
-        if [ -n "${SFI_TP_CKPT:-}" ]; then
+    for c in dense8 moe4 g16; do
+        fx=tp
+        [ $c = g16 ] && fx=gqa
+        if [ -n "${SFI_TP_CKPT:-}" ] && [ -d "$SFI_TP_CKPT/$c" ]; then
             d="$SFI_TP_CKPT/$c"
         else
             ref="${SFI_BUILDDIR:-.}/sfi-ref"
@@ -99,7 +103,7 @@ if [ -z "$skip" ] && [ "${ngpu:-0}" -ge 4 ]; then
                 echo "note: no sfi-ref to make the --tp 4 checkpoints: --tp 4 left out"
                 break
             fi
-            "$ref" make-checkpoint --preset "$src/tests/fixtures/tp/$c.json" --out "$tmp/$c" \
+            "$ref" make-checkpoint --preset "$src/tests/fixtures/$fx/$c.json" --out "$tmp/$c" \
                 --dtype f32 >/dev/null || fail "make-checkpoint $c"
             d="$tmp/$c"
         fi
