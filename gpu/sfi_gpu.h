@@ -219,18 +219,24 @@ cudaError_t sfi_gpu_selector(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc
 /* sfi_gpu_selector in two halves, for tensor parallelism (sfi-gpu run
  * --tp), where step 8's softmax over a layer's KV heads needs every
  * rank's scores: _local runs steps 1-7 for this rank's n_kv heads, z2 into
- * ws->z2 (rows [batch][n_kv][max_J]); the caller all-gathers those rows of
- * every rank into z_all [n_ranks][batch][n_kv][max_J]; _cross_tp runs step
- * 8 over all n_ranks * n_kv heads (<= 16) in their global order and step 9
+ * ws->z2 (rows [batch][n_kv][max_J]); _pack copies the rows of the
+ * requests whose J is not empty, the i-th such request (batch order) to
+ * slot i < n_slots, into send [n_slots][n_kv][max_J] (n_slots at least
+ * that count: the rest are not sent); the caller all-gathers every rank's
+ * send into z_all [n_ranks][n_slots][n_kv][max_J]; _cross_tp runs step 8
+ * over all n_ranks * n_kv heads (<= 16) in their global order and step 9
  * (Top-K) for this rank's heads (global heads rank * n_kv ..). With one
- * rank the pair computes what sfi_gpu_selector does, bit for bit. */
+ * rank the three compute what sfi_gpu_selector does, bit for bit. */
 cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                                    const sfi_gpu_sel_params *prm, const float *logits,
                                    const float *key_norms, const sfi_gpu_sel_ws *ws, float *s_out,
                                    int exact, cudaStream_t st);
+cudaError_t sfi_gpu_selector_pack(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                                  const sfi_gpu_sel_ws *ws, int n_slots, float *send,
+                                  cudaStream_t st);
 cudaError_t sfi_gpu_selector_cross_tp(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                                       const sfi_gpu_sel_params *prm, const float *z_all,
-                                      int n_ranks, int rank, const sfi_gpu_sel_ws *ws,
+                                      int n_slots, int n_ranks, int rank, const sfi_gpu_sel_ws *ws,
                                       int32_t *selected, int exact, cudaStream_t st);
 
 /* Deterministic Top-K of rows of scores (radix select, ties to the smaller

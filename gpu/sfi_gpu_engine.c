@@ -50,6 +50,7 @@
 #include "sfi_state.h"
 
 #define R_SLOTS SFI_GPU_RING
+#define SEL_CLASSES 7 /* slot counts 1, 2, 4, .., 64 (SFI_GPU_MAX_BATCH) */
 /* pseudo-requests per prefill attention call of the decode kernels */
 #define PF_PSEUDO 64
 
@@ -147,6 +148,11 @@ struct sfi_gpu_engine {
      * (pick_graph); the host reads d_state->next_slow through h_flag */
     int sel_graphs, no_chain;
     cudaGraphExec_t graph_nosel;
+    /* tp > 1, SFI: the scores' all-gather carries sel_slots requests'
+     * rows (the step's; the capacity batch outside sel_graphs); one graph
+     * per power of two below the batch, made when first needed */
+    int sel_slots;
+    cudaGraphExec_t graph_slots[SEL_CLASSES];
     int32_t *h_flag; /* pinned */
     cudaEvent_t ev_step;
 };
@@ -1155,6 +1161,9 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
         cudaGraphExecDestroy(e->graph_exec);
     if (e->graph_nosel)
         cudaGraphExecDestroy(e->graph_nosel);
+    for (int i = 0; i < SEL_CLASSES; i++)
+        if (e->graph_slots[i])
+            cudaGraphExecDestroy(e->graph_slots[i]);
     if (e->lay) {
         for (int l = 0; l < e->L; l++) {
             dlayer *Ly = &e->lay[l];
@@ -1318,8 +1327,12 @@ void sfi_gpu_engine_comm_bytes(const sfi_gpu_engine *e, int batch, uint64_t *all
         return;
     *allreduce = (uint64_t)e->L * 2 * batch * e->H * 4;
     *gather = (uint64_t)batch * 8; /* the argmax's keys */
+    /* the Selector's scores in a step where one request is slow (the
+     * all-gather carries the next power of two of the step's slow
+     * requests; every request's with deferred refresh or without
+     * sel_graphs) */
     if (e->o.sfi && !e->o.skip_select)
-        *gather += (uint64_t)e->L * batch * e->nkv * e->capJ * 4;
+        *gather += (uint64_t)e->L * (e->sel_graphs ? 1 : batch) * e->nkv * e->capJ * 4;
 }
 void sfi_gpu_engine_tp(const sfi_gpu_engine *e, int *rank, int *size, int *n_kv_local)
 {
@@ -1604,12 +1617,18 @@ static sfi_gpu_sel_params sel_params(const sfi_params *p)
 }
 
 /* Under tensor parallelism: every rank's z2 rows (steps 1-7 of its heads)
- * of the requests of h into z_all, rank 0's first. */
+ * of the requests of h whose Selector runs, n_slots of them at most
+ * (sfi_gpu_selector_pack), into z_all, rank 0's first. The rows go
+ * through ws->f, steps 1-7's scratch, dead once they are done. Sized for
+ * the step's slow requests rather than the batch: at batch 16 a slow step
+ * has one or two, and the capacity's rows (8.4 MB a rank and layer for
+ * Qwen3-4B at 32K over 2 GPUs) cost more than the whole Selector. */
 static sfi_status gather_scores(sfi_gpu_engine *e, const sfi_gpu_step_desc *h,
-                                const sfi_gpu_sel_ws *ws, float *z_all, cudaStream_t st,
-                                sfi_error *err)
+                                const sfi_gpu_step_desc *d, const sfi_gpu_sel_ws *ws, int n_slots,
+                                float *z_all, cudaStream_t st, sfi_error *err)
 {
-    return sfi_gpu_nccl_allgather(e->comm, ws->z2, z_all, (size_t)h->batch * e->nkv * h->max_J * 4,
+    CK(sfi_gpu_selector_pack(h, d, ws, n_slots, ws->f, st));
+    return sfi_gpu_nccl_allgather(e->comm, ws->f, z_all, (size_t)n_slots * e->nkv * h->max_J * 4,
                                   st, err);
 }
 
@@ -1621,7 +1640,7 @@ static sfi_status gather_scores(sfi_gpu_engine *e, const sfi_gpu_step_desc *h,
  * over every head in the global order (the single-GPU kernel's formulas)
  * and the Top-K of this rank's heads. */
 static sfi_status selector(sfi_gpu_engine *e, const sfi_gpu_step_desc *h,
-                           const sfi_gpu_step_desc *d, const sfi_gpu_sel_params *sp,
+                           const sfi_gpu_step_desc *d, int n_slots, const sfi_gpu_sel_params *sp,
                            const float *logits, const float *kn, const sfi_gpu_sel_ws *ws,
                            int32_t *sel, cudaStream_t st, sfi_error *err)
 {
@@ -1630,10 +1649,11 @@ static sfi_status selector(sfi_gpu_engine *e, const sfi_gpu_step_desc *h,
         return SFI_OK;
     }
     CK(sfi_gpu_selector_local(h, d, sp, logits, kn, ws, NULL, e->exact, st));
-    sfi_status rc = gather_scores(e, h, ws, e->z_all, st, err);
+    sfi_status rc = gather_scores(e, h, d, ws, n_slots, e->z_all, st, err);
     if (rc)
         return rc;
-    CK(sfi_gpu_selector_cross_tp(h, d, sp, e->z_all, e->tp, e->rank, ws, sel, e->exact, st));
+    CK(sfi_gpu_selector_cross_tp(h, d, sp, e->z_all, n_slots, e->tp, e->rank, ws, sel, e->exact,
+                                 st));
     return SFI_OK;
 }
 
@@ -1804,7 +1824,8 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
             CK(sfi_gpu_window_logits(e->qwin + (size_t)l * e->Wmax * e->nq, nw, first, n, b, e->nh,
                                      e->nkv, e->D, e->bt, e->max_blocks, e->o.page, e->kp[l],
                                      e->o.dtype, e->win, e->ld, st));
-            if ((rc = selector(e, h1, e->d_desc1, &sp, e->win, kn, &e->sel_ws[0], sl, st, err)))
+            if ((rc = selector(e, h1, e->d_desc1, h1->batch, &sp, e->win, kn, &e->sel_ws[0], sl, st,
+                               err)))
                 return rc;
         }
         CK(sfi_gpu_reorg(h1, e->d_desc1, e->o.dtype, e->kp[l], e->vp[l], sl, (char *)e->ck[l] + co,
@@ -1858,15 +1879,16 @@ static sfi_status tp_chain_rest(sfi_gpu_engine *e, int l, const sfi_gpu_sel_para
     const sfi_gpu_sel_ws *ws = &e->sel_ws[slot];
     float *z_all = e->z_all + (size_t)slot * e->z_all_floats;
     CK(cudaStreamWaitEvent(e->main_st, e->ev_free[slot], 0));
-    sfi_status rc = gather_scores(e, &e->h_cap, ws, z_all, e->main_st, err);
+    sfi_status rc =
+        gather_scores(e, &e->h_cap, e->d_desc, ws, e->sel_slots, z_all, e->main_st, err);
     if (rc)
         return rc;
     CK(cudaEventRecord(e->ev_gath[slot], e->main_st));
     CK(cudaStreamWaitEvent(e->side_st, e->ev_gath[slot], 0));
     int pdl = sfi_gpu_pdl();
     sfi_gpu_set_pdl(0);
-    CK(sfi_gpu_selector_cross_tp(&e->h_cap, e->d_desc, sp, z_all, e->tp, e->rank, ws, e->sel[l],
-                                 e->exact, e->side_st));
+    CK(sfi_gpu_selector_cross_tp(&e->h_cap, e->d_desc, sp, z_all, e->sel_slots, e->tp, e->rank, ws,
+                                 e->sel[l], e->exact, e->side_st));
     CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l], e->sel[l], e->ck[l],
                      e->cv[l], NULL, e->side_st));
     sfi_gpu_set_pdl(pdl);
@@ -1893,8 +1915,9 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         int pdl = sfi_gpu_pdl();
         sfi_gpu_set_pdl(0);
         for (int l = 0; l < e->L && !e->o.skip_select; l++) {
-            if ((rc = selector(e, &e->h_cap, e->d_dsel, &sp, e->lg_keep + l * lg_layer, e->knorm[l],
-                               &e->sel_ws[0], e->sel[l], ss, err)))
+            if ((rc = selector(e, &e->h_cap, e->d_dsel, e->h_cap.batch, &sp,
+                               e->lg_keep + l * lg_layer, e->knorm[l], &e->sel_ws[0], e->sel[l], ss,
+                               err)))
                 return rc;
             CK(sfi_gpu_reorg(&e->h_cap, e->d_dsel, e->o.dtype, e->kp[l], e->vp[l], e->sel[l],
                              e->ck[l], e->cv[l], NULL, ss));
@@ -1947,8 +1970,8 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
                 CK(cudaEventRecord(e->ev_free[slot], side));
             } else {
                 if (!e->o.skip_select &&
-                    (rc = selector(e, &e->h_cap, e->d_desc, &sp, e->logits_ring[slot], e->knorm[l],
-                                   &e->sel_ws[slot], e->sel[l], ss, err)))
+                    (rc = selector(e, &e->h_cap, e->d_desc, e->sel_slots, &sp, e->logits_ring[slot],
+                                   e->knorm[l], &e->sel_ws[slot], e->sel[l], ss, err)))
                     return rc;
                 if (overlap)
                     CK(cudaEventRecord(e->ev_free[slot], side));
@@ -2150,6 +2173,7 @@ static sfi_status setup_run(sfi_gpu_engine *e, const sfi_gpu_request *rq, int B,
     pc->refresh_delay = e->defer ? e->o.params.refresh_delay : 0;
     /* the grid-sizing descriptor: every request at the capacity */
     desc_header(e, &e->h_cap, B, e->bt);
+    e->sel_slots = B;
     for (int b = 0; b < B; b++) {
         e->h_cap.req[b].ctx_len = e->cap;
         e->h_cap.req[b].recent_begin = e->cap;
@@ -2213,12 +2237,28 @@ static sfi_status capture_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, int no_ch
 
 /* Under sel_graphs: waits for the last step (whose end copied next_slow
  * to h_flag) and says whether this step can leave the Selector chain out
- * (the same answer on every rank: it depends on tokens only). */
-static sfi_status chain_unneeded(sfi_gpu_engine *e, int *skip, sfi_error *err)
+ * and, if not, for how many requests its scores' all-gather must carry
+ * rows: the next power of two (a graph each), the batch at most. The
+ * same answers on every rank: they depend on tokens only. */
+static sfi_status chain_unneeded(sfi_gpu_engine *e, int B, int *skip, int *slots, sfi_error *err)
 {
     CK(cudaEventSynchronize(e->ev_step));
-    *skip = *(volatile int32_t *)e->h_flag == 0;
+    const int n = *(volatile int32_t *)e->h_flag;
+    *skip = n == 0;
+    int c = 1;
+    while (c < n && c < B)
+        c *= 2;
+    *slots = c < B ? c : B;
     return SFI_OK;
+}
+
+/* Index of the graph for a slot count (a power of two below the batch). */
+static int slot_class(int slots)
+{
+    int i = 0;
+    while ((1 << i) < slots && i < SEL_CLASSES - 1)
+        i++;
+    return i;
 }
 
 /* What the observer sees of decode step t, once it has run. */
@@ -2266,6 +2306,12 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
         cudaGraphExecDestroy(e->graph_nosel);
         e->graph_nosel = NULL;
     }
+    for (int i = 0; i < SEL_CLASSES; i++)
+        if (e->graph_slots[i]) {
+            cudaGraphExecDestroy(e->graph_slots[i]);
+            e->graph_slots[i] = NULL;
+        }
+    e->sel_slots = B;
     /* step 1 runs eagerly (one-time setup such as kernel attributes
      * happens outside any capture); it is then captured once and
      * replayed for every later step */
@@ -2281,22 +2327,34 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
     for (int t = 1; t < max_new; t++) {
         if (t == prof_step)
             CK(cudaProfilerStart());
-        int skip = 0;
+        int skip = 0, slots = B;
         if (e->sel_graphs && t > 1) {
-            RUN_TRY(chain_unneeded(e, &skip, err));
+            RUN_TRY(chain_unneeded(e, B, &skip, &slots, err));
             res->n_no_chain += skip;
         }
-        if (use_graph && t > 1) {
+        if (use_graph && t > 1 && !skip && slots < B) {
+            CK(cudaGraphLaunch(e->graph_slots[slot_class(slots)], e->main_st));
+        } else if (use_graph && t > 1) {
             CK(cudaGraphLaunch(skip ? e->graph_nosel : e->graph_exec, e->main_st));
         } else {
+            e->sel_slots = slots;
             e->no_chain = skip;
             sfi_status rs = enqueue_step(e, err);
             e->no_chain = 0;
+            e->sel_slots = B;
             RUN_TRY(rs);
             if (use_graph)
                 RUN_TRY(capture_step(e, &e->graph_exec, 0, res, err));
             if (use_graph && e->sel_graphs)
                 RUN_TRY(capture_step(e, &e->graph_nosel, 1, res, err));
+            /* every slot count's graph now, with the others (made when
+             * first needed, one cost 12 ms inside a timed step) */
+            for (int c = 1; use_graph && e->sel_graphs && c < B; c *= 2) {
+                e->sel_slots = c;
+                rs = capture_step(e, &e->graph_slots[slot_class(c)], 0, res, err);
+                e->sel_slots = B;
+                RUN_TRY(rs);
+            }
         }
         if (e->sel_graphs)
             CK(cudaEventRecord(e->ev_step, e->main_st));

@@ -163,8 +163,9 @@ double sfi_gpu_engine_step_weight_bytes(const sfi_gpu_engine *e, int batch);
 /* Bytes this rank sends into collectives per decode step of `batch`
  * requests (0 at tp_size 1): the two all-reduces of every layer (batch x
  * hidden f32 each), and in SFI mode the Selector's all-gathers of the
- * scores (every layer, every step: the step's graph holds them whether or
- * not a request is slow) and the argmax's. */
+ * scores of a step in which one request is slow (every layer; a step
+ * with n slow requests sends the next power of two of n requests' rows,
+ * one without none) and the argmax's. */
 void sfi_gpu_engine_comm_bytes(const sfi_gpu_engine *e, int batch, uint64_t *allreduce,
                                uint64_t *gather);
 /* This engine's share: rank, ranks, its KV heads (nkv / ranks). */

@@ -959,7 +959,7 @@ __global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restric
                    s->ctx[b] + 1 <= c.n_sink;
         }
     }
-    slow = __syncthreads_or(slow);
+    slow = __syncthreads_count(slow);
     if (b == 0) s->next_slow = slow;
 }
 

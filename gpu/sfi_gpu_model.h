@@ -209,10 +209,12 @@ typedef struct {
 /* Device state the plan kernel and the end-of-step kernel keep. */
 typedef struct {
     int32_t step; /* the step being run (1 = first decode step) */
-    /* set by the end of step t: 0 when step t + 1 needs no Selector chain
-     * (no request slow then, every sink whole in the cache; always 1 with
-     * deferred refresh); read by the host under tensor parallelism to
-     * replay the step without the chain */
+    /* set by the end of step t: how many requests step t + 1 runs the
+     * Selector chain for (slow then, or their sink not yet whole in the
+     * cache; every active one with deferred refresh), at least as many
+     * as will have a Selector (J not empty); read by the host under tensor
+     * parallelism to replay the step without the chain (0) or with the
+     * scores' all-gather sized for that many */
     int32_t next_slow;
     int32_t ctx[SFI_GPU_MAX_BATCH]; /* cached positions, current token's included */
     int32_t since_slow[SFI_GPU_MAX_BATCH];

@@ -1205,30 +1205,55 @@ cudaError_t launch_cluster(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *
     return cudaLaunchKernelEx(&cfg, sel_cluster_kernel<NW>, d, *prm, logits, key_norms, *ws, s_out);
 }
 
+/* Under tensor parallelism only the requests whose Selector runs (J not
+ * empty) send scores: their slot is their rank among those requests, in
+ * batch order, the same on every rank (it depends on tokens only). */
+__device__ __forceinline__ int sel_slot(const sfi_gpu_step_desc *__restrict__ d, int b) {
+    int s = 0;
+    for (int i = 0; i < b; i++) s += d->req[i].j_end > d->req[i].j_begin;
+    return s;
+}
+
+/* The z2 rows of the requests with a slot below n_slots, packed slot by
+ * slot into send [n_slots][n_kv][max_J] for the all-gather. Launch: grid
+ * (ceil(max_J/256), n_kv, batch), block 256. */
+__global__ void sel_pack_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ z2,
+                                int n_slots, float *__restrict__ send) {
+    const int kvh = blockIdx.y, b = blockIdx.z, i = blockIdx.x * blockDim.x + threadIdx.x;
+    const sfi_gpu_req rq = d->req[b];
+    if (i >= rq.j_end - rq.j_begin) return;
+    const int slot = sel_slot(d, b);
+    if (slot >= n_slots) return;
+    const size_t ld = d->max_J;
+    send[((size_t)slot * d->n_kv + kvh) * ld + i] = z2[((size_t)b * d->n_kv + kvh) * ld + i];
+}
+
 /* Step 8 under tensor parallelism (sfi-gpu run --tp): this rank's heads
  * are KV heads rank*n_kv .. rank*n_kv + n_kv - 1 of the layer (n_kv =
  * d->n_kv, the rank's share), and the softmax over heads at position j
- * takes every rank's z2, all-gathered into z_all [n_ranks][batch][n_kv]
- * [max_J] (rank 0 first). The heads are combined in the global order with
+ * takes every rank's z2, all-gathered into z_all [n_ranks][n_slots][n_kv]
+ * [max_J] (rank 0 first; request b's rows at its slot, sel_slot). The heads are combined in the global order with
  * the formulas of sel_cross_kernel (EXACT) or sel_cross_fast_kernel, so
  * given the same z2 the result has the bits of the single-GPU Selector.
  * Launch: grid (ceil(max_J/256), batch), block 256, one position per
  * thread; writes z3 of this rank's heads into ws.z1. */
 template <bool EXACT>
 __global__ void sel_cross_tp_kernel(const sfi_gpu_step_desc *__restrict__ d, sfi_gpu_sel_params prm,
-                                    const float *__restrict__ z_all, int n_ranks, int rank,
-                                    sfi_gpu_sel_ws ws) {
+                                    const float *__restrict__ z_all, int n_slots, int n_ranks,
+                                    int rank, sfi_gpu_sel_ws ws) {
     const int b = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     const sfi_gpu_req rq = d->req[b];
     const int n = rq.j_end - rq.j_begin;
     if (i >= n) return;
-    const int Hl = d->n_kv, H = Hl * n_ranks, B = d->batch;
+    const int slot = sel_slot(d, b);
+    if (slot >= n_slots) return; /* the caller sized n_slots too small */
+    const int Hl = d->n_kv, H = Hl * n_ranks, B = n_slots;
     const size_t ld = d->max_J;
     float t[16];
     float mx = -INFINITY;
     for (int h = 0; h < H; h++) {
         const int r = h / Hl, hl = h % Hl;
-        const float z = z_all[(((size_t)r * B + b) * Hl + hl) * ld + i];
+        const float z = z_all[(((size_t)r * B + slot) * Hl + hl) * ld + i];
         t[h] = EXACT ? __fdiv_rn(z, prm.T) : (prm.T == 1.0f ? z : __fdiv_rn(z, prm.T));
         mx = (h == 0 || t[h] > mx) ? t[h] : mx;
     }
@@ -1300,17 +1325,27 @@ cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_ste
     return cudaGetLastError();
 }
 
+cudaError_t sfi_gpu_selector_pack(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
+                                  const sfi_gpu_sel_ws *ws, int n_slots, float *send,
+                                  cudaStream_t st) {
+    if (n_slots < 1 || n_slots > h->batch) return cudaErrorInvalidValue;
+    sel_pack_kernel<<<dim3((h->max_J + 255) / 256, h->n_kv, h->batch), 256, 0, st>>>(d, ws->z2, n_slots,
+                                                                                    send);
+    return cudaGetLastError();
+}
+
 cudaError_t sfi_gpu_selector_cross_tp(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                                       const sfi_gpu_sel_params *prm, const float *z_all,
-                                      int n_ranks, int rank, const sfi_gpu_sel_ws *ws,
+                                      int n_slots, int n_ranks, int rank, const sfi_gpu_sel_ws *ws,
                                       int32_t *selected, int exact, cudaStream_t st) {
-    if (n_ranks < 1 || rank < 0 || rank >= n_ranks || h->n_kv * n_ranks > 16)
+    if (n_ranks < 1 || rank < 0 || rank >= n_ranks || h->n_kv * n_ranks > 16 || n_slots < 1 ||
+        n_slots > h->batch)
         return cudaErrorInvalidValue;
     const dim3 g((h->max_J + 255) / 256, h->batch);
     if (exact)
-        sel_cross_tp_kernel<true><<<g, 256, 0, st>>>(d, *prm, z_all, n_ranks, rank, *ws);
+        sel_cross_tp_kernel<true><<<g, 256, 0, st>>>(d, *prm, z_all, n_slots, n_ranks, rank, *ws);
     else
-        sel_cross_tp_kernel<false><<<g, 256, 0, st>>>(d, *prm, z_all, n_ranks, rank, *ws);
+        sel_cross_tp_kernel<false><<<g, 256, 0, st>>>(d, *prm, z_all, n_slots, n_ranks, rank, *ws);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     return launch_topk(h, d, ws->z1, h->max_J, selected, st);
