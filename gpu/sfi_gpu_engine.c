@@ -153,6 +153,7 @@ struct sfi_gpu_engine {
      * per power of two below the batch, made when first needed */
     int sel_slots;
     cudaGraphExec_t graph_slots[SEL_CLASSES];
+    int gather_lag;  /* experiment: SFI_GPU_GATHER_LAG */
     int32_t *h_flag; /* pinned */
     cudaEvent_t ev_step;
 };
@@ -826,8 +827,13 @@ static sfi_status create_streams(sfi_gpu_engine *e, sfi_error *err)
 {
     int lo = 0, hi = 0;
     CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    CK(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, hi));
-    CK(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, lo));
+    /* experiment: SFI_GPU_SIDE_PRIO=high gives the side stream the higher
+     * priority (H100, 0.6B batch 16 32K at tp 1: slow steps 5.177 against
+     * 5.207 ms, noise; under --tp the main stream waits for its steps 1-7) */
+    const char *sp = getenv("SFI_GPU_SIDE_PRIO");
+    const int side_hi = sp && !strcmp(sp, "high");
+    CK(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, side_hi ? lo : hi));
+    CK(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, side_hi ? hi : lo));
     for (int i = 0; i < R_SLOTS; i++) {
         CK(cudaEventCreateWithFlags(&e->ev_attn[i], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->ev_free[i], cudaEventDisableTiming));
@@ -1016,6 +1022,13 @@ static void read_experiments(sfi_gpu_engine *e)
     const char *stg = getenv("SFI_GPU_STAGES");
     if (stg)
         sfi_gpu_attn_set_stages(atoi(stg));
+    /* SFI_GPU_GATHER_LAG=d (tp > 1, 0..R_SLOTS - 1): layer l's scores are
+     * all-gathered after layer l + d's MLP instead of its own, so that the
+     * main stream waits for the side stream's steps 1-7 d layers later
+     * (each ring slot's buffers stay untouched until layer l + R_SLOTS) */
+    const char *lag = getenv("SFI_GPU_GATHER_LAG");
+    if (lag && atoi(lag) > 0)
+        e->gather_lag = atoi(lag) < R_SLOTS ? atoi(lag) : R_SLOTS - 1;
 }
 
 /* The attention workspace (decode batch or prefill pseudo-batch, the
@@ -1983,10 +1996,17 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         }
         if ((rc = oproj(e, l, B, st, err)) || (rc = mlp(e, l, B, st, err)))
             return rc;
-        if (sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 && !e->o.skip_select &&
-            (rc = tp_chain_rest(e, l, &sp, err)))
+        const int tp_rest =
+            sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 && !e->o.skip_select;
+        if (tp_rest && l >= e->gather_lag && (rc = tp_chain_rest(e, l - e->gather_lag, &sp, err)))
             return rc;
     }
+    /* the layers whose all-gather SFI_GPU_GATHER_LAG put off */
+    for (int l = e->L - e->gather_lag;
+         l < e->L && sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 && !e->o.skip_select;
+         l++)
+        if (l >= 0 && (rc = tp_chain_rest(e, l, &sp, err)))
+            return rc;
     if (overlap && !e->defer && !e->no_chain) {
         CK(cudaEventRecord(e->ev_done, side));
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
