@@ -304,6 +304,17 @@ static double sel_gather_bytes(const sfi_cost_setup *s, double requests)
     return requests * kv_heads(s) * (double)s->sel_gather_positions * 4.0;
 }
 
+/* The requests whose scores a slow step's all-gather carries under
+ * sel_split_gather: sfi-gpu packs the n slow requests' rows and replays
+ * the step graph of the next power of two of them, the batch at most. */
+static double sel_gather_slots(double n, double batch)
+{
+    double c = 1;
+    while (c < n && c < batch)
+        c *= 2;
+    return c < batch ? c : batch;
+}
+
 void sfi_cost_comm_bytes(const sfi_cost_setup *s, int batch, double *allreduce, double *gather)
 {
     *allreduce = *gather = 0;
@@ -312,7 +323,10 @@ void sfi_cost_comm_bytes(const sfi_cost_setup *s, int batch, double *allreduce, 
     const sfi_model_config *m = s->model;
     *allreduce = 2.0 * m->num_hidden_layers * batch * (double)m->hidden_size *
                  (s->allreduce_bytes > 0 ? s->allreduce_bytes : 2);
-    *gather = m->num_hidden_layers * sel_gather_bytes(s, batch) + (s->argmax_gather ? 8.0 * batch : 0);
+    /* the all-gathers of a step with one slow request (sel_split_gather:
+     * sized for its slow requests), as sfi-gpu run --bench reports them */
+    *gather = m->num_hidden_layers * sel_gather_bytes(s, s->sel_split_gather ? 1 : batch) +
+              (s->argmax_gather ? 8.0 * batch : 0);
 }
 
 /* Kernels of several request groups that one launch runs together (a
@@ -791,14 +805,17 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
     const sfi_model_config *m = s->model;
     const double d = m->hidden_size;
     /* Tokens through the GEMMs, requests, tokens sampled. */
-    double T = 0, R = 0, n_out = 0;
+    double T = 0, R = 0, n_out = 0, n_sel = 0;
     int any_slow = 0;
     for (int i = 0; i < n; i++) {
         T += (double)g[i].count * g[i].n_new;
         R += g[i].count;
         if (!g[i].prefill || g[i].last_chunk)
             n_out += g[i].count;
-        any_slow |= g[i].prefill ? g[i].last_chunk : g[i].slow;
+        const int sel = g[i].prefill ? g[i].last_chunk : g[i].slow;
+        any_slow |= sel;
+        if (sel)
+            n_sel += g[i].count;
     }
     any_slow &= sfi_policy_has_slow_steps(s->kind);
     const int Ti = T > 2e9 ? 2000000000 : (int)T;
@@ -876,12 +893,13 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
             comm += ar;
             a.launches += 2;
         }
-        double ga = sel_gather_bytes(s, R);
+        double ga = sel_gather_bytes(s, s->sel_split_gather ? sel_gather_slots(n_sel, R) : R);
         if (ga > 0 && (!s->sel_split_gather || any_slow)) {
-            /* the Selector's scores, gathered at the graph's capacity (fast
-             * requests' rows too): in every step, or (sel_split_gather) in
-             * a step with slow requests, after this layer's MLP and once
-             * the side stream's steps 1-7 wrote them */
+            /* the Selector's scores: at the graph's capacity (fast
+             * requests' rows too) in every step, or (sel_split_gather) in
+             * a step with slow requests, theirs (sel_gather_slots), after
+             * this layer's MLP and once the side stream's steps 1-7 wrote
+             * them */
             if (s->sel_split_gather && !s->side_serial) {
                 double pre_end = (t_side > t_after_attn ? t_side : t_after_attn) + side.t_pre;
                 if (pre_end > t_main + a.t)

@@ -88,7 +88,10 @@ typedef struct {
                                  the main stream after the MLP (waiting for
                                  steps 1-7), step 8, Top-K and reorg on the side
                                  stream beside the next layers; a step without
-                                 slow requests runs none of it (no all-gather) */
+                                 slow requests runs none of it (no all-gather),
+                                 one with n gathers the rows of the next power
+                                 of two of n requests, the batch at most
+                                 (sfi-gpu since 86177e5) */
     int argmax_gather;        /* 1 at tp > 1: the greedy argmax of the
                                  vocab-split LM head all-gathers each GPU's
                                  best (value, id), 8 bytes per sampled token,

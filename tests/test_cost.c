@@ -188,8 +188,10 @@ START_TEST(tp_engine_terms)
     ck_assert(a.time_s == b.time_s);
     /* since 4cf4bb6 (sel_split_gather): a fast step runs no chain and no
      * all-gather; a slow step gathers after each layer's MLP on the main
-     * stream (the same bytes), its Selector's steps 1-7 beside O and MLP
-     * on the side stream and the rest beside the next layers */
+     * stream, its Selector's steps 1-7 beside O and MLP on the side stream
+     * and the rest beside the next layers; since 86177e5 the all-gather
+     * carries the slow requests' rows, a power of two of them (2 here, 3
+     * -> 4, the batch at most) */
     s.kind = SFI_POLICY_SFI;
     ck_assert_int_eq(sfi_cost_step(&s, 0, &a, &e), SFI_OK);
     sfi_step_cost a2, b2;
@@ -199,8 +201,16 @@ START_TEST(tp_engine_terms)
     ck_assert_int_eq(sfi_cost_step(&s, 0, &b, &e), SFI_OK);
     ck_assert(a.time_s == b.time_s && b.comm_s == a.comm_s);
     ck_assert_int_eq(sfi_cost_step(&s, 2, &b2, &e), SFI_OK);
-    ck_assert(close_rel(b2.comm_s - a2.comm_s, L * g, 1e-9));
-    ck_assert(b2.time_s - a2.time_s >= L * g * (1 - 1e-9));
+    double g2 = sfi_cost_allgather_time(&s, 2 * 4 * 8060 * 4.0);
+    ck_assert(close_rel(b2.comm_s - a2.comm_s, L * g2, 1e-9));
+    ck_assert(b2.time_s - a2.time_s >= L * g2 * (1 - 1e-9));
+    sfi_step_cost a3, b3;
+    s.sel_gather_positions = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 3, &a3, &e), SFI_OK);
+    s.sel_gather_positions = 8060;
+    ck_assert_int_eq(sfi_cost_step(&s, 3, &b3, &e), SFI_OK);
+    ck_assert(close_rel(b3.comm_s - a3.comm_s, L * sfi_cost_allgather_time(&s, 4 * 4 * 8060 * 4.0),
+                        1e-9));
     /* a Selector far longer than the main stream's layers: each layer's
      * all-gather waits for its steps 1-7 and step 8 for the all-gather,
      * so the step takes at least all the side work plus the all-gathers
@@ -208,8 +218,8 @@ START_TEST(tp_engine_terms)
     sfi_step_cost c2;
     s.prof.efficiency[SFI_KC_SELECTOR] = 1e-3;
     ck_assert_int_eq(sfi_cost_step(&s, 2, &c2, &e), SFI_OK);
-    ck_assert_msg(c2.time_s >= c2.side_s + L * g * (1 - 1e-9) && c2.side_s > 10 * L * g,
-                  "%.6g < %.6g + %.6g", c2.time_s, c2.side_s, L * g);
+    ck_assert_msg(c2.time_s >= c2.side_s + L * g2 * (1 - 1e-9) && c2.side_s > 10 * L * g2,
+                  "%.6g < %.6g + %.6g", c2.time_s, c2.side_s, L * g2);
     s.prof.efficiency[SFI_KC_SELECTOR] = 0.5;
     s.sel_split_gather = 0;
     s.sel_gather_positions = 0;
@@ -243,6 +253,15 @@ START_TEST(tp_engine_terms)
     s.sel_gather_positions = 32636; /* 32K */
     sfi_cost_comm_bytes(&s, 16, &ar, &ga);
     ck_assert(ga == 300773504.0);
+    /* sized for the slow requests (86177e5): the bytes of a step with one
+     * slow request, as the engine reports them (8K, 32K) */
+    s.sel_split_gather = 1;
+    sfi_cost_comm_bytes(&s, 16, &ar, &ga);
+    ck_assert(ga == 18798464.0);
+    s.sel_gather_positions = 8060;
+    sfi_cost_comm_bytes(&s, 16, &ar, &ga);
+    ck_assert(ga == 4642688.0);
+    s.sel_split_gather = 0;
     s.tp = 1;
     sfi_cost_comm_bytes(&s, 16, &ar, &ga);
     ck_assert(ar == 0 && ga == 0);
