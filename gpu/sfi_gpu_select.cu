@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include "sfi_gpu.h"
 #include "sfi_gpu_math.cuh"
 #include <cooperative_groups.h>
@@ -1303,11 +1305,19 @@ cudaError_t sfi_gpu_selector_local(const sfi_gpu_step_desc *h, const sfi_gpu_ste
     dim3 g(h->n_kv, h->batch);
     const int G = h->n_heads / h->n_kv;
     cudaError_t e = cudaSuccess;
+    /* experiment: SFI_GPU_SEL_CLUSTER=0 keeps the one-CTA kernel (a
+     * cluster needs 8 free SMs of one GPC at once, which a side stream
+     * beside the main stream's GEMMs may wait for); read once per thread */
+    static thread_local int no_cluster = -1;
+    if (no_cluster < 0) {
+        const char *env = getenv("SFI_GPU_SEL_CLUSTER");
+        no_cluster = env && !strcmp(env, "0");
+    }
     if (exact)
         sel_main_kernel<true><<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     else if (h->n_win > 0 && h->n_win != G) /* a prefill window: the general kernel */
         sel_main_kernel<false><<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
-    else if (prm->nms_radius > kClHalo || prm->nms_radius < 0)
+    else if (prm->nms_radius > kClHalo || prm->nms_radius < 0 || no_cluster)
         sel_fast_kernel<<<g, kSelThreads, 0, st>>>(d, *prm, logits, key_norms, *ws, s_out);
     else if (G == 1 && h->max_J <= ClShape<1>::cap)
         e = launch_cluster<1>(h, d, prm, logits, key_norms, ws, s_out, st);
