@@ -150,16 +150,22 @@ static int fit_class(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu
     return *eff > 0;
 }
 
-/* ---- collectives (kernel "allreduce", sfi-gpu bench-allreduce) ---- */
+/* ---- collectives (kernels "allreduce" and "allgather", sfi-gpu
+ * bench-allreduce [--op allgather]) ---- */
+
+static int is_allgather(const sfi_hw_measurement *m)
+{
+    return !strcmp(m->kernel, "allgather");
+}
 
 static int is_collective(const sfi_hw_measurement *m)
 {
-    return !strcmp(m->kernel, "allreduce");
+    return !strcmp(m->kernel, "allreduce") || is_allgather(m);
 }
 
-/* An all-reduce's predicted time under profile p (0 on success). */
-static int allreduce_predict(const sfi_hw_measurement *m, const sfi_gpu *gpu,
-                             const sfi_hw_profile *p, double *t)
+/* A collective's predicted time under profile p (0 on success). */
+static int collective_predict(const sfi_hw_measurement *m, const sfi_gpu *gpu,
+                              const sfi_hw_profile *p, double *t)
 {
     if (m->gpus < 2 || m->gpus > 64 || !(m->bytes > 0))
         return -1;
@@ -168,17 +174,18 @@ static int allreduce_predict(const sfi_hw_measurement *m, const sfi_gpu *gpu,
     s.gpu = *gpu;
     s.prof = *p;
     s.tp = m->gpus;
-    *t = sfi_cost_allreduce_time(&s, m->bytes);
+    *t = is_allgather(m) ? sfi_cost_allgather_time(&s, m->bytes)
+                         : sfi_cost_allreduce_time(&s, m->bytes);
     return 0;
 }
 
-/* The all-reduce latency and efficiency that fit the all-reduce
- * measurements of `gpus` GPUs best in relative error (least squares of
- * (lat + x / eff) / t - 1, x the ring transfer at efficiency 1). Returns
- * the measurements used (0: none, or fewer than two sizes: *lat and *eff
- * untouched). */
-static int fit_allreduce(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu, int gpus,
-                         double *lat, double *eff)
+/* The latency and efficiency that fit the measurements of `kernel`
+ * ("allreduce" or "allgather") of `gpus` GPUs best in relative error
+ * (least squares of (lat + x / eff) / t - 1, x the ring transfer at
+ * efficiency 1). Returns the measurements used (0: none, or fewer than two
+ * sizes: *lat and *eff untouched). */
+static int fit_collective(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu,
+                          const char *kernel, int gpus, double *lat, double *eff)
 {
     sfi_hw_profile unit;
     sfi_hw_profile_default(&unit);
@@ -188,8 +195,8 @@ static int fit_allreduce(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu 
     int n = 0, sizes = 0;
     for (size_t i = 0; i < nm; i++) {
         double x;
-        if (!is_collective(&ms[i]) || ms[i].gpus != gpus || !(ms[i].time_s > 0) ||
-            allreduce_predict(&ms[i], gpu, &unit, &x))
+        if (strcmp(ms[i].kernel, kernel) || ms[i].gpus != gpus || !(ms[i].time_s > 0) ||
+            collective_predict(&ms[i], gpu, &unit, &x))
             continue;
         double u = 1 / ms[i].time_s, v = x / ms[i].time_s;
         suu += u * u;
@@ -217,29 +224,40 @@ static int fit_allreduce(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu 
     return n;
 }
 
-/* The collectives' fits, one per group size measured. */
+/* The collectives' fits, one per group size measured: all-reduces (n,
+ * lat, eff) and all-gathers (ag_*). */
 typedef struct {
     int n[SFI_HW_AR_GROUPS]; /* measurements used (0: no fit for that size) */
     double lat[SFI_HW_AR_GROUPS], eff[SFI_HW_AR_GROUPS];
     int total, groups;
+    int ag_n[SFI_HW_AR_GROUPS];
+    double ag_lat[SFI_HW_AR_GROUPS], ag_eff[SFI_HW_AR_GROUPS];
+    int ag_total;
 } ar_fits;
 
 static void fit_collectives(const sfi_hw_measurement *ms, size_t nm, const sfi_gpu *gpu, ar_fits *f)
 {
     memset(f, 0, sizeof *f);
     for (int g = 2; g < SFI_HW_AR_GROUPS; g++) {
-        f->n[g] = fit_allreduce(ms, nm, gpu, g, &f->lat[g], &f->eff[g]);
+        f->n[g] = fit_collective(ms, nm, gpu, "allreduce", g, &f->lat[g], &f->eff[g]);
         f->total += f->n[g];
         f->groups += f->n[g] > 0;
+        f->ag_n[g] = fit_collective(ms, nm, gpu, "allgather", g, &f->ag_lat[g], &f->ag_eff[g]);
+        f->ag_total += f->ag_n[g];
     }
 }
 
-/* Each fitted group size's parameters into p, and the smallest size's as
- * the profile's own (what other group sizes get). */
+/* Each fitted group size's parameters into p, and the smallest size's
+ * all-reduce as the profile's own (what other group sizes and their
+ * all-gathers get). All-gathers only ever price their own group size. */
 static void apply_collectives(const ar_fits *f, sfi_hw_profile *p)
 {
     int first = 1;
     for (int g = 2; g < SFI_HW_AR_GROUPS; g++) {
+        if (f->ag_n[g]) {
+            p->ag_by_gpus_lat[g] = f->ag_lat[g];
+            p->ag_by_gpus_eff[g] = f->ag_eff[g];
+        }
         if (!f->n[g])
             continue;
         p->ar_by_gpus_lat[g] = f->lat[g];
@@ -252,24 +270,32 @@ static void apply_collectives(const ar_fits *f, sfi_hw_profile *p)
     }
 }
 
-/* "allreduce_by_gpus" of a profile written, where it has any. */
-static void json_collectives(json_t *root, const sfi_hw_profile *p)
+/* {"G": [latency_us, efficiency], ...} of the group sizes with eff > 0,
+ * as root's `key`, where there are any. */
+static void json_groups(json_t *root, const char *key, const double *lat, const double *eff)
 {
     json_t *o = NULL;
     for (int g = 2; g < SFI_HW_AR_GROUPS; g++) {
-        if (!(p->ar_by_gpus_eff[g] > 0))
+        if (!(eff[g] > 0))
             continue;
         if (!o)
             o = json_object();
         char k[16]; /* any int: the -O1 sanitizer build cannot bound g */
         snprintf(k, sizeof k, "%d", g);
         json_t *e = json_array();
-        json_array_append_new(e, json_real(floor(p->ar_by_gpus_lat[g] * 1e8 + 0.5) / 100));
-        json_array_append_new(e, json_real(floor(p->ar_by_gpus_eff[g] * 1e4 + 0.5) / 1e4));
+        json_array_append_new(e, json_real(floor(lat[g] * 1e8 + 0.5) / 100));
+        json_array_append_new(e, json_real(floor(eff[g] * 1e4 + 0.5) / 1e4));
         json_object_set_new(o, k, e);
     }
     if (o)
-        json_object_set_new(root, "allreduce_by_gpus", o);
+        json_object_set_new(root, key, o);
+}
+
+/* "allreduce_by_gpus" and "allgather_by_gpus" of a profile written. */
+static void json_collectives(json_t *root, const sfi_hw_profile *p)
+{
+    json_groups(root, "allreduce_by_gpus", p->ar_by_gpus_lat, p->ar_by_gpus_eff);
+    json_groups(root, "allgather_by_gpus", p->ag_by_gpus_lat, p->ag_by_gpus_eff);
 }
 
 static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_hw_measurement *ms,
@@ -350,6 +376,10 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
         if (af.n[g])
             printf("#   %-12s efficiency %.3f, latency %.2f us (from %d all-reduces of %d GPUs)\n",
                    "allreduce", af.eff[g], af.lat[g] * 1e6, af.n[g], g);
+    for (int g = 2; g < SFI_HW_AR_GROUPS; g++)
+        if (af.ag_n[g])
+            printf("#   %-12s efficiency %.3f, latency %.2f us (from %d all-gathers of %d GPUs)\n",
+                   "allgather", af.ag_eff[g], af.ag_lat[g] * 1e6, af.ag_n[g], g);
     /* Write: temp file + rename. */
     json_t *root = json_object(), *eff = json_object(), *fx = json_object(), *arr = json_array();
     char name[SFI_HW_NAME_MAX + 8];
@@ -512,7 +542,7 @@ static const char *trace_path(const sfi_step_meas *m, char *buf, size_t cap)
 
 static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const sfi_gpu *gpu,
                           const char *steps_path, char **subsets, int n_sub, const sfi_sv_fit *f,
-                          int n_ar)
+                          int n_ar, int n_ag)
 {
     json_t *root = json_object(), *eff = json_object(), *fx = json_object();
     char note[1024];
@@ -532,10 +562,15 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
     if (!held && o < (int)sizeof note)
         o += snprintf(note + o, sizeof note - (size_t)o, " none");
     if (n_ar && o < (int)sizeof note)
+        o += snprintf(note + o, sizeof note - (size_t)o,
+                      "; all-reduce latency and efficiency fitted to the %d all-reduce "
+                      "measurements of %s",
+                      n_ar, steps_path);
+    if (n_ag && o < (int)sizeof note)
         snprintf(note + o, sizeof note - (size_t)o,
-                 "; all-reduce latency and efficiency fitted to the %d all-reduce measurements "
+                 "; all-gather latency and efficiency fitted to the %d all-gather measurements "
                  "of %s",
-                 n_ar, steps_path);
+                 n_ag, steps_path);
     json_object_set_new(root, "sfi_profile", json_integer(1));
     /* named for the GPU: "h100-step-fit" for H100-SXM */
     char name[SFI_HW_NAME_MAX + 16];
@@ -626,6 +661,7 @@ typedef struct {
     int n_replayed, n_sfi;
     int n_ar;         /* all-reduce measurements of the steps file (their fits
                    price the collectives), 0: none */
+    int n_ag;         /* all-gather measurements of it (fits of their own) */
     ar_fits ar;       /* per group size */
     sfi_hw_profile p; /* the profile predicted with: prof, fitted when fitted */
     sfi_sv_fit fit;
@@ -688,14 +724,22 @@ static int steps_collectives(step_val *sv)
     }
     fit_collectives(meas, nm, &sv->gpu, &sv->ar);
     sv->n_ar = sv->ar.total;
+    sv->n_ag = sv->ar.ag_total;
     free(meas);
-    for (int g = 2; g < SFI_HW_AR_GROUPS; g++)
+    for (int g = 2; g < SFI_HW_AR_GROUPS; g++) {
         if (sv->ar.n[g])
             printf("# collectives: %d all-reduce measurements of %s (%d GPUs) fit latency %.2f us, "
                    "efficiency %.3f of %s's NVLink (%.1f GB/s per direction): they price the "
-                   "steps' all-reduces and all-gathers of %d GPUs\n",
+                   "steps' all-reduces%s of %d GPUs\n",
                    sv->ar.n[g], sv->steps_path, g, sv->ar.lat[g] * 1e6, sv->ar.eff[g], sv->gpu.name,
-                   sv->gpu.nvlink_bandwidth / 2e9, g);
+                   sv->gpu.nvlink_bandwidth / 2e9, sv->ar.ag_n[g] ? "" : " and all-gathers", g);
+        if (sv->ar.ag_n[g])
+            printf("# collectives: %d all-gather measurements of %s (%d GPUs) fit latency %.2f us, "
+                   "efficiency %.3f of %s's NVLink: they price the steps' all-gathers of %d "
+                   "GPUs\n",
+                   sv->ar.ag_n[g], sv->steps_path, g, sv->ar.ag_lat[g] * 1e6, sv->ar.ag_eff[g],
+                   sv->gpu.name, g);
+    }
     return 0;
 }
 
@@ -821,7 +865,7 @@ static int fit_steps(step_val *sv, char **subsets, int n_sub)
     for (size_t i = 0; i < sv->n; i++)
         n_in += sv->in_fit[i] && !sv->ms[i].variant;
     sv->p = *sv->prof;
-    if (sv->n_ar)
+    if (sv->n_ar || sv->n_ag)
         apply_collectives(&sv->ar, &sv->p);
     printf("# sfi-sim validate: whole decode steps of %s (%zu configurations) against profile "
            "%s ('%s') on %s\n",
@@ -1014,7 +1058,8 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
     }
     (void)tol;
     if (!rc && sv.fitted && fit_path)
-        rc = write_step_fit(fit_path, &sv.p, &sv.gpu, steps_path, subsets, n_sub, &sv.fit, sv.n_ar);
+        rc = write_step_fit(fit_path, &sv.p, &sv.gpu, steps_path, subsets, n_sub, &sv.fit, sv.n_ar,
+                            sv.n_ag);
     sfi_trigger_set_free(&sv.ts);
     free(sv.pr);
     free(sv.ms);
@@ -1188,7 +1233,7 @@ static void validate_kernel(const sfi_hw_measurement *m, size_t i, const sfi_gpu
     tally_add(k, i, e_def, e_prof, tol);
 }
 
-/* One all-reduce's row: the ring model (sfi-sim-sweep(1)) under the
+/* One collective's row: the ring model (sfi-sim-sweep(1)) under the
  * defaults and under the profile. */
 static void validate_collective(const sfi_hw_measurement *m, size_t i, const sfi_gpu *gpu,
                                 const sfi_hw_profile *prof, const sfi_hw_profile *def, double tol,
@@ -1196,7 +1241,7 @@ static void validate_collective(const sfi_hw_measurement *m, size_t i, const sfi
 {
     double t_def, t_prof;
     printf("%-18s %4d %12.0f %11.2f ", m->kernel, m->gpus, m->bytes, m->time_s * 1e6);
-    if (allreduce_predict(m, gpu, def, &t_def) || allreduce_predict(m, gpu, prof, &t_prof)) {
+    if (collective_predict(m, gpu, def, &t_def) || collective_predict(m, gpu, prof, &t_prof)) {
         printf("%11s %8s %11s %8s  (needs gpus in 2..64 and bytes > 0)\n", "-", "-", "-", "-");
         return;
     }

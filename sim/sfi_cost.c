@@ -286,12 +286,18 @@ double sfi_cost_allgather_time(const sfi_cost_setup *s, double bytes)
     if (s->tp <= 1)
         return 0;
     /* Ring all-gather: each GPU forwards tp - 1 pieces of `bytes` over one
-     * direction of its NVLink; the all-reduce's efficiency and latency. */
+     * direction of its NVLink (NCCL's all-gather busbw counts the same);
+     * the efficiency and latency fitted to all-gathers of this group size
+     * where the profile has them, else the all-reduce's. */
     double per_dir = s->gpu.nvlink_bandwidth / 2;
     if (per_dir <= 0)
         per_dir = 64e9;
     double t = (s->tp - 1.0) * bytes / per_dir, lat, eff;
     collective_params(s, &lat, &eff);
+    if (s->tp < SFI_HW_AR_GROUPS && s->prof.ag_by_gpus_eff[s->tp] > 0) {
+        lat = s->prof.ag_by_gpus_lat[s->tp];
+        eff = s->prof.ag_by_gpus_eff[s->tp];
+    }
     return t / eff + lat;
 }
 

@@ -173,8 +173,9 @@ double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double 
 double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes);
 /* Ring all-gather over tp GPUs of `bytes` from each GPU (0 when tp == 1):
  * each GPU receives (tp - 1) x bytes over one direction of its link, at
- * the all-reduce's efficiency and latency (one class for NVLink
- * collectives). */
+ * the latency and efficiency of the profile's allgather_by_gpus for tp
+ * where it has them (sfi-sim validate fits them to sfi-gpu bench-allreduce
+ * --op allgather), else the all-reduce's. */
 double sfi_cost_allgather_time(const sfi_cost_setup *s, double bytes);
 /* Bytes one GPU sends per step into the all-reduces and all-gathers of a
  * step of `batch` sampled tokens (sfi-gpu run --bench's

@@ -348,12 +348,13 @@ static sfi_status parse_curve(json_t *v, const char *origin, sfi_hw_profile *p, 
     return SFI_OK;
 }
 
-/* "allreduce_by_gpus": {"G": [latency_us, efficiency], ...}, G in
- * 2..SFI_HW_AR_GROUPS - 1. */
-static sfi_status parse_ar_groups(json_t *v, const char *origin, sfi_hw_profile *p, sfi_error *err)
+/* "allreduce_by_gpus" or "allgather_by_gpus" (key): {"G": [latency_us,
+ * efficiency], ...}, G in 2..SFI_HW_AR_GROUPS - 1, into lat_s and eff. */
+static sfi_status parse_ar_groups(json_t *v, const char *origin, const char *key, double *lat_s,
+                                  double *eff_out, sfi_error *err)
 {
     if (!json_is_object(v))
-        return sfi_error_set(err, SFI_EFORMAT, "%s: allreduce_by_gpus: not an object", origin);
+        return sfi_error_set(err, SFI_EFORMAT, "%s: %s: not an object", origin, key);
     const char *k;
     json_t *e;
     json_object_foreach(v, k, e)
@@ -361,20 +362,19 @@ static sfi_status parse_ar_groups(json_t *v, const char *origin, sfi_hw_profile 
         char *end;
         long g = strtol(k, &end, 10);
         if (*end || g < 2 || g >= SFI_HW_AR_GROUPS)
-            return sfi_error_set(err, SFI_ERANGE,
-                                 "%s: allreduce_by_gpus: '%s' is not a GPU count in 2..%d", origin,
-                                 k, SFI_HW_AR_GROUPS - 1);
+            return sfi_error_set(err, SFI_ERANGE, "%s: %s: '%s' is not a GPU count in 2..%d",
+                                 origin, key, k, SFI_HW_AR_GROUPS - 1);
         double lat, eff;
         if (!json_is_array(e) || json_array_size(e) != 2 ||
-            get_num(json_array_get(e, 0), origin, "allreduce_by_gpus", &lat, err) ||
-            get_num(json_array_get(e, 1), origin, "allreduce_by_gpus", &eff, err) ||
-            !(lat >= 0 && lat <= 1e6) || !(eff > 0 && eff <= 1))
+            get_num(json_array_get(e, 0), origin, key, &lat, err) ||
+            get_num(json_array_get(e, 1), origin, key, &eff, err) || !(lat >= 0 && lat <= 1e6) ||
+            !(eff > 0 && eff <= 1))
             return sfi_error_set(err, SFI_ERANGE,
-                                 "%s: allreduce_by_gpus: \"%s\" needs [latency_us in 0..1e6, "
+                                 "%s: %s: \"%s\" needs [latency_us in 0..1e6, "
                                  "efficiency in (0, 1]]",
-                                 origin, k);
-        p->ar_by_gpus_lat[g] = lat * 1e-6;
-        p->ar_by_gpus_eff[g] = eff;
+                                 origin, key, k);
+        lat_s[g] = lat * 1e-6;
+        eff_out[g] = eff;
     }
     return SFI_OK;
 }
@@ -584,7 +584,9 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
         } else if (!strcmp(key, "reserved_GB")) {
             st = get_scaled(v, origin, key, 1e5, "[0, 1e5]", 1e9, &p.reserved_bytes, err);
         } else if (!strcmp(key, "allreduce_by_gpus")) {
-            st = parse_ar_groups(v, origin, &p, err);
+            st = parse_ar_groups(v, origin, key, p.ar_by_gpus_lat, p.ar_by_gpus_eff, err);
+        } else if (!strcmp(key, "allgather_by_gpus")) {
+            st = parse_ar_groups(v, origin, key, p.ag_by_gpus_lat, p.ag_by_gpus_eff, err);
         } else if (!strcmp(key, "attn_dense_by_context")) {
             st = parse_curve(v, origin, &p, err);
         } else if (!strcmp(key, "launch_pdl_us")) {

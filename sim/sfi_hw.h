@@ -36,7 +36,9 @@
  * slow_step_serial, slow_step_overlap ("layers" layers of the two-stream
  * slow step: attention alone, side work serial, side work on a second
  * stream); allreduce (a collective: "gpus" GPUs, "bytes" the message, as
- * sfi-gpu bench-allreduce times it); others are listed as not modelled. cta_GBps (optional, no limit
+ * sfi-gpu bench-allreduce times it); allgather (the same, "bytes" what
+ * each GPU sends, sfi-gpu bench-allreduce --op allgather); others are
+ * listed as not modelled. cta_GBps (optional, no limit
  * when absent) caps what one CTA of a decode attention kernel streams: a
  * launch of few CTAs (small batches) takes at least its largest CTA's
  * bytes over it. cta_GFLOPS (optional, no limit when absent) caps the
@@ -123,6 +125,12 @@ typedef struct {
      * efficiency], ...} */
     double ar_by_gpus_lat[SFI_HW_AR_GROUPS];
     double ar_by_gpus_eff[SFI_HW_AR_GROUPS];
+    /* The same for all-gathers, where ag_by_gpus_eff[g] > 0 (fitted to
+     * sfi-gpu bench-allreduce --op allgather --gpus g); else all-gathers
+     * take the all-reduce's. "allgather_by_gpus": {"G": [latency_us,
+     * efficiency], ...} */
+    double ag_by_gpus_lat[SFI_HW_AR_GROUPS];
+    double ag_by_gpus_eff[SFI_HW_AR_GROUPS];
     double overlap_contention; /* [0,1] */
     double moe_efficiency;     /* MoE expert kernels' fraction of HBM
                                         bandwidth (0: efficiency.gemm),
@@ -163,8 +171,9 @@ double sfi_hw_attn_dense_efficiency(const sfi_hw_profile *p, double context);
 typedef struct {
     char kernel[32];
     int batch, context, q_heads, kv_heads, head_dim, K, layers;
-    int gpus;     /* collectives ("allreduce"): GPUs taking part */
-    double bytes; /* collectives: the message (bytes per GPU) */
+    int gpus;     /* collectives ("allreduce", "allgather"): GPUs taking part */
+    double bytes; /* collectives: the message (bytes per GPU; an all-gather's:
+                     what each GPU sends) */
     double time_s;
 } sfi_hw_measurement;
 

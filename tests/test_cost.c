@@ -235,6 +235,20 @@ START_TEST(tp_engine_terms)
                         10e-6 + 2.0 * 3 / 4 * (1 << 20) / (s.gpu.nvlink_bandwidth / 2) / 0.5, 1e-12));
     ck_assert(close_rel(sfi_cost_allgather_time(&s, 1 << 20),
                         10e-6 + 3.0 * (1 << 20) / (s.gpu.nvlink_bandwidth / 2) / 0.5, 1e-12));
+    /* all-gathers fitted apart (sfi-gpu bench-allreduce --op allgather):
+     * theirs at their group size only, the all-reduces untouched */
+    const double ar4 = sfi_cost_allreduce_time(&s, 1 << 20), nv = s.gpu.nvlink_bandwidth / 2;
+    s.prof.ag_by_gpus_lat[4] = 20e-6;
+    s.prof.ag_by_gpus_eff[4] = 0.25;
+    ck_assert(sfi_cost_allreduce_time(&s, 1 << 20) == ar4);
+    ck_assert(close_rel(sfi_cost_allgather_time(&s, 1 << 20), 20e-6 + 3.0 * (1 << 20) / nv / 0.25,
+                        1e-12));
+    s.tp = 2; /* none of 2: the all-reduce's (the profile's own) */
+    ck_assert(close_rel(sfi_cost_allgather_time(&s, 1 << 20),
+                        s.prof.allreduce_latency_s +
+                            (1 << 20) / nv / s.prof.efficiency[SFI_KC_ALLREDUCE],
+                        1e-12));
+    s.prof.ag_by_gpus_eff[4] = 0;
     s.prof.ar_by_gpus_eff[4] = 0;
     s.tp = 2;
     /* the argmax: 16 (value, id) pairs gathered, one merge launch */

@@ -42,6 +42,17 @@ for m in Qwen3-235B-A22B Qwen3-14B; do
 done
 "$bin" bench-allreduce --gpus 1 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bench-allreduce --gpus 1 must exit 2"
+"$bin" bench-allreduce --help | grep -q -- '--op OP' || fail "bench-allreduce --help does not list --op"
+for bad in "--op allgathers" "--op" "--gather-rows 0" "--gather-rows 4,x" "--gather-len 2000000" \
+    "--gather-len ,"; do
+    msg=$("$bin" bench-allreduce $bad 2>&1 >/dev/null)
+    [ $? -eq 2 ] || fail "bench-allreduce $bad must exit 2"
+    echo "$msg" | grep -q -- "${bad%% *}" || fail "bench-allreduce $bad: message does not name it: $msg"
+done
+# an all-gather each GPU sends beyond 4 GiB (2048 rows x 2^20 positions x 4 B)
+msg=$("$bin" bench-allreduce --op both --gather-rows 2048 --gather-len 1048576 2>&1 >/dev/null)
+[ $? -eq 2 ] || fail "bench-allreduce: an 8 GiB all-gather must exit 2"
+echo "$msg" | grep -q 'more than 4 GiB' || fail "bench-allreduce 8 GiB all-gather: $msg"
 
 # on two GPUs: --tp 2 against one GPU
 skip=""

@@ -212,6 +212,14 @@ START_TEST(profile_parse_partial_measurements_and_errors)
                   "%s", e.msg);
     ck_assert(fabs(p3.ar_by_gpus_lat[4] - 10.02e-6) < 1e-15 && p3.ar_by_gpus_eff[4] == 0.634);
     ck_assert(p3.ar_by_gpus_eff[2] == 0 && p3.ar_by_gpus_eff[8] == 0);
+    ck_assert(p3.ag_by_gpus_eff[4] == 0); /* all-gathers: only where given */
+    /* all-gathers of 2 GPUs at theirs (sfi-gpu bench-allreduce --op allgather) */
+    const char *j6 = "{\"sfi_profile\":1,\"allreduce_by_gpus\":{\"2\":[6.7,0.509]},"
+                     "\"allgather_by_gpus\":{\"2\":[9.5,0.41]}}";
+    ck_assert_msg(sfi_hw_profile_parse(j6, strlen(j6), "p6.json", &p3, NULL, NULL, &e) == SFI_OK,
+                  "%s", e.msg);
+    ck_assert(fabs(p3.ag_by_gpus_lat[2] - 9.5e-6) < 1e-15 && p3.ag_by_gpus_eff[2] == 0.41);
+    ck_assert(p3.ar_by_gpus_eff[2] == 0.509 && p3.ag_by_gpus_eff[4] == 0);
     const char *bad[][2] = {
         {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"allreduce\",\"bytes\":-1,"
          "\"time_us\":5}]}",
@@ -237,6 +245,12 @@ START_TEST(profile_parse_partial_measurements_and_errors)
         {"{\"sfi_profile\":1,\"allreduce_by_gpus\":{\"1\":[5,0.5]}}", "not a GPU count in 2..8"},
         {"{\"sfi_profile\":1,\"allreduce_by_gpus\":{\"4\":[5,1.5]}}", "efficiency in (0, 1]"},
         {"{\"sfi_profile\":1,\"allreduce_by_gpus\":[]}", "allreduce_by_gpus: not an object"},
+        {"{\"sfi_profile\":1,\"allgather_by_gpus\":{\"9\":[5,0.5]}}",
+         "allgather_by_gpus: '9' is not a GPU count in 2..8"},
+        {"{\"sfi_profile\":1,\"allgather_by_gpus\":{\"2\":[-1,0.5]}}",
+         "allgather_by_gpus: \"2\" needs [latency_us in 0..1e6"},
+        {"{\"sfi_profile\":1,\"allgather_by_gpus\":{\"2\":[5]}}", "allgather_by_gpus"},
+        {"{\"sfi_profile\":1,\"allgather_by_gpus\":7}", "allgather_by_gpus: not an object"},
         {"{\"sfi_profile\":1,\"request_overhead_us\":\"x\"}", "request_overhead_us: not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

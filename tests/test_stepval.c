@@ -645,6 +645,107 @@ START_TEST(allreduce_measurements)
 }
 END_TEST
 
+/* All-gather measurements (sfi-gpu bench-allreduce --op both) of 2 GPUs
+ * beside the all-reduces: --fit recovers each kernel's own latency and
+ * efficiency (the all-gathers' into allgather_by_gpus, the profile's own
+ * collective parameters staying the all-reduces'), the table prices each
+ * with its ring, and whole steps in the same file say what prices their
+ * all-gathers. */
+START_TEST(allgather_measurements)
+{
+    sfi_gpu g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_preset("H200", &g, &e), SFI_OK);
+    /* all-reduce: 5 us + 2 (n-1)/n bytes / (450 GB/s x 0.6); all-gather:
+     * 12 us + (n-1) bytes / (450 GB/s x 0.45), bytes what each GPU sends */
+    size_t cap = 1 << 14, o = 0;
+    char *json = malloc(cap);
+    o += (size_t)snprintf(json + o, cap - o,
+                          "{\"sfi_profile\":1,\"name\":\"ag\",\"gpu\":\"H200\","
+                          "\"measurements\":[");
+    const double sizes[] = {4096, 133120, 526400, 8388608, 67108864};
+    for (int a = 0; a < 2; a++)
+        for (int i = 0; i < 5; i++) {
+            double t = a ? 12e-6 + sizes[i] / (450e9 * 0.45) : 5e-6 + sizes[i] / (450e9 * 0.6);
+            o += (size_t)snprintf(json + o, cap - o,
+                                  "%s{\"kernel\":\"%s\",\"gpus\":2,\"bytes\":%.0f,"
+                                  "\"message\":\"sweep\",\"time_us\":%.6f,\"eager_us\":20,"
+                                  "\"busbw_GB_per_s\":1}",
+                                  a || i ? "," : "", a ? "allgather" : "allreduce", sizes[i],
+                                  t * 1e6);
+        }
+    o += (size_t)snprintf(json + o, cap - o,
+                          "],\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"dense\","
+                          "\"context\":8192,\"batch\":16,\"tp\":2,\"decode_tokens_per_s\":2000,"
+                          "\"steps\":{\"dense\":{\"mean_ms\":8}}}]}");
+    ck_assert(o < cap);
+    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], cmd[16384];
+    snprintf(path, sizeof path, "%s/ag.json", dir);
+    snprintf(fit, sizeof fit, "%s/fit.json", dir);
+    ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
+    free(json);
+    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s' --fit '%s'", sfi_test_build("sfi-sim"),
+             path, fit);
+    char *out = NULL, *err = NULL;
+    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    /* the all-gather rows, and under the defaults (the all-reduce's 8 us
+     * and 0.70) the largest is priced by (n-1) bytes, not 2 (n-1)/n */
+    sfi_hw_profile def;
+    sfi_hw_profile_default(&def);
+    char row[128];
+    snprintf(row, sizeof row, "allgather             2     67108864 %11.2f %11.2f",
+             (12e-6 + 67108864 / (450e9 * 0.45)) * 1e6,
+             (def.allreduce_latency_s + 67108864 / (450e9 * def.efficiency[SFI_KC_ALLREDUCE])) *
+                 1e6);
+    ck_assert_msg(strstr(out, row), "no '%s' in:\n%s", row, out);
+    ck_assert_msg(
+        strstr(out,
+               "allreduce    efficiency 0.600, latency 5.00 us (from 5 all-reduces of 2 GPUs)") &&
+            strstr(
+                out,
+                "allgather    efficiency 0.450, latency 12.00 us (from 5 all-gathers of 2 GPUs)"),
+        "%s", out);
+    free(out);
+    free(err);
+    sfi_hw_profile p;
+    sfi_hw_measurement *ms = NULL;
+    size_t nm = 0;
+    ck_assert_int_eq(sfi_hw_profile_load(fit, &p, &ms, &nm, &e), SFI_OK);
+    ck_assert(fabs(p.allreduce_latency_s - 5e-6) < 1e-8);
+    ck_assert(fabs(p.efficiency[SFI_KC_ALLREDUCE] - 0.6) < 1e-4);
+    ck_assert(fabs(p.ag_by_gpus_lat[2] - 12e-6) < 1e-8 && fabs(p.ag_by_gpus_eff[2] - 0.45) < 1e-4);
+    ck_assert(p.ag_by_gpus_eff[4] == 0);
+    ck_assert_int_eq(nm, 10);
+    ck_assert_str_eq(ms[9].kernel, "allgather");
+    ck_assert(ms[9].gpus == 2 && ms[9].bytes == 67108864.0);
+    free(ms);
+    /* refitted from its own measurements, the fitted profile predicts them:
+     * its all-gathers priced by allgather_by_gpus */
+    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s'", sfi_test_build("sfi-sim"), fit);
+    out = err = NULL;
+    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    ck_assert_msg(strstr(out, "profile 10 (max |err| 0.0%)"), "%s", out);
+    free(out);
+    free(err);
+    /* whole steps of the same file: the header names what prices what */
+    char prof[4096]; /* sfi_test_src and sfi_test_build share a buffer */
+    snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
+    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s' --steps '%s'",
+             sfi_test_build("sfi-sim"), prof, path);
+    out = err = NULL;
+    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    ck_assert_msg(strstr(out, "they price the steps' all-reduces of 2 GPUs") &&
+                      strstr(out, "# collectives: 5 all-gather measurements") &&
+                      strstr(out, "(2 GPUs) fit latency 12.00 us, efficiency 0.450 of H200's "
+                                  "NVLink: they price the steps' all-gathers of 2 GPUs"),
+                  "%s", out);
+    free(out);
+    free(err);
+    sfi_test_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* The command's report: rows of the subset (context 8K) marked in, the
  * others (16K) out, and the summary counts each apart; fitted on the 8K
  * rows, the truth predicts the 16K rows. */
@@ -756,6 +857,7 @@ int main(void)
     tcase_add_test(tc, tensor_parallel_measurements_are_priced_at_their_gpus);
     tcase_add_test(tc, tensor_parallel_engine_setup);
     tcase_add_test(tc, allreduce_measurements);
+    tcase_add_test(tc, allgather_measurements);
     tcase_add_test(tc, small_batches_split_fast_requests_finer_than_slow_ones);
     tcase_add_test(tc, moe_routing_cta_flops_and_pair_reads_are_priced);
     tcase_add_test(tc, fit_recovers_cta_flops_and_serial_step);
