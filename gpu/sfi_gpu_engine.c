@@ -141,6 +141,12 @@ struct sfi_gpu_engine {
     cublasHandle_t blas;
     void *blas_ws;
     cudaStream_t main_st, side_st;
+    /* experiment (SFI_GPU_TP_REST_STREAM=1, tp > 1): step 8, Top-K and
+     * reorg on a third stream, so that the side stream's next steps 1-7
+     * do not queue behind them; ev_rest[slot] after a layer's reorg */
+    cudaStream_t rest_st;
+    int rest_stream;
+    cudaEvent_t ev_rest[SFI_GPU_RING], ev_rest_done;
     cudaEvent_t ev_attn[R_SLOTS], ev_free[R_SLOTS], ev_done, ev_plan;
     cudaEvent_t ev_gath[R_SLOTS]; /* tp > 1: a layer's scores all-gathered */
     cudaGraphExec_t graph_exec;
@@ -834,7 +840,12 @@ static sfi_status create_streams(sfi_gpu_engine *e, sfi_error *err)
     const int side_hi = sp && !strcmp(sp, "high");
     CK(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, side_hi ? lo : hi));
     CK(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, side_hi ? hi : lo));
+    CK(cudaStreamCreateWithPriority(&e->rest_st, cudaStreamNonBlocking, side_hi ? hi : lo));
+    const char *rs = getenv("SFI_GPU_TP_REST_STREAM");
+    e->rest_stream = rs && !strcmp(rs, "1");
+    CK(cudaEventCreateWithFlags(&e->ev_rest_done, cudaEventDisableTiming));
     for (int i = 0; i < R_SLOTS; i++) {
+        CK(cudaEventCreateWithFlags(&e->ev_rest[i], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->ev_attn[i], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->ev_free[i], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->ev_gath[i], cudaEventDisableTiming));
@@ -1169,6 +1180,8 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
         cudaStreamSynchronize(e->main_st);
     if (e->side_st)
         cudaStreamSynchronize(e->side_st);
+    if (e->rest_st)
+        cudaStreamSynchronize(e->rest_st);
     sfi_gpu_gemm_set_ws(NULL, 0, NULL, 0); /* the kernels' split-K scratch was ours */
     if (e->graph_exec)
         cudaGraphExecDestroy(e->graph_exec);
@@ -1293,7 +1306,11 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
             cudaEventDestroy(e->ev_free[i]);
         if (e->ev_gath[i])
             cudaEventDestroy(e->ev_gath[i]);
+        if (e->ev_rest[i])
+            cudaEventDestroy(e->ev_rest[i]);
     }
+    if (e->ev_rest_done)
+        cudaEventDestroy(e->ev_rest_done);
     if (e->ev_done)
         cudaEventDestroy(e->ev_done);
     if (e->ev_plan)
@@ -1304,6 +1321,8 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
         cudaStreamDestroy(e->main_st);
     if (e->side_st)
         cudaStreamDestroy(e->side_st);
+    if (e->rest_st)
+        cudaStreamDestroy(e->rest_st);
     free(e);
 }
 
@@ -1897,13 +1916,16 @@ static sfi_status tp_chain_rest(sfi_gpu_engine *e, int l, const sfi_gpu_sel_para
     if (rc)
         return rc;
     CK(cudaEventRecord(e->ev_gath[slot], e->main_st));
-    CK(cudaStreamWaitEvent(e->side_st, e->ev_gath[slot], 0));
+    cudaStream_t rs = e->rest_stream ? e->rest_st : e->side_st;
+    CK(cudaStreamWaitEvent(rs, e->ev_gath[slot], 0));
     int pdl = sfi_gpu_pdl();
     sfi_gpu_set_pdl(0);
     CK(sfi_gpu_selector_cross_tp(&e->h_cap, e->d_desc, sp, z_all, e->sel_slots, e->tp, e->rank, ws,
-                                 e->sel[l], e->exact, e->side_st));
+                                 e->sel[l], e->exact, rs));
     CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l], e->sel[l], e->ck[l],
-                     e->cv[l], NULL, e->side_st));
+                     e->cv[l], NULL, rs));
+    if (e->rest_stream)
+        CK(cudaEventRecord(e->ev_rest[slot], rs));
     sfi_gpu_set_pdl(pdl);
     return SFI_OK;
 }
@@ -1976,7 +1998,11 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
             sfi_gpu_set_pdl(0); /* the side stream's kernels wait on events */
             if (overlap && e->tp > 1) {
                 /* steps 1-7 here; the scores' all-gather, step 8, Top-K
-                 * and reorg after this layer's MLP (tp_chain_rest) */
+                 * and reorg after this layer's MLP (tp_chain_rest); on a
+                 * third stream, this slot's scratch is free once the
+                 * layer R_SLOTS back has its reorg done */
+                if (e->rest_stream && !e->o.skip_select && l >= R_SLOTS)
+                    CK(cudaStreamWaitEvent(side, e->ev_rest[slot], 0));
                 if (!e->o.skip_select)
                     CK(sfi_gpu_selector_local(&e->h_cap, e->d_desc, &sp, e->logits_ring[slot],
                                               e->knorm[l], &e->sel_ws[slot], NULL, e->exact, side));
@@ -2010,6 +2036,11 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     if (overlap && !e->defer && !e->no_chain) {
         CK(cudaEventRecord(e->ev_done, side));
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
+    }
+    if (e->rest_stream && sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 &&
+        !e->o.skip_select) {
+        CK(cudaEventRecord(e->ev_rest_done, e->rest_st));
+        CK(cudaStreamWaitEvent(st, e->ev_rest_done, 0));
     }
     if ((rc = norm_rows(e, e->x, e->final_norm, B, 0, st, err)))
         return rc;
