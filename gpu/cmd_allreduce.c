@@ -199,6 +199,25 @@ out:
 }
 
 /* "a,b,c" into v (positive ints); returns the count or -1 */
+/* The next message of m (the caller checks room): op, dtype, bytes, the
+ * rest zero. */
+static msg *add_msg(msg *m, int *nm, int op, int dtype, size_t bytes)
+{
+    msg *x = &m[(*nm)++];
+    memset(x, 0, sizeof *x);
+    x->op = op;
+    x->dtype = dtype;
+    x->bytes = bytes;
+    return x;
+}
+
+/* The size sweep of op: 4 KiB, 8 KiB, .. up to max (f32). */
+static void add_sweep(msg *m, int *nm, int op, size_t max)
+{
+    for (size_t s = 4096; s <= max && *nm < MAX_MSGS; s *= 2)
+        add_msg(m, nm, op, SFI_GPU_F32, s);
+}
+
 static int parse_list(const char *s, int *v, int cap)
 {
     int n = 0;
@@ -359,53 +378,33 @@ int sfi_gpu_cmd_allreduce(int argc, char **argv)
         for (int d = 0; d < 2; d++)
             for (int h = 0; h < n_hidden; h++)
                 for (int b = 0; b < n_batch && nm < MAX_MSGS; b++) {
-                    msg *x = &m[nm++];
-                    memset(x, 0, sizeof *x);
-                    x->op = OP_ALLREDUCE;
-                    x->dtype = d ? SFI_GPU_BF16 : SFI_GPU_F32;
+                    msg *x = add_msg(m, &nm, OP_ALLREDUCE, d ? SFI_GPU_BF16 : SFI_GPU_F32,
+                                     (size_t)batch[b] * hidden[h] * (d ? 2 : 4));
                     x->batch = batch[b];
                     x->hidden = hidden[h];
-                    x->bytes = (size_t)batch[b] * hidden[h] * (d ? 2 : 4);
                     if (x->bytes > max_bytes)
                         max_bytes = x->bytes;
                 }
-        for (size_t s = 4096; s <= sweep_max && nm < MAX_MSGS; s *= 2) {
-            memset(&m[nm], 0, sizeof m[nm]);
-            m[nm].op = OP_ALLREDUCE;
-            m[nm].bytes = s;
-            m[nm++].dtype = SFI_GPU_F32;
-        }
+        add_sweep(m, &nm, OP_ALLREDUCE, sweep_max);
     }
     if (op & OP_ALLGATHER) {
         send_bytes = sweep_max;
         for (int r = 0; r < n_rows; r++)
             for (int l = 0; l < n_glen && nm < MAX_MSGS; l++) {
-                msg *x = &m[nm++];
-                memset(x, 0, sizeof *x);
-                x->op = OP_ALLGATHER;
-                x->dtype = SFI_GPU_F32;
+                msg *x = add_msg(m, &nm, OP_ALLGATHER, SFI_GPU_F32, (size_t)rows[r] * glen[l] * 4);
                 x->rows = rows[r];
                 x->len = glen[l];
-                x->bytes = (size_t)rows[r] * glen[l] * 4;
                 if (x->bytes > send_bytes)
                     send_bytes = x->bytes;
             }
         /* the vocab-split LM head's argmax: a (value, id) key a token */
         for (int b = 0; b < n_batch && nm < MAX_MSGS; b++) {
-            msg *x = &m[nm++];
-            memset(x, 0, sizeof *x);
-            x->op = OP_ALLGATHER;
+            msg *x = add_msg(m, &nm, OP_ALLGATHER, SFI_GPU_F32, (size_t)batch[b] * 8);
             x->batch = batch[b];
-            x->bytes = (size_t)batch[b] * 8;
             if (x->bytes > send_bytes)
                 send_bytes = x->bytes;
         }
-        for (size_t s = 4096; s <= sweep_max && nm < MAX_MSGS; s *= 2) {
-            memset(&m[nm], 0, sizeof m[nm]);
-            m[nm].op = OP_ALLGATHER;
-            m[nm].bytes = s;
-            m[nm++].dtype = SFI_GPU_F32;
-        }
+        add_sweep(m, &nm, OP_ALLGATHER, sweep_max);
         if (send_bytes * gpus > max_bytes)
             max_bytes = send_bytes * gpus;
     }

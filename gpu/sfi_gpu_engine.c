@@ -1938,6 +1938,10 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     sfi_status rc;
     CK(sfi_gpu_plan_step(&e->plan, e->d_state, e->d_desc, e->d_dsel, e->hist_kind, st));
     const size_t lg_layer = (size_t)e->o.max_batch * e->nh * e->ld;
+    /* tp > 1 with overlap: each layer's all-gather, step 8, Top-K and
+     * reorg come after an MLP (tp_chain_rest) */
+    const int tp_rest =
+        sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 && !e->o.skip_select;
     if (e->defer) {
         /* the previous step's slow requests: every layer's Selector, Top-K
          * and reorg from its kept logits into their inactive buffers,
@@ -2022,23 +2026,18 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         }
         if ((rc = oproj(e, l, B, st, err)) || (rc = mlp(e, l, B, st, err)))
             return rc;
-        const int tp_rest =
-            sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 && !e->o.skip_select;
         if (tp_rest && l >= e->gather_lag && (rc = tp_chain_rest(e, l - e->gather_lag, &sp, err)))
             return rc;
     }
     /* the layers whose all-gather SFI_GPU_GATHER_LAG put off */
-    for (int l = e->L - e->gather_lag;
-         l < e->L && sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 && !e->o.skip_select;
-         l++)
+    for (int l = e->L - e->gather_lag; tp_rest && l < e->L; l++)
         if (l >= 0 && (rc = tp_chain_rest(e, l, &sp, err)))
             return rc;
     if (overlap && !e->defer && !e->no_chain) {
         CK(cudaEventRecord(e->ev_done, side));
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
     }
-    if (e->rest_stream && sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 &&
-        !e->o.skip_select) {
+    if (e->rest_stream && tp_rest) {
         CK(cudaEventRecord(e->ev_rest_done, e->rest_st));
         CK(cudaStreamWaitEvent(st, e->ev_rest_done, 0));
     }

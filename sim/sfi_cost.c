@@ -267,16 +267,21 @@ static void collective_params(const sfi_cost_setup *s, double *lat, double *eff)
     }
 }
 
+/* One direction of a GPU's NVLink (half the vendor total), the bytes per
+ * second a ring collective moves. */
+static double link_per_dir(const sfi_cost_setup *s)
+{
+    double per_dir = s->gpu.nvlink_bandwidth / 2;
+    return per_dir > 0 ? per_dir : 64e9; /* no NVLink: PCIe 5 x16 */
+}
+
 double sfi_cost_allreduce_time(const sfi_cost_setup *s, double bytes)
 {
     if (s->tp <= 1)
         return 0;
     /* Ring all-reduce: each GPU sends and receives 2 (tp-1)/tp of the
-     * message over one direction of its NVLink (half the vendor total). */
-    double per_dir = s->gpu.nvlink_bandwidth / 2;
-    if (per_dir <= 0)
-        per_dir = 64e9; /* no NVLink: PCIe 5 x16 */
-    double t = 2.0 * (s->tp - 1) / s->tp * bytes / per_dir, lat, eff;
+     * message over one direction of its NVLink. */
+    double t = 2.0 * (s->tp - 1) / s->tp * bytes / link_per_dir(s), lat, eff;
     collective_params(s, &lat, &eff);
     return t / eff + lat;
 }
@@ -289,10 +294,7 @@ double sfi_cost_allgather_time(const sfi_cost_setup *s, double bytes)
      * direction of its NVLink (NCCL's all-gather busbw counts the same);
      * the efficiency and latency fitted to all-gathers of this group size
      * where the profile has them, else the all-reduce's. */
-    double per_dir = s->gpu.nvlink_bandwidth / 2;
-    if (per_dir <= 0)
-        per_dir = 64e9;
-    double t = (s->tp - 1.0) * bytes / per_dir, lat, eff;
+    double t = (s->tp - 1.0) * bytes / link_per_dir(s), lat, eff;
     collective_params(s, &lat, &eff);
     if (s->tp < SFI_HW_AR_GROUPS && s->prof.ag_by_gpus_eff[s->tp] > 0) {
         lat = s->prof.ag_by_gpus_lat[s->tp];

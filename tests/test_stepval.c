@@ -563,6 +563,25 @@ START_TEST(fit_recovers_cta_flops_and_serial_step)
 }
 END_TEST
 
+/* sfi-sim validate with args (shell words, quoted by the caller): asserts
+ * exit 0 (its standard error in the message) and returns its standard
+ * output. */
+static char *validate_ok(const char *args)
+{
+    char cmd[20736]; /* the program's path and the caller's args[16384] */
+    snprintf(cmd, sizeof cmd, "'%s' validate %s", sfi_test_build("sfi-sim"), args);
+    char *out = NULL, *err = NULL;
+    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    free(err);
+    return out;
+}
+
+/* The collectives tests' one whole step: Qwen3-4B dense at tp 2. */
+static const char tp2_dense_step[] =
+    "],\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"dense\","
+    "\"context\":8192,\"batch\":16,\"tp\":2,\"decode_tokens_per_s\":2000,"
+    "\"steps\":{\"dense\":{\"mean_ms\":8}}}]}";
+
 /* All-reduce measurements (sfi-gpu bench-allreduce) of 2 and 4 GPUs:
  * sfi-sim validate compares them with the ring model, --fit recovers the
  * latency and efficiency each group size was made with, and whole steps in
@@ -591,20 +610,15 @@ START_TEST(allreduce_measurements)
                                   "\"dtype\":\"f32\",\"time_us\":%.6f}",
                                   k ? "," : "", gpus[a], sizes[i], t * 1e6);
         }
-    o += (size_t)snprintf(json + o, cap - o,
-                          "],\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"dense\","
-                          "\"context\":8192,\"batch\":16,\"tp\":2,\"decode_tokens_per_s\":2000,"
-                          "\"steps\":{\"dense\":{\"mean_ms\":8}}}]}");
+    o += (size_t)snprintf(json + o, cap - o, "%s", tp2_dense_step);
     ck_assert(o < cap);
-    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], cmd[16384];
+    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], args[16384];
     snprintf(path, sizeof path, "%s/ar.json", dir);
     snprintf(fit, sizeof fit, "%s/fit.json", dir);
     ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
     free(json);
-    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s' --fit '%s'", sfi_test_build("sfi-sim"),
-             path, fit);
-    char *out = NULL, *err = NULL;
-    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    snprintf(args, sizeof args, "--profile '%s' --fit '%s'", path, fit);
+    char *out = validate_ok(args);
     /* the rows: GPUs and bytes; the defaults (8 us, 0.70) miss the small
      * messages by 60% */
     ck_assert_msg(strstr(out, "collective") && strstr(out, "allreduce             4     67108864"),
@@ -625,21 +639,17 @@ START_TEST(allreduce_measurements)
     ck_assert(ms[9].gpus == 4 && ms[9].bytes == 67108864.0);
     free(ms);
     free(out);
-    free(err);
     /* whole steps of the same file: their collectives priced with the fit */
     char prof[4096]; /* sfi_test_src and sfi_test_build share a buffer */
     snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
-    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s' --steps '%s'",
-             sfi_test_build("sfi-sim"), prof, path);
-    out = err = NULL;
-    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    snprintf(args, sizeof args, "--profile '%s' --steps '%s'", prof, path);
+    out = validate_ok(args);
     ck_assert_msg(
         strstr(out, "# collectives: 5 all-reduce measurements") &&
             strstr(out, "(2 GPUs) fit latency 5.00 us, efficiency 0.600 of H200's NVLink") &&
             strstr(out, "(4 GPUs) fit latency 10.00 us, efficiency 0.650"),
         "%s", out);
     free(out);
-    free(err);
     sfi_test_rmtree(dir);
     free(dir);
 }
@@ -674,20 +684,15 @@ START_TEST(allgather_measurements)
                                   a || i ? "," : "", a ? "allgather" : "allreduce", sizes[i],
                                   t * 1e6);
         }
-    o += (size_t)snprintf(json + o, cap - o,
-                          "],\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"dense\","
-                          "\"context\":8192,\"batch\":16,\"tp\":2,\"decode_tokens_per_s\":2000,"
-                          "\"steps\":{\"dense\":{\"mean_ms\":8}}}]}");
+    o += (size_t)snprintf(json + o, cap - o, "%s", tp2_dense_step);
     ck_assert(o < cap);
-    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], cmd[16384];
+    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], args[16384];
     snprintf(path, sizeof path, "%s/ag.json", dir);
     snprintf(fit, sizeof fit, "%s/fit.json", dir);
     ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
     free(json);
-    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s' --fit '%s'", sfi_test_build("sfi-sim"),
-             path, fit);
-    char *out = NULL, *err = NULL;
-    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    snprintf(args, sizeof args, "--profile '%s' --fit '%s'", path, fit);
+    char *out = validate_ok(args);
     /* the all-gather rows, and under the defaults (the all-reduce's 8 us
      * and 0.70) the largest is priced by (n-1) bytes, not 2 (n-1)/n */
     sfi_hw_profile def;
@@ -706,7 +711,6 @@ START_TEST(allgather_measurements)
                 "allgather    efficiency 0.450, latency 12.00 us (from 5 all-gathers of 2 GPUs)"),
         "%s", out);
     free(out);
-    free(err);
     sfi_hw_profile p;
     sfi_hw_measurement *ms = NULL;
     size_t nm = 0;
@@ -721,26 +725,21 @@ START_TEST(allgather_measurements)
     free(ms);
     /* refitted from its own measurements, the fitted profile predicts them:
      * its all-gathers priced by allgather_by_gpus */
-    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s'", sfi_test_build("sfi-sim"), fit);
-    out = err = NULL;
-    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    snprintf(args, sizeof args, "--profile '%s'", fit);
+    out = validate_ok(args);
     ck_assert_msg(strstr(out, "profile 10 (max |err| 0.0%)"), "%s", out);
     free(out);
-    free(err);
     /* whole steps of the same file: the header names what prices what */
     char prof[4096]; /* sfi_test_src and sfi_test_build share a buffer */
     snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
-    snprintf(cmd, sizeof cmd, "'%s' validate --profile '%s' --steps '%s'",
-             sfi_test_build("sfi-sim"), prof, path);
-    out = err = NULL;
-    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    snprintf(args, sizeof args, "--profile '%s' --steps '%s'", prof, path);
+    out = validate_ok(args);
     ck_assert_msg(strstr(out, "they price the steps' all-reduces of 2 GPUs") &&
                       strstr(out, "# collectives: 5 all-gather measurements") &&
                       strstr(out, "(2 GPUs) fit latency 12.00 us, efficiency 0.450 of H200's "
                                   "NVLink: they price the steps' all-gathers of 2 GPUs"),
                   "%s", out);
     free(out);
-    free(err);
     sfi_test_rmtree(dir);
     free(dir);
 }
@@ -785,18 +784,16 @@ START_TEST(report_splits_in_and_out_of_sample)
     }
     o += (size_t)snprintf(json + o, cap - o, "]}");
     ck_assert(o < cap);
-    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], cmd[16384];
+    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], args[16384];
     snprintf(path, sizeof path, "%s/steps.json", dir);
     snprintf(fit, sizeof fit, "%s/fit.json", dir);
     ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
     free(json);
     char prof[4096];
     snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
-    snprintf(cmd, sizeof cmd,
-             "'%s' validate --profile '%s' --steps '%s' --fit-subset context=8K --fit '%s'",
-             sfi_test_build("sfi-sim"), prof, path, fit);
-    char *out = NULL, *err = NULL;
-    ck_assert_msg(sfi_test_run(cmd, &out, &err) == 0, "%s", err ? err : "");
+    snprintf(args, sizeof args, "--profile '%s' --steps '%s' --fit-subset context=8K --fit '%s'",
+             prof, path, fit);
+    char *out = validate_ok(args);
     int rows_in = 0, rows_out = 0;
     for (char *l = out; l && *l;) {
         char *nl = strchr(l, '\n');
@@ -838,7 +835,6 @@ START_TEST(report_splits_in_and_out_of_sample)
     ck_assert(fabs(p.launch_s * 1e6 - 4.0) < 0.1);
     ck_assert(fabs(p.efficiency[SFI_KC_GEMM] - 0.65) < 0.01);
     free(out);
-    free(err);
     sfi_test_rmtree(dir);
     free(dir);
 }
