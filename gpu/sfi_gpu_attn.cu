@@ -224,7 +224,7 @@ template <typename T, int D, int G, int kStages> struct BulkCfg {
 /* Launch bounds: two CTAs per SM up to G = 4; G = 5 at two (128
  * registers) spills 68-80 bytes a thread in bf16 (ptxas, sm_90) and uses
  * 186-191 at one, G = 8 242-249: one CTA per SM from G = 5 on. */
-template <typename T, int D, int G, int kStages>
+template <typename T, int D, int G, int kStages, bool kSliced>
 __global__ void __launch_bounds__(kWarps * 32, G >= 5 ? 1 : 2)
 attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ q,
                  const T *__restrict__ kp, const T *__restrict__ vp,
@@ -247,14 +247,20 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     /* grid (splits * n_sl, n_kv, batch): a split-major order (every pair's split
      * 0 dispatched first) measured slower on the H100, 0.6B batch 16 fast
      * steps 3.16 against 2.96 ms */
-    const int kvh = blockIdx.y, b = blockIdx.z;
+    /* head slice sl of n_sl: first head hb = kvh * Gm + sl * G. n_sl is a
+     * constant 1 in the unsliced instance (kSliced false) and the split is
+     * made before the idle return, as before head slices existed: with
+     * n_sl read at run time, after that return, the G = 2 bf16 kernel had
+     * 103 registers instead of 96 and 0.6B batch 16 32K fast steps took
+     * 3.01 against 2.95 ms (H100, ncu: attention 1.99 against 1.93 ms a
+     * step) */
+    const int n_sl = kSliced ? d->n_heads / (d->n_kv * G) : 1;
+    const int split = blockIdx.x / n_sl, sl = blockIdx.x % n_sl, kvh = blockIdx.y, b = blockIdx.z;
     const sfi_gpu_req rq = d->req[b];
     if (req_idle(mode, rq)) return;
     const int sparse = req_sparse(mode, rq);
     if (sparse) logits = nullptr; /* logits are a dense step's */
     const int n_kv = d->n_kv, page = d->page, H = d->n_heads, ld = d->ld_logits;
-    /* head slice sl of n_sl: first head hb = kvh * Gm + sl * G */
-    const int n_sl = H / (n_kv * G), split = blockIdx.x / n_sl, sl = blockIdx.x % n_sl;
     const int hb = (kvh * n_sl + sl) * G, pair = (b * n_kv + kvh) * n_sl + sl;
     const int grid_splits = (int)gridDim.x / n_sl;
     const int cap = d->compact_cap;
@@ -652,19 +658,23 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                          int mode, int max_rows, float *logits, float *out,
                          const sfi_gpu_attn_ws *ws, cudaStream_t st) {
     using C = BulkCfg<T, D, G, S>;
-    auto kern = attn_bulk_kernel<T, D, G, S>;
+    const int n_sl = h->n_heads / (h->n_kv * G);
+    auto kern = n_sl > 1 ? attn_bulk_kernel<T, D, G, S, true> : attn_bulk_kernel<T, D, G, S, false>;
     /* opt in to more than 48 KiB of dynamic shared memory and read the SM
      * count (once per instantiation; no allocation) */
     static thread_local int sms = 0; /* per thread = per device (--tp) */
     if (!sms) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+        cudaError_t e = cudaFuncSetAttribute(attn_bulk_kernel<T, D, G, S, false>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(attn_bulk_kernel<T, D, G, S, true>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e != cudaSuccess) return e;
         int dev = 0;
         if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
         if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
             return e;
     }
-    const int n_sl = h->n_heads / (h->n_kv * G);
     const long pairs = (long)h->batch * h->n_kv * n_sl;
     long splits = (long)(ws->waves > 0 ? ws->waves : g_waves) * sms / pairs;
     if (splits > max_rows / kMinSplitRows) splits = max_rows / kMinSplitRows;
