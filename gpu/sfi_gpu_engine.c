@@ -74,10 +74,11 @@ struct sfi_gpu_engine {
     sfi_gpu_engine_mem mem;
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
     int gu_tiled; /* gate/up rows in SwiGLU tiles (bf16 fast path) */
-    /* timing experiments only (SFI_GPU_SKIP=norm,qkv,attn,gemm,mlp): decode
-     * steps leave those launches out, so results are wrong but the step's
-     * time without them can be measured inside the graph */
-    int skip_norm, skip_qkv, skip_attn, skip_gemm;
+    /* timing experiments only (SFI_GPU_SKIP=norm,qkv,attn,gemm,mlp,
+     * allreduce): decode steps leave those launches out, so results are
+     * wrong but the step's time without them can be measured inside the
+     * graph */
+    int skip_norm, skip_qkv, skip_attn, skip_gemm, skip_ar;
     int decoding;    /* inside enqueue_layers (where the skips apply) */
     int fuse_norm;   /* decode GEMMs make their RMSNorm input themselves (1) */
     int moe_grouped; /* prefill MoE layers run the grouped experts (1) */
@@ -1001,11 +1002,16 @@ static void plan_splits(sfi_gpu_engine *e)
             }
         }
     }
-    /* experiments: SFI_GPU_SPLIT_ROWS=N sets the rows per split */
+    /* experiments: SFI_GPU_SPLIT_ROWS=N sets the rows per split,
+     * SFI_GPU_DENSE_SPLIT_ROWS=N a slow request's where fast ones are cut
+     * finer */
     const char *env = getenv("SFI_GPU_SPLIT_ROWS");
     if (env && atoi(env) >= 64)
         msr = round_up(atoi(env), 64);
     e->attn_ws.min_split_rows = msr;
+    const char *dsr = getenv("SFI_GPU_DENSE_SPLIT_ROWS");
+    if (dsr && atoi(dsr) >= 64 && e->attn_ws.dense_min_rows > 0)
+        e->attn_ws.dense_min_rows = round_up(atoi(dsr), 64);
 }
 
 /* The environment's experiment switches (SFI_GPU_SKIP, _FUSE_NORM, _GEMM,
@@ -1018,6 +1024,7 @@ static void read_experiments(sfi_gpu_engine *e)
         e->skip_qkv = strstr(skp, "qkv") != NULL;
         e->skip_attn = strstr(skp, "attn") != NULL;
         e->skip_gemm = strstr(skp, "gemm") != NULL;
+        e->skip_ar = strstr(skp, "allreduce") != NULL;
     }
     e->fuse_norm = !(getenv("SFI_GPU_FUSE_NORM") && !strcmp(getenv("SFI_GPU_FUSE_NORM"), "0"));
     /* SFI_GPU_MOE_GROUPED=0: prefill's experts one product per pair, as
@@ -1510,7 +1517,7 @@ static sfi_status gemm_normed(sfi_gpu_engine *e, const float *norm_w, const void
  * on with the same e->x. Nothing at tp 1. */
 static sfi_status tp_reduce(sfi_gpu_engine *e, int T, cudaStream_t st, sfi_error *err)
 {
-    if (e->tp == 1 || T <= 0)
+    if (e->tp == 1 || T <= 0 || (e->decoding && e->skip_ar))
         return SFI_OK;
     return sfi_gpu_nccl_allreduce(e->comm, e->x, e->x, (size_t)T * e->H, SFI_GPU_F32, st, err);
 }
