@@ -1001,12 +1001,7 @@ __device__ int block_excl_scan(int v, int *sh, int *total) {
  * smallest index first and the output is ascending, deterministically. */
 constexpr int kTopkRegItems = 32;
 
-/* AGG (experiment, SFI_GPU_TOPK_AGG=1): the histogram's shared atomics
- * aggregated per warp (one add per distinct bin among the lanes at that
- * key, __match_any_sync), for rows whose keys crowd a few bins, where
- * same-address atomics serialise; the counts, hence the result, are the
- * same bits. */
-template <bool REG, bool AGG>
+template <bool REG>
 __global__ void __launch_bounds__(kTopkThreads)
 topk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ scores, int ld,
             int32_t *__restrict__ out) {
@@ -1077,16 +1072,7 @@ topk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ s
         const uint32_t dmask = (1u << (hi - lo + 1)) - 1u;
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
-        if (AGG) {
-            FOR_KEYS(if ((k & mask) == prefix) {
-                const unsigned bin = (k >> lo) & dmask;
-                const unsigned peers = __match_any_sync(__activemask(), bin);
-                if ((threadIdx.x & 31) == (unsigned)(__ffs(peers) - 1))
-                    atomicAdd(&hist[bin], __popc(peers));
-            })
-        } else {
-            FOR_KEYS(if ((k & mask) == prefix) atomicAdd(&hist[(k >> lo) & dmask], 1);)
-        }
+        FOR_KEYS(if ((k & mask) == prefix) atomicAdd(&hist[(k >> lo) & dmask], 1);)
         __syncthreads();
         if (threadIdx.x < 32) {
             /* find, from the top bin down, where the running count reaches
@@ -1138,20 +1124,10 @@ topk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restrict__ s
 cudaError_t launch_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                         const float *scores, int ld, int32_t *out, cudaStream_t st) {
     dim3 g(h->n_kv, h->batch);
-    static thread_local int agg = -1; /* per host thread, read once */
-    if (agg < 0) {
-        const char *env = getenv("SFI_GPU_TOPK_AGG");
-        agg = env && !strcmp(env, "1");
-    }
-    const bool reg = h->max_J <= kTopkThreads * kTopkRegItems;
-    if (reg && agg)
-        topk_kernel<true, true><<<g, kTopkThreads, 0, st>>>(d, scores, ld, out);
-    else if (reg)
-        topk_kernel<true, false><<<g, kTopkThreads, 0, st>>>(d, scores, ld, out);
-    else if (agg)
-        topk_kernel<false, true><<<g, kTopkThreads, 0, st>>>(d, scores, ld, out);
+    if (h->max_J <= kTopkThreads * kTopkRegItems)
+        topk_kernel<true><<<g, kTopkThreads, 0, st>>>(d, scores, ld, out);
     else
-        topk_kernel<false, false><<<g, kTopkThreads, 0, st>>>(d, scores, ld, out);
+        topk_kernel<false><<<g, kTopkThreads, 0, st>>>(d, scores, ld, out);
     return cudaGetLastError();
 }
 
