@@ -317,19 +317,20 @@ END_TEST
  * on the main stream, gathered at the graph's capacity in steps with slow
  * requests only, the argmax gathered; and the model's count of
  * the bytes each GPU sends into collectives is the engine's own, for every
- * tensor-parallel run of gpu/profiles/h200-tp-steps.json. */
-START_TEST(tensor_parallel_engine_setup)
+ * tensor-parallel run of gpu/profiles/h200-tp-steps.json and
+ * h100-tp-steps.json. */
+/* The tensor-parallel runs of a measurements file checked as above; how
+ * many there were. */
+static int tp_runs_checked(const char *file, const char *gpu)
 {
     sfi_step_meas *m = NULL;
     size_t n = 0;
     sfi_error e;
-    ck_assert_msg(sfi_step_meas_load(sfi_test_src("gpu/profiles/h200-tp-steps.json"), &m, &n, &e) ==
-                      SFI_OK,
-                  "%s", e.msg);
+    ck_assert_msg(sfi_step_meas_load(sfi_test_src(file), &m, &n, &e) == SFI_OK, "%s", e.msg);
     sfi_hw_profile p;
     sfi_hw_profile_default(&p);
     sfi_gpu g;
-    ck_assert_int_eq(sfi_gpu_preset("H200", &g, &e), SFI_OK);
+    ck_assert_int_eq(sfi_gpu_preset(gpu, &g, &e), SFI_OK);
     int n_tp = 0;
     for (size_t i = 0; i < n; i++) {
         sfi_model_config mc;
@@ -345,8 +346,9 @@ START_TEST(tensor_parallel_engine_setup)
             ck_assert(m[i].gather_bytes < 0 && m[i].allreduce_bytes < 0);
             continue;
         }
-        /* context + 127 - 4 sink - 256 recent, rounded up to 4 */
-        ck_assert_int_eq(s.sel_gather_positions, m[i].context == 8192 ? 8060 : 32636);
+        /* context + new tokens - 1 - 4 sink - 256 recent, rounded up to 4 */
+        ck_assert_int_eq(s.sel_gather_positions,
+                         (m[i].context + m[i].new_tokens - 1 - 4 - 256 + 3) / 4 * 4);
         ck_assert(m[i].gather_bytes >= 0 && m[i].allreduce_bytes > 0);
         double ar, ga;
         sfi_sv_comm_bytes(&m[i], &mc, &ar, &ga);
@@ -355,7 +357,21 @@ START_TEST(tensor_parallel_engine_setup)
                       m[i].sfi ? "sfi" : "dense", ar, ga, m[i].allreduce_bytes, m[i].gather_bytes);
         n_tp++;
     }
-    ck_assert_int_eq(n_tp, 16); /* 4B and 30B-A3B at tp 2 and 4, 8K and 32K */
+    free(m);
+    return n_tp;
+}
+
+START_TEST(tensor_parallel_engine_setup)
+{
+    sfi_error e;
+    sfi_hw_profile p;
+    sfi_hw_profile_default(&p);
+    sfi_gpu g;
+    ck_assert_int_eq(sfi_gpu_preset("H200", &g, &e), SFI_OK);
+    /* 4B and 30B-A3B at tp 2 and 4, 8K and 32K, dense and SFI (4 x H200) */
+    ck_assert_int_eq(tp_runs_checked("gpu/profiles/h200-tp-steps.json", "H200"), 16);
+    /* the same at tp 2 (2 x H100, 64 new tokens) */
+    ck_assert_int_eq(tp_runs_checked("gpu/profiles/h100-tp-steps.json", "H100-SXM"), 8);
     /* one GPU with "overlap": false: the Selector on the main stream */
     const char *js = "{\"step_measurements\":[{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\","
                      "\"context\":8192,\"batch\":16,\"decode_tokens_per_s\":1,"
@@ -370,7 +386,6 @@ START_TEST(tensor_parallel_engine_setup)
     sfi_sv_setup(&v[0], &mc, &p, &g, &s);
     ck_assert(s.side_serial && !s.sel_gather_positions && !s.argmax_gather);
     free(v);
-    free(m);
 }
 END_TEST
 
