@@ -401,6 +401,9 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
     json_object_set_new(root, "step_overhead_us", json_real(p.step_overhead_s * 1e6));
     json_object_set_new(root, "allreduce_latency_us",
                         json_real(floor(p.allreduce_latency_s * 1e8 + 0.5) / 100));
+    if (p.allreduce_step_s > 0)
+        json_object_set_new(root, "allreduce_step_us",
+                            json_real(floor(p.allreduce_step_s * 1e8 + 0.5) / 100));
     json_collectives(root, &p);
     json_object_set_new(root, "overlap_contention",
                         json_real(floor(p.overlap_contention * 1e4 + 0.5) / 1e4));
@@ -616,6 +619,9 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
                         json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
     json_object_set_new(root, "allreduce_latency_us",
                         json_real(floor(p->allreduce_latency_s * 1e8 + 0.5) / 100));
+    if (p->allreduce_step_s > 0)
+        json_object_set_new(root, "allreduce_step_us",
+                            json_real(floor(p->allreduce_step_s * 1e8 + 0.5) / 100));
     json_collectives(root, p);
     json_object_set_new(root, "overlap_contention",
                         json_real(floor(p->overlap_contention * 1e4 + 0.5) / 1e4));

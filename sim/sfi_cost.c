@@ -895,8 +895,9 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
         a.bytes += act;
         a.launches += small;
         if (s->tp > 1) { /* after O projection and after the MLP */
-            double ar = 2 * sfi_cost_allreduce_time(
-                                s, T * d * (s->allreduce_bytes > 0 ? s->allreduce_bytes : 2));
+            double ar = 2 * (sfi_cost_allreduce_time(
+                                     s, T * d * (s->allreduce_bytes > 0 ? s->allreduce_bytes : 2)) +
+                             s->prof.allreduce_step_s);
             a.t += ar;
             comm += ar;
             a.launches += 2;

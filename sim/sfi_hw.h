@@ -118,6 +118,11 @@ typedef struct {
                                         "launch_pdl_us" */
     double step_overhead_s;          /* fixed cost per decode step */
     double allreduce_latency_s;      /* fixed cost per all-reduce */
+    /* An all-reduce inside a decode step costs more than alone (measured,
+     * sfi-gpu SFI_GPU_SKIP=allreduce: it waits for the other GPUs to reach
+     * it and breaks the chain of programmatic dependent launches):
+     * the extra per all-reduce, "allreduce_step_us" (default 0) */
+    double allreduce_step_s;
     /* Collectives of a group of g GPUs (2 <= g < SFI_HW_AR_GROUPS) at
      * their own latency and efficiency, where ar_by_gpus_eff[g] > 0 (as
      * fitted to sfi-gpu bench-allreduce --gpus g): NVLink collectives of 4

@@ -220,6 +220,11 @@ START_TEST(profile_parse_partial_measurements_and_errors)
                   "%s", e.msg);
     ck_assert(fabs(p3.ag_by_gpus_lat[2] - 9.5e-6) < 1e-15 && p3.ag_by_gpus_eff[2] == 0.41);
     ck_assert(p3.ar_by_gpus_eff[2] == 0.509 && p3.ag_by_gpus_eff[4] == 0);
+    ck_assert(p3.allreduce_step_s == 0); /* an all-reduce in a step: alone's, unless given */
+    const char *j7 = "{\"sfi_profile\":1,\"allreduce_step_us\":2.8}";
+    ck_assert_msg(sfi_hw_profile_parse(j7, strlen(j7), "p7.json", &p3, NULL, NULL, &e) == SFI_OK,
+                  "%s", e.msg);
+    ck_assert(fabs(p3.allreduce_step_s - 2.8e-6) < 1e-15);
     const char *bad[][2] = {
         {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"allreduce\",\"bytes\":-1,"
          "\"time_us\":5}]}",
@@ -251,6 +256,8 @@ START_TEST(profile_parse_partial_measurements_and_errors)
          "allgather_by_gpus: \"2\" needs [latency_us in 0..1e6"},
         {"{\"sfi_profile\":1,\"allgather_by_gpus\":{\"2\":[5]}}", "allgather_by_gpus"},
         {"{\"sfi_profile\":1,\"allgather_by_gpus\":7}", "allgather_by_gpus: not an object"},
+        {"{\"sfi_profile\":1,\"allreduce_step_us\":-1}", "allreduce_step_us"},
+        {"{\"sfi_profile\":1,\"allreduce_step_us\":\"2\"}", "allreduce_step_us"},
         {"{\"sfi_profile\":1,\"request_overhead_us\":\"x\"}", "request_overhead_us: not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
