@@ -142,12 +142,6 @@ struct sfi_gpu_engine {
     cublasHandle_t blas;
     void *blas_ws;
     cudaStream_t main_st, side_st;
-    /* experiment (SFI_GPU_TP_REST_STREAM=1, tp > 1): step 8, Top-K and
-     * reorg on a third stream, so that the side stream's next steps 1-7
-     * do not queue behind them; ev_rest[slot] after a layer's reorg */
-    cudaStream_t rest_st;
-    int rest_stream;
-    cudaEvent_t ev_rest[SFI_GPU_RING], ev_rest_done;
     cudaEvent_t ev_attn[R_SLOTS], ev_free[R_SLOTS], ev_done, ev_plan;
     cudaEvent_t ev_gath[R_SLOTS]; /* tp > 1: a layer's scores all-gathered */
     cudaGraphExec_t graph_exec;
@@ -160,7 +154,6 @@ struct sfi_gpu_engine {
      * per power of two below the batch, made when first needed */
     int sel_slots;
     cudaGraphExec_t graph_slots[SEL_CLASSES];
-    int gather_lag;  /* experiment: SFI_GPU_GATHER_LAG */
     int32_t *h_flag; /* pinned */
     cudaEvent_t ev_step;
 };
@@ -834,19 +827,12 @@ static sfi_status create_streams(sfi_gpu_engine *e, sfi_error *err)
 {
     int lo = 0, hi = 0;
     CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    /* experiment: SFI_GPU_SIDE_PRIO=high gives the side stream the higher
-     * priority (H100, 0.6B batch 16 32K at tp 1: slow steps 5.177 against
-     * 5.207 ms, noise; under --tp the main stream waits for its steps 1-7) */
-    const char *sp = getenv("SFI_GPU_SIDE_PRIO");
-    const int side_hi = sp && !strcmp(sp, "high");
-    CK(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, side_hi ? lo : hi));
-    CK(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, side_hi ? hi : lo));
-    CK(cudaStreamCreateWithPriority(&e->rest_st, cudaStreamNonBlocking, side_hi ? hi : lo));
-    const char *rs = getenv("SFI_GPU_TP_REST_STREAM");
-    e->rest_stream = rs && !strcmp(rs, "1");
-    CK(cudaEventCreateWithFlags(&e->ev_rest_done, cudaEventDisableTiming));
+    /* the side stream at the higher priority measured the same (H100, 0.6B
+     * batch 16 32K: slow steps 5.177 against 5.207 ms; 2 x H100, Qwen3-4B
+     * batch 16 at tp 2: 2687.1 against 2689.7 tok/s) */
+    CK(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, hi));
+    CK(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, lo));
     for (int i = 0; i < R_SLOTS; i++) {
-        CK(cudaEventCreateWithFlags(&e->ev_rest[i], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->ev_attn[i], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->ev_free[i], cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->ev_gath[i], cudaEventDisableTiming));
@@ -1040,13 +1026,6 @@ static void read_experiments(sfi_gpu_engine *e)
     const char *stg = getenv("SFI_GPU_STAGES");
     if (stg)
         sfi_gpu_attn_set_stages(atoi(stg));
-    /* SFI_GPU_GATHER_LAG=d (tp > 1, 0..R_SLOTS - 1): layer l's scores are
-     * all-gathered after layer l + d's MLP instead of its own, so that the
-     * main stream waits for the side stream's steps 1-7 d layers later
-     * (each ring slot's buffers stay untouched until layer l + R_SLOTS) */
-    const char *lag = getenv("SFI_GPU_GATHER_LAG");
-    if (lag && atoi(lag) > 0)
-        e->gather_lag = atoi(lag) < R_SLOTS ? atoi(lag) : R_SLOTS - 1;
 }
 
 /* The attention workspace (decode batch or prefill pseudo-batch, the
@@ -1187,8 +1166,6 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
         cudaStreamSynchronize(e->main_st);
     if (e->side_st)
         cudaStreamSynchronize(e->side_st);
-    if (e->rest_st)
-        cudaStreamSynchronize(e->rest_st);
     sfi_gpu_gemm_set_ws(NULL, 0, NULL, 0); /* the kernels' split-K scratch was ours */
     if (e->graph_exec)
         cudaGraphExecDestroy(e->graph_exec);
@@ -1313,11 +1290,7 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
             cudaEventDestroy(e->ev_free[i]);
         if (e->ev_gath[i])
             cudaEventDestroy(e->ev_gath[i]);
-        if (e->ev_rest[i])
-            cudaEventDestroy(e->ev_rest[i]);
     }
-    if (e->ev_rest_done)
-        cudaEventDestroy(e->ev_rest_done);
     if (e->ev_done)
         cudaEventDestroy(e->ev_done);
     if (e->ev_plan)
@@ -1328,8 +1301,6 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
         cudaStreamDestroy(e->main_st);
     if (e->side_st)
         cudaStreamDestroy(e->side_st);
-    if (e->rest_st)
-        cudaStreamDestroy(e->rest_st);
     free(e);
 }
 
@@ -1923,16 +1894,13 @@ static sfi_status tp_chain_rest(sfi_gpu_engine *e, int l, const sfi_gpu_sel_para
     if (rc)
         return rc;
     CK(cudaEventRecord(e->ev_gath[slot], e->main_st));
-    cudaStream_t rs = e->rest_stream ? e->rest_st : e->side_st;
-    CK(cudaStreamWaitEvent(rs, e->ev_gath[slot], 0));
+    CK(cudaStreamWaitEvent(e->side_st, e->ev_gath[slot], 0));
     int pdl = sfi_gpu_pdl();
     sfi_gpu_set_pdl(0);
     CK(sfi_gpu_selector_cross_tp(&e->h_cap, e->d_desc, sp, z_all, e->sel_slots, e->tp, e->rank, ws,
-                                 e->sel[l], e->exact, rs));
+                                 e->sel[l], e->exact, e->side_st));
     CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l], e->sel[l], e->ck[l],
-                     e->cv[l], NULL, rs));
-    if (e->rest_stream)
-        CK(cudaEventRecord(e->ev_rest[slot], rs));
+                     e->cv[l], NULL, e->side_st));
     sfi_gpu_set_pdl(pdl);
     return SFI_OK;
 }
@@ -2009,11 +1977,7 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
             sfi_gpu_set_pdl(0); /* the side stream's kernels wait on events */
             if (overlap && e->tp > 1) {
                 /* steps 1-7 here; the scores' all-gather, step 8, Top-K
-                 * and reorg after this layer's MLP (tp_chain_rest); on a
-                 * third stream, this slot's scratch is free once the
-                 * layer R_SLOTS back has its reorg done */
-                if (e->rest_stream && !e->o.skip_select && l >= R_SLOTS)
-                    CK(cudaStreamWaitEvent(side, e->ev_rest[slot], 0));
+                 * and reorg after this layer's MLP (tp_chain_rest) */
                 if (!e->o.skip_select)
                     CK(sfi_gpu_selector_local(&e->h_cap, e->d_desc, &sp, e->logits_ring[slot],
                                               e->knorm[l], &e->sel_ws[slot], NULL, e->exact, side));
@@ -2033,20 +1997,12 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         }
         if ((rc = oproj(e, l, B, st, err)) || (rc = mlp(e, l, B, st, err)))
             return rc;
-        if (tp_rest && l >= e->gather_lag && (rc = tp_chain_rest(e, l - e->gather_lag, &sp, err)))
+        if (tp_rest && (rc = tp_chain_rest(e, l, &sp, err)))
             return rc;
     }
-    /* the layers whose all-gather SFI_GPU_GATHER_LAG put off */
-    for (int l = e->L - e->gather_lag; tp_rest && l < e->L; l++)
-        if (l >= 0 && (rc = tp_chain_rest(e, l, &sp, err)))
-            return rc;
     if (overlap && !e->defer && !e->no_chain) {
         CK(cudaEventRecord(e->ev_done, side));
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
-    }
-    if (e->rest_stream && tp_rest) {
-        CK(cudaEventRecord(e->ev_rest_done, e->rest_st));
-        CK(cudaStreamWaitEvent(st, e->ev_rest_done, 0));
     }
     if ((rc = norm_rows(e, e->x, e->final_norm, B, 0, st, err)))
         return rc;
