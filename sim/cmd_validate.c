@@ -291,9 +291,16 @@ static void json_groups(json_t *root, const char *key, const double *lat, const 
         json_object_set_new(root, key, o);
 }
 
-/* "allreduce_by_gpus" and "allgather_by_gpus" of a profile written. */
+/* The collectives' parameters of a profile written: "allreduce_latency_us",
+ * "allreduce_step_us" (where set), "allreduce_by_gpus" and
+ * "allgather_by_gpus". */
 static void json_collectives(json_t *root, const sfi_hw_profile *p)
 {
+    json_object_set_new(root, "allreduce_latency_us",
+                        json_real(floor(p->allreduce_latency_s * 1e8 + 0.5) / 100));
+    if (p->allreduce_step_s > 0)
+        json_object_set_new(root, "allreduce_step_us",
+                            json_real(floor(p->allreduce_step_s * 1e8 + 0.5) / 100));
     json_groups(root, "allreduce_by_gpus", p->ar_by_gpus_lat, p->ar_by_gpus_eff);
     json_groups(root, "allgather_by_gpus", p->ag_by_gpus_lat, p->ag_by_gpus_eff);
 }
@@ -399,11 +406,6 @@ static int fit_profile(const sfi_hw_profile *in, const sfi_gpu *gpu, const sfi_h
     json_object_set_new(root, "fixed_us", fx);
     json_object_set_new(root, "launch_us", json_real(p.launch_s * 1e6));
     json_object_set_new(root, "step_overhead_us", json_real(p.step_overhead_s * 1e6));
-    json_object_set_new(root, "allreduce_latency_us",
-                        json_real(floor(p.allreduce_latency_s * 1e8 + 0.5) / 100));
-    if (p.allreduce_step_s > 0)
-        json_object_set_new(root, "allreduce_step_us",
-                            json_real(floor(p.allreduce_step_s * 1e8 + 0.5) / 100));
     json_collectives(root, &p);
     json_object_set_new(root, "overlap_contention",
                         json_real(floor(p.overlap_contention * 1e4 + 0.5) / 1e4));
@@ -617,11 +619,6 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
                             json_real(floor(p->serial_step_s * 1e11 + 0.5) / 100));
     json_object_set_new(root, "step_overhead_us",
                         json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
-    json_object_set_new(root, "allreduce_latency_us",
-                        json_real(floor(p->allreduce_latency_s * 1e8 + 0.5) / 100));
-    if (p->allreduce_step_s > 0)
-        json_object_set_new(root, "allreduce_step_us",
-                            json_real(floor(p->allreduce_step_s * 1e8 + 0.5) / 100));
     json_collectives(root, p);
     json_object_set_new(root, "overlap_contention",
                         json_real(floor(p->overlap_contention * 1e4 + 0.5) / 1e4));
