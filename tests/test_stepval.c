@@ -597,6 +597,27 @@ static const char tp2_dense_step[] =
     "\"context\":8192,\"batch\":16,\"tp\":2,\"decode_tokens_per_s\":2000,"
     "\"steps\":{\"dense\":{\"mean_ms\":8}}}]}";
 
+/* json (o bytes, freed here) written to dir/name as path; fit:
+ * dir/fit.json, for the caller's --fit. */
+static void write_json(char *json, size_t o, const char *dir, const char *name, char *path,
+                       char *fit)
+{
+    snprintf(path, 4096, "%s/%s", dir, name);
+    snprintf(fit, 4096, "%s/fit.json", dir);
+    ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
+    free(json);
+}
+
+/* sfi-sim validate of the steps in path against sim/profiles/default.json
+ * (and more args), as validate_ok. */
+static char *validate_default_steps(const char *path, const char *more)
+{
+    char prof[4096], args[16384]; /* sfi_test_src and sfi_test_build share a buffer */
+    snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
+    snprintf(args, sizeof args, "--profile '%s' --steps '%s' %s", prof, path, more);
+    return validate_ok(args);
+}
+
 /* All-reduce measurements (sfi-gpu bench-allreduce) of 2 and 4 GPUs:
  * sfi-sim validate compares them with the ring model, --fit recovers the
  * latency and efficiency each group size was made with, and whole steps in
@@ -628,10 +649,7 @@ START_TEST(allreduce_measurements)
     o += (size_t)snprintf(json + o, cap - o, "%s", tp2_dense_step);
     ck_assert(o < cap);
     char *dir = sfi_test_tmpdir(), path[4096], fit[4096], args[16384];
-    snprintf(path, sizeof path, "%s/ar.json", dir);
-    snprintf(fit, sizeof fit, "%s/fit.json", dir);
-    ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
-    free(json);
+    write_json(json, o, dir, "ar.json", path, fit);
     snprintf(args, sizeof args, "--profile '%s' --fit '%s'", path, fit);
     char *out = validate_ok(args);
     /* the rows: GPUs and bytes; the defaults (8 us, 0.70) miss the small
@@ -655,10 +673,7 @@ START_TEST(allreduce_measurements)
     free(ms);
     free(out);
     /* whole steps of the same file: their collectives priced with the fit */
-    char prof[4096]; /* sfi_test_src and sfi_test_build share a buffer */
-    snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
-    snprintf(args, sizeof args, "--profile '%s' --steps '%s'", prof, path);
-    out = validate_ok(args);
+    out = validate_default_steps(path, "");
     ck_assert_msg(
         strstr(out, "# collectives: 5 all-reduce measurements") &&
             strstr(out, "(2 GPUs) fit latency 5.00 us, efficiency 0.600 of H200's NVLink") &&
@@ -702,10 +717,7 @@ START_TEST(allgather_measurements)
     o += (size_t)snprintf(json + o, cap - o, "%s", tp2_dense_step);
     ck_assert(o < cap);
     char *dir = sfi_test_tmpdir(), path[4096], fit[4096], args[16384];
-    snprintf(path, sizeof path, "%s/ag.json", dir);
-    snprintf(fit, sizeof fit, "%s/fit.json", dir);
-    ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
-    free(json);
+    write_json(json, o, dir, "ag.json", path, fit);
     snprintf(args, sizeof args, "--profile '%s' --fit '%s'", path, fit);
     char *out = validate_ok(args);
     /* the all-gather rows, and under the defaults (the all-reduce's 8 us
@@ -745,10 +757,7 @@ START_TEST(allgather_measurements)
     ck_assert_msg(strstr(out, "profile 10 (max |err| 0.0%)"), "%s", out);
     free(out);
     /* whole steps of the same file: the header names what prices what */
-    char prof[4096]; /* sfi_test_src and sfi_test_build share a buffer */
-    snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
-    snprintf(args, sizeof args, "--profile '%s' --steps '%s'", prof, path);
-    out = validate_ok(args);
+    out = validate_default_steps(path, "");
     ck_assert_msg(strstr(out, "they price the steps' all-reduces of 2 GPUs") &&
                       strstr(out, "# collectives: 5 all-gather measurements") &&
                       strstr(out, "(2 GPUs) fit latency 12.00 us, efficiency 0.450 of H200's "
@@ -799,16 +808,10 @@ START_TEST(report_splits_in_and_out_of_sample)
     }
     o += (size_t)snprintf(json + o, cap - o, "]}");
     ck_assert(o < cap);
-    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], args[16384];
-    snprintf(path, sizeof path, "%s/steps.json", dir);
-    snprintf(fit, sizeof fit, "%s/fit.json", dir);
-    ck_assert_int_eq(sfi_test_write_file(path, json, o), 0);
-    free(json);
-    char prof[4096];
-    snprintf(prof, sizeof prof, "%s", sfi_test_src("sim/profiles/default.json"));
-    snprintf(args, sizeof args, "--profile '%s' --steps '%s' --fit-subset context=8K --fit '%s'",
-             prof, path, fit);
-    char *out = validate_ok(args);
+    char *dir = sfi_test_tmpdir(), path[4096], fit[4096], more[4200];
+    write_json(json, o, dir, "steps.json", path, fit);
+    snprintf(more, sizeof more, "--fit-subset context=8K --fit '%s'", fit);
+    char *out = validate_default_steps(path, more);
     int rows_in = 0, rows_out = 0;
     for (char *l = out; l && *l;) {
         char *nl = strchr(l, '\n');
