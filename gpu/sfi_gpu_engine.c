@@ -74,10 +74,9 @@ struct sfi_gpu_engine {
     sfi_gpu_engine_mem mem;
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
     int gu_tiled; /* gate/up rows in SwiGLU tiles (bf16 fast path) */
-    /* timing experiments only (SFI_GPU_SKIP=norm,qkv,attn,gemm,mlp,
-     * allreduce): decode steps leave those launches out, so results are
-     * wrong but the step's time without them can be measured inside the
-     * graph */
+    /* timing experiments only (SFI_GPU_SKIP=norm,qkv,attn,gemm,allreduce):
+     * decode steps leave those launches out, so results are wrong but the
+     * step's time without them can be measured inside the graph */
     int skip_norm, skip_qkv, skip_attn, skip_gemm, skip_ar;
     int decoding;    /* inside enqueue_layers (where the skips apply) */
     int fuse_norm;   /* decode GEMMs make their RMSNorm input themselves (1) */
