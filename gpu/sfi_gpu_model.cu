@@ -407,28 +407,57 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
         return o;
     };
     (void)xnorm;
-    mbar_wait(&bar, 0);
     const int nkb = N / 32;
-    for (int kb = warp; kb < nkb; kb += 8) {
+    auto mma_kb = [&](int kb, const uint4 *a, const uint4 *b) {
         uint4 w[NB];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++)
             w[nb] = *reinterpret_cast<const uint4 *>(smem + (size_t)(nb * 8 + g) * ldw + kb * 64 + t4 * 16);
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            uint4 a, b;
-            if constexpr (NORM) {
-                a = xnorm(ta[mt], kb * 32 + 8 * t4);
-                b = xnorm(tb[mt], kb * 32 + 8 * t4);
-            } else {
-                a = __ldg(reinterpret_cast<const uint4 *>(xa[mt] + kb * 32));
-                b = __ldg(reinterpret_cast<const uint4 *>(xb[mt] + kb * 32));
-            }
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int nb = 0; nb < NB; nb++) {
-                mma_bf16_g(c[mt][nb], a.x, b.x, a.y, b.y, w[nb].x, w[nb].y);
-                mma_bf16_g(c[mt][nb], a.z, b.z, a.w, b.w, w[nb].z, w[nb].w);
+                mma_bf16_g(c[mt][nb], a[mt].x, b[mt].x, a[mt].y, b[mt].y, w[nb].x, w[nb].y);
+                mma_bf16_g(c[mt][nb], a[mt].z, b[mt].z, a[mt].w, b[mt].w, w[nb].z, w[nb].w);
             }
+    };
+    /* 16 tokens or fewer: X's k-blocks U at a time, all requested before
+     * the first MMA. Loaded one k-block at a time, a warp waited an L2
+     * round trip per k-block (the compiler issued each pair after the
+     * previous MMA), 4-12 of them in a row for the 0.6B shape's products.
+     * RB 16 (products with rows for several CTAs an SM) takes 4, few
+     * enough registers for three CTAs an SM. More tokens keep the loop
+     * below (their registers would cost CTAs an SM). */
+    constexpr int U = (MT == 1 && !NORM) ? (RB == 16 ? 4 : 8) : 0;
+    if constexpr (U > 0) {
+        for (int kb0 = warp; kb0 < nkb; kb0 += 8 * U) {
+            uint4 xa_u[U], xb_u[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (kb0 + 8 * u < nkb) {
+                    xa_u[u] = __ldg(reinterpret_cast<const uint4 *>(xa[0] + (kb0 + 8 * u) * 32));
+                    xb_u[u] = __ldg(reinterpret_cast<const uint4 *>(xb[0] + (kb0 + 8 * u) * 32));
+                }
+            if (kb0 == warp) mbar_wait(&bar, 0); /* warp 0 always: before the __syncthreads below */
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (kb0 + 8 * u < nkb) mma_kb(kb0 + 8 * u, &xa_u[u], &xb_u[u]);
+        }
+    } else {
+        mbar_wait(&bar, 0);
+        for (int kb = warp; kb < nkb; kb += 8) {
+            uint4 a[MT], b[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                if constexpr (NORM) {
+                    a[mt] = xnorm(ta[mt], kb * 32 + 8 * t4);
+                    b[mt] = xnorm(tb[mt], kb * 32 + 8 * t4);
+                } else {
+                    a[mt] = __ldg(reinterpret_cast<const uint4 *>(xa[mt] + kb * 32));
+                    b[mt] = __ldg(reinterpret_cast<const uint4 *>(xb[mt] + kb * 32));
+                }
+            }
+            mma_kb(kb, a, b);
         }
     }
     pdl_launch();
