@@ -55,6 +55,9 @@ static const tcase k_cases[] = {
     {1, 1, 1, 64, 50, 16, 8, 16, SFI_GPU_F32},
     {2, 2, 4, 128, 777, 16, 64, 64, SFI_GPU_F32},
     {3, 4, 2, 64, 3000, 64, 256, 256, SFI_GPU_BF16},
+    {3, 4, 2, 128, 6000, 64, 512, 256, SFI_GPU_BF16},
+    /* sfi-small-qwen3's group and head size (6 query heads over 2, D 64) */
+    {1, 2, 3, 64, 1500, 64, 128, 128, SFI_GPU_BF16},
     {2, 8, 4, 128, 5000, 64, 512, 256, SFI_GPU_F32},
     {2, 4, 8, 128, 9000, 32, 100, 128, SFI_GPU_F32},
     {2, 2, 1, 128, 4000, 16, 4096, 64, SFI_GPU_BF16},
@@ -75,7 +78,7 @@ static const tcase k_cases[] = {
     {1, 2, 12, 128, 4000, 64, 256, 128, SFI_GPU_F32},
     {2, 3, 6, 64, 2500, 16, 64, 64, SFI_GPU_F32},
 };
-#define N_QUICK 5
+#define N_QUICK 6
 /* the last N_QUICK_TAIL cases run under --quick too */
 #define N_QUICK_TAIL 6
 #define N_SINK 4
@@ -872,6 +875,47 @@ static void check_sparse(kcase *s)
            "max |gpu-ref| %.3g, %.3g of tolerance (ref vs f64 %.3g)", ma, worst, rerr);
 }
 
+/* F. mixed mode, as the engine's SFI steps run it (each request dense or
+ * fast on its own): even requests fast (the compact + recent rows of C),
+ * odd ones dense with their logits. */
+static void check_mixed(kcase *s)
+{
+    const int B = s->B, H = s->H, D = s->D, maxctx = s->maxctx, ci = s->ci;
+    sfi_gpu_step_desc hm = s->h;
+    for (int b = 0; b < B; b++)
+        hm.req[b].flags = b % 2 == 0 ? SFI_GPU_REQ_SPARSE : 0;
+    sfi_gpu_step_desc *d_hm = dmalloc(sizeof hm);
+    CK(cudaMemcpy(d_hm, &hm, sizeof hm, cudaMemcpyHostToDevice));
+    CK(cudaMemset(s->d_out, 0xff, (size_t)B * H * D * 4));
+    CK(cudaMemset(s->d_lg, 0, (size_t)B * H * maxctx * 4));
+    CK(sfi_gpu_attn_mixed(&hm, d_hm, s->c->dtype, s->d_q, s->d_k, s->d_v, s->d_ck, s->d_cv,
+                          s->d_out, s->d_lg, &s->aws, 0, 0));
+    CK(cudaMemcpy(s->g_out, s->d_out, (size_t)B * H * D * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(s->g_lg, s->d_lg, (size_t)B * H * maxctx * 4, cudaMemcpyDeviceToHost));
+    double worst = 0, lworst = 0;
+    for (int b = 0; b < B; b++) {
+        const size_t o = (size_t)b * H * D;
+        const int fast = b % 2 == 0;
+        double rerr = 0;
+        const double w =
+            tol_ratio_x(s->g_out + o, (fast ? s->r_sp : s->r_out) + o,
+                        (fast ? s->x_sp : s->x_out) + o, (size_t)H * D, 2e-5, 1e-5, &rerr);
+        if (w > worst)
+            worst = w;
+        for (int hh = 0; !fast && hh < H; hh++) {
+            const size_t lo = ((size_t)b * H + hh) * maxctx;
+            const double lw =
+                tol_ratio(s->g_lg + lo, s->r_lg + lo, (size_t)s->ctx[b], 1e-5, 1e-5, NULL);
+            if (lw > lworst)
+                lworst = lw;
+        }
+    }
+    report(ci, "mixed output", worst <= 1, "%.3g of tolerance (even requests fast, odd dense)",
+           worst);
+    report(ci, "mixed logits", lworst <= 1, "%.3g of tolerance", lworst);
+    CK(cudaFree(d_hm));
+}
+
 /* E. bit-exact attention: dense output and logits, sparse output. */
 static void check_exact(kcase *s)
 {
@@ -970,6 +1014,7 @@ static int run_case(int ci, const tcase *c, int bit_exact, uint64_t seed)
     check_dense(&s);
     check_selector(&s, bit_exact);
     check_sparse(&s);
+    check_mixed(&s);
     if (bit_exact && !s.bf)
         check_exact(&s);
     check_topk_ties(&s);
