@@ -1759,7 +1759,7 @@ static void check_usage(FILE *f)
           "\n"
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
-          "  --quick      eleven kernel cases (the first five and those of GQA groups\n"
+          "  --quick      twelve kernel cases (the first six and those of GQA groups\n"
           "               of 5, 6, 12 and 16), three GEMM cases, two MoE cases and six\n"
           "               end-to-end cases\n"
           "  --kernels-only  no end-to-end cases\n"
