@@ -103,6 +103,8 @@ def entry(a, model, layers, batch, ctx, mode, out):
               "weight_bytes": b["weight_bytes"],
               "weight_bytes_all": b.get("weight_bytes_all", b["weight_bytes"]),
               "kv_bytes_per_position": b["kv_bytes_per_position"], "steps": {}})
+    if "attn_split_rows" in b:
+        e["attn_split_rows"] = b["attn_split_rows"]
     if a.tp > 1:
         e["allreduce_bytes_per_step"] = b.get("allreduce_bytes_per_step", 0)
         e["gather_bytes_per_step"] = b.get("gather_bytes_per_step", 0)

@@ -506,6 +506,14 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
         json_object_set_new(jb, "tp", json_integer(tp_n));
         json_object_set_new(jb, "allreduce_bytes_per_step", json_integer((json_int_t)ar_bytes));
         json_object_set_new(jb, "gather_bytes_per_step", json_integer((json_int_t)ga_bytes));
+        int fr, sr;
+        sfi_gpu_engine_attn_split_rows(eng, &fr, &sr);
+        if (fr > 0) {
+            json_t *js = json_object();
+            json_object_set_new(js, "fast", json_integer(fr));
+            json_object_set_new(js, "slow", json_integer(sr));
+            json_object_set_new(jb, "attn_split_rows", js);
+        }
     } else {
         json_decref(jc);
     }

@@ -977,11 +977,22 @@ static void plan_splits(sfi_gpu_engine *e)
             if (r < 256)
                 r = 256;
             if (r < msr) {
-                /* slow requests keep the large splits (H100,
-                 * 0.6B batch 4 at 32K: slow steps 3.59 ms with
-                 * them, 4.27 with 256-row splits, 6.26 with one
-                 * split per SM share) */
-                e->attn_ws.dense_min_rows = msr;
+                /* slow requests keep the large splits (H100, 0.6B
+                 * batch 4 at 32K: slow steps 3.59 ms with them, 4.27
+                 * with 256-row splits, 6.26 with one split per SM
+                 * share; 3.699 against 3.773 with 1856 rows), unless
+                 * one slow request's rows are under a quarter of a
+                 * slow step's (the other requests' fast rows three
+                 * times its context): then its large pieces are the
+                 * launch's tail, and it is cut as fine as the fast
+                 * ones (2 x H100, batch 16 at 8K, tp 2, a slow
+                 * request 19 % of the rows: Qwen3-4B slow steps
+                 * 7.107 -> 6.321 ms, decode 2675.4 -> 2852.3 tok/s;
+                 * Qwen3-30B-A3B 27.932 -> 26.171, 607.7 -> 629.4.
+                 * Not at 33 %: 0.6B batch 8 at 8K, tp 1, 3.290 ->
+                 * 3.433 ms, 3423.8 -> 3351.4 tok/s) */
+                const long others = (long)(B - 1) * mr;
+                e->attn_ws.dense_min_rows = 3L * o->max_ctx < others ? r : msr;
                 e->attn_ws.fast_splits = (int)per;
                 msr = r;
             }
@@ -1348,6 +1359,12 @@ void sfi_gpu_engine_tp(const sfi_gpu_engine *e, int *rank, int *size, int *n_kv_
     *rank = e->rank;
     *size = e->tp;
     *n_kv_local = e->nkv;
+}
+void sfi_gpu_engine_attn_split_rows(const sfi_gpu_engine *e, int *fast, int *slow)
+{
+    const int on = e->o.sfi && e->attn_ws.min_split_rows > 0;
+    *fast = on ? e->attn_ws.min_split_rows : 0;
+    *slow = !on ? 0 : e->attn_ws.dense_min_rows > 0 ? e->attn_ws.dense_min_rows : *fast;
 }
 uint64_t sfi_gpu_engine_kv_row_bytes(const sfi_gpu_engine *e)
 {

@@ -170,6 +170,9 @@ void sfi_gpu_engine_comm_bytes(const sfi_gpu_engine *e, int batch, uint64_t *all
                                uint64_t *gather);
 /* This engine's share: rank, ranks, its KV heads (nkv / ranks). */
 void sfi_gpu_engine_tp(const sfi_gpu_engine *e, int *rank, int *size, int *n_kv_local);
+/* SFI mode: the most rows an attention CTA takes of a fast request and of
+ * a slow one (plan_splits); 0 and 0 in dense mode */
+void sfi_gpu_engine_attn_split_rows(const sfi_gpu_engine *e, int *fast, int *slow);
 
 #ifdef __cplusplus
 }

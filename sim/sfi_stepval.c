@@ -88,6 +88,17 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
         }
         *dst = json_number_value(cb);
     }
+    json_t *sr = json_object_get(o, "attn_split_rows");
+    if (sr) {
+        json_t *f = json_object_get(sr, "fast"), *s = json_object_get(sr, "slow");
+        if (!json_is_object(sr) || !json_is_integer(f) || !json_is_integer(s) ||
+            json_integer_value(f) < 64 || json_integer_value(f) > (1 << 24) ||
+            json_integer_value(s) < 64 || json_integer_value(s) > (1 << 24))
+            return bad(err, origin, i,
+                       "attn_split_rows: needs {\"fast\": rows, \"slow\": rows}, each 64..2^24");
+        m->split_fast = (int)json_integer_value(f);
+        m->split_slow = (int)json_integer_value(s);
+    }
     json_t *dt = json_object_get(o, "dtype");
     m->dtype_bytes = 2;
     if (dt) {
@@ -387,7 +398,11 @@ void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_
      * (request, KV head) pairs fill at most half the SMs, fast requests
      * are cut finer, into pieces that spread them over the SMs once (at
      * least 256 rows), while slow requests keep the large pieces
-     * (attn_ws.dense_min_rows, fast_splits) */
+     * (attn_ws.dense_min_rows, fast_splits). Since 2026-11-26 the engine
+     * cuts slow requests as finely where the other requests' fast rows
+     * are over three times a request's capacity, and reports both sizes
+     * ("attn_split_rows"): an entry that has them is priced at them, one
+     * without (measured before) at the rule above */
     if (m->sfi) {
         int mr = s.pol.prm.n_sink + s.pol.prm.K + s.pol.prm.n_recent;
         int msr = mr < 1024 ? 1024 : (mr + 63) / 64 * 64;
@@ -401,6 +416,10 @@ void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_
                 r = 256;
             if (r < msr)
                 s.attn_fast_split_rows = r;
+        }
+        if (m->split_fast > 0) {
+            s.attn_fast_split_rows = m->split_fast < msr ? m->split_fast : 0;
+            s.attn_split_rows = m->split_slow;
         }
     }
     /* At tp > 1 the Selector's cross-head step all-gathers the scores of

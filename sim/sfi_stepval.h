@@ -36,14 +36,17 @@ typedef struct {
     int layers;     /* layers kept (--layers of sfi-gpu run; 0 = all) */
     int context;    /* prompt tokens per request (--replay-ctx) */
     int batch;
-    int new_tokens;  /* steps per request, step 0 the prefill's (128) */
-    int tp;          /* GPUs of the run (sfi-gpu run --tp; 1) */
-    int sfi;         /* mode: 1 sfi, 0 dense */
-    int dtype_bytes; /* 2 bf16, 4 f32 */
-    int variant;     /* engine settings other than sfi-gpu run's defaults */
-    int deferred;    /* steps of class fast+sel (deferred refresh) were measured */
-    int no_overlap;  /* "overlap": false (--no-overlap): the Selector on the main
+    int new_tokens;             /* steps per request, step 0 the prefill's (128) */
+    int tp;                     /* GPUs of the run (sfi-gpu run --tp; 1) */
+    int sfi;                    /* mode: 1 sfi, 0 dense */
+    int dtype_bytes;            /* 2 bf16, 4 f32 */
+    int variant;                /* engine settings other than sfi-gpu run's defaults */
+    int deferred;               /* steps of class fast+sel (deferred refresh) were measured */
+    int no_overlap;             /* "overlap": false (--no-overlap): the Selector on the main
                         stream */
+    int split_fast, split_slow; /* "attn_split_rows": the most rows an attention
+                        CTA took of a fast and of a slow request, as the
+                        engine reported them (0: not given) */
     double allreduce_bytes, gather_bytes; /* bytes one GPU sent per step into
                         all-reduces and all-gathers, as the engine reported
                         them (-1: not given) */

@@ -237,6 +237,12 @@ START_TEST(malformed_step_measurements_are_named)
         {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
          "\"decode_tokens_per_s\":1,\"tp\":2,\"allreduce_bytes_per_step\":\"x\"}]}",
          "allreduce_bytes_per_step: needs"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"attn_split_rows\":{\"fast\":832}}]}",
+         "attn_split_rows: needs"},
+        {"{\"model\":\"Qwen3-0.6B\",\"mode\":\"sfi\",\"context\":8192,\"batch\":16,"
+         "\"decode_tokens_per_s\":1,\"attn_split_rows\":{\"fast\":32,\"slow\":832}}]}",
+         "attn_split_rows: needs"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char json[1024];
@@ -436,6 +442,59 @@ START_TEST(small_batches_split_fast_requests_finer_than_slow_ones)
             ck_assert_msg(fast > 0.3 * whole, "batch 16 fast +%.4g s (%.4g)", fast, whole);
         }
     }
+    free(m);
+}
+END_TEST
+
+/* An entry's attn_split_rows (what the engine reports since its slow
+ * requests may be cut as finely as fast ones) set the pieces the model
+ * prices; without it, the earlier rule: at tp 2, Qwen3-4B batch 16 (64
+ * pairs on 132 SMs) fast pieces of 832 rows, slow ones of 2368. */
+START_TEST(reported_split_rows_are_priced)
+{
+    const char *js =
+        "{\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"sfi\",\"tp\":2,"
+        "\"context\":8192,\"batch\":16,\"new_tokens\":64,\"decode_tokens_per_s\":1},"
+        "{\"model\":\"Qwen3-4B\",\"mode\":\"sfi\",\"tp\":2,\"context\":8192,\"batch\":16,"
+        "\"new_tokens\":64,\"decode_tokens_per_s\":1,"
+        "\"attn_split_rows\":{\"fast\":832,\"slow\":832}}]}";
+    sfi_step_meas *m = NULL;
+    size_t n = 0;
+    sfi_error e;
+    ck_assert_int_eq(sfi_step_meas_parse(js, strlen(js), "split.json", &m, &n, &e), SFI_OK);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(m[0].split_fast, 0);
+    ck_assert_int_eq(m[1].split_fast, 832);
+    ck_assert_int_eq(m[1].split_slow, 832);
+    sfi_gpu g;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
+    sfi_hw_profile p;
+    sfi_hw_profile_default(&p);
+    sfi_model_config mc;
+    ck_assert_int_eq(sfi_sv_model(&m[0], &mc, &e), SFI_OK);
+    sfi_cost_setup s0, s1;
+    sfi_sv_setup(&m[0], &mc, &p, &g, &s0);
+    sfi_sv_setup(&m[1], &mc, &p, &g, &s1);
+    ck_assert_int_eq(s0.attn_fast_split_rows, 832);
+    ck_assert_int_eq(s0.attn_split_rows, 2368);
+    ck_assert_int_eq(s1.attn_fast_split_rows, 832);
+    ck_assert_int_eq(s1.attn_split_rows, 832);
+    /* with a per-CTA bandwidth that binds, the finer slow pieces predict a
+     * faster slow step and the same fast one */
+    sfi_hw_profile lim;
+    truth_profile(&lim);
+    lim.cta_bandwidth = 10e9;
+    sfi_sv_mix mix;
+    memset(&mix, 0, sizeof mix);
+    mix.batch = 16;
+    mix.hist[0] = 10;
+    mix.hist[1] = 10;
+    sfi_sv_pred a, b;
+    ck_assert_int_eq(sfi_sv_predict(&m[0], &mc, &lim, &g, &mix, &a, &e), SFI_OK);
+    ck_assert_int_eq(sfi_sv_predict(&m[1], &mc, &lim, &g, &mix, &b, &e), SFI_OK);
+    ck_assert_msg(b.t[SFI_SV_SLOW] < 0.97 * a.t[SFI_SV_SLOW], "slow %.4g vs %.4g", b.t[SFI_SV_SLOW],
+                  a.t[SFI_SV_SLOW]);
+    ck_assert_double_eq_tol(b.t[SFI_SV_FAST], a.t[SFI_SV_FAST], 1e-12);
     free(m);
 }
 END_TEST
@@ -873,6 +932,7 @@ int main(void)
     tcase_add_test(tc, allreduce_measurements);
     tcase_add_test(tc, allgather_measurements);
     tcase_add_test(tc, small_batches_split_fast_requests_finer_than_slow_ones);
+    tcase_add_test(tc, reported_split_rows_are_priced);
     tcase_add_test(tc, moe_routing_cta_flops_and_pair_reads_are_priced);
     tcase_add_test(tc, fit_recovers_cta_flops_and_serial_step);
     suite_add_tcase(s, tc);
