@@ -181,159 +181,6 @@ template <typename T, int D, int G, int kStages> struct BulkCfg {
     static_assert(RW % RPW == 0 && U >= 1, "tile rows must cover the warps");
 };
 
-/* One tile of the split kernels' loop: the scores of the warp's rows of
- * the tile (stage buffers sk, sv; nvalid rows valid) against the G query
- * heads, the online softmax update and P.V into acc (see attn_bulk_kernel
- * for the layout). lg: stage the scores in s_lg for the logits. */
-template <typename T, int D, int G, int kStages>
-__device__ __forceinline__ void attn_tile(const uint4 *sk, const uint4 *sv, int nvalid, int wrow0,
-                                          int warp, int rg, int li,
-                                          const float (&qr)[G][BulkCfg<T, D, G, kStages>::VEC],
-                                          float (&m)[G], float (&l)[G],
-                                          float (&acc)[G][BulkCfg<T, D, G, kStages>::VEC],
-                                          float &l_own, int my_u, int my_g, float scale,
-                                          float scale2, bool lg,
-                                          float (&s_lg)[kWarps][G][BulkCfg<T, D, G, kStages>::RW]) {
-    using C = BulkCfg<T, D, G, kStages>;
-    (void)my_u; (void)my_g; (void)l_own;
-    if constexpr (C::BFLY) {
-        float v[C::U * G];
-#pragma unroll
-        for (int u = 0; u < C::U; u++) {
-            const int rr = wrow0 + u * C::RPW + rg;
-            float kx[C::VEC];
-            cvt16(sk[rr * (C::RB / 16) + li], kx, T());
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float a = 0.f;
-#pragma unroll
-                for (int i = 0; i < C::VEC; i++) a = fmaf(qr[g][i], kx[i], a);
-                v[u * G + g] = a;
-            }
-        }
-        /* butterfly: at offset o, lanes with bit o keep the upper half */
-        butterfly<C::LPR / 2>(v, li);
-        const int my_rr = wrow0 + my_u * C::RPW + rg;
-        const bool my_ok = my_rr < nvalid;
-        const float sc = my_ok ? v[0] * scale2 : -INFINITY;
-        if (lg) s_lg[warp][my_g][my_u * C::RPW + rg] = v[0] * scale;
-        /* tile max per head: over the lanes of that head (offsets that
-         * are multiples of G, and the other row groups) */
-        float tm = sc;
-#pragma unroll
-        for (int o = G; o < 32; o <<= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            const float mx = __shfl_sync(0xffffffffu, tm, g);
-            if (mx > m[g]) {
-                const float corr = fast_exp2(m[g] - mx);
-#pragma unroll
-                for (int i = 0; i < C::VEC; i++) acc[g][i] *= corr;
-                if (g == my_g) l_own *= corr;
-                m[g] = mx;
-            }
-        }
-        float mine = 0.f;
-#pragma unroll
-        for (int g = 0; g < G; g++)
-            if (g == my_g) mine = m[g];
-        const float p_own = my_ok ? fast_exp2(sc - mine) : 0.f;
-        l_own += p_own;
-#pragma unroll
-        for (int u = 0; u < C::U; u++) {
-            const int rr = wrow0 + u * C::RPW + rg;
-            float pu[G];
-#pragma unroll
-            for (int g = 0; g < G; g++) pu[g] = __shfl_sync(0xffffffffu, p_own, rg * C::LPR + u * G + g);
-            if (rr < nvalid) {
-                float vx[C::VEC];
-                cvt16(sv[rr * (C::RB / 16) + li], vx, T());
-#pragma unroll
-                for (int g = 0; g < G; g++)
-#pragma unroll
-                    for (int i = 0; i < C::VEC; i++) acc[g][i] = fmaf(pu[g], vx[i], acc[g][i]);
-            }
-        }
-    } else {
-        float s2[C::U][G];
-#pragma unroll
-        for (int u = 0; u < C::U; u++) {
-            const int rr = wrow0 + u * C::RPW + rg;
-            float kx[C::VEC];
-            cvt16(sk[rr * (C::RB / 16) + li], kx, T());
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float a = 0.f;
-#pragma unroll
-                for (int i = 0; i < C::VEC; i++) a = fmaf(qr[g][i], kx[i], a);
-#pragma unroll
-                for (int off = C::LPR / 2; off > 0; off >>= 1)
-                    a += __shfl_xor_sync(0xffffffffu, a, off);
-                s2[u][g] = rr < nvalid ? a * scale2 : -INFINITY;
-                if (lg && li == g) s_lg[warp][g][u * C::RPW + rg] = a * scale;
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float mx = m[g];
-#pragma unroll
-            for (int u = 0; u < C::U; u++) mx = fmaxf(mx, s2[u][g]);
-#pragma unroll
-            for (int off = C::LPR; off < 32; off <<= 1)
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            if (mx > m[g]) {
-                const float corr = fast_exp2(m[g] - mx);
-                l[g] *= corr;
-#pragma unroll
-                for (int i = 0; i < C::VEC; i++) acc[g][i] *= corr;
-                m[g] = mx;
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < C::U; u++) {
-            const int rr = wrow0 + u * C::RPW + rg;
-            if (rr < nvalid) {
-                float vx[C::VEC];
-                cvt16(sv[rr * (C::RB / 16) + li], vx, T());
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    const float p = fast_exp2(s2[u][g] - m[g]);
-                    l[g] += p;
-#pragma unroll
-                    for (int i = 0; i < C::VEC; i++) acc[g][i] = fmaf(p, vx[i], acc[g][i]);
-                }
-            }
-        }
-    }
-}
-
-/* After a split's last tile: l from the lanes' partial sums (BFLY) and
- * the row groups merged. */
-template <typename T, int D, int G, int kStages>
-__device__ __forceinline__ void attn_rows_merge(float (&l)[G],
-                                                float (&acc)[G][BulkCfg<T, D, G, kStages>::VEC],
-                                                float l_own, int rg) {
-    using C = BulkCfg<T, D, G, kStages>;
-    (void)l_own; (void)rg;
-    if constexpr (C::BFLY) {
-        /* l of head g, row group rg: the sum over the lanes li = u*G + g */
-#pragma unroll
-        for (int o = G; o < C::LPR; o <<= 1) l_own += __shfl_xor_sync(0xffffffffu, l_own, o);
-#pragma unroll
-        for (int g = 0; g < G; g++) l[g] = __shfl_sync(0xffffffffu, l_own, rg * C::LPR + g);
-    }
-    /* m is warp-uniform here, so merging the row groups is a plain sum */
-#pragma unroll
-    for (int off = C::LPR; off < 32; off <<= 1) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
-#pragma unroll
-            for (int i = 0; i < C::VEC; i++) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], off);
-        }
-    }
-}
-
 /* Split kernel (flash-decoding partition) with a TMA bulk-copy pipeline.
  * Launch: grid (n_splits * n_sl, n_kv, batch), block kWarps*32 = 256,
  * dynamic shared memory BulkCfg::SMEM: kStages stages, each a tile of K
@@ -523,8 +370,115 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
         const int r0 = tile_row0(t);
         const int nvalid = min(C::ROWS, end - r0);
         const int wrow0 = warp * C::RW;
-        attn_tile<T, D, G, kStages>(sk, sv, nvalid, wrow0, warp, rg, li, qr, m, l, acc, l_own, my_u,
-                                    my_g, scale, scale2, logits != nullptr, s_lg);
+        if constexpr (C::BFLY) {
+            float v[C::U * G];
+#pragma unroll
+            for (int u = 0; u < C::U; u++) {
+                const int rr = wrow0 + u * C::RPW + rg;
+                float kx[C::VEC];
+                cvt16(sk[rr * (C::RB / 16) + li], kx, T());
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float a = 0.f;
+#pragma unroll
+                    for (int i = 0; i < C::VEC; i++) a = fmaf(qr[g][i], kx[i], a);
+                    v[u * G + g] = a;
+                }
+            }
+            /* butterfly: at offset o, lanes with bit o keep the upper half */
+            butterfly<C::LPR / 2>(v, li);
+            const int my_rr = wrow0 + my_u * C::RPW + rg;
+            const bool my_ok = my_rr < nvalid;
+            const float sc = my_ok ? v[0] * scale2 : -INFINITY;
+            if (logits) s_lg[warp][my_g][my_u * C::RPW + rg] = v[0] * scale;
+            /* tile max per head: over the lanes of that head (offsets that
+             * are multiples of G, and the other row groups) */
+            float tm = sc;
+#pragma unroll
+            for (int o = G; o < 32; o <<= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float mx = __shfl_sync(0xffffffffu, tm, g);
+                if (mx > m[g]) {
+                    const float corr = fast_exp2(m[g] - mx);
+#pragma unroll
+                    for (int i = 0; i < C::VEC; i++) acc[g][i] *= corr;
+                    if (g == my_g) l_own *= corr;
+                    m[g] = mx;
+                }
+            }
+            float mine = 0.f;
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                if (g == my_g) mine = m[g];
+            const float p_own = my_ok ? fast_exp2(sc - mine) : 0.f;
+            l_own += p_own;
+#pragma unroll
+            for (int u = 0; u < C::U; u++) {
+                const int rr = wrow0 + u * C::RPW + rg;
+                float pu[G];
+#pragma unroll
+                for (int g = 0; g < G; g++) pu[g] = __shfl_sync(0xffffffffu, p_own, rg * C::LPR + u * G + g);
+                if (rr < nvalid) {
+                    float vx[C::VEC];
+                    cvt16(sv[rr * (C::RB / 16) + li], vx, T());
+#pragma unroll
+                    for (int g = 0; g < G; g++)
+#pragma unroll
+                        for (int i = 0; i < C::VEC; i++) acc[g][i] = fmaf(pu[g], vx[i], acc[g][i]);
+                }
+            }
+        } else {
+            float s2[C::U][G];
+#pragma unroll
+            for (int u = 0; u < C::U; u++) {
+                const int rr = wrow0 + u * C::RPW + rg;
+                float kx[C::VEC];
+                cvt16(sk[rr * (C::RB / 16) + li], kx, T());
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float a = 0.f;
+#pragma unroll
+                    for (int i = 0; i < C::VEC; i++) a = fmaf(qr[g][i], kx[i], a);
+#pragma unroll
+                    for (int off = C::LPR / 2; off > 0; off >>= 1)
+                        a += __shfl_xor_sync(0xffffffffu, a, off);
+                    s2[u][g] = rr < nvalid ? a * scale2 : -INFINITY;
+                    if (logits && li == g) s_lg[warp][g][u * C::RPW + rg] = a * scale;
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float mx = m[g];
+#pragma unroll
+                for (int u = 0; u < C::U; u++) mx = fmaxf(mx, s2[u][g]);
+#pragma unroll
+                for (int off = C::LPR; off < 32; off <<= 1)
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+                if (mx > m[g]) {
+                    const float corr = fast_exp2(m[g] - mx);
+                    l[g] *= corr;
+#pragma unroll
+                    for (int i = 0; i < C::VEC; i++) acc[g][i] *= corr;
+                    m[g] = mx;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < C::U; u++) {
+                const int rr = wrow0 + u * C::RPW + rg;
+                if (rr < nvalid) {
+                    float vx[C::VEC];
+                    cvt16(sv[rr * (C::RB / 16) + li], vx, T());
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        const float p = fast_exp2(s2[u][g] - m[g]);
+                        l[g] += p;
+#pragma unroll
+                        for (int i = 0; i < C::VEC; i++) acc[g][i] = fmaf(p, vx[i], acc[g][i]);
+                    }
+                }
+            }
+        }
         /* every thread releases the stage itself (not one lane per warp
          * after a __syncwarp): then each read is ordered before the refill
          * by the barrier alone, which compute-sanitizer's racecheck can
@@ -540,7 +494,23 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
             __syncwarp();
         }
     }
-    attn_rows_merge<T, D, G, kStages>(l, acc, l_own, rg);
+    if constexpr (C::BFLY) {
+        /* l of head g, row group rg: the sum over the lanes li = u*G + g */
+#pragma unroll
+        for (int o = G; o < C::LPR; o <<= 1) l_own += __shfl_xor_sync(0xffffffffu, l_own, o);
+#pragma unroll
+        for (int g = 0; g < G; g++) l[g] = __shfl_sync(0xffffffffu, l_own, rg * C::LPR + g);
+    }
+    /* m is warp-uniform here, so merging the row groups is a plain sum */
+#pragma unroll
+    for (int off = C::LPR; off < 32; off <<= 1) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
+#pragma unroll
+            for (int i = 0; i < C::VEC; i++) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], off);
+        }
+    }
     /* the next kernel may start launching now: earlier, its CTAs would
      * share the SMs with this streaming loop (measured slower) */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
