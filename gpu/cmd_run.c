@@ -486,6 +486,11 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
            "tokens in %.3f s = %.0f tokens/s\n",
            tps, tok, tot_ms * 1e-3, ptok, res->prefill_s,
            res->prefill_s > 0 ? ptok / res->prefill_s : 0.0);
+    if (res->cond_graph > 0)
+        printf("bench: step graph with a conditional node: steps without a slow request ran "
+               "without the Selector chain, with the fast-rows attention grid\n");
+    else if (res->cond_graph < 0)
+        printf("bench: step graph without its conditional node (%s)\n", res->cond_why);
     if (res->n_no_chain > 0)
         printf("bench: %d of %d steps without the Selector chain (no request slow)\n",
                res->n_no_chain, res->n_timed);
@@ -503,6 +508,7 @@ static void bench_report(const sfi_gpu_engine *eng, const sfi_gpu_engine_opts *e
                             json_real(res->prefill_s > 0 ? ptok / res->prefill_s : 0));
         json_object_set_new(jb, "graph_build_s", json_real(res->graph_build_s));
         json_object_set_new(jb, "steps_without_selector", json_integer(res->n_no_chain));
+        json_object_set_new(jb, "cond_graph", json_boolean(res->cond_graph > 0));
         json_object_set_new(jb, "tp", json_integer(tp_n));
         json_object_set_new(jb, "allreduce_bytes_per_step", json_integer((json_int_t)ar_bytes));
         json_object_set_new(jb, "gather_bytes_per_step", json_integer((json_int_t)ga_bytes));

@@ -136,6 +136,11 @@ typedef struct {
      * gets its ceil(rows / min_split_rows) */
     int dense_min_rows;
     int fast_splits;
+    /* mixed-mode calls: when > 0, no request of the step is dense (the
+     * engine's step graph for steps without a slow request) and none has
+     * more rows than this, so the grid is sized for them instead of the
+     * context */
+    int fast_rows;
     /* when set, the fast kernels also write the output rounded to bf16
      * here ([batch][n_heads][D]): the next GEMM's input, without a
      * conversion launch */

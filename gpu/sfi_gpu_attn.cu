@@ -746,7 +746,7 @@ cudaError_t dispatch_g(int G, const sfi_gpu_step_desc *h, const sfi_gpu_step_des
     case 4:
         /* the benchmarked shape: the bench's sweep may pick another depth */
         if (sizeof(T) == 2 && D == 128 && g_stages == 2) return SFI_LAUNCH(4, 2);
-        if (sizeof(T) == 2 && D == 128 && g_stages == 4) return SFI_LAUNCH(4, 4);
+        if (sizeof(T) == 2 && D == 128 && g_stages >= 4) return SFI_LAUNCH(4, 4);
         return SFI_LAUNCH(4, 3);
     case 8: return SFI_LAUNCH(8, 3);
     default: return cudaErrorInvalidValue;
@@ -764,7 +764,10 @@ cudaError_t attn_common(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, 
     for (int b = 0; b < h->batch; b++) {
         const sfi_gpu_req *r = &h->req[b];
         const int ns = r->n_compact + (r->ctx_len - r->recent_begin);
-        const int n = mode == kModeSparse ? ns : mode == kModeMixed ? max(ns, r->ctx_len) : r->ctx_len;
+        const int n = mode == kModeSparse ? ns
+                      : mode == kModeMixed && ws->fast_rows > 0 ? ws->fast_rows
+                      : mode == kModeMixed                      ? max(ns, r->ctx_len)
+                                                                : r->ctx_len;
         if (n > max_rows) max_rows = n;
     }
     if (max_rows <= 0) return cudaErrorInvalidValue;
@@ -855,6 +858,7 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
     ws->min_split_rows = 0;
     ws->dense_min_rows = 0;
     ws->fast_splits = 0;
+    ws->fast_rows = 0;
     ws->out_bf16 = nullptr;
 }
 

@@ -74,10 +74,12 @@ struct sfi_gpu_engine {
     sfi_gpu_engine_mem mem;
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
     int gu_tiled; /* gate/up rows in SwiGLU tiles (bf16 fast path) */
-    /* timing experiments only (SFI_GPU_SKIP=norm,qkv,attn,gemm,allreduce):
-     * decode steps leave those launches out, so results are wrong but the
+    /* timing experiments only (SFI_GPU_SKIP=norm,qkv,attn,gemm,allreduce,
+     * reorg,selchain,tailN): decode steps leave those launches out (reorg:
+     * the Selector chain's reorg; selchain: its Selector and Top-K; tailN:
+     * the whole chain of the last N layers), so results are wrong but the
      * step's time without them can be measured inside the graph */
-    int skip_norm, skip_qkv, skip_attn, skip_gemm, skip_ar;
+    int skip_norm, skip_qkv, skip_attn, skip_gemm, skip_ar, skip_reorg, skip_sel, skip_tail;
     int decoding;    /* inside enqueue_layers (where the skips apply) */
     int fuse_norm;   /* decode GEMMs make their RMSNorm input themselves (1) */
     int moe_grouped; /* prefill MoE layers run the grouped experts (1) */
@@ -144,6 +146,9 @@ struct sfi_gpu_engine {
     cudaEvent_t ev_attn[R_SLOTS], ev_free[R_SLOTS], ev_done, ev_plan;
     cudaEvent_t ev_gath[R_SLOTS]; /* tp > 1: a layer's scores all-gathered */
     cudaGraphExec_t graph_exec;
+    int cond_graphs;         /* graph_exec picks its body on the device (capture_cond_step) */
+    int stages, fast_stages; /* attention pipeline depth, and in the fast body */
+    int fast_body;           /* capturing that graph's body for steps with no slow request */
     /* tp > 1, SFI: a second graph of the step without the Selector chain
      * (pick_graph); the host reads d_state->next_slow through h_flag */
     int sel_graphs, no_chain;
@@ -809,6 +814,16 @@ static void init_fields(sfi_gpu_engine *e, const sfi_model_config *cfg,
     const char *sg = getenv("SFI_GPU_SEL_GRAPHS");
     if (sg && o->sfi && !o->skip_select && !e->defer)
         e->sel_graphs = atoi(sg) != 0;
+    /* tp 1: the step graph chooses on the device, through a conditional
+     * node, between the step as it is and, when no request needs the
+     * Selector chain (next_slow == 0), the step without the chain and
+     * with the attention grid sized for fast rows alone; the host still
+     * reads nothing back. SFI_GPU_COND_GRAPH=0|1 overrides
+     * (measurements). */
+    e->cond_graphs = o->sfi && o->graphs && e->tp == 1 && !e->sel_graphs && !e->defer;
+    const char *cg = getenv("SFI_GPU_COND_GRAPH");
+    if (cg && o->sfi && o->graphs && e->tp == 1 && !e->sel_graphs && !e->defer)
+        e->cond_graphs = atoi(cg) != 0;
 }
 
 /* The create phases below return at the first failure and leave what they
@@ -1020,6 +1035,9 @@ static void read_experiments(sfi_gpu_engine *e)
         e->skip_qkv = strstr(skp, "qkv") != NULL;
         e->skip_attn = strstr(skp, "attn") != NULL;
         e->skip_gemm = strstr(skp, "gemm") != NULL;
+        e->skip_reorg = strstr(skp, "reorg") != NULL;
+        e->skip_sel = strstr(skp, "selchain") != NULL;
+        e->skip_tail = strstr(skp, "tail") ? atoi(strstr(skp, "tail") + 4) : 0;
         e->skip_ar = strstr(skp, "allreduce") != NULL;
     }
     e->fuse_norm = !(getenv("SFI_GPU_FUSE_NORM") && !strcmp(getenv("SFI_GPU_FUSE_NORM"), "0"));
@@ -1032,10 +1050,14 @@ static void read_experiments(sfi_gpu_engine *e)
         sfi_gpu_gemm_select(!strcmp(gk, "skinny") ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB,
                             getenv("SFI_GPU_SLAB_MAX_MB") ? atoi(getenv("SFI_GPU_SLAB_MAX_MB"))
                                                           : -1);
-    /* experiments: SFI_GPU_STAGES=2|3|4|6 sets the attention pipeline depth */
+    /* experiments: SFI_GPU_STAGES=2|3|4|6 sets the attention pipeline
+     * depth, SFI_GPU_FAST_STAGES that of the steps without a slow request
+     * (cond_graphs) */
     const char *stg = getenv("SFI_GPU_STAGES");
-    if (stg)
-        sfi_gpu_attn_set_stages(atoi(stg));
+    e->stages = stg ? atoi(stg) : 3;
+    const char *fst = getenv("SFI_GPU_FAST_STAGES");
+    e->fast_stages = fst ? atoi(fst) : 6;
+    sfi_gpu_attn_set_stages(e->stages);
 }
 
 /* The attention workspace (decode batch or prefill pseudo-batch, the
@@ -1882,7 +1904,22 @@ static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
         e->attn_ws.out_bf16 = e->att_b;
     sfi_gpu_gemm_set_ws(e->gemm_part, e->gemm_part_floats, e->gemm_cnt, e->gemm_tiles);
     e->decoding = 1;
+    /* the fast body's attention: a grid of the fast rows alone (one CTA
+     * per (request, KV head) where their rows are not cut finer), and
+     * there a deep pipeline, whose shared memory keeps one CTA to an SM:
+     * with two (3 stages) the scheduler doubled some up while other SMs
+     * idled (H100, 0.6B batch 16: fast steps 3.050 ms with 3 stages, 2.803
+     * with 4, 2.691 with 6; with the grid of the context and 3 stages, as
+     * in a step with slow requests, 2.879). Where fast rows are cut
+     * finer (small batches) the pieces outnumber the SMs and 6 stages
+     * measured slower (batch 4 at 32K: 1.568 against 1.544 ms). */
+    e->attn_ws.fast_rows =
+        e->fast_body ? e->o.params.n_sink + e->o.params.K + e->o.params.n_recent : 0;
+    sfi_gpu_attn_set_stages(e->fast_body && e->attn_ws.fast_splits == 0 ? e->fast_stages
+                                                                        : e->stages);
     rc = enqueue_layers(e, B, sfi, overlap, &sp, err);
+    sfi_gpu_attn_set_stages(e->stages);
+    e->attn_ws.fast_rows = 0;
     e->decoding = 0;
     sfi_gpu_set_pdl(0);
     e->attn_ws.out_bf16 = NULL;
@@ -1983,7 +2020,7 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
             CK(sfi_gpu_attn_mixed(&e->h_cap, e->d_desc, e->o.dtype, e->q, e->kp[l], e->vp[l],
                                   sfi ? e->ck[l] : NULL, sfi ? e->cv[l] : NULL, e->att, lg,
                                   &e->attn_ws, e->exact, st));
-        if (sfi && !e->defer && !e->no_chain) {
+        if (sfi && !e->defer && !e->no_chain && l < e->L - e->skip_tail) {
             cudaStream_t ss = overlap ? side : st;
             if (overlap) {
                 CK(cudaEventRecord(e->ev_attn[slot], st));
@@ -1999,13 +2036,13 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
                                               e->knorm[l], &e->sel_ws[slot], NULL, e->exact, side));
                 CK(cudaEventRecord(e->ev_free[slot], side));
             } else {
-                if (!e->o.skip_select &&
+                if (!e->o.skip_select && !e->skip_sel &&
                     (rc = selector(e, &e->h_cap, e->d_desc, e->sel_slots, &sp, e->logits_ring[slot],
                                    e->knorm[l], &e->sel_ws[slot], e->sel[l], ss, err)))
                     return rc;
                 if (overlap)
                     CK(cudaEventRecord(e->ev_free[slot], side));
-                if (!e->o.skip_select)
+                if (!e->o.skip_select && !e->skip_reorg)
                     CK(sfi_gpu_reorg(&e->h_cap, e->d_desc, e->o.dtype, e->kp[l], e->vp[l],
                                      e->sel[l], e->ck[l], e->cv[l], NULL, ss));
             }
@@ -2264,6 +2301,76 @@ static sfi_status capture_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, int no_ch
     return SFI_OK;
 }
 
+/* Captures one decode step into *gx as a graph that chooses its body on
+ * the device: a kernel sets the condition from d_state->next_slow (the
+ * last step's end), then a conditional IF node runs body 0, the step
+ * without the Selector chain and with the attention grid of fast rows
+ * (fast_body), when no request needs the chain, else body 1, the step as
+ * capture_step makes it. Both bodies compute the same outputs when no
+ * request is slow: the chain would find no request with a non-empty J
+ * (and no sink to refresh), and a fast request's pieces do not depend on
+ * the grid (each is at least min_split_rows). */
+static sfi_status capture_cond_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, sfi_gpu_run_result *res,
+                                    sfi_error *err)
+{
+    double tg = sfi_clock_wall();
+    cudaGraph_t g = NULL, gout = NULL;
+    cudaGraphConditionalHandle h = 0;
+    enum cudaStreamCaptureStatus cs;
+    const cudaGraphNode_t *deps = NULL;
+    size_t nd = 0;
+    cudaGraphNode_t cn;
+    CK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
+    cudaError_t ce = cudaStreamGetCaptureInfo(e->main_st, &cs, NULL, &g, NULL, NULL, NULL);
+    if (ce == cudaSuccess)
+        ce = cudaGraphConditionalHandleCreate(&h, g, 0, 0);
+    if (ce == cudaSuccess)
+        ce = sfi_gpu_set_step_cond(h, e->d_state, e->main_st);
+    if (ce == cudaSuccess)
+        ce = cudaStreamGetCaptureInfo(e->main_st, &cs, NULL, NULL, &deps, NULL, &nd);
+    struct cudaGraphNodeParams cp;
+    memset(&cp, 0, sizeof cp);
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = h;
+    cp.conditional.type = cudaGraphCondTypeIf;
+    cp.conditional.size = 2;
+    if (ce == cudaSuccess)
+        ce = cudaGraphAddNode(&cn, g, deps, NULL, nd, &cp);
+    if (ce == cudaSuccess)
+        ce = cudaStreamUpdateCaptureDependencies(e->main_st, &cn, NULL, 1,
+                                                 cudaStreamSetCaptureDependencies);
+    cudaError_t ce2 = cudaStreamEndCapture(e->main_st, &gout);
+    if (ce != cudaSuccess || ce2 != cudaSuccess) {
+        if (gout)
+            cudaGraphDestroy(gout);
+        CK(ce != cudaSuccess ? ce : ce2);
+    }
+    for (int body = 0; body < 2; body++) {
+        cudaGraph_t bg = cp.conditional.phGraph_out[body], bout = NULL;
+        ce = cudaStreamBeginCaptureToGraph(e->main_st, bg, NULL, NULL, 0,
+                                           cudaStreamCaptureModeThreadLocal);
+        if (ce != cudaSuccess) {
+            cudaGraphDestroy(gout);
+            CK(ce);
+        }
+        e->no_chain = e->fast_body = body == 0;
+        sfi_status rc = enqueue_step(e, err);
+        e->no_chain = e->fast_body = 0;
+        ce = cudaStreamEndCapture(e->main_st, &bout);
+        if (rc || ce != cudaSuccess) {
+            cudaGraphDestroy(gout);
+            if (rc)
+                return rc;
+            CK(ce);
+        }
+    }
+    ce = cudaGraphInstantiateWithFlags(gx, gout, cudaGraphInstantiateFlagUseNodePriority);
+    cudaGraphDestroy(gout);
+    CK(ce);
+    res->graph_build_s += sfi_clock_wall() - tg;
+    return SFI_OK;
+}
+
 /* Under sel_graphs: waits for the last step (whose end copied next_slow
  * to h_flag) and says whether this step can leave the Selector chain out
  * and, if not, for how many requests its scores' all-gather must carry
@@ -2372,7 +2479,26 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
             e->no_chain = 0;
             e->sel_slots = B;
             RUN_TRY(rs);
-            if (use_graph)
+            int plain = use_graph && !e->cond_graphs;
+            if (use_graph && e->cond_graphs) {
+                /* a conditional body takes kernels, memsets and copies
+                 * only; MoE models' steps (their router's product is the
+                 * step's one cuBLAS call) failed to instantiate on the
+                 * H100: then the plain graph, and the bench says so */
+                sfi_error ce;
+                sfi_error_clear(&ce);
+                if (capture_cond_step(e, &e->graph_exec, res, &ce) == SFI_OK) {
+                    res->cond_graph = 1;
+                } else {
+                    cudaGetLastError(); /* not a sticky error: clear it */
+                    e->graph_exec = NULL;
+                    e->cond_graphs = 0;
+                    res->cond_graph = -1;
+                    snprintf(res->cond_why, sizeof res->cond_why, "%.95s", ce.msg);
+                    plain = 1;
+                }
+            }
+            if (plain)
                 RUN_TRY(capture_step(e, &e->graph_exec, 0, res, err));
             if (use_graph && e->sel_graphs)
                 RUN_TRY(capture_step(e, &e->graph_nosel, 1, res, err));

@@ -139,6 +139,11 @@ typedef struct {
     float *step_ms;            /* [max_new] event-timed batch steps (step_ms[0] unused) */
     double graph_build_s;
     int n_no_chain; /* steps replayed without the Selector chain (tp > 1) */
+    /* 1: the step graph had its conditional node (one GPU, SFI: steps
+     * without a slow request ran without the chain); -1: it was tried and
+     * could not be instantiated (cond_why), the plain graph ran instead */
+    int cond_graph;
+    char cond_why[96];
 } sfi_gpu_run_result;
 
 void sfi_gpu_run_result_free(sfi_gpu_run_result *r);

@@ -992,6 +992,10 @@ __global__ void end_step_kernel(sfi_gpu_plan_cfg c, sfi_gpu_run_state *__restric
     if (b == 0) s->next_slow = slow;
 }
 
+__global__ void set_cond_kernel(cudaGraphConditionalHandle h, const sfi_gpu_run_state *__restrict__ s) {
+    cudaGraphSetConditional(h, s->next_slow == 0 ? 1u : 0u);
+}
+
 /* Launches k, with the programmatic-dependent-launch attribute when
  * sfi_gpu_set_pdl(1) is in force (the engine's decode steps). */
 template <typename... P, typename... A>
@@ -1325,6 +1329,12 @@ cudaError_t sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st
 cudaError_t sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st, const int32_t *next,
                              int32_t *hist_tok, cudaStream_t st_) {
     launch_k(end_step_kernel, dim3(1), dim3(64), 0, st_, *cfg, st, next, hist_tok);
+    return cudaGetLastError();
+}
+
+cudaError_t sfi_gpu_set_step_cond(cudaGraphConditionalHandle h, const sfi_gpu_run_state *st,
+                                  cudaStream_t st_) {
+    set_cond_kernel<<<1, 1, 0, st_>>>(h, st);
     return cudaGetLastError();
 }
 

@@ -254,6 +254,14 @@ cudaError_t sfi_gpu_plan_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st
 cudaError_t sfi_gpu_end_step(const sfi_gpu_plan_cfg *cfg, sfi_gpu_run_state *st,
                              const int32_t *next, int32_t *hist_tok, cudaStream_t st_);
 
+/* Sets the condition h of a step graph's conditional node to whether no
+ * request needs the Selector chain in the step about to run
+ * (st->next_slow == 0, written by the last step's sfi_gpu_end_step):
+ * the body without the chain and with the fast-only attention grid. One
+ * thread, no PDL (a graph's first node). */
+cudaError_t sfi_gpu_set_step_cond(cudaGraphConditionalHandle h, const sfi_gpu_run_state *st,
+                                  cudaStream_t st_);
+
 #ifdef __cplusplus
 }
 #endif
