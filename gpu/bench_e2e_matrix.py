@@ -105,6 +105,8 @@ def entry(a, model, layers, batch, ctx, mode, out):
               "kv_bytes_per_position": b["kv_bytes_per_position"], "steps": {}})
     if "attn_split_rows" in b:
         e["attn_split_rows"] = b["attn_split_rows"]
+    if "cond_graph" in b:  # one GPU's SFI fast steps ran the graph's fast body
+        e["cond_graph"] = b["cond_graph"]
     if a.tp > 1:
         e["allreduce_bytes_per_step"] = b.get("allreduce_bytes_per_step", 0)
         e["gather_bytes_per_step"] = b.get("gather_bytes_per_step", 0)
