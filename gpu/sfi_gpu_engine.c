@@ -818,12 +818,11 @@ static void init_fields(sfi_gpu_engine *e, const sfi_model_config *cfg,
      * node, between the step as it is and, when no request needs the
      * Selector chain (next_slow == 0), the step without the chain and
      * with the attention grid sized for fast rows alone; the host still
-     * reads nothing back. SFI_GPU_COND_GRAPH=0|1 overrides
+     * reads nothing back. SFI_GPU_COND_GRAPH=0 switches it off
      * (measurements). */
-    e->cond_graphs = o->sfi && o->graphs && e->tp == 1 && !e->sel_graphs && !e->defer;
     const char *cg = getenv("SFI_GPU_COND_GRAPH");
-    if (cg && o->sfi && o->graphs && e->tp == 1 && !e->sel_graphs && !e->defer)
-        e->cond_graphs = atoi(cg) != 0;
+    e->cond_graphs =
+        o->sfi && o->graphs && e->tp == 1 && !e->sel_graphs && !e->defer && !(cg && atoi(cg) == 0);
 }
 
 /* The create phases below return at the first failure and leave what they
