@@ -740,6 +740,8 @@ cudaError_t dispatch_g(int G, const sfi_gpu_step_desc *h, const sfi_gpu_step_des
     case 2:
         if (sizeof(T) == 2 && D == 128 && g_stages == 4) return SFI_LAUNCH(2, 4);
         if (sizeof(T) == 2 && D == 128 && g_stages == 6) return SFI_LAUNCH(2, 6);
+        /* 7 x 32 KiB: the deepest pipeline in an SM's 227 KiB (the fast body) */
+        if (sizeof(T) == 2 && D == 128 && g_stages == 7) return SFI_LAUNCH(2, 7);
         return SFI_LAUNCH(2, 3);
     case 3: return SFI_LAUNCH(3, 3); /* sfi-small-qwen3: 6 heads over 2 */
     case 5: return SFI_LAUNCH(5, 3); /* Qwen3-14B: 40 heads over 8 */
@@ -877,7 +879,7 @@ int sfi_gpu_pdl(void) { return g_pdl; }
 
 void sfi_gpu_attn_set_waves(int waves) { g_waves = waves > 0 ? waves : 1; }
 void sfi_gpu_attn_set_stages(int stages) {
-    g_stages = stages == 2 || stages == 4 || stages == 6 ? stages : 3;
+    g_stages = stages == 2 || stages == 4 || stages == 6 || stages == 7 ? stages : 3;
 }
 
 cudaError_t sfi_gpu_attn_dense(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d, int dtype,

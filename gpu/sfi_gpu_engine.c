@@ -1049,13 +1049,13 @@ static void read_experiments(sfi_gpu_engine *e)
         sfi_gpu_gemm_select(!strcmp(gk, "skinny") ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB,
                             getenv("SFI_GPU_SLAB_MAX_MB") ? atoi(getenv("SFI_GPU_SLAB_MAX_MB"))
                                                           : -1);
-    /* experiments: SFI_GPU_STAGES=2|3|4|6 sets the attention pipeline
+    /* experiments: SFI_GPU_STAGES=2|3|4|6|7 sets the attention pipeline
      * depth, SFI_GPU_FAST_STAGES that of the steps without a slow request
      * (cond_graphs) */
     const char *stg = getenv("SFI_GPU_STAGES");
     e->stages = stg ? atoi(stg) : 3;
     const char *fst = getenv("SFI_GPU_FAST_STAGES");
-    e->fast_stages = fst ? atoi(fst) : 6;
+    e->fast_stages = fst ? atoi(fst) : 7;
     sfi_gpu_attn_set_stages(e->stages);
 }
 
@@ -1909,9 +1909,12 @@ static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
      * with two (3 stages) the scheduler doubled some up while other SMs
      * idled (H100, 0.6B batch 16: fast steps 3.050 ms with 3 stages, 2.803
      * with 4, 2.691 with 6; with the grid of the context and 3 stages, as
-     * in a step with slow requests, 2.879). Where fast rows are cut
-     * finer (small batches) the pieces outnumber the SMs and 6 stages
-     * measured slower (batch 4 at 32K: 1.568 against 1.544 ms). */
+     * in a step with slow requests, 2.879). Groups of 2 take 7, the most
+     * that fits (224 KiB; at 32K 2.686 -> 2.647 ms against 6, the
+     * attention alone 1.662 -> 1.621 ms a step), groups of 4 take 4. Where
+     * fast rows are cut finer (small batches) the pieces outnumber the
+     * SMs and 6 stages measured slower (batch 4 at 32K: 1.568 against
+     * 1.544 ms). */
     e->attn_ws.fast_rows =
         e->fast_body ? e->o.params.n_sink + e->o.params.K + e->o.params.n_recent : 0;
     sfi_gpu_attn_set_stages(e->fast_body && e->attn_ws.fast_splits == 0 ? e->fast_stages
