@@ -2283,6 +2283,19 @@ static sfi_status first_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int
 
 /* Captures one decode step into *gx (the step itself is not run); with
  * no_chain, the step without the Selector chain (see sel_graphs). */
+/* The captured graph g made executable in *gx (with its nodes'
+ * priorities: the side stream's are lower) and destroyed; the time since
+ * tg counted as graph building. */
+static sfi_status instantiate_graph(cudaGraph_t g, cudaGraphExec_t *gx, double tg,
+                                    sfi_gpu_run_result *res, sfi_error *err)
+{
+    cudaError_t ce = cudaGraphInstantiateWithFlags(gx, g, cudaGraphInstantiateFlagUseNodePriority);
+    cudaGraphDestroy(g);
+    CK(ce);
+    res->graph_build_s += sfi_clock_wall() - tg;
+    return SFI_OK;
+}
+
 static sfi_status capture_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, int no_chain,
                                sfi_gpu_run_result *res, sfi_error *err)
 {
@@ -2296,11 +2309,7 @@ static sfi_status capture_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, int no_ch
     if (rc)
         return rc;
     CK(ce);
-    ce = cudaGraphInstantiateWithFlags(gx, g, cudaGraphInstantiateFlagUseNodePriority);
-    cudaGraphDestroy(g);
-    CK(ce);
-    res->graph_build_s += sfi_clock_wall() - tg;
-    return SFI_OK;
+    return instantiate_graph(g, gx, tg, res, err);
 }
 
 /* Captures one decode step into *gx as a graph that chooses its body on
@@ -2366,11 +2375,7 @@ static sfi_status capture_cond_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, sfi_
             CK(ce);
         }
     }
-    ce = cudaGraphInstantiateWithFlags(gx, gout, cudaGraphInstantiateFlagUseNodePriority);
-    cudaGraphDestroy(gout);
-    CK(ce);
-    res->graph_build_s += sfi_clock_wall() - tg;
-    return SFI_OK;
+    return instantiate_graph(gout, gx, tg, res, err);
 }
 
 /* Under sel_graphs: waits for the last step (whose end copied next_slow
