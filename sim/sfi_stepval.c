@@ -656,8 +656,11 @@ static int solve(double *A, double *b, int n)
  * none: about one launch. */
 #define GEMM_FIXED_START 2.0
 /* Where the fit starts an all-reduce's extra inside a step (us) when the
- * prior has none: about one launch. */
-#define AR_STEP_START 2.0
+ * prior has none: what one all-reduce left out of a step saved beyond its
+ * time alone (2 x H100, sfi-gpu SFI_GPU_SKIP=allreduce: 9.9 us against
+ * 7.1). From a much smaller start its slope is below what 1% noise lets
+ * the fit see. */
+#define AR_STEP_START 2.8
 
 /* What a fit runs over, and its scratch: the residuals at the current
  * point (r0), at a trial point (r1), and their Jacobian. */
