@@ -29,7 +29,7 @@ static void usage(FILE *out)
         "usage: sfi-sim validate [--profile FILE] [--gpu NAME|FILE] [--tolerance PCT]\n"
         "                        [--fit OUT.json]\n"
         "       sfi-sim validate [--profile FILE] [--steps FILE] [--fit-subset SPEC ...]\n"
-        "                        [--select SPEC ...]\n"
+        "                        [--select SPEC ...] [--fit-params LIST]\n"
         "                        [--fit OUT.json] [--moe-reads distinct|pairs]\n"
         "                        [--tokenizer DIR] [--gpu NAME|FILE]\n\n"
         "Kernels: predicts every kernel time listed under \"measurements\" in a\n"
@@ -53,6 +53,11 @@ static void usage(FILE *out)
         "  --fit-subset SPEC  fit on the configurations SPEC selects: KEY=V[,V...]\n"
         "                   joined by ':' (all must hold), keys model, batch, context\n"
         "                   (8K = 8192), mode, tp; repeat the option for alternatives\n"
+        "  --fit-params LIST  fit only these parameters (comma-separated keys: attn_dense,\n"
+        "                   attn_sparse, gemm, launch_us, launch_pdl_us, overlap_contention,\n"
+        "                   cta_GBps, cta_GFLOPS, serial_step_ns, step_overhead_us,\n"
+        "                   allreduce_step_us, gemm_fixed_us); the others keep the\n"
+        "                   profile's values [all]\n"
         "  --select SPEC    read only the configurations SPEC selects (syntax of\n"
         "                   --fit-subset; repeat for alternatives)\n"
         "  --moe-reads HOW  an MoE layer reads each distinct expert the batch touches\n"
@@ -561,7 +566,8 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
     int held = 0;
     for (int j = 0; j < SFI_SV_NPARAM && o < (int)sizeof note; j++)
         if (!f->identified[j]) {
-            o += snprintf(note + o, sizeof note - (size_t)o, " %s", sfi_sv_param_name(j));
+            o += snprintf(note + o, sizeof note - (size_t)o, " %s%s", sfi_sv_param_name(j),
+                          f->asked_held[j] ? " (not in --fit-params)" : "");
             held++;
         }
     if (!held && o < (int)sizeof note)
@@ -617,6 +623,7 @@ static int write_step_fit(const char *out_path, const sfi_hw_profile *p, const s
     if (p->serial_step_s > 0)
         json_object_set_new(root, "serial_step_ns",
                             json_real(floor(p->serial_step_s * 1e11 + 0.5) / 100));
+
     json_object_set_new(root, "step_overhead_us",
                         json_real(floor(p->step_overhead_s * 1e8 + 0.5) / 100));
     json_collectives(root, p);
@@ -662,11 +669,13 @@ typedef struct {
     int *in_fit;           /* [n] */
     sfi_trigger_set ts;
     int n_replayed, n_sfi;
-    int n_ar;         /* all-reduce measurements of the steps file (their fits
+    int n_ar;               /* all-reduce measurements of the steps file (their fits
                    price the collectives), 0: none */
-    int n_ag;         /* all-gather measurements of it (fits of their own) */
-    ar_fits ar;       /* per group size */
-    sfi_hw_profile p; /* the profile predicted with: prof, fitted when fitted */
+    int n_ag;               /* all-gather measurements of it (fits of their own) */
+    ar_fits ar;             /* per group size */
+    sfi_hw_profile p;       /* the profile predicted with: prof, fitted when fitted */
+    const int *free_params; /* [SFI_SV_NPARAM] the parameters --fit-params frees
+                               (NULL: all) */
     sfi_sv_fit fit;
     int fitted;
     sfi_sv_pred *pr; /* [n] */
@@ -886,8 +895,8 @@ static int fit_steps(step_val *sv, char **subsets, int n_sub)
     if (!n_sub)
         return 0;
     const sfi_sv_fit *fit = &sv->fit;
-    if (sfi_sv_fit_run(sv->ms, sv->mcs, sv->mixes, sv->in_fit, sv->n, &sv->gpu, &sv->p, &sv->fit,
-                       &err)) {
+    if (sfi_sv_fit_run_some(sv->ms, sv->mcs, sv->mixes, sv->in_fit, sv->n, &sv->gpu,
+                            sv->free_params, &sv->p, &sv->fit, &err)) {
         fprintf(stderr, "sfi-sim validate: fit: %s\n", err.msg);
         return 1;
     }
@@ -897,12 +906,18 @@ static int fit_steps(step_val *sv, char **subsets, int n_sub)
         printf("%s %s", s ? " or" : "", subsets[s]);
     printf(" (%d configurations, %d measured values; RMS error %.2f%%)\n", n_in, fit->n_resid,
            fit->rms * 100);
-    for (int j = 0; j < SFI_SV_NPARAM; j++)
+    for (int j = 0; j < SFI_SV_NPARAM; j++) {
+        if (fit->asked_held[j]) { /* not judged: no standard error */
+            printf("#   %-24s %9.4g held: not in --fit-params\n", sfi_sv_param_name(j),
+                   fit->value[j]);
+            continue;
+        }
         printf("#   %-24s %9.4g %s (prior %.4g; standard error %s%.0f%%)\n", sfi_sv_param_name(j),
                fit->value[j],
                fit->identified[j] ? "fitted" : "held: the subset cannot determine it",
                fit->prior[j], fit->se[j] > 9.99 ? ">" : "",
                fit->se[j] > 9.99 ? 999 : fit->se[j] * 100);
+    }
     return 0;
 }
 
@@ -1028,8 +1043,14 @@ static void report_summary(const step_val *sv)
  * fit on the declared subsets when there are any. Returns the exit code. */
 static int validate_steps(const char *prof_path, const char *steps_path, const sfi_hw_profile *prof,
                           const char *gpu_name, char **subsets, int n_sub, char **selects,
-                          int n_sel, const char *fit_path, const char *tok_dir, double tol)
+                          int n_sel, const char *fit_path, const char *tok_dir, double tol,
+                          const int *free_params)
 {
+    if (free_params && !n_sub) {
+        fprintf(stderr, "sfi-sim validate: --fit-params needs --fit-subset (the configurations "
+                        "to fit on)\n");
+        return 2;
+    }
     if (fit_path && !n_sub) {
         fprintf(stderr, "sfi-sim validate: --fit with whole-step measurements needs "
                         "--fit-subset (the configurations to fit on)\n");
@@ -1040,6 +1061,7 @@ static int validate_steps(const char *prof_path, const char *steps_path, const s
     sv.prof_path = prof_path;
     sv.steps_path = steps_path;
     sv.prof = prof;
+    sv.free_params = free_params;
     int rc = load_steps(&sv);
     if (!rc)
         rc = steps_gpu(&sv, gpu_name);
@@ -1078,7 +1100,32 @@ typedef struct {
     char *subsets[MAX_SUBSETS], *selects[MAX_SUBSETS];
     int n_sub, n_sel;
     double tol;
+    int have_free;                  /* --fit-params given */
+    int free_params[SFI_SV_NPARAM]; /* with have_free: the parameters it frees */
 } validate_args;
+
+/* --fit-params LIST: free[j] = 1 for each key of LIST. Returns 0, or 1
+ * after a message. */
+static int parse_fit_params(const char *list, int *free_params)
+{
+    char buf[256];
+    if (!*list || strlen(list) >= sizeof buf) {
+        fprintf(stderr, "sfi-sim validate: --fit-params: empty or too long\n");
+        return 1;
+    }
+    snprintf(buf, sizeof buf, "%s", list);
+    memset(free_params, 0, sizeof(int) * SFI_SV_NPARAM);
+    char *save = NULL;
+    for (char *k = strtok_r(buf, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
+        int j = sfi_sv_param_lookup(k);
+        if (j < 0) {
+            fprintf(stderr, "sfi-sim validate: --fit-params: unknown parameter '%s'\n", k);
+            return 1;
+        }
+        free_params[j] = 1;
+    }
+    return 0;
+}
 
 /* Returns -1 to go on, else the exit code. */
 static int parse_validate_args(int argc, char **argv, validate_args *a)
@@ -1092,6 +1139,7 @@ static int parse_validate_args(int argc, char **argv, validate_args *a)
                                          {"tokenizer", required_argument, NULL, 'T'},
                                          {"moe-reads", required_argument, NULL, 'M'},
                                          {"select", required_argument, NULL, 'L'},
+                                         {"fit-params", required_argument, NULL, 'P'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     memset(a, 0, sizeof *a);
@@ -1108,6 +1156,11 @@ static int parse_validate_args(int argc, char **argv, validate_args *a)
         case 'f': a->fit_path = optarg; break;
         case 'S': a->steps_path = optarg; break;
         case 'T': a->tok_dir = optarg; break;
+        case 'P':
+            if (parse_fit_params(optarg, a->free_params))
+                return 2;
+            a->have_free = 1;
+            break;
         case 'L':
             if (a->n_sel == MAX_SUBSETS) {
                 fprintf(stderr, "sfi-sim validate: more than %d --select\n", MAX_SUBSETS);
@@ -1331,7 +1384,7 @@ int sfi_sim_cmd_validate(int argc, char **argv)
         free(ms);
         return validate_steps(a.prof_path, a.steps_path ? a.steps_path : a.prof_path, &prof,
                               a.gpu_name, a.subsets, a.n_sub, a.selects, a.n_sel, a.fit_path,
-                              a.tok_dir, a.tol);
+                              a.tok_dir, a.tol, a.have_free ? a.free_params : NULL);
     }
     rc = validate_kernels(&a, &prof, ms, nm);
     free(ms);

@@ -26,6 +26,11 @@
 #define SELECTOR_LAUNCHES 2
 /* Side-stream kernels per layer: the Selector's, Top-K, reorg. */
 #define SIDE_LAUNCHES (SELECTOR_LAUNCHES + 2)
+/* sfi-gpu's rule for its slab decode GEMM (gpu/sfi_gpu_model.cu
+ * try_slab): bf16 products of at most 64 rows with at most 13 MiB of
+ * weights and a side of at most 1024. */
+#define SLAB_MAX_BYTES (13.0 * 1048576.0)
+#define SLAB_MAX_SIDE 1024.0
 /* Scratch ring slots of the two-stream pipeline (sfi(7) GPU PATH). */
 #define SCRATCH_RING 4
 /* Prompt-tail queries whose logits initialize the Selector at the end of
@@ -250,6 +255,24 @@ double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double 
     return roofline_time(s, c, bytes, flops) + s->prof.launch_s + s->prof.fixed_s[c];
 }
 
+/* The fixed part of a decode product of T token rows into M outputs over
+ * N inputs, beyond its launch and bytes (prof.fixed_s[GEMM]; a GEMM's
+ * ramp and tail, which stay when tensor parallelism halves its bytes).
+ * Under gemm_slab_rule a product that sfi-gpu's slab kernel runs pays
+ * none: its CTAs request their whole weight slab before waiting for the
+ * previous kernel (programmatic dependent launch), which hides the ramp;
+ * the register-streaming kernel requests 4 k-blocks per warp before it. */
+static double gemm_fixed(const sfi_cost_setup *s, double M, double N, double T)
+{
+    double f = s->prof.fixed_s[SFI_KC_GEMM];
+    if (!(f > 0))
+        return 0;
+    if (s->gemm_slab_rule && s->weight_bytes == 2 && T <= 64 && M * N * 2 <= SLAB_MAX_BYTES &&
+        !(M > SLAB_MAX_SIDE && N > SLAB_MAX_SIDE))
+        return 0;
+    return f;
+}
+
 /* Extra time of a dense kernel that also writes `bytes` of fp32 logits. */
 static double logits_time(const sfi_cost_setup *s, double bytes)
 {
@@ -370,8 +393,10 @@ static void add_kernel_x(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, do
         if (own_launch)
             a->merge->launched[m] = (unsigned char)(k + 1);
     }
+    /* a GEMM's fixed part depends on its shape (gemm_fixed): its callers
+     * add it */
     a->t += roofline_x(s, c, bytes, flops, stock) +
-            (own_launch ? s->prof.launch_s + s->prof.fixed_s[c] : 0);
+            (own_launch ? s->prof.launch_s + (c == SFI_KC_GEMM ? 0 : s->prof.fixed_s[c]) : 0);
     a->launches += own_launch;
     a->bytes += bytes;
     if (is_kv)
@@ -849,11 +874,13 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
         double hd = m->head_dim;
         double qkv = d * hd * ((double)m->num_attention_heads / s->tp + 2.0 * kv_heads(s));
         add_kernel(s, &a, SFI_KC_GEMM, qkv * s->weight_bytes, 2.0 * T * qkv, 0);
+        a.t += gemm_fixed(s, qkv / d, d, T);
         a.wb += qkv * s->weight_bytes;
         acc_add(&a, &attn);
         double t_after_attn = t_main + a.t;
         double o = d * hd * m->num_attention_heads / s->tp;
         add_kernel(s, &a, SFI_KC_GEMM, o * s->weight_bytes, 2.0 * T * o, 0);
+        a.t += gemm_fixed(s, d, o / d, T);
         a.wb += o * s->weight_bytes;
         double mlp = mlp_weight_elems(s, l, ex);
         double mlp_active = layer_is_moe(m, l)
@@ -862,6 +889,14 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
                                 : mlp;
         add_kernel(s, &a, SFI_KC_GEMM, mlp * s->weight_bytes, 2.0 * T * mlp_active, 0);
         a.wb += mlp * s->weight_bytes;
+        /* a dense MLP is two products (gate/up, then down; the down one's
+         * launch is among the small kernels below); an MoE layer's router
+         * is a cuBLAS f32 product and its experts per-pair GEMVs (streamed
+         * below), none of them a decode GEMM */
+        if (!layer_is_moe(m, l)) {
+            double inter = (double)m->intermediate_size / s->tp;
+            a.t += gemm_fixed(s, 2.0 * inter, d, T) + gemm_fixed(s, d, inter, T);
+        }
         if (layer_is_moe(m, l) &&
             (s->prof.moe_efficiency > 0 || s->prof.moe_pair_bandwidth > 0 || s->moe_stream)) {
             /* Expert kernels of their own (sfi-gpu's per-pair GEMV): the
@@ -950,6 +985,7 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
     if (n_out > 0) {
         double lm = (double)m->vocab_size * d / s->tp;
         add_kernel(s, &tail, SFI_KC_GEMM, lm * s->weight_bytes, 2.0 * n_out * lm, 0);
+        tail.t += gemm_fixed(s, lm / d, d, n_out);
         tail.wb += lm * s->weight_bytes;
         add_kernel(s, &tail, SFI_KC_OTHER, n_out * (double)m->vocab_size * 4.0, 0, 0);
         if (s->tp > 1 && s->argmax_gather) {

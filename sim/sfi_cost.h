@@ -92,6 +92,12 @@ typedef struct {
                                  one with n gathers the rows of the next power
                                  of two of n requests, the batch at most
                                  (sfi-gpu since 86177e5) */
+    int gemm_slab_rule;       /* 1: a decode GEMM that sfi-gpu stages through
+                                 shared memory (its slab kernel: at most 13 MiB
+                                 of bf16 weights, a side of at most 1024, at
+                                 most 64 rows) pays no prof.fixed_s[GEMM]; the
+                                 register-streaming ones do (0: every GEMM
+                                 launch pays it) */
     int argmax_gather;        /* 1 at tp > 1: the greedy argmax of the
                                  vocab-split LM head all-gathers each GPU's
                                  best (value, id), 8 bytes per sampled token,

@@ -51,7 +51,11 @@
  * expert) pair's expert at moe_pair_GBps (sfi-gpu's per-pair GEMV).
  * serial_step_ns (optional): one dependent step of a single thread's loop
  * over device memory (sfi-gpu's MoE routing: a thread per token selects
- * its top experts one compare at a time).
+ * its top experts one compare at a time). fixed_us.gemm (optional,
+ * 0 when absent): a decode GEMM's fixed cost besides launch_us and its
+ * bytes, which tensor parallelism does not halve (sfi-sim validate prices
+ * it on sfi-gpu's register-streaming GEMMs only, not on its slab
+ * kernel's).
  *
  * Engine terms (optional; what a serving engine adds on top of kernels,
  * used by sfi-sim serve and, for the curve, by sweep):
@@ -118,10 +122,12 @@ typedef struct {
                                         "launch_pdl_us" */
     double step_overhead_s;          /* fixed cost per decode step */
     double allreduce_latency_s;      /* fixed cost per all-reduce */
-    /* An all-reduce inside a decode step costs more than alone (measured,
-     * sfi-gpu SFI_GPU_SKIP=allreduce: it waits for the other GPUs to reach
-     * it and breaks the chain of programmatic dependent launches):
-     * the extra per all-reduce, "allreduce_step_us" (default 0) */
+    /* An all-reduce inside a decode step costs more than alone: it waits
+     * for the other GPUs, and the NCCL kernel breaks the chain of
+     * programmatic dependent launches (the RMSNorm after it and the GEMM
+     * after that start, and fetch their weights, only once it ended). The
+     * extra per all-reduce, "allreduce_step_us" (default 0); sfi-sim
+     * validate fits it on steps at tp 1 and tp > 1 together */
     double allreduce_step_s;
     /* Collectives of a group of g GPUs (2 <= g < SFI_HW_AR_GROUPS) at
      * their own latency and efficiency, where ar_by_gpus_eff[g] > 0 (as

@@ -388,6 +388,9 @@ void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_
      * experts' rows, as the dense attention is of K/V rows; the decode
      * GEMMs' efficiency is that of their own tiled, split-K kernels */
     s.moe_stream = 1;
+    /* its decode GEMMs: the slab kernel where its rule takes a product,
+     * else the register-streaming one (gemm_fixed in sfi_cost.c) */
+    s.gemm_slab_rule = 1;
     /* sfi-gpu run --tp N: the run's GPUs (heads, MLP columns, experts'
      * columns and LM head split; two all-reduces of the f32 residual per
      * layer) */
@@ -495,13 +498,31 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
 /* ---- parameters ---- */
 
 static const char *const param_names[SFI_SV_NPARAM] = {
-    "attn_dense efficiency", "attn_sparse efficiency", "gemm efficiency", "launch_us",
-    "launch_pdl_us",         "overlap_contention",     "cta_GBps",        "cta_GFLOPS",
-    "serial_step_ns",        "step_overhead_us"};
+    "attn_dense efficiency", "attn_sparse efficiency", "gemm efficiency",   "launch_us",
+    "launch_pdl_us",         "overlap_contention",     "cta_GBps",          "cta_GFLOPS",
+    "serial_step_ns",        "step_overhead_us",       "allreduce_step_us", "gemm fixed_us"};
+
+static const char *const param_keys[SFI_SV_NPARAM] = {
+    "attn_dense",         "attn_sparse",  "gemm",       "launch_us",      "launch_pdl_us",
+    "overlap_contention", "cta_GBps",     "cta_GFLOPS", "serial_step_ns", "step_overhead_us",
+    "allreduce_step_us",  "gemm_fixed_us"};
 
 const char *sfi_sv_param_name(int i)
 {
     return i >= 0 && i < SFI_SV_NPARAM ? param_names[i] : "?";
+}
+
+const char *sfi_sv_param_key(int i)
+{
+    return i >= 0 && i < SFI_SV_NPARAM ? param_keys[i] : "?";
+}
+
+int sfi_sv_param_lookup(const char *key)
+{
+    for (int i = 0; i < SFI_SV_NPARAM; i++)
+        if (!strcmp(key, param_keys[i]))
+            return i;
+    return -1;
 }
 
 double sfi_sv_param_get(const sfi_hw_profile *p, int i)
@@ -517,6 +538,8 @@ double sfi_sv_param_get(const sfi_hw_profile *p, int i)
     case SFI_SV_P_CTA_FLOPS: return p->cta_flops * 1e-9;
     case SFI_SV_P_SERIAL: return p->serial_step_s * 1e9;
     case SFI_SV_P_STEP: return p->step_overhead_s * 1e6;
+    case SFI_SV_P_AR_STEP: return p->allreduce_step_s * 1e6;
+    case SFI_SV_P_GEMM_FIXED: return p->fixed_s[SFI_KC_GEMM] * 1e6;
     default: return 0;
     }
 }
@@ -534,6 +557,8 @@ void sfi_sv_param_set(sfi_hw_profile *p, int i, double v)
     case SFI_SV_P_CTA_FLOPS: p->cta_flops = v * 1e9; break;
     case SFI_SV_P_SERIAL: p->serial_step_s = v * 1e-9; break;
     case SFI_SV_P_STEP: p->step_overhead_s = v * 1e-6; break;
+    case SFI_SV_P_AR_STEP: p->allreduce_step_s = v * 1e-6; break;
+    case SFI_SV_P_GEMM_FIXED: p->fixed_s[SFI_KC_GEMM] = v * 1e-6; break;
     default: break;
     }
 }
@@ -627,6 +652,15 @@ static int solve(double *A, double *b, int n)
 /* Where the fit starts a serial step (ns) when the prior has none: an
  * L1-missing load's round trip on a GPU, a few hundred cycles. */
 #define SERIAL_START 100.0
+/* Where the fit starts a decode GEMM's fixed cost (us) when the prior has
+ * none: about one launch. */
+#define GEMM_FIXED_START 2.0
+/* Where the fit starts an all-reduce's extra inside a step (us) when the
+ * prior has none: what one all-reduce left out of a step saved beyond its
+ * time alone (2 x H100, sfi-gpu SFI_GPU_SKIP=allreduce: 9.9 us against
+ * 7.1). From a much smaller start its slope is below what 1% noise lets
+ * the fit see. */
+#define AR_STEP_START 2.8
 
 /* What a fit runs over, and its scratch: the residuals at the current
  * point (r0), at a trial point (r1), and their Jacobian. */
@@ -661,9 +695,11 @@ static sfi_status fit_resid(const fit_data *d, const sfi_hw_profile *p, double *
  * from), and a start for the parameters that have none. */
 static void fit_start(sfi_hw_profile *p, sfi_sv_fit *out, sfi_hw_profile *prior_p)
 {
-    /* The fitted classes' fixed costs are the launch cost's: one cost per
-     * kernel, fitted or held. */
-    p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = p->fixed_s[SFI_KC_GEMM] = 0;
+    /* The attention classes' fixed costs are the launch cost's: one cost
+     * per kernel, fitted or held. The GEMMs' is a parameter of its own
+     * (SFI_SV_P_GEMM_FIXED), which only steps at more than one tp
+     * determine. */
+    p->fixed_s[SFI_KC_ATTN_DENSE] = p->fixed_s[SFI_KC_ATTN_SPARSE] = 0;
     for (int j = 0; j < SFI_SV_NPARAM; j++)
         out->prior[j] = out->value[j] = sfi_sv_param_get(p, j);
     /* no per-CTA limit in the prior: the fit starts from one (CTA_START),
@@ -682,6 +718,14 @@ static void fit_start(sfi_hw_profile *p, sfi_sv_fit *out, sfi_hw_profile *prior_
     if (!(out->prior[SFI_SV_P_SERIAL] > 0)) {
         out->value[SFI_SV_P_SERIAL] = SERIAL_START;
         sfi_sv_param_set(p, SFI_SV_P_SERIAL, SERIAL_START);
+    }
+    if (!(out->prior[SFI_SV_P_AR_STEP] > 0)) {
+        out->value[SFI_SV_P_AR_STEP] = AR_STEP_START;
+        sfi_sv_param_set(p, SFI_SV_P_AR_STEP, AR_STEP_START);
+    }
+    if (!(out->prior[SFI_SV_P_GEMM_FIXED] > 0)) {
+        out->value[SFI_SV_P_GEMM_FIXED] = GEMM_FIXED_START;
+        sfi_sv_param_set(p, SFI_SV_P_GEMM_FIXED, GEMM_FIXED_START);
     }
     /* likewise the launch cost under PDL, from the launch cost */
     if (!(out->prior[SFI_SV_P_LAUNCH_PDL] > 0)) {
@@ -718,7 +762,7 @@ static void fit_identify(const fit_data *d, sfi_sv_fit *out)
     const double *J = d->J;
     const int m = d->m;
     for (int j = 0; j < SFI_SV_NPARAM; j++)
-        out->identified[j] = 1;
+        out->identified[j] = !out->asked_held[j];
     for (;;) {
         int idx[SFI_SV_NPARAM], np = 0, worst = -1;
         double worst_se = 0;
@@ -755,8 +799,8 @@ static void fit_identify(const fit_data *d, sfi_sv_fit *out)
 static void fit_hold(sfi_hw_profile *p, const sfi_hw_profile *prior_p, const sfi_sv_fit *out,
                      double *x)
 {
-    static const int own[] = {SFI_SV_P_CTA, SFI_SV_P_CTA_FLOPS, SFI_SV_P_LAUNCH_PDL,
-                              SFI_SV_P_SERIAL};
+    static const int own[] = {SFI_SV_P_CTA,    SFI_SV_P_CTA_FLOPS, SFI_SV_P_LAUNCH_PDL,
+                              SFI_SV_P_SERIAL, SFI_SV_P_AR_STEP,   SFI_SV_P_GEMM_FIXED};
     for (size_t q = 0; q < sizeof own / sizeof own[0]; q++)
         if (!out->identified[own[q]]) {
             sfi_sv_param_set(p, own[q], sfi_sv_param_get(prior_p, own[q]));
@@ -822,7 +866,17 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
                           const sfi_sv_mix *mixes, const int *in_fit, size_t n, const sfi_gpu *gpu,
                           sfi_hw_profile *p, sfi_sv_fit *out, sfi_error *err)
 {
+    return sfi_sv_fit_run_some(ms, mcs, mixes, in_fit, n, gpu, NULL, p, out, err);
+}
+
+sfi_status sfi_sv_fit_run_some(const sfi_step_meas *ms, const sfi_model_config *mcs,
+                               const sfi_sv_mix *mixes, const int *in_fit, size_t n,
+                               const sfi_gpu *gpu, const int *free_params, sfi_hw_profile *p,
+                               sfi_sv_fit *out, sfi_error *err)
+{
     memset(out, 0, sizeof *out);
+    for (int j = 0; j < SFI_SV_NPARAM; j++)
+        out->asked_held[j] = free_params && !free_params[j];
     fit_data d = {ms, mcs, mixes, in_fit, n, gpu, 0, NULL, NULL, NULL};
     d.m = residuals(ms, mcs, mixes, in_fit, n, gpu, p, NULL, err);
     if (d.m < 1)
@@ -849,7 +903,9 @@ sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
         if (it == 0) {
             fit_identify(&d, out);
             fit_hold(p, &prior_p, out, x);
-            if ((st = fit_resid(&d, p, d.r0, &s0, err)))
+            /* the held parameters are back at their priors: the residuals
+             * and their slopes there, not at the starting point */
+            if ((st = fit_resid(&d, p, d.r0, &s0, err)) || (st = fit_jacobian(&d, p, x, err)))
                 goto done;
         }
         int improved = fit_lm_step(&d, out, p, x, &lambda, s0, &st, err);

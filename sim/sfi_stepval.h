@@ -130,14 +130,30 @@ enum {
     SFI_SV_P_CTA_FLOPS,
     SFI_SV_P_SERIAL,
     SFI_SV_P_STEP,
+    /* what an all-reduce adds inside a step (allreduce_step_us): only
+     * steps at tp > 1 beside tp-1 ones determine it */
+    SFI_SV_P_AR_STEP,
+    /* a decode GEMM's fixed cost (fixed_us.gemm): steps of one GPU cannot
+     * tell it from the launch costs (every dense layer has the same GEMMs
+     * per launch); tp-1 and tp-2 steps of one model can (the GEMMs' bytes
+     * halve, their fixed part stays). Last, so that where it cannot be
+     * told apart it is the one held. */
+    SFI_SV_P_GEMM_FIXED,
     SFI_SV_NPARAM
 };
 const char *sfi_sv_param_name(int i);
+/* The parameter's key in --fit-params (its profile key: "gemm" for the
+ * GEMM efficiency, "gemm_fixed_us", "launch_pdl_us", ...), and the index
+ * of a key (-1: none). */
+const char *sfi_sv_param_key(int i);
+int sfi_sv_param_lookup(const char *key);
 double sfi_sv_param_get(const sfi_hw_profile *p, int i);
 void sfi_sv_param_set(sfi_hw_profile *p, int i, double v);
 
 typedef struct {
     int identified[SFI_SV_NPARAM]; /* 1: fitted; 0: held at the prior */
+    int asked_held[SFI_SV_NPARAM]; /* 1: held because the caller left it out of
+                                      the free parameters (not judged) */
     double value[SFI_SV_NPARAM];
     double prior[SFI_SV_NPARAM];
     double se[SFI_SV_NPARAM]; /* standard error of log(value) at 1% noise, where the
@@ -156,6 +172,15 @@ typedef struct {
 sfi_status sfi_sv_fit_run(const sfi_step_meas *ms, const sfi_model_config *mcs,
                           const sfi_sv_mix *mixes, const int *in_fit, size_t n, const sfi_gpu *gpu,
                           sfi_hw_profile *p, sfi_sv_fit *out, sfi_error *err);
+/* The same with only the parameters j with free_params[j] set free (NULL:
+ * all), the others held at p's values: a second data set that determines
+ * a few parameters (tp-2 steps beside tp-1 ones: a GEMM's fixed cost)
+ * refines a profile fitted on a larger one without refitting the rest on
+ * a handful of values. */
+sfi_status sfi_sv_fit_run_some(const sfi_step_meas *ms, const sfi_model_config *mcs,
+                               const sfi_sv_mix *mixes, const int *in_fit, size_t n,
+                               const sfi_gpu *gpu, const int *free_params, sfi_hw_profile *p,
+                               sfi_sv_fit *out, sfi_error *err);
 
 /* A fit subset: KEY=V[,V...][:KEY=V[,V...]...] with keys model, batch,
  * context, mode, tp (all terms must hold; values of one key are alternatives).

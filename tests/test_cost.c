@@ -9,13 +9,14 @@
 
 #include "sfi_cost.h"
 
-static sfi_model_config qwen4b, qwen30b;
+static sfi_model_config qwen4b, qwen30b, qwen06b;
 
 static void setup_models(void)
 {
     sfi_error e;
     ck_assert_msg(sfi_model_preset("Qwen3-4B", &qwen4b, &e) == SFI_OK, "%s", e.msg);
     ck_assert_msg(sfi_model_preset("Qwen3-30B-A3B", &qwen30b, &e) == SFI_OK, "%s", e.msg);
+    ck_assert_msg(sfi_model_preset("Qwen3-0.6B", &qwen06b, &e) == SFI_OK, "%s", e.msg);
 }
 
 static void setup(sfi_cost_setup *s, const sfi_model_config *m, const char *gpu, int ctx, int b)
@@ -288,6 +289,67 @@ START_TEST(tp_engine_terms)
     s.tp = 1;
     sfi_cost_comm_bytes(&s, 16, &ar, &ga);
     ck_assert(ar == 0 && ga == 0);
+}
+END_TEST
+
+/* A decode GEMM's fixed part (fixed_us.gemm) stays when tensor
+ * parallelism halves the GEMMs' bytes: at tp 2 the GEMMs cost more than
+ * half of tp 1's by it. Under sfi-gpu's rule only the register-streaming
+ * products pay it. */
+START_TEST(gemm_fixed_cost_does_not_shrink_with_tp)
+{
+    sfi_error e;
+    sfi_cost_setup s;
+    setup(&s, &qwen4b, "H100", 8192, 16);
+    round_profile(&s);
+    s.kind = SFI_POLICY_FULL;
+    const int L = qwen4b.num_hidden_layers;
+    const double f = 5e-6;
+    /* [tp - 1][0: f = 0, 1: f; 2: f = 0 at GEMM efficiency 0.4] */
+    double t[2][3];
+    for (int tp = 1; tp <= 2; tp++) {
+        s.tp = tp;
+        sfi_step_cost c;
+        for (int k = 0; k < 3; k++) {
+            s.prof.fixed_s[SFI_KC_GEMM] = k == 1 ? f : 0;
+            s.prof.efficiency[SFI_KC_GEMM] = k == 2 ? 0.4 : 0.8;
+            ck_assert_int_eq(sfi_cost_step(&s, 0, &c, &e), SFI_OK);
+            t[tp - 1][k] = c.time_s;
+        }
+    }
+    /* every product pays it once: QKV, O, gate/up, down a layer, the LM
+     * head; at tp 2 as at tp 1 */
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(close_rel(t[i][1] - t[i][0], (4.0 * L + 1) * f, 1e-9), "tp %d: %.9g s", i + 1,
+                      t[i][1] - t[i][0]);
+    /* while the GEMMs' byte time halves: their time at tp 2 is half of
+     * tp 1's plus half of the fixed parts (launch and fixed_us.gemm) */
+    double b1 = t[0][2] - t[0][0], b2 = t[1][2] - t[1][0];
+    ck_assert_msg(close_rel(b2 / b1, 0.5, 1e-9), "byte time ratio %.9g", b2 / b1);
+    double g1 = b1 + (4.0 * L + 1) * (s.prof.launch_s + f),
+           g2 = b2 + (4.0 * L + 1) * (s.prof.launch_s + f);
+    ck_assert(g2 > 0.5 * g1 + 0.5 * (4.0 * L + 1) * f * (1 - 1e-9));
+    /* sfi-gpu's rule: Qwen3-4B's products all stream through registers
+     * (every one over 13 MiB or wider than 1024 both ways); Qwen3-0.6B's
+     * run on the slab kernel, all but the LM head */
+    s.tp = 1;
+    s.prof.efficiency[SFI_KC_GEMM] = 0.8;
+    s.gemm_slab_rule = 1;
+    sfi_step_cost c0, c1;
+    s.prof.fixed_s[SFI_KC_GEMM] = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c0, &e), SFI_OK);
+    s.prof.fixed_s[SFI_KC_GEMM] = f;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c1, &e), SFI_OK);
+    ck_assert(close_rel(c1.time_s - c0.time_s, (4.0 * L + 1) * f, 1e-9));
+    s.model = &qwen06b;
+    s.prof.fixed_s[SFI_KC_GEMM] = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c0, &e), SFI_OK);
+    s.prof.fixed_s[SFI_KC_GEMM] = f;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c1, &e), SFI_OK);
+    ck_assert_msg(close_rel(c1.time_s - c0.time_s, f, 1e-9), "%.9g s", c1.time_s - c0.time_s);
+    s.gemm_slab_rule = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 0, &c1, &e), SFI_OK);
+    ck_assert(close_rel(c1.time_s - c0.time_s, (4.0 * qwen06b.num_hidden_layers + 1) * f, 1e-9));
 }
 END_TEST
 
@@ -693,6 +755,7 @@ int main(void)
     tcase_add_test(tc, kernel_roofline_and_allreduce);
     tcase_add_test(tc, allgather_time);
     tcase_add_test(tc, tp_engine_terms);
+    tcase_add_test(tc, gemm_fixed_cost_does_not_shrink_with_tp);
     tcase_add_test(tc, slow_step_terms);
     tcase_add_test(tc, step_costs_add_up);
     tcase_add_test(tc, mixed_steps);

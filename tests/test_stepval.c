@@ -108,8 +108,11 @@ START_TEST(fit_recovers_known_parameters)
         /* held (their effect too small to see at 1% noise), or without
          * a value of its own (launches under PDL cost what others do; no
          * MoE shape, no G = 8 attention: the CTAs bound by bytes) */
+        /* (one GPU: nothing tells a GEMM's fixed part from the launches,
+         * and no all-reduces) */
         ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP || j == SFI_SV_P_LAUNCH_PDL ||
-                          j == SFI_SV_P_CTA_FLOPS || j == SFI_SV_P_SERIAL,
+                          j == SFI_SV_P_CTA_FLOPS || j == SFI_SV_P_SERIAL ||
+                          j == SFI_SV_P_AR_STEP || j == SFI_SV_P_GEMM_FIXED,
                       "%s not identified", sfi_sv_param_name(j));
         if (!f.identified[j]) {
             ck_assert(got == want);
@@ -637,6 +640,112 @@ START_TEST(fit_recovers_cta_flops_and_serial_step)
 }
 END_TEST
 
+/* Synthetic Qwen3-4B steps at batch 16, 8K, tp 1 and 2, dense and SFI,
+ * under truth profile t: the n = 4 entries of ms, mcs, mixes. */
+static void synth_tp(const sfi_hw_profile *t, const sfi_gpu *g, sfi_step_meas *ms,
+                     sfi_model_config *mcs, sfi_sv_mix *mixes)
+{
+    sfi_error e;
+    for (int k = 0; k < 4; k++) {
+        sfi_step_meas *m = &ms[k];
+        memset(m, 0, sizeof *m);
+        snprintf(m->model, sizeof m->model, "Qwen3-4B");
+        m->batch = 16;
+        m->context = 8192;
+        m->new_tokens = 64;
+        m->tp = 1 + k / 2;
+        m->sfi = k % 2;
+        m->dtype_bytes = 2;
+        ck_assert_int_eq(sfi_sv_model(m, &mcs[k], &e), SFI_OK);
+        memset(&mixes[k], 0, sizeof mixes[k]);
+        mixes[k].batch = 16;
+        mixes[k].hist[0] = 32;
+        mixes[k].hist[1] = 29;
+        sfi_sv_pred pr;
+        ck_assert_int_eq(sfi_sv_predict(m, &mcs[k], t, g, &mixes[k], &pr, &e), SFI_OK);
+        for (int c = 0; c < SFI_SV_NCLASS; c++)
+            if (pr.t[c] > 0) {
+                m->cls[c].have = 1;
+                m->cls[c].mean_s = pr.t[c];
+            }
+        m->tps = pr.tps;
+    }
+}
+
+/* What tensor parallelism adds: a fit of some parameters (the others held
+ * at the prior, sfi-sim validate --fit-params) recovers an all-reduce's
+ * extra inside a step from tp-1 and tp-2 steps; a GEMM's fixed part and
+ * the GEMMs' efficiency are told apart by the tp-2 steps (the bytes
+ * halve, the fixed part stays), not by tp-1 steps alone. */
+START_TEST(fit_some_recovers_tensor_parallel_terms)
+{
+    sfi_gpu g;
+    sfi_error e;
+    ck_assert_int_eq(sfi_gpu_preset("H100-SXM", &g, &e), SFI_OK);
+    sfi_hw_profile prior, t;
+    truth_profile(&prior);
+    sfi_sv_param_set(&prior, SFI_SV_P_LAUNCH_PDL, 3.0);
+    sfi_step_meas ms[4];
+    sfi_model_config mcs[4];
+    sfi_sv_mix mixes[4];
+    int in_fit[4] = {1, 1, 1, 1}, free_p[SFI_SV_NPARAM];
+    sfi_sv_fit f;
+    sfi_hw_profile p;
+
+    /* the all-reduce's extra alone */
+    t = prior;
+    sfi_sv_param_set(&t, SFI_SV_P_AR_STEP, 9.0);
+    synth_tp(&t, &g, ms, mcs, mixes);
+    memset(free_p, 0, sizeof free_p);
+    free_p[SFI_SV_P_AR_STEP] = 1;
+    p = prior;
+    ck_assert_int_eq(sfi_sv_fit_run_some(ms, mcs, mixes, in_fit, 4, &g, free_p, &p, &f, &e),
+                     SFI_OK);
+    ck_assert(f.identified[SFI_SV_P_AR_STEP]);
+    ck_assert_msg(fabs(sfi_sv_param_get(&p, SFI_SV_P_AR_STEP) / 9.0 - 1) < 0.01, "fitted %g",
+                  sfi_sv_param_get(&p, SFI_SV_P_AR_STEP));
+    for (int j = 0; j < SFI_SV_NPARAM; j++)
+        if (j != SFI_SV_P_AR_STEP) {
+            ck_assert(f.asked_held[j] && !f.identified[j]);
+            ck_assert(sfi_sv_param_get(&p, j) == sfi_sv_param_get(&prior, j));
+        }
+
+    /* a GEMM's fixed part and the GEMM efficiency: tp 1 and 2 together */
+    t = prior;
+    sfi_sv_param_set(&t, SFI_SV_P_GEMM_FIXED, 4.0);
+    sfi_sv_param_set(&t, SFI_SV_P_GEMM, 0.75);
+    synth_tp(&t, &g, ms, mcs, mixes);
+    memset(free_p, 0, sizeof free_p);
+    free_p[SFI_SV_P_GEMM] = free_p[SFI_SV_P_GEMM_FIXED] = 1;
+    /* from a prior of a few us: at a fraction of a us the part's slope is
+     * below what 1% noise lets a fit see */
+    sfi_sv_param_set(&prior, SFI_SV_P_GEMM_FIXED, 3.0);
+    p = prior;
+    ck_assert_int_eq(sfi_sv_fit_run_some(ms, mcs, mixes, in_fit, 4, &g, free_p, &p, &f, &e),
+                     SFI_OK);
+    for (int j = SFI_SV_P_GEMM; j <= SFI_SV_P_GEMM_FIXED;
+         j += SFI_SV_P_GEMM_FIXED - SFI_SV_P_GEMM) {
+        double got = sfi_sv_param_get(&p, j), want = sfi_sv_param_get(&t, j);
+        ck_assert_msg(f.identified[j] && fabs(got / want - 1) < 0.01, "%s: fitted %g, truth %g",
+                      sfi_sv_param_name(j), got, want);
+    }
+    /* tp 1 alone: the fixed part moves as the efficiency does; held */
+    in_fit[2] = in_fit[3] = 0;
+    p = prior;
+    ck_assert_int_eq(sfi_sv_fit_run_some(ms, mcs, mixes, in_fit, 4, &g, free_p, &p, &f, &e),
+                     SFI_OK);
+    ck_assert(!f.identified[SFI_SV_P_GEMM_FIXED]);
+    ck_assert(sfi_sv_param_get(&p, SFI_SV_P_GEMM_FIXED) == 3.0);
+    /* the keys of --fit-params */
+    ck_assert_int_eq(sfi_sv_param_lookup("gemm_fixed_us"), SFI_SV_P_GEMM_FIXED);
+    ck_assert_int_eq(sfi_sv_param_lookup("allreduce_step_us"), SFI_SV_P_AR_STEP);
+    ck_assert_int_eq(sfi_sv_param_lookup("gemm"), SFI_SV_P_GEMM);
+    ck_assert_int_eq(sfi_sv_param_lookup("gemm fixed_us"), -1);
+    for (int j = 0; j < SFI_SV_NPARAM; j++)
+        ck_assert_int_eq(sfi_sv_param_lookup(sfi_sv_param_key(j)), j);
+}
+END_TEST
+
 /* sfi-sim validate with args (shell words, quoted by the caller): asserts
  * exit 0 (its standard error in the message) and returns its standard
  * output. */
@@ -935,6 +1044,7 @@ int main(void)
     tcase_add_test(tc, reported_split_rows_are_priced);
     tcase_add_test(tc, moe_routing_cta_flops_and_pair_reads_are_priced);
     tcase_add_test(tc, fit_recovers_cta_flops_and_serial_step);
+    tcase_add_test(tc, fit_some_recovers_tensor_parallel_terms);
     suite_add_tcase(s, tc);
     return sfi_test_run_suite(s, CK_FORK_GETENV);
 }
