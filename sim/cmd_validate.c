@@ -1113,6 +1113,12 @@ static int parse_fit_params(const char *list, int *free_params)
         fprintf(stderr, "sfi-sim validate: --fit-params: empty or too long\n");
         return 1;
     }
+    /* strtok_r would pass over an empty item: a list such as "gemm,,"
+     * is more likely a mistyped one than a meant one */
+    if (*list == ',' || list[strlen(list) - 1] == ',' || strstr(list, ",,")) {
+        fprintf(stderr, "sfi-sim validate: --fit-params: empty item in '%s'\n", list);
+        return 1;
+    }
     snprintf(buf, sizeof buf, "%s", list);
     memset(free_params, 0, sizeof(int) * SFI_SV_NPARAM);
     char *save = NULL;

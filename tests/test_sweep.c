@@ -339,6 +339,13 @@ START_TEST(presets_and_validate)
     free(out);
     free(err);
     expect_fail("validate --profile /nonexistent/p.json", 1, "/nonexistent/p.json");
+    /* --fit-params: an unknown key, an empty item */
+    snprintf(args, sizeof args,
+             "validate --profile '%s' --fit-subset tp=1 --fit-params gemm,bogus", path);
+    expect_fail(args, 2, "unknown parameter 'bogus'");
+    snprintf(args, sizeof args,
+             "validate --profile '%s' --fit-subset tp=1 --fit-params gemm,,launch_us", path);
+    expect_fail(args, 2, "empty item in 'gemm,,launch_us'");
     /* --fit recovers efficiency 0.5 and 10 us fixed from two sparse sizes
      * made with them: t = 16 P 4096 B / 3.35 TB/s / 0.5 + 2.2 + 10 us. */
     char mp[4200], fp[4200];
