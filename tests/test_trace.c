@@ -372,6 +372,18 @@ static void sql_on(const char *p, const char *sql)
     sqlite3_close(db);
 }
 
+/* A good one-request trace dir/name, damaged by `sql`, must fail to open
+ * with `code` and a message containing `needle`. */
+static void expect_damage_fails(const char *dir, const char *name, const char *sql, sfi_status code,
+                                const char *needle)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    write_tokens_trace(p, 1, 10, 0, 1);
+    sql_on(p, sql);
+    expect_open_fails(p, code, needle);
+}
+
 START_TEST(reader_refuses_bad_files)
 {
     char p[4200];
@@ -391,10 +403,7 @@ START_TEST(reader_refuses_bad_files)
     expect_open_fails(p, SFI_EFORMAT, "not an sfi trace");
 
     /* Newer major version: EVERSION with an upgrade hint. */
-    snprintf(p, sizeof p, "%s/newer.db", dir);
-    write_tokens_trace(p, 1, 10, 0, 1);
-    sql_on(p, "PRAGMA user_version=2;");
-    expect_open_fails(p, SFI_EVERSION, "newer");
+    expect_damage_fails(dir, "newer.db", "PRAGMA user_version=2;", SFI_EVERSION, "newer");
 
     /* A trace claiming 10^12 steps: refused before allocating. */
     snprintf(p, sizeof p, "%s/absurd.db", dir);
@@ -407,36 +416,21 @@ START_TEST(reader_refuses_bad_files)
     expect_open_fails(p, SFI_EFORMAT, "n_steps");
 
     /* Blob size disagreeing with its count. */
-    snprintf(p, sizeof p, "%s/blob.db", dir);
-    write_tokens_trace(p, 1, 10, 0, 1);
-    sql_on(p, "UPDATE requests SET prompt = substr(prompt, 1, 7);");
-    expect_open_fails(p, SFI_EFORMAT, "bytes");
+    expect_damage_fails(dir, "blob.db", "UPDATE requests SET prompt = substr(prompt, 1, 7);",
+                        SFI_EFORMAT, "bytes");
 
     /* Values out of range, wrong types, missing meta. */
-    snprintf(p, sizeof p, "%s/kind.db", dir);
-    write_tokens_trace(p, 1, 10, 0, 1);
-    sql_on(p, "UPDATE steps SET kind = 9 WHERE step = 3;");
-    expect_open_fails(p, SFI_EFORMAT, "step 3");
-    snprintf(p, sizeof p, "%s/type.db", dir);
-    write_tokens_trace(p, 1, 10, 0, 1);
-    sql_on(p, "UPDATE steps SET token = 'abc' WHERE step = 4;");
-    expect_open_fails(p, SFI_EFORMAT, "not an integer");
-    snprintf(p, sizeof p, "%s/meta.db", dir);
-    write_tokens_trace(p, 1, 10, 0, 1);
-    sql_on(p, "DELETE FROM meta WHERE key = 'level';");
-    expect_open_fails(p, SFI_EFORMAT, "level");
-    snprintf(p, sizeof p, "%s/meta2.db", dir);
-    write_tokens_trace(p, 1, 10, 0, 1);
-    sql_on(p, "UPDATE meta SET value = '-3' WHERE key = 'n_layers';");
-    expect_open_fails(p, SFI_EFORMAT, "n_layers");
-    snprintf(p, sizeof p, "%s/table.db", dir);
-    write_tokens_trace(p, 1, 10, 0, 1);
-    sql_on(p, "DROP TABLE topm;");
-    expect_open_fails(p, SFI_EFORMAT, "topm");
-    snprintf(p, sizeof p, "%s/ctx.db", dir);
-    write_tokens_trace(p, 1, 10, 0, 1);
-    sql_on(p, "UPDATE steps SET ctx_len = 3 WHERE step = 5;");
-    expect_open_fails(p, SFI_EFORMAT, "ctx_len");
+    expect_damage_fails(dir, "kind.db", "UPDATE steps SET kind = 9 WHERE step = 3;", SFI_EFORMAT,
+                        "step 3");
+    expect_damage_fails(dir, "type.db", "UPDATE steps SET token = 'abc' WHERE step = 4;",
+                        SFI_EFORMAT, "not an integer");
+    expect_damage_fails(dir, "meta.db", "DELETE FROM meta WHERE key = 'level';", SFI_EFORMAT,
+                        "level");
+    expect_damage_fails(dir, "meta2.db", "UPDATE meta SET value = '-3' WHERE key = 'n_layers';",
+                        SFI_EFORMAT, "n_layers");
+    expect_damage_fails(dir, "table.db", "DROP TABLE topm;", SFI_EFORMAT, "topm");
+    expect_damage_fails(dir, "ctx.db", "UPDATE steps SET ctx_len = 3 WHERE step = 5;", SFI_EFORMAT,
+                        "ctx_len");
 
     /* Issue 20: a directory was "empty file", a FIFO hung, a locked trace
      * was "corrupt, truncated or not an sfi trace?". */
