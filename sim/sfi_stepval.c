@@ -705,33 +705,23 @@ static void fit_start(sfi_hw_profile *p, sfi_sv_fit *out, sfi_hw_profile *prior_
     /* no per-CTA limit in the prior: the fit starts from one (CTA_START),
      * dropped again when the subset cannot determine it */
     *prior_p = *p;
-    if (!(out->prior[SFI_SV_P_CTA] > 0)) {
-        out->value[SFI_SV_P_CTA] = CTA_START;
-        sfi_sv_param_set(p, SFI_SV_P_CTA, CTA_START);
-    }
-    /* likewise the per-CTA FLOP rate (CTA_FLOPS_START) and the serial
-     * step (SERIAL_START) */
-    if (!(out->prior[SFI_SV_P_CTA_FLOPS] > 0)) {
-        out->value[SFI_SV_P_CTA_FLOPS] = CTA_FLOPS_START;
-        sfi_sv_param_set(p, SFI_SV_P_CTA_FLOPS, CTA_FLOPS_START);
-    }
-    if (!(out->prior[SFI_SV_P_SERIAL] > 0)) {
-        out->value[SFI_SV_P_SERIAL] = SERIAL_START;
-        sfi_sv_param_set(p, SFI_SV_P_SERIAL, SERIAL_START);
-    }
-    if (!(out->prior[SFI_SV_P_AR_STEP] > 0)) {
-        out->value[SFI_SV_P_AR_STEP] = AR_STEP_START;
-        sfi_sv_param_set(p, SFI_SV_P_AR_STEP, AR_STEP_START);
-    }
-    if (!(out->prior[SFI_SV_P_GEMM_FIXED] > 0)) {
-        out->value[SFI_SV_P_GEMM_FIXED] = GEMM_FIXED_START;
-        sfi_sv_param_set(p, SFI_SV_P_GEMM_FIXED, GEMM_FIXED_START);
-    }
-    /* likewise the launch cost under PDL, from the launch cost */
-    if (!(out->prior[SFI_SV_P_LAUNCH_PDL] > 0)) {
-        out->value[SFI_SV_P_LAUNCH_PDL] = out->value[SFI_SV_P_LAUNCH];
-        sfi_sv_param_set(p, SFI_SV_P_LAUNCH_PDL, out->value[SFI_SV_P_LAUNCH]);
-    }
+    /* likewise the per-CTA FLOP rate, the serial step, an all-reduce's
+     * extra in a step, a GEMM's fixed cost (their *_START), and the launch
+     * cost under PDL, from the launch cost */
+    const struct {
+        int j;
+        double v;
+    } starts[] = {{SFI_SV_P_CTA, CTA_START},
+                  {SFI_SV_P_CTA_FLOPS, CTA_FLOPS_START},
+                  {SFI_SV_P_SERIAL, SERIAL_START},
+                  {SFI_SV_P_AR_STEP, AR_STEP_START},
+                  {SFI_SV_P_GEMM_FIXED, GEMM_FIXED_START},
+                  {SFI_SV_P_LAUNCH_PDL, out->value[SFI_SV_P_LAUNCH]}};
+    for (size_t q = 0; q < sizeof starts / sizeof starts[0]; q++)
+        if (!(out->prior[starts[q].j] > 0)) {
+            out->value[starts[q].j] = starts[q].v;
+            sfi_sv_param_set(p, starts[q].j, starts[q].v);
+        }
 }
 
 /* The Jacobian J of the residuals r0 (at p, parameters x) by forward
