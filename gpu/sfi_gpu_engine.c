@@ -991,22 +991,28 @@ static void plan_splits(sfi_gpu_engine *e)
             if (r < 256)
                 r = 256;
             if (r < msr) {
-                /* slow requests keep the large splits (H100, 0.6B
-                 * batch 4 at 32K: slow steps 3.59 ms with them, 4.27
-                 * with 256-row splits, 6.26 with one split per SM
-                 * share; 3.699 against 3.773 with 1856 rows), unless
-                 * one slow request's rows are under a quarter of a
-                 * slow step's (the other requests' fast rows three
-                 * times its context): then its large pieces are the
-                 * launch's tail, and it is cut as fine as the fast
-                 * ones (2 x H100, batch 16 at 8K, tp 2, a slow
-                 * request 19 % of the rows: Qwen3-4B slow steps
-                 * 7.107 -> 6.321 ms, decode 2675.4 -> 2852.3 tok/s;
-                 * Qwen3-30B-A3B 27.932 -> 26.171, 607.7 -> 629.4.
-                 * Not at 33 %: 0.6B batch 8 at 8K, tp 1, 3.290 ->
-                 * 3.433 ms, 3423.8 -> 3351.4 tok/s) */
+                /* a slow request beside the fast ones: where its rows
+                 * are at most a quarter of a one-slow step's (the other
+                 * requests' fast rows over three times its context) it is
+                 * cut as finely as the fast ones; up to half, into pieces
+                 * of half the large splits; above, it keeps the large
+                 * ones (its pieces are then most of the launch). Slow
+                 * steps measured, by the rows' share of a slow request:
+                 * - 19 %, 2 x H200, Qwen3-4B batch 16 tp 2 8K: 832-row
+                 *   pieces 5.613 ms, 1216 5.862 (2 x H100: 2368 7.107,
+                 *   832 6.321)
+                 * - 33 %, H200, 0.6B batch 8 8K: 2368 2.939 ms, 960
+                 *   2.916, 1216 2.713
+                 * - 48 %, 2 x H200, Qwen3-4B tp 2 32K: 2368 7.741 ms,
+                 *   1280 6.944, 1216 6.905, 832 7.034
+                 * - 66 %, H200, 0.6B batch 8 32K: 2368 3.531, 1216 3.858
+                 * - 82 %, H100, 0.6B batch 4 32K: 2368 3.699 ms, 1856
+                 *   3.773, 1536 4.042 */
                 const long others = (long)(B - 1) * mr;
-                e->attn_ws.dense_min_rows = 3L * o->max_ctx < others ? r : msr;
+                const int half = round_up(msr / 2, 64);
+                e->attn_ws.dense_min_rows = 3L * o->max_ctx < others           ? r
+                                            : o->max_ctx <= others && half > r ? half
+                                                                               : msr;
                 e->attn_ws.fast_splits = (int)per;
                 msr = r;
             }
@@ -1020,7 +1026,7 @@ static void plan_splits(sfi_gpu_engine *e)
         msr = round_up(atoi(env), 64);
     e->attn_ws.min_split_rows = msr;
     const char *dsr = getenv("SFI_GPU_DENSE_SPLIT_ROWS");
-    if (dsr && atoi(dsr) >= 64 && e->attn_ws.dense_min_rows > 0)
+    if (dsr && atoi(dsr) >= 64)
         e->attn_ws.dense_min_rows = round_up(atoi(dsr), 64);
 }
 
@@ -2281,8 +2287,6 @@ static sfi_status first_step(sfi_gpu_engine *e, const sfi_gpu_observer *obs, int
     return SFI_OK;
 }
 
-/* Captures one decode step into *gx (the step itself is not run); with
- * no_chain, the step without the Selector chain (see sel_graphs). */
 /* The captured graph g made executable in *gx (with its nodes'
  * priorities: the side stream's are lower) and destroyed; the time since
  * tg counted as graph building. */
@@ -2296,15 +2300,20 @@ static sfi_status instantiate_graph(cudaGraph_t g, cudaGraphExec_t *gx, double t
     return SFI_OK;
 }
 
+/* Captures one decode step into *gx (the step itself is not run); with
+ * no_chain, the step without the Selector chain (see sel_graphs), whose
+ * attention is the fast body's (no request is slow in it): on 2 x H200,
+ * Qwen3-4B batch 16 tp 2, fast steps 4.474 -> 4.418 ms at 32K, 4.427 ->
+ * 4.385 at 8K. */
 static sfi_status capture_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, int no_chain,
                                sfi_gpu_run_result *res, sfi_error *err)
 {
     double tg = sfi_clock_wall();
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
-    e->no_chain = no_chain;
+    e->no_chain = e->fast_body = no_chain;
     sfi_status rc = enqueue_step(e, err);
-    e->no_chain = 0;
+    e->no_chain = e->fast_body = 0;
     cudaError_t ce = cudaStreamEndCapture(e->main_st, &g);
     if (rc)
         return rc;
@@ -2481,9 +2490,9 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
             CK(cudaGraphLaunch(skip ? e->graph_nosel : e->graph_exec, e->main_st));
         } else {
             e->sel_slots = slots;
-            e->no_chain = skip;
+            e->no_chain = e->fast_body = skip;
             sfi_status rs = enqueue_step(e, err);
-            e->no_chain = 0;
+            e->no_chain = e->fast_body = 0;
             e->sel_slots = B;
             RUN_TRY(rs);
             int plain = use_graph && !e->cond_graphs;
