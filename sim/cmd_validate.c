@@ -56,8 +56,8 @@ static void usage(FILE *out)
         "  --fit-params LIST  fit only these parameters (comma-separated keys: attn_dense,\n"
         "                   attn_sparse, gemm, launch_us, launch_pdl_us, overlap_contention,\n"
         "                   cta_GBps, cta_GFLOPS, serial_step_ns, step_overhead_us,\n"
-        "                   allreduce_step_us, gemm_fixed_us); the others keep the\n"
-        "                   profile's values [all]\n"
+        "                   allreduce_step_us, sel_pre_us, gemm_fixed_us); the others\n"
+        "                   keep the profile's values [all]\n"
         "  --select SPEC    read only the configurations SPEC selects (syntax of\n"
         "                   --fit-subset; repeat for alternatives)\n"
         "  --moe-reads HOW  an MoE layer reads each distinct expert the batch touches\n"
@@ -297,7 +297,7 @@ static void json_groups(json_t *root, const char *key, const double *lat, const 
 }
 
 /* The collectives' parameters of a profile written: "allreduce_latency_us",
- * "allreduce_step_us" (where set), "allreduce_by_gpus" and
+ * "allreduce_step_us" and "sel_pre_us" (where set), "allreduce_by_gpus" and
  * "allgather_by_gpus". */
 static void json_collectives(json_t *root, const sfi_hw_profile *p)
 {
@@ -306,6 +306,8 @@ static void json_collectives(json_t *root, const sfi_hw_profile *p)
     if (p->allreduce_step_s > 0)
         json_object_set_new(root, "allreduce_step_us",
                             json_real(floor(p->allreduce_step_s * 1e8 + 0.5) / 100));
+    if (p->sel_pre_s > 0)
+        json_object_set_new(root, "sel_pre_us", json_real(floor(p->sel_pre_s * 1e8 + 0.5) / 100));
     json_groups(root, "allreduce_by_gpus", p->ar_by_gpus_lat, p->ar_by_gpus_eff);
     json_groups(root, "allgather_by_gpus", p->ag_by_gpus_lat, p->ag_by_gpus_eff);
 }

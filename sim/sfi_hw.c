@@ -583,6 +583,8 @@ sfi_status sfi_hw_profile_parse(const char *json, size_t len, const char *origin
             st = get_scaled(v, origin, key, 1e6, "[0, 1e6]", 1e-6, dst, err);
         } else if (!strcmp(key, "allreduce_step_us")) {
             st = get_scaled(v, origin, key, 1e6, "[0, 1e6]", 1e-6, &p.allreduce_step_s, err);
+        } else if (!strcmp(key, "sel_pre_us")) {
+            st = get_scaled(v, origin, key, 1e6, "[0, 1e6]", 1e-6, &p.sel_pre_s, err);
         } else if (!strcmp(key, "reserved_GB")) {
             st = get_scaled(v, origin, key, 1e5, "[0, 1e5]", 1e9, &p.reserved_bytes, err);
         } else if (!strcmp(key, "allreduce_by_gpus")) {

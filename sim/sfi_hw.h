@@ -129,6 +129,14 @@ typedef struct {
      * extra per all-reduce, "allreduce_step_us" (default 0); sfi-sim
      * validate fits it on steps at tp 1 and tp > 1 together */
     double allreduce_step_s;
+    /* At tp > 1 a slow step's all-gather of the Selector scores waits for
+     * the Selector's steps 1-7 (one kernel on the side stream). Measured,
+     * they do not run beside the layer's O projection and MLP (their
+     * cluster needs SMs that the main stream's GEMMs hold) and take a
+     * latency rather than their bytes' time: with "sel_pre_us" > 0 they
+     * run after the MLP, their bytes' time plus this (default 0: beside
+     * the MLP, their bytes' time only) */
+    double sel_pre_s;
     /* Collectives of a group of g GPUs (2 <= g < SFI_HW_AR_GROUPS) at
      * their own latency and efficiency, where ar_by_gpus_eff[g] > 0 (as
      * fitted to sfi-gpu bench-allreduce --gpus g): NVLink collectives of 4

@@ -500,12 +500,13 @@ sfi_status sfi_sv_predict(const sfi_step_meas *m, const sfi_model_config *mc,
 static const char *const param_names[SFI_SV_NPARAM] = {
     "attn_dense efficiency", "attn_sparse efficiency", "gemm efficiency",   "launch_us",
     "launch_pdl_us",         "overlap_contention",     "cta_GBps",          "cta_GFLOPS",
-    "serial_step_ns",        "step_overhead_us",       "allreduce_step_us", "gemm fixed_us"};
+    "serial_step_ns",        "step_overhead_us",       "allreduce_step_us", "sel_pre_us",
+    "gemm fixed_us"};
 
 static const char *const param_keys[SFI_SV_NPARAM] = {
-    "attn_dense",         "attn_sparse",  "gemm",       "launch_us",      "launch_pdl_us",
-    "overlap_contention", "cta_GBps",     "cta_GFLOPS", "serial_step_ns", "step_overhead_us",
-    "allreduce_step_us",  "gemm_fixed_us"};
+    "attn_dense",         "attn_sparse", "gemm",         "launch_us",      "launch_pdl_us",
+    "overlap_contention", "cta_GBps",    "cta_GFLOPS",   "serial_step_ns", "step_overhead_us",
+    "allreduce_step_us",  "sel_pre_us",  "gemm_fixed_us"};
 
 const char *sfi_sv_param_name(int i)
 {
@@ -539,6 +540,7 @@ double sfi_sv_param_get(const sfi_hw_profile *p, int i)
     case SFI_SV_P_SERIAL: return p->serial_step_s * 1e9;
     case SFI_SV_P_STEP: return p->step_overhead_s * 1e6;
     case SFI_SV_P_AR_STEP: return p->allreduce_step_s * 1e6;
+    case SFI_SV_P_SEL_PRE: return p->sel_pre_s * 1e6;
     case SFI_SV_P_GEMM_FIXED: return p->fixed_s[SFI_KC_GEMM] * 1e6;
     default: return 0;
     }
@@ -558,6 +560,7 @@ void sfi_sv_param_set(sfi_hw_profile *p, int i, double v)
     case SFI_SV_P_SERIAL: p->serial_step_s = v * 1e-9; break;
     case SFI_SV_P_STEP: p->step_overhead_s = v * 1e-6; break;
     case SFI_SV_P_AR_STEP: p->allreduce_step_s = v * 1e-6; break;
+    case SFI_SV_P_SEL_PRE: p->sel_pre_s = v * 1e-6; break;
     case SFI_SV_P_GEMM_FIXED: p->fixed_s[SFI_KC_GEMM] = v * 1e-6; break;
     default: break;
     }
@@ -661,6 +664,11 @@ static int solve(double *A, double *b, int n)
  * 7.1). From a much smaller start its slope is below what 1% noise lets
  * the fit see. */
 #define AR_STEP_START 2.8
+/* Where the fit starts the Selector's steps 1-7 before a slow step's
+ * all-gather (us) when the prior has none: half of what ncu gave their
+ * kernel alone for one slow request (H100, Qwen3-0.6B, 24.8-26.5 us at 8K
+ * and 32K alike). */
+#define SEL_PRE_START 12.0
 
 /* What a fit runs over, and its scratch: the residuals at the current
  * point (r0), at a trial point (r1), and their Jacobian. */
@@ -715,6 +723,7 @@ static void fit_start(sfi_hw_profile *p, sfi_sv_fit *out, sfi_hw_profile *prior_
                   {SFI_SV_P_CTA_FLOPS, CTA_FLOPS_START},
                   {SFI_SV_P_SERIAL, SERIAL_START},
                   {SFI_SV_P_AR_STEP, AR_STEP_START},
+                  {SFI_SV_P_SEL_PRE, SEL_PRE_START},
                   {SFI_SV_P_GEMM_FIXED, GEMM_FIXED_START},
                   {SFI_SV_P_LAUNCH_PDL, out->value[SFI_SV_P_LAUNCH]}};
     for (size_t q = 0; q < sizeof starts / sizeof starts[0]; q++)
@@ -789,8 +798,9 @@ static void fit_identify(const fit_data *d, sfi_sv_fit *out)
 static void fit_hold(sfi_hw_profile *p, const sfi_hw_profile *prior_p, const sfi_sv_fit *out,
                      double *x)
 {
-    static const int own[] = {SFI_SV_P_CTA,    SFI_SV_P_CTA_FLOPS, SFI_SV_P_LAUNCH_PDL,
-                              SFI_SV_P_SERIAL, SFI_SV_P_AR_STEP,   SFI_SV_P_GEMM_FIXED};
+    static const int own[] = {SFI_SV_P_CTA,       SFI_SV_P_CTA_FLOPS, SFI_SV_P_LAUNCH_PDL,
+                              SFI_SV_P_SERIAL,    SFI_SV_P_AR_STEP,   SFI_SV_P_SEL_PRE,
+                              SFI_SV_P_GEMM_FIXED};
     for (size_t q = 0; q < sizeof own / sizeof own[0]; q++)
         if (!out->identified[own[q]]) {
             sfi_sv_param_set(p, own[q], sfi_sv_param_get(prior_p, own[q]));

@@ -133,6 +133,9 @@ enum {
     /* what an all-reduce adds inside a step (allreduce_step_us): only
      * steps at tp > 1 beside tp-1 ones determine it */
     SFI_SV_P_AR_STEP,
+    /* the Selector's steps 1-7 before a slow step's all-gather at tp > 1
+     * (sel_pre_us): only slow steps at tp > 1 determine it */
+    SFI_SV_P_SEL_PRE,
     /* a decode GEMM's fixed cost (fixed_us.gemm): steps of one GPU cannot
      * tell it from the launch costs (every dense layer has the same GEMMs
      * per launch); tp-1 and tp-2 steps of one model can (the GEMMs' bytes

@@ -225,6 +225,11 @@ START_TEST(profile_parse_partial_measurements_and_errors)
     ck_assert_msg(sfi_hw_profile_parse(j7, strlen(j7), "p7.json", &p3, NULL, NULL, &e) == SFI_OK,
                   "%s", e.msg);
     ck_assert(fabs(p3.allreduce_step_s - 2.8e-6) < 1e-15);
+    ck_assert(p3.sel_pre_s == 0); /* steps 1-7 beside the MLP, unless given */
+    const char *j8 = "{\"sfi_profile\":1,\"sel_pre_us\":6.74}";
+    ck_assert_msg(sfi_hw_profile_parse(j8, strlen(j8), "p8.json", &p3, NULL, NULL, &e) == SFI_OK,
+                  "%s", e.msg);
+    ck_assert(fabs(p3.sel_pre_s - 6.74e-6) < 1e-15);
     const char *bad[][2] = {
         {"{\"sfi_profile\":1,\"measurements\":[{\"kernel\":\"allreduce\",\"bytes\":-1,"
          "\"time_us\":5}]}",
@@ -258,6 +263,7 @@ START_TEST(profile_parse_partial_measurements_and_errors)
         {"{\"sfi_profile\":1,\"allgather_by_gpus\":7}", "allgather_by_gpus: not an object"},
         {"{\"sfi_profile\":1,\"allreduce_step_us\":-1}", "allreduce_step_us"},
         {"{\"sfi_profile\":1,\"allreduce_step_us\":\"2\"}", "allreduce_step_us"},
+        {"{\"sfi_profile\":1,\"sel_pre_us\":-1}", "sel_pre_us"},
         {"{\"sfi_profile\":1,\"request_overhead_us\":\"x\"}", "request_overhead_us: not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -109,10 +109,11 @@ START_TEST(fit_recovers_known_parameters)
          * a value of its own (launches under PDL cost what others do; no
          * MoE shape, no G = 8 attention: the CTAs bound by bytes) */
         /* (one GPU: nothing tells a GEMM's fixed part from the launches,
-         * and no all-reduces) */
+         * and no all-reduces or all-gathers) */
         ck_assert_msg(f.identified[j] || j == SFI_SV_P_STEP || j == SFI_SV_P_LAUNCH_PDL ||
                           j == SFI_SV_P_CTA_FLOPS || j == SFI_SV_P_SERIAL ||
-                          j == SFI_SV_P_AR_STEP || j == SFI_SV_P_GEMM_FIXED,
+                          j == SFI_SV_P_AR_STEP || j == SFI_SV_P_SEL_PRE ||
+                          j == SFI_SV_P_GEMM_FIXED,
                       "%s not identified", sfi_sv_param_name(j));
         if (!f.identified[j]) {
             ck_assert(got == want);
@@ -739,6 +740,7 @@ START_TEST(fit_some_recovers_tensor_parallel_terms)
     /* the keys of --fit-params */
     ck_assert_int_eq(sfi_sv_param_lookup("gemm_fixed_us"), SFI_SV_P_GEMM_FIXED);
     ck_assert_int_eq(sfi_sv_param_lookup("allreduce_step_us"), SFI_SV_P_AR_STEP);
+    ck_assert_int_eq(sfi_sv_param_lookup("sel_pre_us"), SFI_SV_P_SEL_PRE);
     ck_assert_int_eq(sfi_sv_param_lookup("gemm"), SFI_SV_P_GEMM);
     ck_assert_int_eq(sfi_sv_param_lookup("gemm fixed_us"), -1);
     for (int j = 0; j < SFI_SV_NPARAM; j++)
