@@ -125,8 +125,7 @@ sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err)
     if (s->batch < 1 || s->batch > (1 << 20))
         return sfi_error_set(err, SFI_ERANGE, "batch %d: must be in 1..2^20", s->batch);
     if (s->weight_bytes != 1 && s->weight_bytes != 2 && s->weight_bytes != 4)
-        return sfi_error_set(err, SFI_EINVAL, "weight bytes %d: must be 1, 2 or 4",
-                             s->weight_bytes);
+        return sfi_error_set(err, SFI_EINVAL, "weight bytes %d: must be 1, 2 or 4", s->weight_bytes);
     if (s->kv_bytes != 1 && s->kv_bytes != 2 && s->kv_bytes != 4)
         return sfi_error_set(err, SFI_EINVAL, "KV bytes %d: must be 1, 2 or 4", s->kv_bytes);
     const sfi_params *prm = &s->pol.prm;
@@ -138,24 +137,19 @@ sfi_status sfi_cost_validate(const sfi_cost_setup *s, sfi_error *err)
     /* Like K: a sink or recent window longer than the context is a typo
      * (n_recent=16777216 once priced a 2.4e11-byte KV per request). */
     if (prm->n_sink > s->context)
-        return sfi_error_set(err, SFI_EINVAL,
-                             "n_sink = %d is larger than the context (%d "
-                             "positions)",
-                             prm->n_sink, s->context);
+        return sfi_error_set(err, SFI_EINVAL, "n_sink = %d is larger than the context (%d "
+                             "positions)", prm->n_sink, s->context);
     if (prm->n_recent > s->context)
-        return sfi_error_set(err, SFI_EINVAL,
-                             "n_recent = %d is larger than the context (%d "
-                             "positions)",
-                             prm->n_recent, s->context);
+        return sfi_error_set(err, SFI_EINVAL, "n_recent = %d is larger than the context (%d "
+                             "positions)", prm->n_recent, s->context);
     if (s->budget.ratio < 0.0 || s->budget.ratio > 1.0 || s->budget.positions < 0)
         return sfi_error_set(err, SFI_EINVAL, "budget: a share in (0, 1] or a count >= 1");
     if ((unsigned)s->kind >= SFI_POLICY_N_KINDS)
         return sfi_error_set(err, SFI_EINVAL, "unknown policy");
     if (s->kind == SFI_POLICY_KASCADE && s->pol.kascade_anchors > m->num_hidden_layers - 1)
-        return sfi_error_set(err, SFI_EINVAL,
-                             "kascade: anchors=%d must be in 1..%d (layers "
-                             "besides the dense layer 0)",
-                             s->pol.kascade_anchors, m->num_hidden_layers - 1);
+        return sfi_error_set(err, SFI_EINVAL, "kascade: anchors=%d must be in 1..%d (layers "
+                             "besides the dense layer 0)", s->pol.kascade_anchors,
+                             m->num_hidden_layers - 1);
     if (s->kind == SFI_POLICY_FASA && s->pol.fasa_tip > m->head_dim / 2)
         return sfi_error_set(err, SFI_EINVAL, "fasa: tip=%d must be in 1..%d (head_dim/2 chunks)",
                              s->pol.fasa_tip, m->head_dim / 2);
@@ -249,12 +243,14 @@ static double roofline_x(const sfi_cost_setup *s, sfi_kernel_class c, double byt
     return t / eff;
 }
 
-static double roofline_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes, double flops)
+static double roofline_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
+                            double flops)
 {
     return roofline_x(s, c, bytes, flops, 1);
 }
 
-double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes, double flops)
+double sfi_cost_kernel_time(const sfi_cost_setup *s, sfi_kernel_class c, double bytes,
+                            double flops)
 {
     return roofline_time(s, c, bytes, flops) + s->prof.launch_s + s->prof.fixed_s[c];
 }
@@ -381,8 +377,8 @@ typedef struct {
     double t_pre;     /* side work: time to the end of the Selector's steps 1-7
                          (its first kernel) */
     int launches;
-    merge_state *merge;              /* NULL: every kernel is its own launch */
-    unsigned char occ[SFI_KC_COUNT]; /* with merge: this group's kernels by class */
+    merge_state *merge;               /* NULL: every kernel is its own launch */
+    unsigned char occ[SFI_KC_COUNT];  /* with merge: this group's kernels by class */
 } acc;
 
 static void add_kernel_x(const sfi_cost_setup *s, acc *a, sfi_kernel_class c, double bytes,
@@ -449,8 +445,8 @@ static void attn_cta(const sfi_cost_setup *s, acc *a, double rows, double per_ro
     const double fl_row = 4.0 * q_heads(s) / kv_heads(s) * s->model->head_dim;
     double r;
     if (s->attn_split_rows > 0) {
-        int cap =
-            sparse && s->attn_fast_split_rows > 0 ? s->attn_fast_split_rows : s->attn_split_rows;
+        int cap = sparse && s->attn_fast_split_rows > 0 ? s->attn_fast_split_rows
+                                                        : s->attn_split_rows;
         r = rows < cap ? rows : cap;
     } else {
         double pairs = (double)s->batch * kv_heads(s);
@@ -525,8 +521,8 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
         a->t += logits_time(s, B * hq * P * 4.0);
         a->bytes += B * hq * P * 4.0;
         a->kvb += B * hq * P * 4.0;
-        add_kernel(s, a, SFI_KC_OTHER, B * (hq * P * 4.0 + 3.0 * hkv * P * 4.0), B * 2.0 * hq * P,
-                   1);
+        add_kernel(s, a, SFI_KC_OTHER, B * (hq * P * 4.0 + 3.0 * hkv * P * 4.0),
+                   B * 2.0 * hq * P, 1);
         break;
     case SFI_POLICY_SNAPKV:
         /* compressed once at prefill: the cache is the kept B positions */
@@ -597,7 +593,8 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
         add_kernel(s, a, SFI_KC_ATTN_SPARSE, B * P * pos_b, B * fl_pos * P, 1);
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -607,9 +604,8 @@ static void attention_layer(const sfi_cost_setup *s, int layer, int n_slow, acc 
 static int attention_layer_key(const sfi_cost_setup *s, int layer)
 {
     if (s->kind == SFI_POLICY_KASCADE)
-        return layer == 0
-                   ? 2
-                   : layer <= sfi_policy_kascade_anchors(&s->pol, s->model->num_hidden_layers);
+        return layer == 0 ? 2
+                          : layer <= sfi_policy_kascade_anchors(&s->pol, s->model->num_hidden_layers);
     if (s->kind == SFI_POLICY_QUEST)
         return layer < s->pol.quest_dense_layers;
     return 0;
@@ -655,8 +651,8 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
     } else if (!strcmp(kernel, "attn_sparse")) {
         /* The measurement's context is the number of positions read. */
         add_kernel(s, &a, SFI_KC_ATTN_SPARSE, B * (double)L * pos_b, B * fl_pos * L, 1);
-    } else if (!strcmp(kernel, "selector") || !strcmp(kernel, "topk") || !strcmp(kernel, "reorg") ||
-               !strcmp(kernel, "selector_reorg")) {
+    } else if (!strcmp(kernel, "selector") || !strcmp(kernel, "topk") ||
+               !strcmp(kernel, "reorg") || !strcmp(kernel, "selector_reorg")) {
         acc sd = {0};
         side_layer(s, B, 1, &sd);
         /* side_layer launches SELECTOR_LAUNCHES selector kernels, then
@@ -671,8 +667,7 @@ sfi_status sfi_cost_kernel_predict(const sfi_cost_setup *s, const char *kernel, 
                 add_kernel(s, &only, SFI_KC_SELECTOR, sel_b / SELECTOR_LAUNCHES,
                            sel_f / SELECTOR_LAUNCHES, 1);
         } else if (!strcmp(kernel, "topk")) {
-            add_kernel(s, &only, SFI_KC_TOPK, B * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0,
-                       1);
+            add_kernel(s, &only, SFI_KC_TOPK, B * (TOPK_PASSES * hkv * J * 4.0 + hkv * K * 4.0), 0, 1);
         } else if (!strcmp(kernel, "reorg")) {
             add_kernel(s, &only, SFI_KC_REORG, B * 2.0 * (p.n_sink + K) * pos_b, 0, 1);
         } else {
@@ -734,7 +729,7 @@ static double request_bytes(const sfi_cost_setup *s)
     case SFI_POLICY_SNAPKV:    /* compressed at prefill to the budget */
         kv = layers * P * pos_b;
         break;
-    case SFI_POLICY_H2O: /* evicting, plus a score per kept position */
+    case SFI_POLICY_H2O:       /* evicting, plus a score per kept position */
         kv = layers * P * (pos_b + hkv * 4.0);
         break;
     case SFI_POLICY_SFI:
@@ -762,7 +757,8 @@ static double request_bytes(const sfi_cost_setup *s)
     case SFI_POLICY_KASCADE: /* anchor indices, per anchor layer */
         kv += sfi_policy_kascade_anchors(c, m->num_hidden_layers) * hkv * P * 4.0;
         break;
-    default: break;
+    default:
+        break;
     }
     return kv;
 }
@@ -870,11 +866,10 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
         }
         /* experts read: the distinct ones the batch touches, or (an engine
          * without deduplication) one read per (token, expert) pair */
-        const double ex =
-            !layer_is_moe(m, l) ? 0
-            : s->moe_pair_reads
-                ? T * m->num_experts_per_tok
-                : sfi_cost_expected_experts(m->num_experts, m->num_experts_per_tok, Ti);
+        const double ex = !layer_is_moe(m, l) ? 0
+                          : s->moe_pair_reads
+                              ? T * m->num_experts_per_tok
+                              : sfi_cost_expected_experts(m->num_experts, m->num_experts_per_tok, Ti);
         /* QKV GEMM then attention, O GEMM, MLP. */
         double hd = m->head_dim;
         double qkv = d * hd * ((double)m->num_attention_heads / s->tp + 2.0 * kv_heads(s));
@@ -889,8 +884,8 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
         a.wb += o * s->weight_bytes;
         double mlp = mlp_weight_elems(s, l, ex);
         double mlp_active = layer_is_moe(m, l)
-                                ? d * m->num_experts + m->num_experts_per_tok * 3.0 * d *
-                                                           m->moe_intermediate_size / s->tp
+                                ? d * m->num_experts +
+                                      m->num_experts_per_tok * 3.0 * d * m->moe_intermediate_size / s->tp
                                 : mlp;
         add_kernel(s, &a, SFI_KC_GEMM, mlp * s->weight_bytes, 2.0 * T * mlp_active, 0);
         a.wb += mlp * s->weight_bytes;
@@ -913,8 +908,8 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
             double eb = ex * 3.0 * d * m->moe_intermediate_size / s->tp * s->weight_bytes;
             double e_g = s->prof.efficiency[SFI_KC_GEMM];
             double e_m = s->prof.moe_efficiency > 0 ? s->prof.moe_efficiency
-                         : s->moe_stream            ? s->prof.efficiency[SFI_KC_ATTN_DENSE]
-                                                    : e_g;
+                         : s->moe_stream           ? s->prof.efficiency[SFI_KC_ATTN_DENSE]
+                                                   : e_g;
             double t_m = eb / (s->gpu.hbm_bandwidth * e_m);
             double pair_b = 3.0 * d * m->moe_intermediate_size / s->tp * s->weight_bytes;
             if (s->prof.moe_pair_bandwidth > 0 && pair_b / s->prof.moe_pair_bandwidth > t_m)
@@ -927,18 +922,16 @@ static void step_groups(const sfi_cost_setup *s, const sfi_cost_group *g, int n,
             a.t += s->moe_route_steps * s->prof.serial_step_s;
         /* The fused small kernels: norms, RoPE, residual adds (activations
          * only; their bytes are noise next to weights and KV). */
-        int small =
-            (layer_is_moe(m, l) ? (s->moe_launches > 0 ? s->moe_launches : MAIN_LAUNCHES_MOE)
-                                : MAIN_LAUNCHES_DENSE) -
-            3;
+        int small = (layer_is_moe(m, l) ? (s->moe_launches > 0 ? s->moe_launches : MAIN_LAUNCHES_MOE)
+                                        : MAIN_LAUNCHES_DENSE) -
+                    3;
         double act = 6.0 * T * d * 2;
-        a.t += small * s->prof.launch_s +
-               act / (s->gpu.hbm_bandwidth * s->prof.efficiency[SFI_KC_OTHER]);
+        a.t += small * s->prof.launch_s + act / (s->gpu.hbm_bandwidth * s->prof.efficiency[SFI_KC_OTHER]);
         a.bytes += act;
         a.launches += small;
         if (s->tp > 1) { /* after O projection and after the MLP */
             double ar = 2 * (sfi_cost_allreduce_time(
-                                 s, T * d * (s->allreduce_bytes > 0 ? s->allreduce_bytes : 2)) +
+                                     s, T * d * (s->allreduce_bytes > 0 ? s->allreduce_bytes : 2)) +
                              s->prof.allreduce_step_s);
             a.t += ar;
             comm += ar;

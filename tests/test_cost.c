@@ -34,9 +34,9 @@ static void setup(sfi_cost_setup *s, const sfi_model_config *m, const char *gpu,
 static void round_profile(sfi_cost_setup *s)
 {
     static const double eff[SFI_KC_COUNT] = {
-        [SFI_KC_GEMM] = 0.8,         [SFI_KC_ATTN_DENSE] = 0.75, [SFI_KC_ATTN_SPARSE] = 0.6,
-        [SFI_KC_SELECTOR] = 0.5,     [SFI_KC_TOPK] = 0.4,        [SFI_KC_REORG] = 0.7,
-        [SFI_KC_ALLREDUCE] = 0.7,    [SFI_KC_OTHER] = 0.5,       [SFI_KC_LOGITS] = 0.2,
+        [SFI_KC_GEMM] = 0.8,   [SFI_KC_ATTN_DENSE] = 0.75, [SFI_KC_ATTN_SPARSE] = 0.6,
+        [SFI_KC_SELECTOR] = 0.5, [SFI_KC_TOPK] = 0.4,      [SFI_KC_REORG] = 0.7,
+        [SFI_KC_ALLREDUCE] = 0.7, [SFI_KC_OTHER] = 0.5,    [SFI_KC_LOGITS] = 0.2,
         [SFI_KC_ATTN_PREFILL] = 0.6,
     };
     for (int c = 0; c < SFI_KC_COUNT; c++) {
@@ -105,8 +105,7 @@ START_TEST(kernel_roofline_and_allreduce)
     setup(&s, &qwen4b, "H100", 8192, 1);
     round_profile(&s);
     /* 3.35 GB at 3.35 TB/s = 1 ms, over gemm efficiency 0.8, + 3 us. */
-    ck_assert(
-        close_rel(sfi_cost_kernel_time(&s, SFI_KC_GEMM, 3.35e9, 0), 1e-3 / 0.8 + 3e-6, 1e-12));
+    ck_assert(close_rel(sfi_cost_kernel_time(&s, SFI_KC_GEMM, 3.35e9, 0), 1e-3 / 0.8 + 3e-6, 1e-12));
     /* Compute bound: 989.4 TFLOP at 989.4 TFLOP/s = 1 s. */
     ck_assert(close_rel(sfi_cost_kernel_time(&s, SFI_KC_GEMM, 1, 989.4e12), 1 / 0.8 + 3e-6, 1e-12));
     ck_assert(sfi_cost_allreduce_time(&s, 1e6) == 0);
@@ -247,8 +246,7 @@ START_TEST(tp_engine_terms)
     ck_assert(sfi_cost_allreduce_time(&s, 1 << 20) == t2); /* tp 2: the general ones */
     s.tp = 4;
     ck_assert(close_rel(sfi_cost_allreduce_time(&s, 1 << 20),
-                        10e-6 + 2.0 * 3 / 4 * (1 << 20) / (s.gpu.nvlink_bandwidth / 2) / 0.5,
-                        1e-12));
+                        10e-6 + 2.0 * 3 / 4 * (1 << 20) / (s.gpu.nvlink_bandwidth / 2) / 0.5, 1e-12));
     ck_assert(close_rel(sfi_cost_allgather_time(&s, 1 << 20),
                         10e-6 + 3.0 * (1 << 20) / (s.gpu.nvlink_bandwidth / 2) / 0.5, 1e-12));
     /* all-gathers fitted apart (sfi-gpu bench-allreduce --op allgather):
@@ -260,9 +258,10 @@ START_TEST(tp_engine_terms)
     ck_assert(close_rel(sfi_cost_allgather_time(&s, 1 << 20), 20e-6 + 3.0 * (1 << 20) / nv / 0.25,
                         1e-12));
     s.tp = 2; /* none of 2: the all-reduce's (the profile's own) */
-    ck_assert(close_rel(
-        sfi_cost_allgather_time(&s, 1 << 20),
-        s.prof.allreduce_latency_s + (1 << 20) / nv / s.prof.efficiency[SFI_KC_ALLREDUCE], 1e-12));
+    ck_assert(close_rel(sfi_cost_allgather_time(&s, 1 << 20),
+                        s.prof.allreduce_latency_s +
+                            (1 << 20) / nv / s.prof.efficiency[SFI_KC_ALLREDUCE],
+                        1e-12));
     s.prof.ag_by_gpus_eff[4] = 0;
     s.prof.ar_by_gpus_eff[4] = 0;
     s.tp = 2;
@@ -380,8 +379,7 @@ START_TEST(slow_step_terms)
     /* Dense attention writing fp32 logits over J (at the logits class's
      * efficiency). */
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense", &t, &e), SFI_OK);
-    ck_assert(
-        close_rel(t, 16 * 32768.0 * 4096 / bw / 0.75 + launch + 16 * 32 * J * 4 / bw / 0.2, 1e-12));
+    ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.75 + launch + 16 * 32 * J * 4 / bw / 0.2, 1e-12));
     ck_assert_int_eq(sfi_cost_kernel_predict(&s, "attn_dense_nologits", &t, &e), SFI_OK);
     ck_assert(close_rel(t, 16 * 32768.0 * 4096 / bw / 0.75 + launch, 1e-12));
     /* Selector: logits of 32 query heads + norms of 8 KV heads, read once,
