@@ -330,7 +330,8 @@ double sfi_cost_allgather_time(const sfi_cost_setup *s, double bytes)
  * (sel_gather_positions) for `requests` requests. */
 static double sel_gather_bytes(const sfi_cost_setup *s, double requests)
 {
-    if (s->tp <= 1 || s->sel_gather_positions <= 0 || !sfi_policy_has_slow_steps(s->kind))
+    if (s->tp <= 1 || s->sel_gather_positions <= 0 || !sfi_policy_has_slow_steps(s->kind) ||
+        s->no_selector)
         return 0;
     return requests * kv_heads(s) * (double)s->sel_gather_positions * 4.0;
 }
@@ -799,7 +800,7 @@ static void attention_groups(const sfi_cost_setup *s, int layer, const sfi_cost_
         if (!g[i].prefill) {
             int ns = has_slow && g[i].slow ? g[i].count : 0;
             attention_layer(&gs, layer, ns, a);
-            if (ns)
+            if (ns && !s->no_selector)
                 side_layer(&gs, ns, 1, side);
         } else {
             prefill_attention(&gs, g[i].n_new, a);

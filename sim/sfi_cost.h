@@ -92,6 +92,10 @@ typedef struct {
                                  one with n gathers the rows of the next power
                                  of two of n requests, the batch at most
                                  (sfi-gpu since 86177e5) */
+    int no_selector;          /* 1: slow steps run their dense attention (logits
+                                 written) but no Selector, Top-K, reorg or
+                                 scores' all-gather (sfi-gpu run
+                                 --bench-no-selector, a timing experiment) */
     int gemm_slab_rule;       /* 1: a decode GEMM that sfi-gpu stages through
                                  shared memory (its slab kernel: at most 13 MiB
                                  of bf16 weights, a side of at most 1024, at

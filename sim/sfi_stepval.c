@@ -178,6 +178,8 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
            *ov = json_object_get(o, "overlap"), *note = json_object_get(o, "note");
     const char *why = NULL;
     m->no_overlap = m->sfi && ov && json_is_boolean(ov) && !json_is_true(ov);
+    m->no_selector = m->sfi && note && json_is_string(note) &&
+                     strstr(json_string_value(note), "no-selector") != NULL;
     if (m->deferred)
         why = "deferred refresh";
     else if (g && (!json_is_string(g) || strcmp(json_string_value(g), "sfi")))
@@ -186,7 +188,7 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
         why = json_is_true(pdl) ? "pdl on" : "pdl off";
     else if (ov && json_is_boolean(ov) && !json_is_true(ov) && m->sfi)
         why = "no overlap";
-    else if (note && json_is_string(note) && strstr(json_string_value(note), "no-selector"))
+    else if (m->no_selector)
         why = "no Selector";
     if (why) {
         m->variant = 1;
@@ -436,6 +438,7 @@ void sfi_sv_setup(const sfi_step_meas *m, const sfi_model_config *mc, const sfi_
      * its vocabulary rows. "overlap": false puts the chain on the main
      * stream. */
     s.side_serial = m->no_overlap;
+    s.no_selector = m->no_selector;
     if (s.tp > 1) {
         int j = m->context + m->new_tokens - 1 - s.pol.prm.n_sink - s.pol.prm.n_recent;
         s.sel_gather_positions = ((j > 1 ? j : 1) + 3) & ~3;

@@ -44,6 +44,8 @@ typedef struct {
     int deferred;               /* steps of class fast+sel (deferred refresh) were measured */
     int no_overlap;             /* "overlap": false (--no-overlap): the Selector on the main
                         stream */
+    int no_selector;            /* a note naming --bench-no-selector: slow steps
+                        without Selector, Top-K, reorg or all-gather */
     int split_fast, split_slow; /* "attn_split_rows": the most rows an attention
                         CTA took of a fast and of a slow request, as the
                         engine reported them (0: not given) */

@@ -378,8 +378,9 @@ START_TEST(tensor_parallel_engine_setup)
     sfi_hw_profile_default(&p);
     sfi_gpu g;
     ck_assert_int_eq(sfi_gpu_preset("H200", &g, &e), SFI_OK);
-    /* 4B and 30B-A3B at tp 2 and 4, 8K and 32K, dense and SFI (4 x H200) */
-    ck_assert_int_eq(tp_runs_checked("gpu/profiles/h200-tp-steps.json", "H200"), 16);
+    /* 4B and 30B-A3B at tp 2 and 4, 8K and 32K, dense and SFI (4 x H200),
+     * and two runs without the Selector chain (argmax gather only) */
+    ck_assert_int_eq(tp_runs_checked("gpu/profiles/h200-tp-steps.json", "H200"), 18);
     /* the same at tp 2 (2 x H100, 64 new tokens) */
     ck_assert_int_eq(tp_runs_checked("gpu/profiles/h100-tp-steps.json", "H100-SXM"), 8);
     /* one GPU with "overlap": false: the Selector on the main stream */
@@ -395,6 +396,26 @@ START_TEST(tensor_parallel_engine_setup)
     sfi_cost_setup s;
     sfi_sv_setup(&v[0], &mc, &p, &g, &s);
     ck_assert(s.side_serial && !s.sel_gather_positions && !s.argmax_gather);
+    free(v);
+    /* tp 2, a run with --bench-no-selector: a variant priced without the
+     * Selector chain, its all-gathers the argmax's alone (what sfi-gpu
+     * reported: 128 bytes at batch 16), its slow steps shorter */
+    const char *jn = "{\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"sfi\","
+                     "\"context\":32768,\"batch\":16,\"tp\":2,\"decode_tokens_per_s\":1,"
+                     "\"note\":\"run with --bench-no-selector\"}]}";
+    ck_assert_int_eq(sfi_step_meas_parse(jn, strlen(jn), "n.json", &v, &nv, &e), SFI_OK);
+    ck_assert(v[0].variant && v[0].no_selector && !strcmp(v[0].variant_why, "no Selector"));
+    ck_assert_int_eq(sfi_sv_model(&v[0], &mc, &e), SFI_OK);
+    sfi_sv_setup(&v[0], &mc, &p, &g, &s);
+    ck_assert(s.no_selector && s.sel_split_gather);
+    double ar, ga;
+    sfi_cost_comm_bytes(&s, 16, &ar, &ga);
+    ck_assert(ga == 128.0);
+    sfi_step_cost with, without;
+    ck_assert_int_eq(sfi_cost_step(&s, 1, &without, &e), SFI_OK);
+    s.no_selector = 0;
+    ck_assert_int_eq(sfi_cost_step(&s, 1, &with, &e), SFI_OK);
+    ck_assert(without.side_s == 0 && with.side_s > 0 && without.time_s < with.time_s);
     free(v);
 }
 END_TEST
