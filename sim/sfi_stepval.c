@@ -702,6 +702,28 @@ static sfi_status fit_resid(const fit_data *d, const sfi_hw_profile *p, double *
     return SFI_OK;
 }
 
+/* The parameters a prior may lack (0: none): the fit starts them at
+ * own_start's value and puts those the subset cannot determine back to
+ * the prior's (fit_start, fit_hold). One list, so that a new one is
+ * added to both. */
+static const int own_params[] = {SFI_SV_P_CTA,       SFI_SV_P_CTA_FLOPS, SFI_SV_P_LAUNCH_PDL,
+                                 SFI_SV_P_SERIAL,    SFI_SV_P_AR_STEP,   SFI_SV_P_SEL_PRE,
+                                 SFI_SV_P_GEMM_FIXED};
+
+static double own_start(int j, const sfi_sv_fit *out)
+{
+    switch (j) {
+    case SFI_SV_P_CTA: return CTA_START;
+    case SFI_SV_P_CTA_FLOPS: return CTA_FLOPS_START;
+    case SFI_SV_P_SERIAL: return SERIAL_START;
+    case SFI_SV_P_AR_STEP: return AR_STEP_START;
+    case SFI_SV_P_SEL_PRE: return SEL_PRE_START;
+    case SFI_SV_P_GEMM_FIXED: return GEMM_FIXED_START;
+    case SFI_SV_P_LAUNCH_PDL: return out->value[SFI_SV_P_LAUNCH]; /* what other launches cost */
+    default: return 0;
+    }
+}
+
 /* The starting point: priors recorded (*prior_p: the profile they come
  * from), and a start for the parameters that have none. */
 static void fit_start(sfi_hw_profile *p, sfi_sv_fit *out, sfi_hw_profile *prior_p)
@@ -716,23 +738,11 @@ static void fit_start(sfi_hw_profile *p, sfi_sv_fit *out, sfi_hw_profile *prior_
     /* no per-CTA limit in the prior: the fit starts from one (CTA_START),
      * dropped again when the subset cannot determine it */
     *prior_p = *p;
-    /* likewise the per-CTA FLOP rate, the serial step, an all-reduce's
-     * extra in a step, a GEMM's fixed cost (their *_START), and the launch
-     * cost under PDL, from the launch cost */
-    const struct {
-        int j;
-        double v;
-    } starts[] = {{SFI_SV_P_CTA, CTA_START},
-                  {SFI_SV_P_CTA_FLOPS, CTA_FLOPS_START},
-                  {SFI_SV_P_SERIAL, SERIAL_START},
-                  {SFI_SV_P_AR_STEP, AR_STEP_START},
-                  {SFI_SV_P_SEL_PRE, SEL_PRE_START},
-                  {SFI_SV_P_GEMM_FIXED, GEMM_FIXED_START},
-                  {SFI_SV_P_LAUNCH_PDL, out->value[SFI_SV_P_LAUNCH]}};
-    for (size_t q = 0; q < sizeof starts / sizeof starts[0]; q++)
-        if (!(out->prior[starts[q].j] > 0)) {
-            out->value[starts[q].j] = starts[q].v;
-            sfi_sv_param_set(p, starts[q].j, starts[q].v);
+    /* likewise the other parameters a prior may lack (own_params) */
+    for (size_t q = 0; q < sizeof own_params / sizeof own_params[0]; q++)
+        if (!(out->prior[own_params[q]] > 0)) {
+            out->value[own_params[q]] = own_start(own_params[q], out);
+            sfi_sv_param_set(p, own_params[q], out->value[own_params[q]]);
         }
 }
 
@@ -801,14 +811,13 @@ static void fit_identify(const fit_data *d, sfi_sv_fit *out)
 static void fit_hold(sfi_hw_profile *p, const sfi_hw_profile *prior_p, const sfi_sv_fit *out,
                      double *x)
 {
-    static const int own[] = {SFI_SV_P_CTA,       SFI_SV_P_CTA_FLOPS, SFI_SV_P_LAUNCH_PDL,
-                              SFI_SV_P_SERIAL,    SFI_SV_P_AR_STEP,   SFI_SV_P_SEL_PRE,
-                              SFI_SV_P_GEMM_FIXED};
-    for (size_t q = 0; q < sizeof own / sizeof own[0]; q++)
-        if (!out->identified[own[q]]) {
-            sfi_sv_param_set(p, own[q], sfi_sv_param_get(prior_p, own[q]));
-            x[own[q]] = to_x(own[q], sfi_sv_param_get(p, own[q]));
+    for (size_t q = 0; q < sizeof own_params / sizeof own_params[0]; q++) {
+        const int j = own_params[q];
+        if (!out->identified[j]) {
+            sfi_sv_param_set(p, j, sfi_sv_param_get(prior_p, j));
+            x[j] = to_x(j, sfi_sv_param_get(p, j));
         }
+    }
 }
 
 /* One Levenberg-Marquardt step over the identified parameters from p
