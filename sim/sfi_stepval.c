@@ -178,8 +178,9 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
            *ov = json_object_get(o, "overlap"), *note = json_object_get(o, "note");
     const char *why = NULL;
     m->no_overlap = m->sfi && ov && json_is_boolean(ov) && !json_is_true(ov);
-    m->no_selector = m->sfi && note && json_is_string(note) &&
-                     strstr(json_string_value(note), "no-selector") != NULL;
+    const int note_nosel =
+        note && json_is_string(note) && strstr(json_string_value(note), "no-selector") != NULL;
+    m->no_selector = m->sfi && note_nosel; /* priced so in SFI mode only */
     if (m->deferred)
         why = "deferred refresh";
     else if (g && (!json_is_string(g) || strcmp(json_string_value(g), "sfi")))
@@ -188,7 +189,7 @@ static sfi_status parse_one(json_t *o, const char *origin, size_t i, sfi_step_me
         why = json_is_true(pdl) ? "pdl on" : "pdl off";
     else if (ov && json_is_boolean(ov) && !json_is_true(ov) && m->sfi)
         why = "no overlap";
-    else if (m->no_selector)
+    else if (note_nosel)
         why = "no Selector";
     if (why) {
         m->variant = 1;

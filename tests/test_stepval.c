@@ -417,6 +417,13 @@ START_TEST(tensor_parallel_engine_setup)
     ck_assert_int_eq(sfi_cost_step(&s, 1, &with, &e), SFI_OK);
     ck_assert(without.side_s == 0 && with.side_s > 0 && without.time_s < with.time_s);
     free(v);
+    /* the same note on a dense run: listed as that variant, priced as dense */
+    const char *jd = "{\"step_measurements\":[{\"model\":\"Qwen3-4B\",\"mode\":\"dense\","
+                     "\"context\":8192,\"batch\":16,\"decode_tokens_per_s\":1,"
+                     "\"note\":\"run with --bench-no-selector\"}]}";
+    ck_assert_int_eq(sfi_step_meas_parse(jd, strlen(jd), "d.json", &v, &nv, &e), SFI_OK);
+    ck_assert(v[0].variant && !v[0].no_selector && !strcmp(v[0].variant_why, "no Selector"));
+    free(v);
 }
 END_TEST
 
