@@ -1105,6 +1105,148 @@ static double gemm_run_one(const gcase *c, int which, int fused, const gemm_dev 
     return worst;
 }
 
+/* The deferred norm (sfi_gpu_rownorm) on case c's shape, slab kernel.
+ * Consumer: X = bf16(xf) unnormalised, weights bf16(w * nw) by column,
+ * partial sums of squares of xf as a producer leaves them; against a
+ * float64 product of those bf16 values times rsqrt(mean + eps) (the
+ * SwiGLU on the scaled gate and up). Producer (accumulate cases): the
+ * residual as gemm_run_one's, its bf16 copy equal to the rounded
+ * residual, and each 8 columns' sum of squares within 1e-5 relative. */
+static void gemm_rownorm_run(int ci, const gcase *c, const uint16_t *w, const float *xf,
+                             const float *nw, const gemm_dev *d, const float *y0, const double *ref,
+                             const double *scale)
+{
+    const int T = c->T, M = c->M, N = c->N, sw = c->epi == SFI_GPU_EPI_SWIGLU;
+    sfi_gpu_gemm_select(SFI_GPU_GEMM_SLAB, 1024);
+    if (!sfi_gpu_gemm_rownorm_applies(T, M, N, c->epi) || N % 8) {
+        sfi_gpu_gemm_select(SFI_GPU_GEMM_SLAB, -1);
+        return;
+    }
+    const float eps = 1e-6f;
+    uint16_t *wf = xmalloc((size_t)M * N * 2), *xb = xmalloc((size_t)T * N * 2);
+    float *ss = xmalloc((size_t)(N / 8) * 64 * 4);
+    memset(ss, 0, (size_t)(N / 8) * 64 * 4);
+    double *r = xmalloc((size_t)T * 8);
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        wf[i] = to_bf16(from_bf16(w[i]) * nw[i % N]);
+    for (int t = 0; t < T; t++) {
+        double a = 0;
+        for (int g = 0; g < N / 8; g++) {
+            float p = 0.f;
+            for (int j = 0; j < 8; j++) {
+                const float v = xf[(size_t)t * N + 8 * g + j];
+                xb[(size_t)t * N + 8 * g + j] = to_bf16(v);
+                p += v * v;
+                a += (double)v * v;
+            }
+            ss[(size_t)t * (N / 8) + g] = p;
+        }
+        r[t] = 1.0 / sqrt(a / N + eps);
+    }
+    const size_t ny = (size_t)T * (sw ? M / 2 : M);
+    void *dw = dmalloc((size_t)M * N * 2), *dx = dmalloc((size_t)T * N * 2), *dy = dmalloc(ny * 4);
+    float *dss = dmalloc((size_t)(N / 8) * 64 * 4);
+    CK(cudaMemcpy(dw, wf, (size_t)M * N * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, xb, (size_t)T * N * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dss, ss, (size_t)(N / 8) * 64 * 4, cudaMemcpyHostToDevice));
+    if (c->epi == SFI_GPU_EPI_ACCUMULATE)
+        CK(cudaMemcpy(dy, y0, ny * 4, cudaMemcpyHostToDevice));
+    sfi_gpu_rownorm in = {.ss_in = dss, .eps = eps};
+    CK(sfi_gpu_gemm_rownorm(dw, dx, dy, T, M, N, c->epi, &in, 0));
+    CK(cudaDeviceSynchronize());
+    double worst = 0;
+    double *dot = xmalloc((size_t)M * 8), *ad = xmalloc((size_t)M * 8);
+    float *g = xmalloc(ny * 4);
+    uint16_t *gb = (uint16_t *)g;
+    CK(cudaMemcpy(g, dy, ny * (sw ? 2 : 4), cudaMemcpyDeviceToHost));
+    for (int t = 0; t < T; t++) {
+        for (int m = 0; m < M; m++) {
+            double a = 0, s = 0;
+            for (int k = 0; k < N; k++) {
+                const double p = (double)from_bf16(wf[(size_t)m * N + k]) *
+                                 (double)from_bf16(xb[(size_t)t * N + k]) * r[t];
+                a += p;
+                s += fabs(p);
+            }
+            dot[m] = a;
+            ad[m] = s;
+        }
+        for (int i = 0; i < (sw ? M / 2 : M); i++) {
+            double rf, sc, got;
+            if (sw) {
+                const int m_g = (i / 8) * 16 + i % 8, m_u = m_g + 8;
+                const double gt = dot[m_g], up = dot[m_u], sg = gt / (1.0 + exp(-gt));
+                rf = sg * up;
+                sc = 1.1 * ad[m_g] * fabs(up) + fabs(sg) * ad[m_u];
+                got = from_bf16(gb[(size_t)t * (M / 2) + i]);
+            } else {
+                const double base =
+                    c->epi == SFI_GPU_EPI_ACCUMULATE ? (double)y0[(size_t)t * M + i] : 0.0;
+                rf = base + dot[i];
+                sc = ad[i];
+                got = g[(size_t)t * M + i];
+            }
+            const double tol =
+                (sw ? 0.0079 * fabs(rf) : 1e-6 * (1.0 + fabs(rf))) + 1e-4 * sc + 1e-6;
+            if (!(fabs(got - rf) / tol <= worst))
+                worst = fabs(got - rf) / tol;
+        }
+    }
+    report(ci, "gemm deferred norm", worst <= 1.0, "max err / tolerance %.3g", worst);
+    if (c->epi == SFI_GPU_EPI_ACCUMULATE) {
+        /* producer: the plain product into the residual, with its sums */
+        float *dso = dmalloc((size_t)(M / 8) * 64 * 4);
+        void *dxb = dmalloc((size_t)T * M * 2);
+        CK(cudaMemcpy(dy, y0, ny * 4, cudaMemcpyHostToDevice));
+        sfi_gpu_rownorm out = {.ss_out = dso, .xb_out = dxb, .eps = eps};
+        CK(sfi_gpu_gemm_rownorm(d->w, d->x, dy, T, M, N, c->epi, &out, 0));
+        CK(cudaDeviceSynchronize());
+        float *so = xmalloc((size_t)(M / 8) * 64 * 4);
+        uint16_t *ob = xmalloc((size_t)T * M * 2);
+        CK(cudaMemcpy(g, dy, ny * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(so, dso, (size_t)(M / 8) * 64 * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ob, dxb, (size_t)T * M * 2, cudaMemcpyDeviceToHost));
+        double wy = 0, ws = 0;
+        int bits = 1;
+        for (int t = 0; t < T; t++)
+            for (int m = 0; m < M; m++) {
+                const size_t i = (size_t)t * M + m;
+                const double tol = 1e-4 * scale[i] + 1e-6 * (1.0 + fabs(ref[i]));
+                if (!(fabs(g[i] - ref[i]) / tol <= wy))
+                    wy = fabs(g[i] - ref[i]) / tol;
+                bits &= ob[i] == to_bf16(g[i]);
+            }
+        for (int t = 0; t < T; t++)
+            for (int gg = 0; gg < M / 8; gg++) {
+                double a = 0;
+                for (int j = 0; j < 8; j++)
+                    a += (double)g[(size_t)t * M + 8 * gg + j] * g[(size_t)t * M + 8 * gg + j];
+                const double e = fabs(so[(size_t)t * (M / 8) + gg] - a) / (1e-5 * a + 1e-30);
+                if (!(e <= ws))
+                    ws = e;
+            }
+        report(ci, "gemm norm producer", wy <= 1.0 && bits && ws <= 1.0,
+               "residual %.3g of tolerance, bf16 copy %s, sums of squares %.3g of tolerance", wy,
+               bits ? "exact" : "WRONG", ws);
+        CK(cudaFree(dso));
+        CK(cudaFree(dxb));
+        free(so);
+        free(ob);
+    }
+    sfi_gpu_gemm_select(SFI_GPU_GEMM_SLAB, -1);
+    CK(cudaFree(dw));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    CK(cudaFree(dss));
+    free(wf);
+    free(xb);
+    free(ss);
+    free(r);
+    free(dot);
+    free(ad);
+    free(g);
+}
+
 static int run_gemm_case(int ci, const gcase *c, uint64_t seed)
 {
     const int fail0 = g_fail;
@@ -1176,6 +1318,7 @@ static int run_gemm_case(int ci, const gcase *c, uint64_t seed)
     report(ci, "gemm registers", e_regs <= 1.0, "max err / tolerance %.3g", e_regs);
     const double e_norm = gemm_run_one(c, SFI_GPU_GEMM_SLAB, 1, &d, y0, ref, scale);
     report(ci, "gemm fused norm", e_norm <= 1.0, "max err / tolerance %.3g", e_norm);
+    gemm_rownorm_run(ci, c, w, xf, nw, &d, y0, ref, scale);
     CK(cudaFree(d.w));
     CK(cudaFree(d.x));
     CK(cudaFree(d.xf));

@@ -75,13 +75,20 @@ struct sfi_gpu_engine {
     int L, H, nh, nkv, D, G, nq, nkvd, V, I, E, top, Im, esz, exact;
     int gu_tiled; /* gate/up rows in SwiGLU tiles (bf16 fast path) */
     /* timing experiments only (SFI_GPU_SKIP=norm,qkv,attn,gemm,allreduce,
-     * reorg,selchain,tailN): decode steps leave those launches out (reorg:
+     * reorg,selchain,tailN,lmhead): decode steps leave those launches out (reorg:
      * the Selector chain's reorg; selchain: its Selector and Top-K; tailN:
      * the whole chain of the last N layers), so results are wrong but the
      * step's time without them can be measured inside the graph */
     int skip_norm, skip_qkv, skip_attn, skip_gemm, skip_ar, skip_reorg, skip_sel, skip_tail;
-    int decoding;    /* inside enqueue_layers (where the skips apply) */
-    int fuse_norm;   /* decode GEMMs make their RMSNorm input themselves (1) */
+    int skip_lm;
+    int decoding;  /* inside enqueue_layers (where the skips apply) */
+    int fuse_norm; /* decode GEMMs make their RMSNorm input themselves (1) */
+    /* decode steps run the deferred RMSNorm (sfi_gpu_rownorm; one GPU,
+     * bf16, dense layers, every product on the slab kernel): no norm
+     * launch in a layer, QKV and gate/up weights folded with the norms'
+     * weights, ss the producers' partial sums of squares [T][H / 8] */
+    int dnorm;
+    float *ss;
     int moe_grouped; /* prefill MoE layers run the grouped experts (1) */
     /* tensor parallelism (sfi_gpu_engine_opts): nh, nkv, nq, nkvd, I, Im
      * above are this rank's share, V the whole vocabulary of which this
@@ -385,7 +392,7 @@ sfi_status sfi_gpu_engine_mem_plan(const sfi_model_config *c, const sfi_gpu_engi
     int Iw = s.I > s.Im ? s.I : s.Im;
     uint64_t act = rows * (s.H * 3ull + (s.nq + 2ull * s.nkvd) + 2ull * s.nq + 2ull * Iw + Iw) * 4 +
                    rows * (s.H + s.nq + Iw) * 2 + (B * s.Vc + (s.tp > 1 ? s.Vc : 0)) * 4ull +
-                   64 * 4;
+                   64 * 4 + (s.H / 8 + 1) * 64ull * 4 /* the deferred norm's sums */;
     if (s.E) {
         uint64_t pairs = rows * s.top;
         act += rows * s.E * 4 + pairs * (4 + 4) + pairs * (2ull * s.Im + s.Im + s.H) * 4;
@@ -1044,6 +1051,7 @@ static void read_experiments(sfi_gpu_engine *e)
         e->skip_sel = strstr(skp, "selchain") != NULL;
         e->skip_tail = strstr(skp, "tail") ? atoi(strstr(skp, "tail") + 4) : 0;
         e->skip_ar = strstr(skp, "allreduce") != NULL;
+        e->skip_lm = strstr(skp, "lmhead") != NULL;
     }
     e->fuse_norm = !(getenv("SFI_GPU_FUSE_NORM") && !strcmp(getenv("SFI_GPU_FUSE_NORM"), "0"));
     /* SFI_GPU_MOE_GROUPED=0: prefill's experts one product per pair, as
@@ -1098,6 +1106,7 @@ static sfi_status alloc_activations(sfi_gpu_engine *e, sfi_error *err)
     TRY(dalloc(&e->xn_b, R * e->H * 2, err));
     TRY(dalloc(&e->att_b, R * e->nq * 2, err));
     TRY(dalloc(&e->act_b, R * Iw * 2, err));
+    TRY(dalloc((void **)&e->ss, (size_t)(e->H / 8 + 1) * 64 * 4, err));
     /* tp > 1: a row's Vc floats are gathered from row b * Vl, so the
      * last rank (Vl <= Vc) reads up to Vc - Vl floats past its last row */
     TRY(dalloc((void **)&e->logits, ((size_t)B * e->Vc + (e->tp > 1 ? e->Vc : 0)) * 4, err));
@@ -1166,6 +1175,39 @@ static sfi_status alloc_run_state(sfi_gpu_engine *e, sfi_error *err)
 
 #undef TRY
 
+static int decode_gemm_ours(const sfi_gpu_engine *e, int T, int N);
+
+/* Whether decode steps run the deferred RMSNorm (sfi_gpu_rownorm), and
+ * if so the QKV and gate/up weights' columns scaled by the norms' weights
+ * (prefill then normalises without them). The norm between a layer's
+ * products was a launch of its own, 56 a step for Qwen3-0.6B: without
+ * them its fast steps took 2.582 against 2.713 ms (H100, batch 16, 32K,
+ * SFI_GPU_SKIP=norm). Only where all four products run on the slab
+ * kernel; not under tensor parallelism (the partial residual's squares
+ * are not the sum's), nor with MoE layers or biases; SFI_GPU_DNORM=0
+ * turns it off (experiments). */
+static sfi_status setup_deferred_norm(sfi_gpu_engine *e, sfi_error *err)
+{
+    const int B = e->o.max_batch, H = e->H;
+    const char *env = getenv("SFI_GPU_DNORM");
+    int on = !(env && !strcmp(env, "0")) && e->gu_tiled && e->tp == 1 && H % 8 == 0 &&
+             decode_gemm_ours(e, B, H) && decode_gemm_ours(e, B, e->nq) &&
+             decode_gemm_ours(e, B, e->I) &&
+             sfi_gpu_gemm_rownorm_applies(B, e->nq + 2 * e->nkvd, H, SFI_GPU_EPI_STORE) &&
+             sfi_gpu_gemm_rownorm_applies(B, H, e->nq, SFI_GPU_EPI_ACCUMULATE) &&
+             sfi_gpu_gemm_rownorm_applies(B, 2 * e->I, H, SFI_GPU_EPI_SWIGLU) &&
+             sfi_gpu_gemm_rownorm_applies(B, H, e->I, SFI_GPU_EPI_ACCUMULATE);
+    for (int l = 0; l < e->L && on; l++)
+        on = !e->lay[l].moe && !e->lay[l].bqkv && !e->lay[l].bo;
+    e->dnorm = on;
+    for (int l = 0; l < e->L && on; l++) {
+        const dlayer *Ly = &e->lay[l];
+        CK(sfi_gpu_scale_cols(Ly->wqkv, e->nq + 2 * e->nkvd, H, Ly->in_norm, e->main_st));
+        CK(sfi_gpu_scale_cols(Ly->wgu, 2 * e->I, H, Ly->post_norm, e->main_st));
+    }
+    return SFI_OK;
+}
+
 sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m, uint64_t seed,
                                  const sfi_gpu_engine_opts *o, sfi_gpu_engine **out, sfi_error *err)
 {
@@ -1184,7 +1226,7 @@ sfi_status sfi_gpu_engine_create(const sfi_model_config *cfg, const sfi_qwen3 *m
         (rc = load_weights(e, m, seed, err)) || (rc = alloc_caches(e, err)) ||
         (rc = upload_tables(e, err)) || (rc = alloc_selector(e, err)) ||
         (rc = setup_attention(e, err)) || (rc = alloc_activations(e, err)) ||
-        (rc = alloc_run_state(e, err)) ||
+        (rc = alloc_run_state(e, err)) || (rc = setup_deferred_norm(e, err)) ||
         (rc = SFI_GPU_STATUS(err, cudaStreamSynchronize(e->main_st),
                              "cudaStreamSynchronize(e->main_st)"))) {
         sfi_gpu_engine_free(e);
@@ -1285,6 +1327,7 @@ void sfi_gpu_engine_free(sfi_gpu_engine *e)
     cudaFree(e->xn_b);
     cudaFree(e->att_b);
     cudaFree(e->act_b);
+    cudaFree(e->ss);
     cudaFree(e->logits);
     cudaFree(e->amax_keys);
     cudaFree(e->amax_all);
@@ -1542,6 +1585,19 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     const dlayer *Ly = &e->lay[l];
     sfi_status rc;
     int bf = e->o.dtype == SFI_GPU_BF16;
+    if (e->dnorm && e->decoding) {
+        /* the deferred norm: gate/up scale by the O projection's sums,
+         * the down projection leaves the next layer's */
+        if (e->skip_gemm)
+            return SFI_OK;
+        sfi_gpu_rownorm in = {.ss_in = e->ss, .eps = e->eps};
+        sfi_gpu_rownorm out = {.ss_out = e->ss, .xb_out = e->xn_b, .eps = e->eps};
+        CK(sfi_gpu_gemm_rownorm(Ly->wgu, e->xn_b, e->act_b, T, 2 * e->I, e->H, SFI_GPU_EPI_SWIGLU,
+                                &in, st));
+        CK(sfi_gpu_gemm_rownorm(Ly->wd, e->act_b, e->x, T, e->H, e->I, SFI_GPU_EPI_ACCUMULATE, &out,
+                                st));
+        return SFI_OK;
+    }
     if (!Ly->moe && e->gu_tiled) {
         int done;
         if ((rc = gemm_normed(e, Ly->post_norm, Ly->wgu, e->act_b, T, 2 * e->I, e->H,
@@ -1553,7 +1609,7 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
             return tp_reduce(e, T, st, err);
         }
     }
-    if ((rc = norm_rows(e, e->x, Ly->post_norm, T, Ly->moe, st, err)))
+    if ((rc = norm_rows(e, e->x, e->dnorm ? NULL : Ly->post_norm, T, Ly->moe, st, err)))
         return rc;
     if (!Ly->moe) {
         if (e->decoding && e->skip_gemm)
@@ -1632,6 +1688,14 @@ static sfi_status oproj(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_er
     const dlayer *Ly = &e->lay[l];
     if (e->o.dtype == SFI_GPU_BF16 && !e->attn_ws.out_bf16) /* else the attention wrote it */
         CK(sfi_gpu_to_bf16(e->att, (size_t)T * e->nq, e->att_b, st));
+    if (e->dnorm && e->decoding) { /* and leaves the MLP's norm sums */
+        if (e->skip_gemm)
+            return SFI_OK;
+        sfi_gpu_rownorm out = {.ss_out = e->ss, .xb_out = e->xn_b, .eps = e->eps};
+        CK(sfi_gpu_gemm_rownorm(Ly->wo, e->att_b, e->x, T, e->H, e->nq, SFI_GPU_EPI_ACCUMULATE,
+                                &out, st));
+        return SFI_OK;
+    }
     /* tp > 1: rank 0 adds its heads' share and the bias to the residual,
      * the others store their share (see tp_reduce) */
     const int r0 = e->rank == 0;
@@ -1786,7 +1850,7 @@ static sfi_status prefill(sfi_gpu_engine *e, int b, const int32_t *prompt, int n
         }
         for (int l = 0; l < e->L && !rc; l++) {
             const dlayer *Ly = &e->lay[l];
-            if ((rc = norm_rows(e, e->x, Ly->in_norm, T, 0, st, err)))
+            if ((rc = norm_rows(e, e->x, e->dnorm ? NULL : Ly->in_norm, T, 0, st, err)))
                 break;
             if ((rc = gemm(e, Ly->wqkv, gemm_in(e, e->xn, e->xn_b), e->exact ? Ly->bqkv : NULL,
                            e->qkv, T, e->nq + 2 * e->nkvd, e->H, 0, st, err)))
@@ -2001,14 +2065,24 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
             CK(cudaEventRecord(e->ev_done, side));
         sfi_gpu_set_pdl(pdl);
     }
-    CK(sfi_gpu_embed(e->d_state->in_tok, B, e->embed, e->o.dtype, e->H, e->x, st));
+    if (e->dnorm)
+        CK(sfi_gpu_embed_rownorm(e->d_state->in_tok, B, e->embed, e->o.dtype, e->H, e->x, e->ss,
+                                 e->xn_b, st));
+    else
+        CK(sfi_gpu_embed(e->d_state->in_tok, B, e->embed, e->o.dtype, e->H, e->x, st));
     for (int l = 0; l < e->L; l++) {
         const dlayer *Ly = &e->lay[l];
         const int slot = l % R_SLOTS;
         int fused = 0;
-        if (!(e->exact && Ly->bqkv) &&
-            (rc = gemm_normed(e, Ly->in_norm, Ly->wqkv, e->qkv, B, e->nq + 2 * e->nkvd, e->H,
-                              SFI_GPU_EPI_STORE, st, &fused, err)))
+        if (e->dnorm) {
+            sfi_gpu_rownorm in = {.ss_in = e->ss, .eps = e->eps};
+            if (!e->skip_gemm)
+                CK(sfi_gpu_gemm_rownorm(Ly->wqkv, e->xn_b, e->qkv, B, e->nq + 2 * e->nkvd, e->H,
+                                        SFI_GPU_EPI_STORE, &in, st));
+            fused = 1;
+        } else if (!(e->exact && Ly->bqkv) &&
+                   (rc = gemm_normed(e, Ly->in_norm, Ly->wqkv, e->qkv, B, e->nq + 2 * e->nkvd, e->H,
+                                     SFI_GPU_EPI_STORE, st, &fused, err)))
             return rc;
         if (!fused && (rc = norm_rows(e, e->x, Ly->in_norm, B, 0, st, err)))
             return rc;
@@ -2067,8 +2141,8 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     }
     if ((rc = norm_rows(e, e->x, e->final_norm, B, 0, st, err)))
         return rc;
-    if ((rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL, e->logits, B, e->Vl, e->H, 0,
-                   st, err)))
+    if (!e->skip_lm && (rc = gemm(e, e->lm_head, gemm_in(e, e->xn, e->xn_b), NULL, e->logits, B,
+                                  e->Vl, e->H, 0, st, err)))
         return rc;
     if ((rc = argmax(e, e->logits, B, e->next, st, err)))
         return rc;

@@ -57,12 +57,36 @@ __device__ float block_sum(float v, float *sh) {
 /* ---- embedding, norms, elementwise ---- */
 
 __global__ void embed_kernel(const int32_t *__restrict__ tok, const void *__restrict__ E,
-                             int dtype, int H, float *__restrict__ x) {
+                             int dtype, int H, float *__restrict__ x, float *__restrict__ ss,
+                             __nv_bfloat16 *__restrict__ xb) {
     pdl_wait();
     pdl_launch();
     const int t = blockIdx.x;
     const size_t base = (size_t)tok[t] * H;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = ld_elem(E, base + i, dtype);
+    if (!ss) {
+        for (int i = threadIdx.x; i < H; i += blockDim.x) x[(size_t)t * H + i] = ld_elem(E, base + i, dtype);
+        return;
+    }
+    /* a deferred norm's producer (sfi_gpu_rownorm): 8 columns a thread */
+    for (int g = threadIdx.x; g < H / 8; g += blockDim.x) {
+        float a = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = 8 * g + j;
+            const float v = ld_elem(E, base + i, dtype);
+            x[(size_t)t * H + i] = v;
+            xb[(size_t)t * H + i] = __float2bfloat16_rn(v);
+            a += v * v;
+        }
+        ss[(size_t)t * (H / 8) + g] = a;
+    }
+}
+
+/* W[m][k] *= w[k], in bf16 (the deferred norm's folded weights) */
+__global__ void scale_cols_kernel(__nv_bfloat16 *__restrict__ W, int M, int N, const float *__restrict__ w) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)M * N;
+         i += (size_t)gridDim.x * blockDim.x)
+        W[i] = __float2bfloat16_rn(__bfloat162float(W[i]) * w[i % N]);
 }
 
 /* One block per row. Exact: thread 0 sums x*x in ascending order, as the
@@ -91,7 +115,8 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
         r = rsqrtf(a / (float)n + eps);
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float y = __fmul_rn(w[i], __fmul_rn(xr[i], r));
+        /* w NULL: the weights were folded into the next product's */
+        const float y = w ? __fmul_rn(w[i], __fmul_rn(xr[i], r)) : __fmul_rn(xr[i], r);
         if (yf) yf[(size_t)t * n + i] = y;
         if (yb) yb[(size_t)t * n + i] = __float2bfloat16_rn(y);
     }
@@ -342,14 +367,19 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
                                                         const __nv_bfloat16 *__restrict__ X,
                                                         void *__restrict__ Yv, int T, int M, int N,
                                                         int epi, const float *__restrict__ xf,
-                                                        const float *__restrict__ nw, float eps) {
+                                                        const float *__restrict__ nw, float eps,
+                                                        sfi_gpu_rownorm rn) {
     constexpr int NB = RB / 8;          /* n-tiles of 8 weight rows */
     constexpr int NV = MT * NB * 4;     /* accumulators per lane */
     extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ uint64_t bar;
+    __shared__ uint64_t bar, ss_bar;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int r0 = blockIdx.x * RB, nrows = min(RB, M - r0);
     const int ldw = 2 * N + 64; /* bytes per staged row */
+    /* the deferred norm's partial sums [T][N / 8], past the slab and the
+     * partials' buffer (slab_smem's layout) */
+    float *s_ss = reinterpret_cast<float *>(
+        smem + ((max((size_t)RB * ldw, (size_t)8 * 32 * (NV + 1) * 4) + 15) / 16 * 16));
     if (threadIdx.x == 0) {
         mbar_init(&bar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -373,6 +403,14 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
             for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
             if (lane == 0) s_inv[t] = rsqrtf(a / (float)N + eps);
         }
+    }
+    if (rn.ss_in && threadIdx.x == 0) {
+        /* the deferred norm's sums, in flight during the products (used
+         * by the epilogue) */
+        mbar_init(&ss_bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_expect_tx(&ss_bar, (unsigned)(T * (N / 8) * 4));
+        bulk_g2s(s_ss, rn.ss_in, (unsigned)(T * (N / 8) * 4), &ss_bar);
     }
     __syncthreads(); /* the barrier's initialisation (and s_inv), for every thread */
     float c[MT][NB][4];
@@ -477,26 +515,56 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
         for (int w8 = 0; w8 < 8; w8++) a += red[(w8 * 32 + ln) * (NV + 1) + v];
         return a;
     };
+    if (rn.ss_in) {
+        /* each token's scale: a lane's share of the partials in order,
+         * then a fixed tree (the same bits in every CTA) */
+        mbar_wait(&ss_bar, 0);
+        for (int t = warp; t < T; t += 8) {
+            float a = 0.f;
+            for (int p = lane; p < N / 8; p += 32) a += s_ss[t * (N / 8) + p];
+            for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+            if (lane == 0) s_inv[t] = rsqrtf(a / (float)N + rn.eps);
+        }
+        __syncthreads();
+    }
     if (epi == kEpiSwiGLU) {
         /* entries of n-tile 0 (gates); the up is the same entry of n-tile 1 */
         for (int i = threadIdx.x; i < 32 * MT * 4; i += 256) {
             const int ln = i % 32, mt = (i / 32) / 4, e = (i / 32) % 4;
             const int tok = 16 * mt + (ln >> 2) + (e >= 2 ? 8 : 0), col = 2 * (ln & 3) + (e & 1);
             if (tok >= T || col >= nrows) continue;
-            const float gt = sum(ln, (mt * NB + 0) * 4 + e), up = sum(ln, (mt * NB + NB - 1) * 4 + e);
+            const float sc = rn.ss_in ? s_inv[tok] : 1.0f;
+            const float gt = sum(ln, (mt * NB + 0) * 4 + e) * sc,
+                        up = sum(ln, (mt * NB + NB - 1) * 4 + e) * sc;
             const float a = gt / (1.0f + __expf(-gt)) * up;
             ((__nv_bfloat16 *)Yv)[(size_t)tok * (M / 2) + r0 / 2 + col] = __float2bfloat16_rn(a);
         }
         return;
     }
     float *Y = (float *)Yv;
+    __shared__ float s_new[64][RB]; /* ss_out: the updated rows */
     for (int i = threadIdx.x; i < 32 * NV; i += 256) {
         const int ln = i % 32, v = i / 32, mt = v / (NB * 4), nb = (v / 4) % NB, e = v % 4;
         const int tok = 16 * mt + (ln >> 2) + (e >= 2 ? 8 : 0), row = nb * 8 + 2 * (ln & 3) + (e & 1);
         if (tok >= T || row >= nrows) continue;
         float *y = Y + (size_t)tok * M + r0 + row;
-        const float a = sum(ln, v);
-        *y = epi == kEpiAccumulate ? *y + a : a;
+        const float a = rn.ss_in ? sum(ln, v) * s_inv[tok] : sum(ln, v);
+        const float o = epi == kEpiAccumulate ? *y + a : a;
+        *y = o;
+        if (rn.ss_out) {
+            s_new[tok][row] = o;
+            ((__nv_bfloat16 *)rn.xb_out)[(size_t)tok * M + r0 + row] = __float2bfloat16_rn(o);
+        }
+    }
+    if (rn.ss_out) {
+        /* sums of squares of each 8 updated columns, in column order */
+        __syncthreads();
+        for (int i = threadIdx.x; i < T * NB; i += 256) {
+            const int tok = i / NB, g = i % NB;
+            float a = 0.f;
+            for (int j = 0; j < 8 && g * 8 + j < nrows; j++) a += s_new[tok][g * 8 + j] * s_new[tok][g * 8 + j];
+            rn.ss_out[(size_t)tok * (M / 8) + r0 / 8 + g] = a;
+        }
     }
 }
 
@@ -590,6 +658,81 @@ __global__ void qkv_post_kernel(sfi_gpu_qkv_args a) {
         nrm = sqrtf(block_sum(i < D ? v[i] * v[i] : 0.f, sh));
     }
     if (i == 0) a.key_norms[((size_t)row * nkv + kvh) * a.ld_norms + pos] = nrm;
+}
+
+/* qkv_post_kernel<false> with a warp per (token, head slot) and no
+ * shared memory or block barriers: lane l holds elements l + 32 j (j <
+ * D / 32), so both halves of every RoPE pair (k, k + D / 2) sit in the
+ * same lane and each norm is one butterfly. The same formulas as the
+ * block kernel's fast form; its sums go in another order. Launch: grid
+ * (T, ceil(slots / 4)), block 128; D a multiple of 64 up to 256. */
+template <int J>
+__global__ void __launch_bounds__(128) qkv_post_warp_kernel(sfi_gpu_qkv_args a) {
+    pdl_wait();
+    pdl_launch();
+    const int t = blockIdx.x, lane = threadIdx.x & 31;
+    const int slot = blockIdx.y * 4 + (threadIdx.x >> 5);
+    const int nh = a.n_heads, nkv = a.n_kv, D = a.head_dim;
+    if (slot >= nh + 2 * nkv) return;
+    const int pos = a.pos_arr ? a.pos_arr[t] : a.pos0 + t;
+    const int row = a.row_arr ? a.row_arr[t] : a.row0 >= 0 ? a.row0 : t;
+    if (pos < 0) return;
+    const int width = (nh + 2 * nkv) * D;
+    const float *src = a.qkv + (size_t)t * width + (size_t)slot * D;
+    const int kind = slot < nh ? 0 : slot < nh + nkv ? 1 : 2;
+    const int hs = kind == 0 ? slot : kind == 1 ? slot - nh : slot - nh - nkv;
+    const float *bias = kind == 0 ? a.bq : kind == 1 ? a.bk : a.bv;
+    float v[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int i = lane + 32 * j;
+        v[j] = bias ? __fadd_rn(src[i], bias[(size_t)hs * D + i]) : src[i];
+    }
+    size_t dst = 0;
+    if (kind) {
+        const int blk = a.block_table[(size_t)row * a.max_blocks + pos / a.page];
+        dst = (((size_t)blk * nkv + hs) * a.page + pos % a.page) * D;
+    }
+    if (kind == 2) {
+#pragma unroll
+        for (int j = 0; j < J; j++) st_elem(a.v_pool, dst + lane + 32 * j, a.dtype, v[j]);
+        return;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; j++) ss += v[j] * v[j];
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    const float r = rsqrtf(ss / (float)D + a.eps);
+    const float *nw = kind == 0 ? a.q_norm : a.k_norm;
+#pragma unroll
+    for (int j = 0; j < J; j++) v[j] = __fmul_rn(nw[lane + 32 * j], __fmul_rn(v[j], r));
+    /* RoPE: x[i] = a*cos - b*sin, x[i+h] = b*cos + a*sin (h = D / 2 = 16 J) */
+    const int h2 = D / 2;
+    float o[J];
+#pragma unroll
+    for (int j = 0; j < J / 2; j++) {
+        const int k = lane + 32 * j;
+        const float c = a.cs[(size_t)pos * h2 + k], sn = a.sn[(size_t)pos * h2 + k];
+        const float x0 = v[j], x1 = v[j + J / 2];
+        o[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+        o[j + J / 2] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+    }
+    if (kind == 0) {
+#pragma unroll
+        for (int j = 0; j < J; j++) a.q_out[((size_t)t * nh + slot) * D + lane + 32 * j] = o[j];
+        return;
+    }
+    float kn = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        st_elem(a.k_pool, dst + lane + 32 * j, a.dtype, o[j]);
+        const float stored =
+            a.dtype == SFI_GPU_BF16 ? __bfloat162float(__float2bfloat16_rn(o[j])) : o[j];
+        kn += stored * stored;
+    }
+    if (!a.key_norms) return;
+    for (int off = 16; off > 0; off >>= 1) kn += __shfl_xor_sync(0xffffffffu, kn, off);
+    if (lane == 0) a.key_norms[((size_t)row * nkv + hs) * a.ld_norms + pos] = sqrtf(kn);
 }
 
 /* ---- Qwen3-MoE ---- */
@@ -1020,8 +1163,8 @@ cudaError_t launch_k(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
  * falls back. xf != NULL: the fused RMSNorm form. */
 template <int MT, int RB, bool NORM>
 cudaError_t launch_slab_k(const __nv_bfloat16 *w, const __nv_bfloat16 *x, void *Y, int T, int M,
-                          int N, int epi, const float *xf, const float *nw, float eps, size_t smem,
-                          cudaStream_t st) {
+                          int N, int epi, const float *xf, const float *nw, float eps,
+                          const sfi_gpu_rownorm &rn, size_t smem, cudaStream_t st) {
     /* the opt-in size already set for this kernel, per host thread: each
      * GPU of sfi-gpu run --tp has its own thread, and the attribute is per device */
     static thread_local size_t granted;
@@ -1032,25 +1175,29 @@ cudaError_t launch_slab_k(const __nv_bfloat16 *w, const __nv_bfloat16 *x, void *
         granted = smem;
     }
     return launch_k(slab_gemm_kernel<MT, RB, NORM>, dim3((M + RB - 1) / RB), dim3(256),
-                                 smem, st, w, x, Y, T, M, N, epi, xf, nw, eps);
+                                 smem, st, w, x, Y, T, M, N, epi, xf, nw, eps, rn);
 }
 
+/* rn: the deferred norm (NULL: none); err NULL: only whether it applies */
 template <int MT>
 int launch_slab(const __nv_bfloat16 *w, const __nv_bfloat16 *x, void *Y, int T, int M, int N,
-                int epi, const float *xf, const float *nw, float eps, cudaStream_t st,
-                cudaError_t *err) {
+                int epi, const float *xf, const float *nw, float eps, const sfi_gpu_rownorm *rn,
+                cudaStream_t st, cudaError_t *err) {
     const int rb = (epi == kEpiSwiGLU || M / 16 >= 256) ? 16 : 8;
     const int nv = MT * (rb / 8) * 4;
     size_t smem = (size_t)rb * (2 * N + 64);
     const size_t red = (size_t)8 * 32 * (nv + 1) * 4;
     if (smem < red) smem = red;
+    if (rn && rn->ss_in) smem = (smem + 15) / 16 * 16 + (size_t)T * (N / 8) * 4;
     if (smem > 220 * 1024) return 0;
+    if (!err) return 1;
+    const sfi_gpu_rownorm r = rn ? *rn : sfi_gpu_rownorm{};
     if (rb == 16)
-        *err = xf ? launch_slab_k<MT, 16, true>(w, x, Y, T, M, N, epi, xf, nw, eps, smem, st)
-                  : launch_slab_k<MT, 16, false>(w, x, Y, T, M, N, epi, xf, nw, eps, smem, st);
+        *err = xf ? launch_slab_k<MT, 16, true>(w, x, Y, T, M, N, epi, xf, nw, eps, r, smem, st)
+                  : launch_slab_k<MT, 16, false>(w, x, Y, T, M, N, epi, xf, nw, eps, r, smem, st);
     else
-        *err = xf ? launch_slab_k<MT, 8, true>(w, x, Y, T, M, N, epi, xf, nw, eps, smem, st)
-                  : launch_slab_k<MT, 8, false>(w, x, Y, T, M, N, epi, xf, nw, eps, smem, st);
+        *err = xf ? launch_slab_k<MT, 8, true>(w, x, Y, T, M, N, epi, xf, nw, eps, r, smem, st)
+                  : launch_slab_k<MT, 8, false>(w, x, Y, T, M, N, epi, xf, nw, eps, r, smem, st);
     return 1;
 }
 
@@ -1060,7 +1207,8 @@ thread_local int g_slab_max_mb = -1;
 
 /* The slab kernel for T x M x N when it applies (selection, size); 0 if not. */
 int try_slab(const void *W, const void *X, void *Y, int T, int M, int N, int epi, const float *xf,
-             const float *nw, float eps, cudaStream_t st, cudaError_t *err) {
+             const float *nw, float eps, cudaStream_t st, cudaError_t *err,
+             const sfi_gpu_rownorm *rn = nullptr) {
     /* where it measured faster (H100, batch 16 fast steps): the Qwen3-0.6B
      * shape's four products (2.91 against 3.00 ms a step with the register
      * kernel); not Qwen3-1.7B's 2048 x 2048 O projection (4.10 against
@@ -1072,9 +1220,9 @@ int try_slab(const void *W, const void *X, void *Y, int T, int M, int N, int epi
                           : (double)M * N * 2 > g_slab_max_mb * 1048576.0)
         return 0;
     const __nv_bfloat16 *w = (const __nv_bfloat16 *)W, *x = (const __nv_bfloat16 *)X;
-    return T <= 16   ? launch_slab<1>(w, x, Y, T, M, N, epi, xf, nw, eps, st, err)
-           : T <= 32 ? launch_slab<2>(w, x, Y, T, M, N, epi, xf, nw, eps, st, err)
-                     : launch_slab<4>(w, x, Y, T, M, N, epi, xf, nw, eps, st, err);
+    return T <= 16   ? launch_slab<1>(w, x, Y, T, M, N, epi, xf, nw, eps, rn, st, err)
+           : T <= 32 ? launch_slab<2>(w, x, Y, T, M, N, epi, xf, nw, eps, rn, st, err)
+                     : launch_slab<4>(w, x, Y, T, M, N, epi, xf, nw, eps, rn, st, err);
 }
 
 } // namespace
@@ -1086,7 +1234,16 @@ extern "C" {
 cudaError_t sfi_gpu_embed(const int32_t *tok, int T, const void *E, int dtype, int H, float *x,
                           cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
-    launch_k(embed_kernel, dim3(T), dim3(256), 0, st, tok, E, dtype, H, x);
+    launch_k(embed_kernel, dim3(T), dim3(256), 0, st, tok, E, dtype, H, x, (float *)NULL,
+             (__nv_bfloat16 *)NULL);
+    return cudaGetLastError();
+}
+
+cudaError_t sfi_gpu_embed_rownorm(const int32_t *tok, int T, const void *E, int dtype, int H,
+                                  float *x, float *ss, void *xb, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (H % 8 || T > 64) return cudaErrorInvalidValue;
+    launch_k(embed_kernel, dim3(T), dim3(256), 0, st, tok, E, dtype, H, x, ss, (__nv_bfloat16 *)xb);
     return cudaGetLastError();
 }
 
@@ -1118,6 +1275,24 @@ cudaError_t sfi_gpu_qkv_post(const sfi_gpu_qkv_args *a, int exact, cudaStream_t 
     if (a->head_dim > 512 || a->head_dim % 2) return cudaErrorInvalidValue;
     const int threads = a->head_dim < 32 ? 32 : (a->head_dim + 31) / 32 * 32;
     dim3 g(a->T, a->n_heads + 2 * a->n_kv);
+    /* a warp per head (fewer barriers; the default outside --exact),
+     * SFI_GPU_QKV_WARP=0 the block kernel (experiments) */
+    static thread_local int warp_form = -1;
+    if (warp_form < 0) {
+        const char *env = getenv("SFI_GPU_QKV_WARP");
+        warp_form = !(env && !strcmp(env, "0"));
+    }
+    const int slots = a->n_heads + 2 * a->n_kv;
+    if (!exact && warp_form && (a->head_dim == 64 || a->head_dim == 128 || a->head_dim == 256)) {
+        dim3 gw(a->T, (slots + 3) / 4);
+        if (a->head_dim == 64)
+            launch_k(qkv_post_warp_kernel<2>, gw, dim3(128), 0, st, *a);
+        else if (a->head_dim == 128)
+            launch_k(qkv_post_warp_kernel<4>, gw, dim3(128), 0, st, *a);
+        else
+            launch_k(qkv_post_warp_kernel<8>, gw, dim3(128), 0, st, *a);
+        return cudaGetLastError();
+    }
     if (exact)
         launch_k(qkv_post_kernel<true>, dim3(g), dim3(threads), 0, st, *a);
     else
@@ -1174,6 +1349,30 @@ cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w
     cudaError_t e = cudaSuccess;
     if (!try_slab(W, NULL, Y, T, M, N, epi, x, norm_w, eps, st, &e)) return cudaErrorNotSupported;
     return e;
+}
+
+int sfi_gpu_gemm_rownorm_applies(int T, int M, int N, int epi) {
+    if (T <= 0 || T > 64 || N % 32 || M % 8 || (epi == kEpiSwiGLU && M % 16)) return 0;
+    return try_slab(nullptr, nullptr, nullptr, T, M, N, epi, NULL, NULL, 0.f, 0, nullptr);
+}
+
+cudaError_t sfi_gpu_gemm_rownorm(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
+                                 const sfi_gpu_rownorm *rn, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (!sfi_gpu_gemm_rownorm_applies(T, M, N, epi) || (rn->ss_out && epi != kEpiAccumulate))
+        return cudaErrorNotSupported;
+    cudaError_t e = cudaSuccess;
+    if (!try_slab(W, X, Y, T, M, N, epi, NULL, NULL, 0.f, st, &e, rn)) return cudaErrorNotSupported;
+    return e;
+}
+
+cudaError_t sfi_gpu_scale_cols(void *W, int M, int N, const float *w, cudaStream_t st) {
+    const size_t n = (size_t)M * N;
+    if (!n) return cudaSuccess;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 8192) blocks = 8192;
+    scale_cols_kernel<<<(unsigned)blocks, 256, 0, st>>>((__nv_bfloat16 *)W, M, N, w);
+    return cudaGetLastError();
 }
 
 /* per host thread: each GPU of `sfi-gpu run --tp` has its own thread and

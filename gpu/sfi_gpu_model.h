@@ -106,6 +106,34 @@ cudaError_t sfi_gpu_gemm_skinny(const void *W, const void *X, void *Y, int T, in
  * (the caller then runs sfi_gpu_rmsnorm and sfi_gpu_gemm_skinny). */
 cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w, float eps,
                               void *Y, int T, int M, int N, int epi, cudaStream_t st);
+/* The deferred RMSNorm of the decode GEMMs (bf16 slab products; the
+ * engine on one GPU, see sfi-gpu(1)). A product that adds into the
+ * residual (SFI_GPU_EPI_ACCUMULATE) also writes its updated rows in bf16
+ * (xb_out, [T][M]) and their sums of squares over each 8 columns (ss_out,
+ * [T][M / 8]); the next product takes those bf16
+ * rows as its X, its weights' columns already scaled by the norm's
+ * weights (sfi_gpu_scale_cols), and scales each token's outputs by
+ * rsqrt(sum / N + eps) of ss_in ([T][N / 8], summed in a fixed order).
+ * The RMSNorm launch between the two is gone. */
+typedef struct {
+    const float *ss_in; /* consumer: partial sums of squares, or NULL */
+    float *ss_out;      /* producer (accumulate epilogue), or NULL */
+    void *xb_out;       /* producer: the updated rows in bf16 */
+    float eps;
+} sfi_gpu_rownorm;
+/* sfi_gpu_gemm_skinny with a deferred norm (rn): only the slab kernel
+ * does this; cudaErrorNotSupported, with nothing launched, where it does
+ * not apply (sfi_gpu_gemm_rownorm_applies says so beforehand). */
+cudaError_t sfi_gpu_gemm_rownorm(const void *W, const void *X, void *Y, int T, int M, int N,
+                                 int epi, const sfi_gpu_rownorm *rn, cudaStream_t st);
+int sfi_gpu_gemm_rownorm_applies(int T, int M, int N, int epi);
+/* W bf16 [M][N] in place: column k times w[k] (f32), rounded to bf16. */
+cudaError_t sfi_gpu_scale_cols(void *W, int M, int N, const float *w, cudaStream_t st);
+/* sfi_gpu_embed that also writes the rows in bf16 (xb [T][H]) and the
+ * sums of squares of each 8 columns (ss [T][H / 8]), as a deferred-norm
+ * producer does; H a multiple of 8. */
+cudaError_t sfi_gpu_embed_rownorm(const int32_t *tok, int T, const void *E, int dtype, int H,
+                                  float *x, float *ss, void *xb, cudaStream_t st);
 /* Which kernel sfi_gpu_gemm_skinny runs: SFI_GPU_GEMM_SLAB (default:
  * weights staged through shared memory by bulk copies for the products
  * where that measured faster -- at most 13 MiB of weights and a side of
