@@ -156,6 +156,7 @@ struct sfi_gpu_engine {
     int cond_graphs;         /* graph_exec picks its body on the device (capture_cond_step) */
     int stages, fast_stages; /* attention pipeline depth, and in the fast body */
     int fast_body;           /* capturing that graph's body for steps with no slow request */
+    int slab_trigger;        /* the fast body's GEMMs trigger early (SFI_GPU_SLAB_TRIGGER) */
     /* tp > 1, SFI: a second graph of the step without the Selector chain
      * (pick_graph); the host reads d_state->next_slow through h_flag */
     int sel_graphs, no_chain;
@@ -1070,6 +1071,8 @@ static void read_experiments(sfi_gpu_engine *e)
     e->stages = stg ? atoi(stg) : 3;
     const char *fst = getenv("SFI_GPU_FAST_STAGES");
     e->fast_stages = fst ? atoi(fst) : 7;
+    const char *trg = getenv("SFI_GPU_SLAB_TRIGGER");
+    e->slab_trigger = !(trg && !strcmp(trg, "late"));
     sfi_gpu_attn_set_stages(e->stages);
 }
 
@@ -1989,7 +1992,13 @@ static sfi_status enqueue_step(sfi_gpu_engine *e, sfi_error *err)
         e->fast_body ? e->o.params.n_sink + e->o.params.K + e->o.params.n_recent : 0;
     sfi_gpu_attn_set_stages(e->fast_body && e->attn_ws.fast_splits == 0 ? e->fast_stages
                                                                         : e->stages);
+    /* the step without the Selector chain: nothing on the side stream
+     * needs the SMs, so each product lets the next one in as soon as it
+     * may start (sfi_gpu_gemm_set_trigger: fast steps 2.578 -> 2.551 ms,
+     * Qwen3-0.6B batch 16 32K on an H100) */
+    sfi_gpu_gemm_set_trigger(e->fast_body && e->slab_trigger ? 1 : 0);
     rc = enqueue_layers(e, B, sfi, overlap, &sp, err);
+    sfi_gpu_gemm_set_trigger(0);
     sfi_gpu_attn_set_stages(e->stages);
     e->attn_ws.fast_rows = 0;
     e->decoding = 0;

@@ -207,6 +207,8 @@ __global__ void argmax_decode_kernel(unsigned long long *__restrict__ slot, int 
  * stream through once (no shared memory, no split-K pass); X is re-read
  * by every CTA from L2. */
 enum { kEpiStore = 0, kEpiAccumulate = 1, kEpiSwiGLU = 2 };
+/* or'ed into the slab kernel's epi: where it lets the next kernel launch */
+constexpr int kEpiTriggerEarly = 16, kEpiTriggerWait = 32;
 
 __device__ __forceinline__ void mma_bf16_g(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                            uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -366,9 +368,13 @@ template <int MT, int RB, bool NORM>
 __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__restrict__ W,
                                                         const __nv_bfloat16 *__restrict__ X,
                                                         void *__restrict__ Yv, int T, int M, int N,
-                                                        int epi, const float *__restrict__ xf,
+                                                        int epi_arg, const float *__restrict__ xf,
                                                         const float *__restrict__ nw, float eps,
                                                         sfi_gpu_rownorm rn) {
+    /* kEpiTrigger: the next kernel may launch as soon as this one's slab
+     * is requested (its own weights then stream in beside this one's);
+     * else after the products */
+    const int epi = epi_arg & ~(kEpiTriggerEarly | kEpiTriggerWait);
     constexpr int NB = RB / 8;          /* n-tiles of 8 weight rows */
     constexpr int NV = MT * NB * 4;     /* accumulators per lane */
     extern __shared__ __align__(128) unsigned char smem[];
@@ -387,7 +393,9 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
         for (int r = 0; r < nrows; r++)
             bulk_g2s(smem + (size_t)r * ldw, W + (size_t)(r0 + r) * N, (unsigned)(2 * N), &bar);
     }
+    if (epi_arg & kEpiTriggerEarly) pdl_launch();
     pdl_wait();
+    if (epi_arg & kEpiTriggerWait) pdl_launch();
     /* NORM: X is RMSNorm(xf) * nw, made here from the f32 residual (every
      * CTA reads all T x N of it anyway) instead of by a launch before:
      * rmsnorm_kernel's formula, w * (x * r) */
@@ -498,7 +506,7 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
             mma_kb(kb, a, b);
         }
     }
-    pdl_launch();
+    if (!(epi_arg & (kEpiTriggerEarly | kEpiTriggerWait))) pdl_launch();
     /* the slab's buffer becomes the warps' partials: [8][32][NV + 1] */
     __syncthreads();
     float *red = reinterpret_cast<float *>(smem);
@@ -1156,6 +1164,9 @@ cudaError_t launch_k(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
     return cudaLaunchKernelEx(&cfg, k, (P)args...);
 }
 
+/* where the slab kernel lets the next kernel launch (sfi_gpu_gemm_set_trigger) */
+thread_local int g_slab_trigger = 0;
+
 /* slab_gemm_kernel's launch: RB 16 where there are rows enough for two
  * CTAs per SM (and for SwiGLU, whose gate/up tiles are 16 rows), else 8,
  * so that a 1024-row product still spreads over the SMs. Returns 0 when
@@ -1174,8 +1185,9 @@ cudaError_t launch_slab_k(const __nv_bfloat16 *w, const __nv_bfloat16 *x, void *
         if (e != cudaSuccess) return e;
         granted = smem;
     }
+    const int trig = g_slab_trigger == 2 ? kEpiTriggerEarly : g_slab_trigger == 1 ? kEpiTriggerWait : 0;
     return launch_k(slab_gemm_kernel<MT, RB, NORM>, dim3((M + RB - 1) / RB), dim3(256),
-                                 smem, st, w, x, Y, T, M, N, epi, xf, nw, eps, rn);
+                                 smem, st, w, x, Y, T, M, N, epi | trig, xf, nw, eps, rn);
 }
 
 /* rn: the deferred norm (NULL: none); err NULL: only whether it applies */
@@ -1330,6 +1342,8 @@ cudaError_t sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *act
     return cudaGetLastError();
 }
 
+
+void sfi_gpu_gemm_set_trigger(int when) { g_slab_trigger = when; }
 
 void sfi_gpu_gemm_select(int kernel, int slab_max_mb) {
     g_gemm_kernel = kernel == SFI_GPU_GEMM_REGS ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB;
