@@ -155,11 +155,15 @@ struct sfi_gpu_engine {
     cudaGraphExec_t graph_exec;
     int cond_graphs;         /* graph_exec picks its body on the device (capture_cond_step) */
     int stages, fast_stages; /* attention pipeline depth, and in the fast body */
-    int fast_body;           /* capturing that graph's body for steps with no slow request */
-    int slab_trigger;        /* the fast body's GEMMs trigger early (SFI_GPU_SLAB_TRIGGER) */
+    /* enqueueing the step body for steps with no slow request (one GPU's
+     * conditional node, the step without the chain under --tp, an eager
+     * step that needs no chain): no Selector chain, the fast rows'
+     * attention grid and pipeline, the GEMMs' early trigger */
+    int fast_body;
+    int slab_trigger; /* the fast body's GEMMs trigger early (SFI_GPU_SLAB_TRIGGER) */
     /* tp > 1, SFI: a second graph of the step without the Selector chain
      * (pick_graph); the host reads d_state->next_slow through h_flag */
-    int sel_graphs, no_chain;
+    int sel_graphs;
     cudaGraphExec_t graph_nosel;
     /* tp > 1, SFI: the scores' all-gather carries sel_slots requests'
      * rows (the step's; the capacity batch outside sel_graphs); one graph
@@ -2050,7 +2054,7 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
     /* tp > 1 with overlap: each layer's all-gather, step 8, Top-K and
      * reorg come after an MLP (tp_chain_rest) */
     const int tp_rest =
-        sfi && !e->defer && !e->no_chain && overlap && e->tp > 1 && !e->o.skip_select;
+        sfi && !e->defer && !e->fast_body && overlap && e->tp > 1 && !e->o.skip_select;
     if (e->defer) {
         /* the previous step's slow requests: every layer's Selector, Top-K
          * and reorg from its kept logits into their inactive buffers,
@@ -2104,14 +2108,14 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         qa.row0 = -1;
         if (!e->skip_qkv)
             CK(sfi_gpu_qkv_post(&qa, e->exact, st));
-        if (overlap && !e->defer && !e->no_chain && l >= R_SLOTS)
+        if (overlap && !e->defer && !e->fast_body && l >= R_SLOTS)
             CK(cudaStreamWaitEvent(st, e->ev_free[slot], 0));
         float *lg = !sfi ? NULL : e->defer ? e->lg_keep + l * lg_layer : e->logits_ring[slot];
         if (!e->skip_attn)
             CK(sfi_gpu_attn_mixed(&e->h_cap, e->d_desc, e->o.dtype, e->q, e->kp[l], e->vp[l],
                                   sfi ? e->ck[l] : NULL, sfi ? e->cv[l] : NULL, e->att, lg,
                                   &e->attn_ws, e->exact, st));
-        if (sfi && !e->defer && !e->no_chain && l < e->L - e->skip_tail) {
+        if (sfi && !e->defer && !e->fast_body && l < e->L - e->skip_tail) {
             cudaStream_t ss = overlap ? side : st;
             if (overlap) {
                 CK(cudaEventRecord(e->ev_attn[slot], st));
@@ -2144,7 +2148,7 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         if (tp_rest && (rc = tp_chain_rest(e, l, &sp, err)))
             return rc;
     }
-    if (overlap && !e->defer && !e->no_chain) {
+    if (overlap && !e->defer && !e->fast_body) {
         CK(cudaEventRecord(e->ev_done, side));
         CK(cudaStreamWaitEvent(st, e->ev_done, 0));
     }
@@ -2394,9 +2398,9 @@ static sfi_status capture_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, int no_ch
     double tg = sfi_clock_wall();
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(e->main_st, cudaStreamCaptureModeThreadLocal));
-    e->no_chain = e->fast_body = no_chain;
+    e->fast_body = no_chain;
     sfi_status rc = enqueue_step(e, err);
-    e->no_chain = e->fast_body = 0;
+    e->fast_body = 0;
     cudaError_t ce = cudaStreamEndCapture(e->main_st, &g);
     if (rc)
         return rc;
@@ -2456,9 +2460,9 @@ static sfi_status capture_cond_step(sfi_gpu_engine *e, cudaGraphExec_t *gx, sfi_
             cudaGraphDestroy(gout);
             CK(ce);
         }
-        e->no_chain = e->fast_body = body == 0;
+        e->fast_body = body == 0;
         sfi_status rc = enqueue_step(e, err);
-        e->no_chain = e->fast_body = 0;
+        e->fast_body = 0;
         ce = cudaStreamEndCapture(e->main_st, &bout);
         if (rc || ce != cudaSuccess) {
             cudaGraphDestroy(gout);
@@ -2573,9 +2577,9 @@ static sfi_status decode_steps(sfi_gpu_engine *e, const sfi_gpu_observer *obs, i
             CK(cudaGraphLaunch(skip ? e->graph_nosel : e->graph_exec, e->main_st));
         } else {
             e->sel_slots = slots;
-            e->no_chain = e->fast_body = skip;
+            e->fast_body = skip;
             sfi_status rs = enqueue_step(e, err);
-            e->no_chain = e->fast_body = 0;
+            e->fast_body = 0;
             e->sel_slots = B;
             RUN_TRY(rs);
             int plain = use_graph && !e->cond_graphs;
