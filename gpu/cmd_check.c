@@ -1118,7 +1118,7 @@ static void gemm_rownorm_run(int ci, const gcase *c, const uint16_t *w, const fl
 {
     const int T = c->T, M = c->M, N = c->N, sw = c->epi == SFI_GPU_EPI_SWIGLU;
     sfi_gpu_gemm_select(SFI_GPU_GEMM_SLAB, 1024);
-    if (!sfi_gpu_gemm_rownorm_applies(T, M, N, c->epi) || N % 8) {
+    if (!sfi_gpu_gemm_rownorm_applies(T, M, N, c->epi, 1) || N % 8) {
         sfi_gpu_gemm_select(SFI_GPU_GEMM_SLAB, -1);
         return;
     }

@@ -1200,10 +1200,10 @@ static sfi_status setup_deferred_norm(sfi_gpu_engine *e, sfi_error *err)
     int on = !(env && !strcmp(env, "0")) && e->gu_tiled && e->tp == 1 && H % 8 == 0 &&
              decode_gemm_ours(e, B, H) && decode_gemm_ours(e, B, e->nq) &&
              decode_gemm_ours(e, B, e->I) &&
-             sfi_gpu_gemm_rownorm_applies(B, e->nq + 2 * e->nkvd, H, SFI_GPU_EPI_STORE) &&
-             sfi_gpu_gemm_rownorm_applies(B, H, e->nq, SFI_GPU_EPI_ACCUMULATE) &&
-             sfi_gpu_gemm_rownorm_applies(B, 2 * e->I, H, SFI_GPU_EPI_SWIGLU) &&
-             sfi_gpu_gemm_rownorm_applies(B, H, e->I, SFI_GPU_EPI_ACCUMULATE);
+             sfi_gpu_gemm_rownorm_applies(B, e->nq + 2 * e->nkvd, H, SFI_GPU_EPI_STORE, 1) &&
+             sfi_gpu_gemm_rownorm_applies(B, H, e->nq, SFI_GPU_EPI_ACCUMULATE, 0) &&
+             sfi_gpu_gemm_rownorm_applies(B, 2 * e->I, H, SFI_GPU_EPI_SWIGLU, 1) &&
+             sfi_gpu_gemm_rownorm_applies(B, H, e->I, SFI_GPU_EPI_ACCUMULATE, 0);
     for (int l = 0; l < e->L && on; l++)
         on = !e->lay[l].moe && !e->lay[l].bqkv && !e->lay[l].bo;
     e->dnorm = on;

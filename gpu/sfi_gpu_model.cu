@@ -1365,15 +1365,21 @@ cudaError_t sfi_gpu_gemm_norm(const void *W, const float *x, const float *norm_w
     return e;
 }
 
-int sfi_gpu_gemm_rownorm_applies(int T, int M, int N, int epi) {
+int sfi_gpu_gemm_rownorm_applies(int T, int M, int N, int epi, int consumer) {
     if (T <= 0 || T > 64 || N % 32 || M % 8 || (epi == kEpiSwiGLU && M % 16)) return 0;
-    return try_slab(nullptr, nullptr, nullptr, T, M, N, epi, NULL, NULL, 0.f, 0, nullptr);
+    /* a consumer's shared memory also holds the partial sums (launch_slab
+     * only looks at whether ss_in is set here) */
+    static const float one = 0.f;
+    sfi_gpu_rownorm r = {};
+    r.ss_in = consumer ? &one : nullptr;
+    return try_slab(nullptr, nullptr, nullptr, T, M, N, epi, NULL, NULL, 0.f, 0, nullptr, &r);
 }
 
 cudaError_t sfi_gpu_gemm_rownorm(const void *W, const void *X, void *Y, int T, int M, int N, int epi,
                                  const sfi_gpu_rownorm *rn, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
-    if (!sfi_gpu_gemm_rownorm_applies(T, M, N, epi) || (rn->ss_out && epi != kEpiAccumulate))
+    if (!sfi_gpu_gemm_rownorm_applies(T, M, N, epi, rn->ss_in != NULL) ||
+        (rn->ss_out && epi != kEpiAccumulate))
         return cudaErrorNotSupported;
     cudaError_t e = cudaSuccess;
     if (!try_slab(W, X, Y, T, M, N, epi, NULL, NULL, 0.f, st, &e, rn)) return cudaErrorNotSupported;

@@ -123,10 +123,11 @@ typedef struct {
 } sfi_gpu_rownorm;
 /* sfi_gpu_gemm_skinny with a deferred norm (rn): only the slab kernel
  * does this; cudaErrorNotSupported, with nothing launched, where it does
- * not apply (sfi_gpu_gemm_rownorm_applies says so beforehand). */
+ * not apply (sfi_gpu_gemm_rownorm_applies says so beforehand; consumer:
+ * with ss_in, whose partial sums take shared memory too). */
 cudaError_t sfi_gpu_gemm_rownorm(const void *W, const void *X, void *Y, int T, int M, int N,
                                  int epi, const sfi_gpu_rownorm *rn, cudaStream_t st);
-int sfi_gpu_gemm_rownorm_applies(int T, int M, int N, int epi);
+int sfi_gpu_gemm_rownorm_applies(int T, int M, int N, int epi, int consumer);
 /* W bf16 [M][N] in place: column k times w[k] (f32), rounded to bf16. */
 cudaError_t sfi_gpu_scale_cols(void *W, int M, int N, const float *w, cudaStream_t st);
 /* sfi_gpu_embed that also writes the rows in bf16 (xb [T][H]) and the
