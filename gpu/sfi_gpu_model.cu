@@ -207,8 +207,9 @@ __global__ void argmax_decode_kernel(unsigned long long *__restrict__ slot, int 
  * stream through once (no shared memory, no split-K pass); X is re-read
  * by every CTA from L2. */
 enum { kEpiStore = 0, kEpiAccumulate = 1, kEpiSwiGLU = 2 };
-/* or'ed into the slab kernel's epi: where it lets the next kernel launch */
-constexpr int kEpiTriggerEarly = 16, kEpiTriggerWait = 32;
+/* or'ed into the slab kernel's epi: the next kernel may launch right
+ * after this one's wait (sfi_gpu_gemm_set_trigger), not after its products */
+constexpr int kEpiTriggerWait = 16;
 
 __device__ __forceinline__ void mma_bf16_g(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                            uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -371,10 +372,7 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
                                                         int epi_arg, const float *__restrict__ xf,
                                                         const float *__restrict__ nw, float eps,
                                                         sfi_gpu_rownorm rn) {
-    /* kEpiTrigger: the next kernel may launch as soon as this one's slab
-     * is requested (its own weights then stream in beside this one's);
-     * else after the products */
-    const int epi = epi_arg & ~(kEpiTriggerEarly | kEpiTriggerWait);
+    const int epi = epi_arg & ~kEpiTriggerWait;
     constexpr int NB = RB / 8;          /* n-tiles of 8 weight rows */
     constexpr int NV = MT * NB * 4;     /* accumulators per lane */
     extern __shared__ __align__(128) unsigned char smem[];
@@ -393,7 +391,6 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
         for (int r = 0; r < nrows; r++)
             bulk_g2s(smem + (size_t)r * ldw, W + (size_t)(r0 + r) * N, (unsigned)(2 * N), &bar);
     }
-    if (epi_arg & kEpiTriggerEarly) pdl_launch();
     pdl_wait();
     if (epi_arg & kEpiTriggerWait) pdl_launch();
     /* NORM: X is RMSNorm(xf) * nw, made here from the f32 residual (every
@@ -506,7 +503,7 @@ __global__ void __launch_bounds__(256) slab_gemm_kernel(const __nv_bfloat16 *__r
             mma_kb(kb, a, b);
         }
     }
-    if (!(epi_arg & (kEpiTriggerEarly | kEpiTriggerWait))) pdl_launch();
+    if (!(epi_arg & kEpiTriggerWait)) pdl_launch();
     /* the slab's buffer becomes the warps' partials: [8][32][NV + 1] */
     __syncthreads();
     float *red = reinterpret_cast<float *>(smem);
@@ -1164,7 +1161,7 @@ cudaError_t launch_k(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
     return cudaLaunchKernelEx(&cfg, k, (P)args...);
 }
 
-/* where the slab kernel lets the next kernel launch (sfi_gpu_gemm_set_trigger) */
+/* the slab kernel lets the next kernel launch after its wait (sfi_gpu_gemm_set_trigger) */
 thread_local int g_slab_trigger = 0;
 
 /* slab_gemm_kernel's launch: RB 16 where there are rows enough for two
@@ -1185,9 +1182,8 @@ cudaError_t launch_slab_k(const __nv_bfloat16 *w, const __nv_bfloat16 *x, void *
         if (e != cudaSuccess) return e;
         granted = smem;
     }
-    const int trig = g_slab_trigger == 2 ? kEpiTriggerEarly : g_slab_trigger == 1 ? kEpiTriggerWait : 0;
-    return launch_k(slab_gemm_kernel<MT, RB, NORM>, dim3((M + RB - 1) / RB), dim3(256),
-                                 smem, st, w, x, Y, T, M, N, epi | trig, xf, nw, eps, rn);
+    return launch_k(slab_gemm_kernel<MT, RB, NORM>, dim3((M + RB - 1) / RB), dim3(256), smem, st,
+                    w, x, Y, T, M, N, g_slab_trigger ? epi | kEpiTriggerWait : epi, xf, nw, eps, rn);
 }
 
 /* rn: the deferred norm (NULL: none); err NULL: only whether it applies */
@@ -1343,7 +1339,7 @@ cudaError_t sfi_gpu_argmax(const float *logits, int T, int V, const int32_t *act
 }
 
 
-void sfi_gpu_gemm_set_trigger(int when) { g_slab_trigger = when; }
+void sfi_gpu_gemm_set_trigger(int after_wait) { g_slab_trigger = after_wait != 0; }
 
 void sfi_gpu_gemm_select(int kernel, int slab_max_mb) {
     g_gemm_kernel = kernel == SFI_GPU_GEMM_REGS ? SFI_GPU_GEMM_REGS : SFI_GPU_GEMM_SLAB;
@@ -1369,9 +1365,9 @@ int sfi_gpu_gemm_rownorm_applies(int T, int M, int N, int epi, int consumer) {
     if (T <= 0 || T > 64 || N % 32 || M % 8 || (epi == kEpiSwiGLU && M % 16)) return 0;
     /* a consumer's shared memory also holds the partial sums (launch_slab
      * only looks at whether ss_in is set here) */
-    static const float one = 0.f;
+    static const float dummy = 0.f; /* only tested for NULL */
     sfi_gpu_rownorm r = {};
-    r.ss_in = consumer ? &one : nullptr;
+    r.ss_in = consumer ? &dummy : nullptr;
     return try_slab(nullptr, nullptr, nullptr, T, M, N, epi, NULL, NULL, 0.f, 0, nullptr, &r);
 }
 

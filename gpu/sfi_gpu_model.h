@@ -142,18 +142,18 @@ cudaError_t sfi_gpu_embed_rownorm(const int32_t *tok, int T, const void *E, int 
  * many MiB; the others stream through registers) or SFI_GPU_GEMM_REGS
  * (always through registers). Per host thread; for checks and
  * experiments. */
-/* Where the slab kernel's programmatic-dependent-launch trigger sits: 0
- * after its products (default), 1 right after its wait for the kernel
- * before it, 2 before that wait. An earlier trigger lets the next
- * product's CTAs take their SMs and request their weights while this one
- * computes: on one H100 (Qwen3-0.6B batch 16, 32K) fast steps 2.578 ->
- * 2.551 ms (1) and 2.549 (2), but steps with a slow request 5.20 -> 5.36
- * and 5.44 ms (the Selector chain's CTAs on the side stream find the SMs
- * taken). Per host thread. */
-void sfi_gpu_gemm_set_trigger(int when);
 #define SFI_GPU_GEMM_SLAB 0
 #define SFI_GPU_GEMM_REGS 1
 void sfi_gpu_gemm_select(int kernel, int slab_max_mb);
+/* Where the slab kernel's programmatic-dependent-launch trigger sits: 0
+ * after its products (default), 1 right after its wait for the kernel
+ * before it, so that the next product's CTAs take their SMs and request
+ * their weights while this one computes. On one H100 (Qwen3-0.6B batch
+ * 16, 32K) 1 gave fast steps 2.578 -> 2.551 ms but steps with a slow
+ * request 5.20 -> 5.36 ms (the Selector chain's CTAs on the side stream
+ * find the SMs taken); a trigger before the wait, 2.549 and 5.44 ms. Per
+ * host thread. */
+void sfi_gpu_gemm_set_trigger(int after_wait);
 /* Split-K scratch of sfi_gpu_gemm_skinny (device): part_floats floats of
  * partial sums (64 * M per split) and max_tiles zeroed counters (M / 16
  * row tiles); without it every product runs unsplit. Per host thread
