@@ -1575,6 +1575,24 @@ static sfi_status gemm_normed(sfi_gpu_engine *e, const float *norm_w, const void
     return SFI_OK;
 }
 
+/* A decode product under the deferred norm (e->dnorm, sfi_gpu_rownorm):
+ * one that adds into the residual (accumulate) leaves its bf16 rows in
+ * e->xn_b and their sums in e->ss; the others (QKV, gate/up) take those
+ * rows as X and scale by those sums. */
+static sfi_status rownorm_gemm(sfi_gpu_engine *e, const void *W, const void *X, void *Y, int T,
+                               int M, int N, int epi, cudaStream_t st, sfi_error *err)
+{
+    if (e->skip_gemm)
+        return SFI_OK;
+    const int producer = epi == SFI_GPU_EPI_ACCUMULATE;
+    sfi_gpu_rownorm rn = {.ss_in = producer ? NULL : e->ss,
+                          .ss_out = producer ? e->ss : NULL,
+                          .xb_out = producer ? e->xn_b : NULL,
+                          .eps = e->eps};
+    CK(sfi_gpu_gemm_rownorm(W, X, Y, T, M, N, epi, &rn, st));
+    return SFI_OK;
+}
+
 /* Tensor parallelism: every rank's e->x holds its partial residual (rank
  * 0's with the residual itself, the others' their share of the product
  * alone); the all-reduce sums them in place, f32, so that every rank goes
@@ -1595,15 +1613,11 @@ static sfi_status mlp(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_erro
     if (e->dnorm && e->decoding) {
         /* the deferred norm: gate/up scale by the O projection's sums,
          * the down projection leaves the next layer's */
-        if (e->skip_gemm)
-            return SFI_OK;
-        sfi_gpu_rownorm in = {.ss_in = e->ss, .eps = e->eps};
-        sfi_gpu_rownorm out = {.ss_out = e->ss, .xb_out = e->xn_b, .eps = e->eps};
-        CK(sfi_gpu_gemm_rownorm(Ly->wgu, e->xn_b, e->act_b, T, 2 * e->I, e->H, SFI_GPU_EPI_SWIGLU,
-                                &in, st));
-        CK(sfi_gpu_gemm_rownorm(Ly->wd, e->act_b, e->x, T, e->H, e->I, SFI_GPU_EPI_ACCUMULATE, &out,
-                                st));
-        return SFI_OK;
+        if ((rc = rownorm_gemm(e, Ly->wgu, e->xn_b, e->act_b, T, 2 * e->I, e->H, SFI_GPU_EPI_SWIGLU,
+                               st, err)))
+            return rc;
+        return rownorm_gemm(e, Ly->wd, e->act_b, e->x, T, e->H, e->I, SFI_GPU_EPI_ACCUMULATE, st,
+                            err);
     }
     if (!Ly->moe && e->gu_tiled) {
         int done;
@@ -1695,14 +1709,9 @@ static sfi_status oproj(sfi_gpu_engine *e, int l, int T, cudaStream_t st, sfi_er
     const dlayer *Ly = &e->lay[l];
     if (e->o.dtype == SFI_GPU_BF16 && !e->attn_ws.out_bf16) /* else the attention wrote it */
         CK(sfi_gpu_to_bf16(e->att, (size_t)T * e->nq, e->att_b, st));
-    if (e->dnorm && e->decoding) { /* and leaves the MLP's norm sums */
-        if (e->skip_gemm)
-            return SFI_OK;
-        sfi_gpu_rownorm out = {.ss_out = e->ss, .xb_out = e->xn_b, .eps = e->eps};
-        CK(sfi_gpu_gemm_rownorm(Ly->wo, e->att_b, e->x, T, e->H, e->nq, SFI_GPU_EPI_ACCUMULATE,
-                                &out, st));
-        return SFI_OK;
-    }
+    if (e->dnorm && e->decoding) /* and leaves the MLP's norm sums */
+        return rownorm_gemm(e, Ly->wo, e->att_b, e->x, T, e->H, e->nq, SFI_GPU_EPI_ACCUMULATE, st,
+                            err);
     /* tp > 1: rank 0 adds its heads' share and the bias to the residual,
      * the others store their share (see tp_reduce) */
     const int r0 = e->rank == 0;
@@ -2088,10 +2097,9 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         const int slot = l % R_SLOTS;
         int fused = 0;
         if (e->dnorm) {
-            sfi_gpu_rownorm in = {.ss_in = e->ss, .eps = e->eps};
-            if (!e->skip_gemm)
-                CK(sfi_gpu_gemm_rownorm(Ly->wqkv, e->xn_b, e->qkv, B, e->nq + 2 * e->nkvd, e->H,
-                                        SFI_GPU_EPI_STORE, &in, st));
+            if ((rc = rownorm_gemm(e, Ly->wqkv, e->xn_b, e->qkv, B, e->nq + 2 * e->nkvd, e->H,
+                                   SFI_GPU_EPI_STORE, st, err)))
+                return rc;
             fused = 1;
         } else if (!(e->exact && Ly->bqkv) &&
                    (rc = gemm_normed(e, Ly->in_norm, Ly->wqkv, e->qkv, B, e->nq + 2 * e->nkvd, e->H,
