@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "sfi_attention.h"
+#include "sfi_digest.h"
 #include "sfi_gpu.h"
 #include "sfi_gpu_cli.h"
 #include "sfi_gpu_engine.h"
@@ -1895,6 +1896,119 @@ out:
     return result;
 }
 
+/* The fused q/k norm, RoPE and KV append (sfi_gpu_attn_fuse) against the
+ * separate kernel: a random bf16 model of head_dim 128 in groups of 2,
+ * SFI mode, three requests whose slow steps come from T_max alone (no
+ * trigger set), so most steps have no slow request. Fused never, in
+ * those steps and in every step: each step's logits, each slow step's
+ * selected sets, the ids and the step kinds must be the same bits (one
+ * digest a run). */
+static sfi_status fuse_on_step(void *u, int b, int step, int kind, int reason, int32_t token,
+                               const float *lg, int vocab, sfi_error *err)
+{
+    (void)err;
+    const int32_t hdr[5] = {b, step, kind, reason, token};
+    sfi_hasher_update_i32(u, hdr, 5);
+    sfi_hasher_update_f32(u, lg, (size_t)vocab);
+    return SFI_OK;
+}
+
+static sfi_status fuse_on_selected(void *u, int b, int step, int layer, const int32_t *sel,
+                                   int n_kv, int K, int n_sel, sfi_error *err)
+{
+    (void)err;
+    const int32_t hdr[4] = {b, step, layer, n_sel};
+    sfi_hasher_update_i32(u, hdr, 4);
+    for (int k = 0; k < n_kv; k++)
+        sfi_hasher_update_i32(u, sel + (size_t)k * K, (size_t)n_sel);
+    return SFI_OK;
+}
+
+static int run_fuse_e2e(int ci)
+{
+    const char *name = "d128-g2 bf16 fused q/k norm";
+    enum { B = 3, MAX_NEW = 96 };
+    const int len[B] = {300, 190, 257};
+    printf("e2e %s: ", name);
+    fflush(stdout);
+    sfi_error e;
+    sfi_error_clear(&e);
+    int result = 0;
+    sfi_qwen3 *m = NULL;
+    int32_t *ids[B] = {NULL, NULL, NULL};
+    char dg[3][SFI_DIGEST_HEX_LEN + 1];
+    char *dir = e2e_generate("tests/fixtures/gqa/d128.json", &e);
+    if (!dir || sfi_qwen3_load(dir, &m, &e)) {
+        printf("FAIL: %s\n", e.msg);
+        goto out;
+    }
+    const sfi_model_config *cfg = sfi_qwen3_config(m);
+    sfi_gpu_request rq[B];
+    memset(rq, 0, sizeof rq);
+    for (int b = 0; b < B; b++) {
+        if (!(ids[b] = malloc((size_t)len[b] * sizeof(int32_t)))) {
+            printf("FAIL: out of memory\n");
+            goto out;
+        }
+        for (int i = 0; i < len[b]; i++) {
+            g_rng = 0x9e3779b97f4a7c15ull * (uint64_t)(b * 1000 + i + 1);
+            ids[b][i] = (int32_t)((urand() + 1.0f) * 0.5f * (cfg->vocab_size - 1));
+        }
+        rq[b].prompt = ids[b];
+        rq[b].n_prompt = len[b];
+    }
+    for (int f = 0; f < 3; f++) {
+        sfi_gpu_engine_opts eo;
+        sfi_gpu_engine_opts_default(&eo);
+        eo.dtype = SFI_GPU_BF16;
+        eo.sfi = 1;
+        eo.qkv_fuse = f;
+        eo.max_batch = B;
+        eo.max_new = MAX_NEW;
+        eo.max_ctx = len[0] + MAX_NEW - 1;
+        const char *prm[] = {"n_recent=32", "K=16", "T_max=8"};
+        for (int i = 0; i < 3; i++)
+            if (sfi_params_set(&eo.params, prm[i], "fuse case", &e)) {
+                printf("FAIL: %s\n", e.msg);
+                goto out;
+            }
+        sfi_hasher h = {0};
+        sfi_gpu_engine *eng = NULL;
+        sfi_gpu_run_result res;
+        memset(&res, 0, sizeof res);
+        const sfi_gpu_observer obs = {&h, fuse_on_step, fuse_on_selected};
+        sfi_status rc = sfi_hasher_init(&h, &e);
+        if (!rc)
+            rc = sfi_gpu_engine_create(cfg, m, 1, &eo, &eng, &e);
+        if (!rc)
+            rc = sfi_gpu_engine_run(eng, rq, B, &obs, 0, &res, &e);
+        if (!rc)
+            rc = sfi_hasher_final_hex(&h, dg[f], NULL, &e);
+        else
+            sfi_hasher_free(&h);
+        sfi_gpu_run_result_free(&res);
+        sfi_gpu_engine_free(eng);
+        if (rc) {
+            printf("FAIL: %s\n", e.msg);
+            goto out;
+        }
+    }
+    const int fast_same = !strcmp(dg[0], dg[1]), all_same = !strcmp(dg[0], dg[2]);
+    printf("\n");
+    report(ci, "fused, fast steps", fast_same, "%s", fast_same ? "bit-identical" : "bits differ");
+    report(ci, "fused, every step", all_same, "%s", all_same ? "bit-identical" : "bits differ");
+    printf("e2e %s: %s\n", name, fast_same && all_same ? "passed" : "FAILED");
+    result = fast_same && all_same;
+out:
+    for (int b = 0; b < B; b++)
+        free(ids[b]);
+    sfi_qwen3_free(m);
+    if (dir)
+        e2e_remove_generated(dir);
+    free(dir);
+    return result;
+}
+
 static void check_usage(FILE *f)
 {
     fputs("usage: sfi-gpu check [--bit-exact] [--quick] [--kernels-only] [--seed N]\n"
@@ -1905,12 +2019,13 @@ static void check_usage(FILE *f)
           "the grouped MoE experts of prefill against the per-pair products of decode,\n"
           "and prints one line per case and check; then end-to-end\n"
           "cases: the decode engine of sfi-gpu run against sfi-ref's decode loop on\n"
-          "the test fixtures and (from $SFI_SHARED) the trained model.\n"
+          "the test fixtures and (from $SFI_SHARED) the trained model, and the fused\n"
+          "q/k norm against the separate kernel, bit for bit.\n"
           "\n"
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
           "  --quick      twelve kernel cases (the first six and those of GQA groups\n"
-          "               of 5, 6, 12 and 16), three GEMM cases, two MoE cases and six\n"
+          "               of 5, 6, 12 and 16), three GEMM cases, two MoE cases and seven\n"
           "               end-to-end cases\n"
           "  --kernels-only  no end-to-end cases\n"
           "  --seed N     seed of the random inputs (default 1)\n"
@@ -1983,6 +2098,8 @@ int sfi_gpu_cmd_check(int argc, char **argv)
             else
                 passed += r;
         }
+        passed += run_fuse_e2e(n);
+        n++;
     }
     if (passed + skipped == n) {
         printf("check: all %d cases passed (%d checks%s)", n - skipped, g_checks,

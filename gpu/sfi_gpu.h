@@ -110,6 +110,23 @@ typedef struct {
     int nms_radius;
 } sfi_gpu_sel_params;
 
+/* The q/k norm, RoPE and KV append of the current token made inside the
+ * attention (the engine's bf16 decode steps, sfi_gpu_attn_ws.fuse): each
+ * CTA makes its query heads from the raw QKV row of its request, and the
+ * CTA whose rows end at the current position first appends its key
+ * (normed, rotated, ||k|| into key_norms) and value, with the arithmetic
+ * of sfi_gpu_qkv_post's warp form, so the results are the same bits.
+ * Head dimension 128, bf16, one CTA per (request, KV head, split) (no
+ * head slices), no QKV biases, at most 6 query heads a KV head. */
+typedef struct {
+    const float *qkv;             /* [batch][(n_heads + 2 n_kv) D], this step's rows; NULL: off */
+    const float *q_norm, *k_norm; /* [D] */
+    const float *cs, *sn;         /* RoPE tables [pos][D / 2] */
+    float eps;
+    float *key_norms; /* [batch][n_kv][ld_norms], or NULL */
+    int ld_norms;
+} sfi_gpu_attn_fuse;
+
 /* Device scratch of one attention call (split partials, and the counters
  * by which the last CTA of a (request, KV head) finds it is last). Zero the
  * counters once with sfi_gpu_attn_ws_init; the kernels leave them zero. */
@@ -145,6 +162,9 @@ typedef struct {
      * here ([batch][n_heads][D]): the next GEMM's input, without a
      * conversion launch */
     void *out_bf16;
+    /* when fuse.qkv is set, the kernels make q and append the current
+     * token's K/V themselves (sfi_gpu_attn_fuse; q is then not read) */
+    sfi_gpu_attn_fuse fuse;
 } sfi_gpu_attn_ws;
 
 /* Device scratch of one Selector call (one ring slot). Each [batch][n_kv]

@@ -231,7 +231,8 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
                  const T *__restrict__ ck, const T *__restrict__ cv, int mode, int chunk,
                  int dense_chunk, float *__restrict__ logits, float *__restrict__ part_ml,
                  float *__restrict__ part_acc, int *__restrict__ counters,
-                 float *__restrict__ out, __nv_bfloat16 *__restrict__ out_b) {
+                 float *__restrict__ out, __nv_bfloat16 *__restrict__ out_b,
+                 sfi_gpu_attn_fuse fz) {
     using C = BulkCfg<T, D, G, kStages>;
     /* programmatic dependent launch (the engine's steps): this kernel may
      * start while the one before it (q/k norm, RoPE, KV append) still
@@ -333,6 +334,71 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
         for (int s = 0; s < kStages && s < n_tiles; s++)
             if (tile_row0(s) + C::ROWS < n_rows) issue(s, s);
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    /* fused q/k norm, RoPE and append (sfi_gpu_attn_fuse): warp g < G
+     * makes query head hb + g into s_q; in the CTA that owns the last
+     * tile (the current position) warp G appends the key, warp G + 1 the
+     * value, before that tile is requested (the bulk copy reads what
+     * these stores wrote: a proxy fence orders them) */
+    constexpr bool kFusable = D == 128 && !kSliced && G + 2 <= kWarps && sizeof(T) == 2;
+    __shared__ float s_q[kFusable ? G : 1][kFusable ? D : 1];
+    if constexpr (kFusable) {
+        if (fz.qkv) {
+            const int pos = rq.ctx_len - 1;
+            const bool owner = (n_all_tiles - 1) % ns == split;
+            const int kind = warp < G ? 0 : warp == G && owner ? 1 : warp == G + 1 && owner ? 2 : -1;
+            if (kind >= 0) {
+                constexpr int J = D / 32;
+                const int slot = kind == 0 ? hb + warp : kind == 1 ? H + kvh : H + n_kv + kvh;
+                const float *src = fz.qkv + (size_t)b * (H + 2 * n_kv) * D + (size_t)slot * D;
+                float v[J];
+#pragma unroll
+                for (int j = 0; j < J; j++) v[j] = src[lane + 32 * j];
+                const size_t dst = (((size_t)__ldg(bt + pos / page) * n_kv + kvh) * page + pos % page) * D;
+                if (kind == 2) {
+#pragma unroll
+                    for (int j = 0; j < J; j++)
+                        const_cast<T *>(vp)[dst + lane + 32 * j] = __float2bfloat16_rn(v[j]);
+                } else {
+                    float ss = 0.f;
+#pragma unroll
+                    for (int j = 0; j < J; j++) ss += v[j] * v[j];
+                    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+                    const float r = rsqrtf(ss / (float)D + fz.eps);
+                    const float *nw = kind == 0 ? fz.q_norm : fz.k_norm;
+#pragma unroll
+                    for (int j = 0; j < J; j++) v[j] = __fmul_rn(nw[lane + 32 * j], __fmul_rn(v[j], r));
+                    float o[J];
+#pragma unroll
+                    for (int j = 0; j < J / 2; j++) {
+                        const int k = lane + 32 * j;
+                        const float c = fz.cs[(size_t)pos * (D / 2) + k], sn = fz.sn[(size_t)pos * (D / 2) + k];
+                        const float x0 = v[j], x1 = v[j + J / 2];
+                        o[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+                        o[j + J / 2] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+                    }
+                    if (kind == 0) {
+#pragma unroll
+                        for (int j = 0; j < J; j++) s_q[warp][lane + 32 * j] = o[j];
+                    } else {
+                        float kn = 0.f;
+#pragma unroll
+                        for (int j = 0; j < J; j++) {
+                            const __nv_bfloat16 kb = __float2bfloat16_rn(o[j]);
+                            const_cast<T *>(kp)[dst + lane + 32 * j] = kb;
+                            const float stored = __bfloat162float(kb);
+                            kn += stored * stored;
+                        }
+                        if (fz.key_norms) {
+                            for (int off = 16; off > 0; off >>= 1) kn += __shfl_xor_sync(0xffffffffu, kn, off);
+                            if (lane == 0) fz.key_norms[((size_t)b * n_kv + kvh) * fz.ld_norms + pos] = sqrtf(kn);
+                        }
+                    }
+                }
+                if (kind > 0) asm volatile("fence.proxy.async.global;\n" ::: "memory");
+            }
+            __syncthreads();
+        }
+    }
     if (threadIdx.x == 0)
         for (int s = 0; s < kStages && s < n_tiles; s++)
             if (tile_row0(s) + C::ROWS >= n_rows) issue(s, s);
@@ -342,7 +408,10 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
     for (int g = 0; g < G; g++) {
         const float *qp = q + ((size_t)b * H + hb + g) * D + li * C::VEC;
 #pragma unroll
-        for (int i = 0; i < C::VEC; i++) qr[g][i] = qp[i];
+        for (int i = 0; i < C::VEC; i++) {
+            if constexpr (kFusable) qr[g][i] = fz.qkv ? s_q[g][li * C::VEC + i] : qp[i];
+            else qr[g][i] = qp[i];
+        }
     }
     float m[G], l[G], acc[G][C::VEC];
 #pragma unroll
@@ -706,7 +775,7 @@ cudaError_t launch_split(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
                               mode == kModeMixed ? -ws->min_split_rows : (int)chunk,
                               mode == kModeMixed ? ws->dense_min_rows : 0, logits,
                               ws->part_ml, ws->part_acc, ws->counters, out,
-                              (__nv_bfloat16 *)ws->out_bf16);
+                              (__nv_bfloat16 *)ws->out_bf16, ws->fuse);
 }
 
 #define SFI_LAUNCH(G_, S_) \
@@ -862,6 +931,7 @@ void sfi_gpu_attn_ws_carve(sfi_gpu_attn_ws *ws, void *base, int batch, int n_hea
     ws->fast_splits = 0;
     ws->fast_rows = 0;
     ws->out_bf16 = nullptr;
+    ws->fuse = sfi_gpu_attn_fuse{};
 }
 
 cudaError_t sfi_gpu_attn_ws_init(const sfi_gpu_attn_ws *ws, cudaStream_t st) {

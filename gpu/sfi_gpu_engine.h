@@ -55,6 +55,10 @@ typedef struct {
     int pdl;           /* programmatic dependent launch in decode steps: -1 auto
                                (SFI mode on, dense mode off: measured faster each way),
                                0 off, 1 on */
+    int qkv_fuse;      /* the attention makes q and appends K/V itself (sfi_gpu_attn_fuse;
+                               bf16, head_dim 128): -1 default (SFI_GPU_QKV_FUSE, else
+                               1), 0 never, 1 in steps without a slow request, 2 in
+                               every step */
     int gemm_cublas;   /* decode GEMMs through cuBLAS instead of ours (0) */
     int skip_select;   /* timing only: slow steps run their dense attention
                                but no Selector or reorg (results are wrong) */
