@@ -359,23 +359,10 @@ attn_bulk_kernel(const sfi_gpu_step_desc *__restrict__ d, const float *__restric
                     for (int j = 0; j < J; j++)
                         const_cast<T *>(vp)[dst + lane + 32 * j] = __float2bfloat16_rn(v[j]);
                 } else {
-                    float ss = 0.f;
-#pragma unroll
-                    for (int j = 0; j < J; j++) ss += v[j] * v[j];
-                    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-                    const float r = rsqrtf(ss / (float)D + fz.eps);
-                    const float *nw = kind == 0 ? fz.q_norm : fz.k_norm;
-#pragma unroll
-                    for (int j = 0; j < J; j++) v[j] = __fmul_rn(nw[lane + 32 * j], __fmul_rn(v[j], r));
                     float o[J];
-#pragma unroll
-                    for (int j = 0; j < J / 2; j++) {
-                        const int k = lane + 32 * j;
-                        const float c = fz.cs[(size_t)pos * (D / 2) + k], sn = fz.sn[(size_t)pos * (D / 2) + k];
-                        const float x0 = v[j], x1 = v[j + J / 2];
-                        o[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-                        o[j + J / 2] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
-                    }
+                    sfi_dev_warp_norm_rope<J>(v, kind == 0 ? fz.q_norm : fz.k_norm, fz.eps,
+                                              fz.cs + (size_t)pos * (D / 2),
+                                              fz.sn + (size_t)pos * (D / 2), o);
                     if (kind == 0) {
 #pragma unroll
                         for (int j = 0; j < J; j++) s_q[warp][lane + 32 * j] = o[j];

@@ -155,4 +155,33 @@ __device__ __forceinline__ void sfi_dev_argmax_fold(const float *__restrict__ x,
     }
 }
 
+/* The q/k head norm and RoPE in a warp that holds one head of D = 32 J
+ * values, lane l owning elements l + 32 j: v is normed in place (RMSNorm
+ * with weight nw and eps; the sum of squares over the warp by a fixed xor
+ * tree), then rotated with the position's rows cs, sn [D / 2] into o
+ * (x[i] = a cos - b sin, x[i + D/2] = b cos + a sin). sfi_gpu_qkv_post's
+ * warp form and the attention that makes its own q (sfi_gpu_attn_fuse)
+ * both call this, so they give the same bits. */
+template <int J>
+__device__ __forceinline__ void sfi_dev_warp_norm_rope(float (&v)[J], const float *nw, float eps,
+                                                       const float *cs, const float *sn,
+                                                       float (&o)[J]) {
+    const int lane = threadIdx.x & 31;
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; j++) ss += v[j] * v[j];
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    const float r = rsqrtf(ss / (float)(32 * J) + eps);
+#pragma unroll
+    for (int j = 0; j < J; j++) v[j] = __fmul_rn(nw[lane + 32 * j], __fmul_rn(v[j], r));
+#pragma unroll
+    for (int j = 0; j < J / 2; j++) {
+        const int k = lane + 32 * j;
+        const float c = cs[k], sn_k = sn[k];
+        const float x0 = v[j], x1 = v[j + J / 2];
+        o[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn_k));
+        o[j + J / 2] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn_k));
+    }
+}
+
 #endif

@@ -703,25 +703,9 @@ __global__ void __launch_bounds__(128) qkv_post_warp_kernel(sfi_gpu_qkv_args a) 
         for (int j = 0; j < J; j++) st_elem(a.v_pool, dst + lane + 32 * j, a.dtype, v[j]);
         return;
     }
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < J; j++) ss += v[j] * v[j];
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    const float r = rsqrtf(ss / (float)D + a.eps);
-    const float *nw = kind == 0 ? a.q_norm : a.k_norm;
-#pragma unroll
-    for (int j = 0; j < J; j++) v[j] = __fmul_rn(nw[lane + 32 * j], __fmul_rn(v[j], r));
-    /* RoPE: x[i] = a*cos - b*sin, x[i+h] = b*cos + a*sin (h = D / 2 = 16 J) */
-    const int h2 = D / 2;
     float o[J];
-#pragma unroll
-    for (int j = 0; j < J / 2; j++) {
-        const int k = lane + 32 * j;
-        const float c = a.cs[(size_t)pos * h2 + k], sn = a.sn[(size_t)pos * h2 + k];
-        const float x0 = v[j], x1 = v[j + J / 2];
-        o[j] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-        o[j + J / 2] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
-    }
+    sfi_dev_warp_norm_rope<J>(v, kind == 0 ? a.q_norm : a.k_norm, a.eps,
+                              a.cs + (size_t)pos * (D / 2), a.sn + (size_t)pos * (D / 2), o);
     if (kind == 0) {
 #pragma unroll
         for (int j = 0; j < J; j++) a.q_out[((size_t)t * nh + slot) * D + lane + 32 * j] = o[j];
