@@ -1131,13 +1131,24 @@ cudaError_t launch_topk(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d,
     return cudaGetLastError();
 }
 
-/* Reorg gather. Launch: grid (ceil(rows*W/(256*kReorgWords)), n_kv,
- * batch), block 256, W = D*sizeof(T)/16 sixteen-byte words per row: a
+/* Reorg gather. Launch: grid (min(ceil(rows*W/(256*kReorgWords)),
+ * kReorgMaxCtas), n_kv, batch), block 256, W = D*sizeof(T)/16
+ * sixteen-byte words per row: a
  * thread copies kReorgWords words of K and the same words of V (word
  * index = (block*kReorgWords + j)*256 + thread, so each j is one
  * contiguous, coalesced sweep over whole rows). Row r < n_sink is
  * position r, else selected[r - n_sink]. */
 constexpr int kReorgWords = 4;
+/* CTAs per (request, KV head): 32 puts all of a request's sink + 2048
+ * selected rows in flight in one pass (33 CTAs' worth). Beside a slow
+ * step's attention, which keeps its KV tiles' bytes in flight, HBM's
+ * bandwidth is shared about as the bytes in flight are, and the reorg,
+ * on the side stream, is on the slow step's critical path: with 8 CTAs
+ * (four passes) a 32K slow step's layer waited on it. H100, Qwen3-0.6B
+ * batch 16, kjv-32k replayed: 8 CTAs slow steps 5.252 ms, 16 5.129, 32
+ * 5.131, 64 5.133, 4 5.720 (decode 4371.6 -> 4439.1 tok/s at 32); 8K
+ * 5166.9 -> 5253.4, 16K 4778.6 -> 4783.4 tok/s. */
+constexpr int kReorgMaxCtas = 32;
 __global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_words,
                              const uint4 *__restrict__ kp, const uint4 *__restrict__ vp,
                              const int32_t *__restrict__ sel, uint4 *__restrict__ ck,
@@ -1385,7 +1396,7 @@ cudaError_t sfi_gpu_reorg(const sfi_gpu_step_desc *h, const sfi_gpu_step_desc *d
     const int row_words = h->head_dim * esz / 16;
     const int rows = h->n_sink + h->K;
     int gx = (rows * row_words + 256 * kReorgWords - 1) / (256 * kReorgWords);
-    if (gx > 8) gx = 8;
+    if (gx > kReorgMaxCtas) gx = kReorgMaxCtas;
     dim3 g(gx, h->n_kv, h->batch);
     reorg_kernel<<<g, 256, 0, st>>>(d, row_words, (const uint4 *)k_pool, (const uint4 *)v_pool,
                                     selected, (uint4 *)ck, (uint4 *)cv, comp_pos);
