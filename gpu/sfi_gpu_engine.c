@@ -858,9 +858,10 @@ static sfi_status create_streams(sfi_gpu_engine *e, sfi_error *err)
 {
     int lo = 0, hi = 0;
     CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    /* the side stream at the higher priority measured the same (H100, 0.6B
-     * batch 16 32K: slow steps 5.177 against 5.207 ms; 2 x H100, Qwen3-4B
-     * batch 16 at tp 2: 2687.1 against 2689.7 tok/s) */
+    /* the side stream at the higher priority measured the same or slower
+     * (H100, 0.6B batch 16 32K: slow steps 5.177 against 5.207 ms; with
+     * the reorg's 32 CTAs 5.193 / 5.188 against 5.139 / 5.171; 2 x H100,
+     * Qwen3-4B batch 16 at tp 2: 2687.1 against 2689.7 tok/s) */
     CK(cudaStreamCreateWithPriority(&e->main_st, cudaStreamNonBlocking, hi));
     CK(cudaStreamCreateWithPriority(&e->side_st, cudaStreamNonBlocking, lo));
     for (int i = 0; i < R_SLOTS; i++) {

@@ -1149,7 +1149,13 @@ constexpr int kReorgWords = 4;
  * 5.131, 64 5.133, 4 5.720 (decode 4371.6 -> 4439.1 tok/s at 32); 8K
  * 5166.9 -> 5253.4, 16K 4778.6 -> 4783.4 tok/s. */
 constexpr int kReorgMaxCtas = 32;
-__global__ void reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_words,
+/* At most 64 registers (launch bounds of 4 CTAs an SM; 67 without): a
+ * reorg CTA then fits beside two of a slow step's attention CTAs, which
+ * leave 16K of an SM's 64K registers, instead of waiting for one of them
+ * to end. H100, Qwen3-0.6B batch 16 kjv-32k: slow steps 5.114 / 5.109
+ * against 5.139 / 5.171 ms (decode 4445.7 / 4450.4 against 4433.2 /
+ * 4415.9 tok/s); 16K 4787.5 against 4785.5, 8K 5266.4 against 5259.8. */
+__global__ void __launch_bounds__(256, 4) reorg_kernel(const sfi_gpu_step_desc *__restrict__ d, int row_words,
                              const uint4 *__restrict__ kp, const uint4 *__restrict__ vp,
                              const int32_t *__restrict__ sel, uint4 *__restrict__ ck,
                              uint4 *__restrict__ cv, int32_t *__restrict__ comp_pos) {
