@@ -1146,7 +1146,7 @@ constexpr int kReorgWords = 4;
  * on the side stream, is on the slow step's critical path: with 8 CTAs
  * (four passes) a 32K slow step's layer waited on it. H100, Qwen3-0.6B
  * batch 16, kjv-32k replayed: 8 CTAs slow steps 5.252 ms, 16 5.129, 32
- * 5.131, 64 5.133, 4 5.720 (decode 4371.6 -> 4439.1 tok/s at 32); 8K
+ * 5.131, 64 5.133, 4 5.720 (32K decode 4371.6 -> 4439.1 tok/s with 32); 8K
  * 5166.9 -> 5253.4, 16K 4778.6 -> 4783.4 tok/s. */
 constexpr int kReorgMaxCtas = 32;
 /* At most 64 registers (launch bounds of 4 CTAs an SM; 67 without): a
