@@ -1897,8 +1897,8 @@ out:
 }
 
 /* The fused q/k norm, RoPE and KV append (sfi_gpu_attn_fuse) against the
- * separate kernel: a random bf16 model of head_dim 128 in groups of 2,
- * SFI mode, three requests whose slow steps come from T_max alone (no
+ * separate kernel: a random bf16 model of head_dim 128 in groups of 2 or
+ * 4 (the groups the engine fuses), SFI mode, three requests whose slow steps come from T_max alone (no
  * trigger set), so most steps have no slow request. Fused never, in
  * those steps and in every step: each step's logits, each slow step's
  * selected sets, the ids and the step kinds must be the same bits (one
@@ -1924,9 +1924,8 @@ static sfi_status fuse_on_selected(void *u, int b, int step, int layer, const in
     return SFI_OK;
 }
 
-static int run_fuse_e2e(int ci)
+static int run_fuse_e2e(int ci, const char *name, const char *config)
 {
-    const char *name = "d128-g2 bf16 fused q/k norm";
     enum { B = 3, MAX_NEW = 96 };
     const int len[B] = {300, 190, 257};
     printf("e2e %s: ", name);
@@ -1937,7 +1936,7 @@ static int run_fuse_e2e(int ci)
     sfi_qwen3 *m = NULL;
     int32_t *ids[B] = {NULL, NULL, NULL};
     char dg[3][SFI_DIGEST_HEX_LEN + 1];
-    char *dir = e2e_generate("tests/fixtures/gqa/d128.json", &e);
+    char *dir = e2e_generate(config, &e);
     if (!dir || sfi_qwen3_load(dir, &m, &e)) {
         printf("FAIL: %s\n", e.msg);
         goto out;
@@ -2098,7 +2097,9 @@ int sfi_gpu_cmd_check(int argc, char **argv)
             else
                 passed += r;
         }
-        passed += run_fuse_e2e(n);
+        passed += run_fuse_e2e(n, "d128-g2 bf16 fused q/k norm", "tests/fixtures/gqa/d128.json");
+        n++;
+        passed += run_fuse_e2e(n, "d128-g4 bf16 fused q/k norm", "tests/fixtures/gqa/d128-g4.json");
         n++;
     }
     if (passed + skipped == n) {

@@ -2123,11 +2123,12 @@ static sfi_status enqueue_layers(sfi_gpu_engine *e, int B, int sfi, int overlap,
         sfi_gpu_qkv_args qa = qkv_args(e, l, B, sfi ? e->knorm[l] : NULL);
         qa.pos_arr = e->d_state->pos;
         qa.row0 = -1;
-        /* one GPU and groups of 2 only (the kernel takes up to 6 without
-         * head slices): the other shapes have not been run */
+        /* one GPU and groups of 2 or 4 (Qwen3-0.6B to 8B; check's d128
+         * cases): the kernel takes up to 6 without head slices, but the
+         * other groups have not been run */
         const int fuse = e->qkv_fuse && (e->qkv_fuse > 1 || e->fast_body) && !e->skip_qkv &&
-                         !e->exact && e->o.dtype == SFI_GPU_BF16 && e->D == 128 && e->G == 2 &&
-                         !Ly->bqkv && e->tp == 1;
+                         !e->exact && e->o.dtype == SFI_GPU_BF16 && e->D == 128 &&
+                         (e->G == 2 || e->G == 4) && !Ly->bqkv && e->tp == 1;
         if (fuse)
             e->attn_ws.fuse = (sfi_gpu_attn_fuse){.qkv = e->qkv,
                                                   .q_norm = Ly->q_norm,
