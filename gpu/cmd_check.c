@@ -1898,8 +1898,9 @@ out:
 
 /* The fused q/k norm, RoPE and KV append (sfi_gpu_attn_fuse) against the
  * separate kernel: a random bf16 model of head_dim 128 in groups of 2 or
- * 4 (the groups the engine fuses), SFI mode, three requests whose slow steps come from T_max alone (no
- * trigger set), so most steps have no slow request. Fused never, in
+ * 4 (the groups the engine fuses), SFI mode, three requests whose slow
+ * steps come from T_max alone (no trigger set), so most steps have no
+ * slow request. Fused never, in
  * those steps and in every step: each step's logits, each slow step's
  * selected sets, the ids and the step kinds must be the same bits (one
  * digest a run). */
@@ -2024,7 +2025,7 @@ static void check_usage(FILE *f)
           "  --bit-exact  also run the exact kernels on the f32 cases: outputs, logits,\n"
           "               lambda*, scores and selected sets identical bit for bit\n"
           "  --quick      twelve kernel cases (the first six and those of GQA groups\n"
-          "               of 5, 6, 12 and 16), three GEMM cases, two MoE cases and seven\n"
+          "               of 5, 6, 12 and 16), three GEMM cases, two MoE cases and eight\n"
           "               end-to-end cases\n"
           "  --kernels-only  no end-to-end cases\n"
           "  --seed N     seed of the random inputs (default 1)\n"
